@@ -1,0 +1,124 @@
+# aoc — the two commands a fresh Debian machine needs, and what they stand on.
+#
+#   make demo    import an example model, verify it, run it in the interpreter,
+#                compare with ONNX Runtime's outputs
+#   make test    everything `cargo test --workspace` needs, then the tests
+#
+# Everything downloaded or generated lives under build/ (and the venv under
+# .venv/); each step leaves a stamp file and runs once. `make clean-build`
+# removes them all.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON_SYS   ?= python3
+VENV         := $(CURDIR)/.venv
+PY           := $(VENV)/bin/python
+BUILD        := $(CURDIR)/build
+STAMPS       := $(BUILD)/stamps
+
+# Python packages the tests use as oracles. Bump a pin and `make setup`
+# reinstalls (the stamp's name carries the versions).
+NUMPY_VERSION       := 2.4.6
+ONNX_VERSION        := 1.23.2
+ONNXRUNTIME_VERSION := 1.31.1
+PY_PINS := numpy==$(NUMPY_VERSION) onnx==$(ONNX_VERSION) onnxruntime==$(ONNXRUNTIME_VERSION)
+VENV_STAMP := $(STAMPS)/venv-numpy$(NUMPY_VERSION)-onnx$(ONNX_VERSION)-ort$(ONNXRUNTIME_VERSION)
+
+NODE_DATA  := $(BUILD)/onnx-node
+MODELS     := $(BUILD)/models
+RAPIDOCR   := rapidocr-onnxruntime==1.4.4
+
+AOC        := target/release/aoc
+DEMO       := $(BUILD)/demo
+EXAMPLE    := examples/resnet_block
+
+# LLVM 22 (for the PTX backend, a later issue). Not a prerequisite of
+# `test` or `demo` yet.
+LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
+LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: help setup node-data real-models test demo llvm clean-build
+
+help:
+	@echo 'make demo         import examples/resnet_block, run it, compare with ONNX Runtime'
+	@echo 'make test         set up the Python oracles and test data, then cargo test --workspace'
+	@echo 'make setup        Python venv in .venv with $(PY_PINS)'
+	@echo 'make node-data    ONNX backend node tests -> build/onnx-node/node/'
+	@echo 'make real-models  RapidOCR (PaddleOCR) ONNX models -> build/models/'
+	@echo 'make llvm         install LLVM/MLIR 22 dev packages (apt) if missing'
+	@echo 'make clean-build  remove build/ and .venv/'
+
+# --- Python venv -------------------------------------------------------------
+
+setup: $(VENV_STAMP)
+
+$(VENV_STAMP):
+	@if ! $(PY) -m pip --version >/dev/null 2>&1; then \
+	  rm -rf $(VENV); \
+	  $(PYTHON_SYS) -m venv $(VENV) || { rm -rf $(VENV); echo 'make setup: `$(PYTHON_SYS) -m venv` failed; on Debian install python3-venv' >&2; exit 1; }; \
+	fi
+	$(PY) -m pip install -q --disable-pip-version-check $(PY_PINS)
+	@rm -f $(STAMPS)/venv-*
+	@mkdir -p $(STAMPS) && touch $@
+
+# --- ONNX backend node tests -------------------------------------------------
+# onnx ships the generators, not the data. tests/scripts/gen_node_data.py
+# asks those generators for every node case and writes ONNX's layout:
+# build/onnx-node/node/test_*/{model.onnx,test_data_set_0/*.pb}.
+
+node-data: $(STAMPS)/node-data
+
+$(STAMPS)/node-data: $(VENV_STAMP) tests/scripts/gen_node_data.py
+	$(PY) tests/scripts/gen_node_data.py $(NODE_DATA)
+	@touch $@
+
+# --- Real third-party models -------------------------------------------------
+# PaddleOCR's det/rec/cls exports as shipped in the rapidocr-onnxruntime
+# wheel; tests/scripts/real_models.py names them and their input shapes.
+
+real-models: $(STAMPS)/real-models
+
+$(STAMPS)/real-models: $(VENV_STAMP) tests/scripts/real_models.py
+	@mkdir -p $(BUILD)/downloads $(MODELS)
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps $(RAPIDOCR) -d $(BUILD)/downloads
+	$(PY) tests/scripts/real_models.py extract $(BUILD)/downloads/rapidocr_onnxruntime-1.4.4-py3-none-any.whl $(MODELS)
+	$(PY) tests/scripts/real_models.py check $(MODELS)
+	@touch $@
+
+# --- The two commands ----------------------------------------------------------
+
+test: setup node-data real-models
+	AOC_PYTHON=$(PY) AOC_NODE_DATA=$(NODE_DATA) AOC_MODELS=$(MODELS) \
+	  cargo test --workspace
+
+demo: setup
+	cargo build --release -p aoc
+	@rm -rf $(DEMO) && mkdir -p $(DEMO)
+	$(AOC) import $(EXAMPLE)/model.onnx -o $(DEMO)/model.air
+	$(AOC) check $(DEMO)/model.air
+	$(AOC) run $(DEMO)/model.air --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out
+	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out --atol 1e-4
+
+# --- LLVM 22 -------------------------------------------------------------------
+# Installs llvm-22-dev, libmlir-22-dev and friends from apt when llvm-config
+# 22 is missing. Debian 12's own archive has no LLVM 22, so when apt does not
+# know the package this adds apt.llvm.org's bookworm repository first.
+
+llvm:
+	@if [ -x $(LLVM_CONFIG) ]; then echo "llvm: $$($(LLVM_CONFIG) --version) already installed"; exit 0; fi; \
+	if ! apt-cache show llvm-22-dev >/dev/null 2>&1; then \
+	  . /etc/os-release; \
+	  $(SUDO) mkdir -p /etc/apt/keyrings; \
+	  curl -fsSL https://apt.llvm.org/llvm-snapshot.gpg.key | $(SUDO) tee /etc/apt/keyrings/apt.llvm.org.asc >/dev/null; \
+	  echo "deb [signed-by=/etc/apt/keyrings/apt.llvm.org.asc] http://apt.llvm.org/$$VERSION_CODENAME/ llvm-toolchain-$$VERSION_CODENAME-22 main" \
+	    | $(SUDO) tee /etc/apt/sources.list.d/llvm-22.list >/dev/null; \
+	fi; \
+	$(SUDO) apt-get update -qq; \
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(LLVM_PACKAGES); \
+	$(LLVM_CONFIG) --version
+
+clean-build:
+	rm -rf $(BUILD) $(VENV)

@@ -1,0 +1,132 @@
+//! The reference interpreter: runs a function op by op through each op's
+//! `eval` hook. It is the numeric oracle for passes and backends, so it is
+//! written to be obviously right, not fast.
+//!
+//! Invariant: it runs only verified modules; a failure inside an op is
+//! reported as a diagnostic at that op, never a panic.
+
+use crate::attr::Attrs;
+use crate::diag::Diagnostic;
+use crate::entity::EntityId;
+use crate::module::Func;
+use crate::ops::{EvalCx, Opcode};
+use crate::tensor::Tensor;
+use crate::types::TensorType;
+
+/// Where `const @file["key"]` payloads come from. The driver implements it
+/// over memory-mapped safetensors files (library crates do no I/O).
+pub trait WeightSource {
+    /// Loads tensor `key` of the weights file declared as `@file`, checked
+    /// against `ty`.
+    fn load(&self, file: &str, key: &str, ty: &TensorType) -> Result<Tensor, String>;
+}
+
+/// A weight source for modules without external weights.
+pub struct NoWeights;
+
+impl WeightSource for NoWeights {
+    fn load(&self, file: &str, key: &str, _ty: &TensorType) -> Result<Tensor, String> {
+        Err(format!("no weights are loaded, so @{file}[\"{key}\"] is unavailable"))
+    }
+}
+
+/// Evaluates one op on concrete inputs (the importer folds constants with it).
+pub fn eval_op(
+    opcode: Opcode,
+    inputs: &[&Tensor],
+    attrs: &Attrs,
+    result_types: &[TensorType],
+    weights: &dyn WeightSource,
+) -> Result<Vec<Tensor>, String> {
+    let cx = EvalCx { opcode, inputs, attrs, result_types, weights };
+    let out = (opcode.info().eval)(&cx).map_err(|m| format!("{}: {m}", opcode.name()))?;
+    if out.len() != result_types.len() {
+        return Err(format!(
+            "internal error: {} produced {} results, expected {} (please report)",
+            opcode.name(),
+            out.len(),
+            result_types.len()
+        ));
+    }
+    for (t, ty) in out.iter().zip(result_types) {
+        if t.ty.shape != ty.shape || t.ty.elem != ty.elem || t.len() != ty.num_elements() {
+            return Err(format!(
+                "internal error: {} produced {} with {} elements, expected {ty} (please report)",
+                opcode.name(),
+                t.ty,
+                t.len()
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `func` on `inputs` (one per parameter, in order). Values are dropped
+/// after their last use.
+pub fn run(func: &Func, inputs: Vec<Tensor>, weights: &dyn WeightSource) -> Result<Vec<Tensor>, Diagnostic> {
+    let params = func.params();
+    if inputs.len() != params.len() {
+        return Err(Diagnostic::error(
+            format!("@{} takes {} inputs, {} given", func.name, params.len(), inputs.len()),
+            func.loc.clone(),
+        ));
+    }
+    let mut env: Vec<Option<Tensor>> = vec![None; func.values.len()];
+    for (&p, t) in params.iter().zip(inputs) {
+        let want = func.ty(p);
+        if t.ty.shape != want.shape || t.ty.elem != want.elem {
+            return Err(Diagnostic::error(
+                format!("input %{} must be {want}, found {}", func.name_of(p), t.ty),
+                func.values[p].loc.clone(),
+            ));
+        }
+        env[p.index()] = Some(t);
+    }
+
+    // Last use of each value, so memory stays bounded on large models.
+    let mut last_use = vec![usize::MAX; func.values.len()];
+    for (pos, &op) in func.body.ops.iter().enumerate() {
+        for &v in &func.ops[op].operands {
+            last_use[v.index()] = pos;
+        }
+    }
+    for &v in func.results() {
+        last_use[v.index()] = usize::MAX;
+    }
+
+    for (pos, &op_id) in func.body.ops.iter().enumerate() {
+        let op = &func.ops[op_id];
+        let inputs: Vec<&Tensor> = op
+            .operands
+            .iter()
+            .map(|v| {
+                env[v.index()].as_ref().ok_or_else(|| {
+                    Diagnostic::error(
+                        format!("internal error: %{} has no value (please report)", func.name_of(*v)),
+                        op.loc.clone(),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let result_types: Vec<TensorType> = op.results.iter().map(|r| func.ty(*r).clone()).collect();
+        let outputs = eval_op(op.opcode, &inputs, &op.attrs, &result_types, weights)
+            .map_err(|m| Diagnostic::error(m, op.loc.clone()))?;
+        for (&r, t) in op.results.iter().zip(outputs) {
+            env[r.index()] = Some(t);
+        }
+        for &v in &op.operands {
+            if last_use[v.index()] == pos {
+                env[v.index()] = None;
+            }
+        }
+    }
+    func.results()
+        .iter()
+        .map(|v| {
+            env[v.index()].clone().ok_or_else(|| {
+                Diagnostic::error(format!("internal error: result %{} has no value", func.name_of(*v)), func.loc.clone())
+            })
+        })
+        .collect()
+}
+

@@ -1,0 +1,251 @@
+//! Modules, functions, blocks, ops and values.
+//!
+//! A function owns two arenas, one of values and one of ops; blocks list op
+//! ids in program order. Regions (blocks nested in an op) use the same arenas,
+//! so a fused op's body can refer to values by id like any other op.
+//!
+//! Invariants (checked by the verifier): every value has exactly one
+//! definition; every use comes after its definition in program order; value
+//! names are unique within a function (the printer relies on it); op result
+//! types equal what the op table's `infer` hook computes.
+
+use crate::attr::{Attr, Attrs};
+use crate::diag::{Diagnostic, Location};
+use crate::entity::Arena;
+use crate::ops::Opcode;
+use crate::types::TensorType;
+use std::collections::HashSet;
+
+crate::entity_id!(
+    /// A value (function parameter, block argument or op result).
+    ValueId,
+    "v"
+);
+crate::entity_id!(
+    /// An op.
+    OpId,
+    "op"
+);
+
+/// How a value is defined.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum ValueDef {
+    /// Argument `index` of the function's body block.
+    Param(usize),
+    /// Argument `index` of the entry block of region `region` of `op`.
+    RegionArg { op: OpId, region: usize, index: usize },
+    /// Result `index` of `op`.
+    Result(OpId, usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct ValueData {
+    /// The SSA name without `%`, unique in its function.
+    pub name: String,
+    pub ty: TensorType,
+    pub def: ValueDef,
+    pub loc: Location,
+}
+
+/// A straight-line list of ops with arguments and a terminator
+/// (`return` in a function body, `yield` in a region).
+#[derive(Clone, Debug, Default)]
+pub struct Block {
+    pub args: Vec<ValueId>,
+    pub ops: Vec<OpId>,
+    /// The values the terminator returns or yields.
+    pub terminator: Vec<ValueId>,
+    pub terminator_loc: Location,
+}
+
+#[derive(Clone, Debug)]
+pub struct OpData {
+    pub opcode: Opcode,
+    pub operands: Vec<ValueId>,
+    pub results: Vec<ValueId>,
+    pub attrs: Attrs,
+    /// Nested bodies (one block each); empty for every op today.
+    pub regions: Vec<Block>,
+    pub loc: Location,
+}
+
+#[derive(Clone, Debug)]
+pub struct Func {
+    pub name: String,
+    pub values: Arena<ValueId, ValueData>,
+    pub ops: Arena<OpId, OpData>,
+    /// The body; its `args` are the parameters and its terminator returns the
+    /// results.
+    pub body: Block,
+    /// The declared result types (checked against the returned values).
+    pub result_types: Vec<TensorType>,
+    pub loc: Location,
+}
+
+/// A module-level declaration of an external weights file:
+/// `weights @weights = "model.safetensors"`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightsDecl {
+    pub name: String,
+    /// Path as written, relative to the `.air` file's folder.
+    pub path: String,
+    pub loc: Location,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Module {
+    pub weights: Vec<WeightsDecl>,
+    pub funcs: Vec<Func>,
+}
+
+impl Module {
+    pub fn func(&self, name: &str) -> Option<&Func> {
+        self.funcs.iter().find(|f| f.name == name)
+    }
+    /// The function `aoc run` executes: `main` if present, else the first.
+    pub fn entry(&self) -> Option<&Func> {
+        self.func("main").or(self.funcs.first())
+    }
+    pub fn weights_decl(&self, name: &str) -> Option<&WeightsDecl> {
+        self.weights.iter().find(|w| w.name == name)
+    }
+}
+
+impl Func {
+    pub fn new(name: impl Into<String>) -> Func {
+        Func {
+            name: name.into(),
+            values: Arena::new(),
+            ops: Arena::new(),
+            body: Block::default(),
+            result_types: vec![],
+            loc: Location::default(),
+        }
+    }
+
+    pub fn params(&self) -> &[ValueId] {
+        &self.body.args
+    }
+
+    pub fn results(&self) -> &[ValueId] {
+        &self.body.terminator
+    }
+
+    pub fn ty(&self, v: ValueId) -> &TensorType {
+        &self.values[v].ty
+    }
+
+    pub fn name_of(&self, v: ValueId) -> &str {
+        &self.values[v].name
+    }
+
+    /// Finds a value by its SSA name (without `%`).
+    pub fn value_by_name(&self, name: &str) -> Option<ValueId> {
+        self.values.iter().find(|(_, d)| d.name == name).map(|(id, _)| id)
+    }
+
+    /// A name not yet used in this function, derived from `hint`.
+    pub fn fresh_name(&self, hint: &str) -> String {
+        let taken: HashSet<&str> = self.values.iter().map(|(_, d)| d.name.as_str()).collect();
+        fresh_name(hint, |n| taken.contains(n))
+    }
+
+    /// Adds a parameter to the body block.
+    pub fn add_param(&mut self, name: &str, ty: TensorType, loc: Location) -> ValueId {
+        let name = self.fresh_name(name);
+        let index = self.body.args.len();
+        let v = self.values.push(ValueData { name, ty, def: ValueDef::Param(index), loc });
+        self.body.args.push(v);
+        v
+    }
+
+    /// Appends an op to the body with explicit result types, without
+    /// checking them (the parser uses this; the verifier checks later).
+    pub fn push_op_unchecked(
+        &mut self,
+        opcode: Opcode,
+        operands: Vec<ValueId>,
+        attrs: Attrs,
+        result_types: Vec<(String, TensorType)>,
+        loc: Location,
+    ) -> OpId {
+        let op = self.ops.push(OpData {
+            opcode,
+            operands,
+            results: vec![],
+            attrs,
+            regions: vec![],
+            loc: loc.clone(),
+        });
+        for (i, (name, ty)) in result_types.into_iter().enumerate() {
+            let name = self.fresh_name(&name);
+            let v = self.values.push(ValueData { name, ty, def: ValueDef::Result(op, i), loc: loc.clone() });
+            self.ops[op].results.push(v);
+        }
+        self.body.ops.push(op);
+        op
+    }
+
+    /// Appends an op to the body: fills attribute defaults, checks operands
+    /// and attributes against the op table and infers result types.
+    /// `declared` gives result types for ops whose result type is not implied
+    /// by their operands (`const`, `quant.quantize`, `quant.requantize`).
+    /// Returns the result values, or a diagnostic naming the op.
+    pub fn push_op(
+        &mut self,
+        opcode: Opcode,
+        operands: &[ValueId],
+        attrs: Attrs,
+        declared: Option<Vec<TensorType>>,
+        name_hint: &str,
+        loc: Location,
+    ) -> Result<Vec<ValueId>, Diagnostic> {
+        let attrs = opcode.info().complete_attrs(attrs).map_err(|m| Diagnostic::error(m, loc.clone()))?;
+        let operand_types: Vec<TensorType> = operands.iter().map(|v| self.ty(*v).clone()).collect();
+        let types = crate::verify::infer_op(opcode, &operand_types, &attrs, declared.as_deref())
+            .map_err(|m| Diagnostic::error(m, loc.clone()))?;
+        let n = types.len();
+        let named = types
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (if n == 1 { name_hint.to_string() } else { format!("{name_hint}_{i}") }, t))
+            .collect();
+        let op = self.push_op_unchecked(opcode, operands.to_vec(), attrs, named, loc);
+        Ok(self.ops[op].results.clone())
+    }
+
+    /// Sets the values the function returns and its result types.
+    pub fn set_return(&mut self, values: Vec<ValueId>) {
+        self.result_types = values.iter().map(|v| self.ty(*v).clone()).collect();
+        self.body.terminator = values;
+    }
+
+    /// The op that defines `v`, if any.
+    pub fn def_op(&self, v: ValueId) -> Option<OpId> {
+        match self.values[v].def {
+            ValueDef::Result(op, _) => Some(op),
+            _ => None,
+        }
+    }
+
+    /// Attribute lookup helper.
+    pub fn attr(&self, op: OpId, name: &str) -> Option<&Attr> {
+        self.ops[op].attrs.get(name)
+    }
+}
+
+/// Sanitizes `hint` into a valid SSA name and appends `_N` until `taken`
+/// says it is free.
+pub fn fresh_name(hint: &str, taken: impl Fn(&str) -> bool) -> String {
+    let mut base: String = hint
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '$' | '-') { c } else { '_' })
+        .collect();
+    if base.is_empty() {
+        base.push('v');
+    }
+    if !taken(&base) {
+        return base;
+    }
+    (1..).map(|i| format!("{base}_{i}")).find(|n| !taken(n)).expect("an unused name exists")
+}

@@ -1,0 +1,38 @@
+//! `const`: inline dense values and named weights.
+
+use crate::attr::{ConstValue, DenseData};
+use crate::ops::{EvalCx, InferCx};
+use crate::tensor::Tensor;
+use crate::types::TensorType;
+
+pub fn infer_const(cx: &InferCx) -> Result<Vec<TensorType>, String> {
+    let ty = cx.declared_one()?.clone();
+    match cx.constant("value")? {
+        ConstValue::Weight(_) => {}
+        ConstValue::Dense(d) => {
+            let n = ty.num_elements();
+            if d.len() != 1 && d.len() != n {
+                return Err(format!("{ty} has {n} elements, but {} values are given", d.len()));
+            }
+            if let (DenseData::Floats(_), false) = (d, ty.elem.storage().is_float()) {
+                return Err(format!("float values cannot initialize {ty}"));
+            }
+        }
+    }
+    Ok(vec![ty])
+}
+
+pub fn eval_const(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
+    let ty = cx.result_type().clone();
+    let n = ty.num_elements();
+    let t = match cx.constant("value")? {
+        ConstValue::Weight(w) => cx.weights.load(&w.file, &w.key, &ty)?,
+        ConstValue::Dense(DenseData::Floats(v)) => {
+            Tensor::from_f64(ty, if v.len() == n { v.clone() } else { vec![v[0]; n] })
+        }
+        ConstValue::Dense(DenseData::Ints(v)) => {
+            Tensor::from_i64(ty, if v.len() == n { v.clone() } else { vec![v[0]; n] })
+        }
+    };
+    Ok(vec![t])
+}

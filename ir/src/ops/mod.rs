@@ -1,0 +1,971 @@
+//! The op table: the one list of aoc's ops.
+//!
+//! Each entry declares an op once: its mnemonic, summary, example, operands,
+//! attributes with kinds and defaults, traits, text format, and two hooks —
+//! `infer` (shape and dtype inference plus attribute checks, used by the
+//! verifier and by builders) and `eval` (the op's meaning, used by the
+//! reference interpreter). From this table come the `Opcode` enum, name
+//! lookup, structural verification, parse/print, interpreter dispatch, the
+//! egg language (in `aoc-passes`) and `docs/ops.md`.
+//!
+//! Adding an op: add an entry here and write its two hooks beside the ops of
+//! its family (`elementwise.rs`, `nn.rs`, ...). Nothing else lists ops.
+
+use crate::attr::{Attr, AttrDefault, AttrKind, Attrs, ConstValue};
+use crate::interp::WeightSource;
+use crate::tensor::Tensor;
+use crate::types::{Scalar, TensorType};
+
+pub mod constant;
+pub mod elementwise;
+pub mod nn;
+pub mod quant;
+pub mod reduce;
+pub mod resize;
+pub mod shape;
+
+/// How many values an operand slot takes.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Arity {
+    One,
+    /// May be absent; only trailing slots are optional.
+    Optional,
+    /// Any number (at least one); only the last slot is variadic.
+    Variadic,
+}
+
+#[derive(Copy, Clone, Debug)]
+pub struct OperandInfo {
+    pub name: &'static str,
+    pub arity: Arity,
+}
+
+#[derive(Copy, Clone, Debug)]
+pub struct AttrInfo {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    pub default: AttrDefault,
+    pub doc: &'static str,
+}
+
+/// Properties passes and backends may rely on.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Trait {
+    /// No side effects: may be removed when unused, deduplicated, reordered.
+    Pure,
+    /// Computes each output element from the same-index input elements
+    /// (after broadcasting).
+    Elementwise,
+    /// Operands may be swapped.
+    Commutative,
+    /// Moves or selects elements without changing their values.
+    DataMovement,
+    /// The result type is not implied by the operands; it is written in the
+    /// text (or given to the builder) and checked by `infer`.
+    DeclaredResult,
+}
+
+/// How an op is written in text.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Format {
+    /// `%r = dialect.op %a, %b {attr = v} : result-type`
+    Generic,
+    /// `%r = const dense<...> : type` or `%r = const @weights["key"] : type`
+    Const,
+}
+
+/// What `infer` hooks see.
+pub struct InferCx<'a> {
+    pub opcode: Opcode,
+    pub operands: &'a [TensorType],
+    pub attrs: &'a Attrs,
+    /// Result types written in the text or given to the builder.
+    pub declared: Option<&'a [TensorType]>,
+}
+
+/// What `eval` hooks see.
+pub struct EvalCx<'a> {
+    pub opcode: Opcode,
+    pub inputs: &'a [&'a Tensor],
+    pub attrs: &'a Attrs,
+    /// The verified result types.
+    pub result_types: &'a [TensorType],
+    pub weights: &'a dyn WeightSource,
+}
+
+pub type InferFn = fn(&InferCx) -> Result<Vec<TensorType>, String>;
+pub type EvalFn = fn(&EvalCx) -> Result<Vec<Tensor>, String>;
+
+/// Everything the table says about one op.
+pub struct OpInfo {
+    pub opcode: Opcode,
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub example: &'static str,
+    pub operands: &'static [OperandInfo],
+    pub results: &'static [&'static str],
+    pub attrs: &'static [AttrInfo],
+    pub traits: &'static [Trait],
+    pub format: Format,
+    pub infer: InferFn,
+    pub eval: EvalFn,
+}
+
+macro_rules! attr_lookups {
+    ($cx:ident) => {
+        impl<'a> $cx<'a> {
+            /// An attribute, or an error naming it.
+            pub fn attr(&self, name: &str) -> Result<&Attr, String> {
+                self.attrs.get(name).ok_or_else(|| format!("missing attribute `{name}`"))
+            }
+            pub fn has(&self, name: &str) -> bool {
+                self.attrs.get(name).is_some()
+            }
+            pub fn int(&self, name: &str) -> Result<i64, String> {
+                match self.attr(name)? {
+                    Attr::Int(i) => Ok(*i),
+                    a => Err(format!("attribute `{name}` must be an integer, found {a}")),
+                }
+            }
+            pub fn float(&self, name: &str) -> Result<f64, String> {
+                match self.attr(name)? {
+                    Attr::Float(x) => Ok(*x),
+                    Attr::Int(i) => Ok(*i as f64),
+                    a => Err(format!("attribute `{name}` must be a float, found {a}")),
+                }
+            }
+            pub fn bool(&self, name: &str) -> Result<bool, String> {
+                match self.attr(name)? {
+                    Attr::Bool(b) => Ok(*b),
+                    a => Err(format!("attribute `{name}` must be a bool, found {a}")),
+                }
+            }
+            pub fn str(&self, name: &str) -> Result<&str, String> {
+                match self.attr(name)? {
+                    Attr::Str(s) => Ok(s),
+                    a => Err(format!("attribute `{name}` must be a string, found {a}")),
+                }
+            }
+            pub fn ints(&self, name: &str) -> Result<&[i64], String> {
+                match self.attr(name)? {
+                    Attr::Ints(v) => Ok(v),
+                    a => Err(format!("attribute `{name}` must be an integer list, found {a}")),
+                }
+            }
+            pub fn floats(&self, name: &str) -> Result<&[f64], String> {
+                match self.attr(name)? {
+                    Attr::Floats(v) => Ok(v),
+                    a => Err(format!("attribute `{name}` must be a float list, found {a}")),
+                }
+            }
+            pub fn ty(&self, name: &str) -> Result<Scalar, String> {
+                match self.attr(name)? {
+                    Attr::Type(s) => Ok(*s),
+                    a => Err(format!("attribute `{name}` must be an element type, found {a}")),
+                }
+            }
+            pub fn constant(&self, name: &str) -> Result<&ConstValue, String> {
+                match self.attr(name)? {
+                    Attr::Const(c) => Ok(c),
+                    a => Err(format!("attribute `{name}` must be a constant, found {a}")),
+                }
+            }
+        }
+    };
+}
+attr_lookups!(InferCx);
+attr_lookups!(EvalCx);
+
+impl<'a> InferCx<'a> {
+    /// Operand `i`'s type, or `None` where an optional operand is absent.
+    pub fn operand(&self, i: usize) -> Option<&TensorType> {
+        self.operands.get(i)
+    }
+    /// The single declared result type, required by `DeclaredResult` ops.
+    pub fn declared_one(&self) -> Result<&TensorType, String> {
+        match self.declared {
+            Some([t]) => Ok(t),
+            Some(ts) => Err(format!("expected 1 result type, found {}", ts.len())),
+            None => Err("the result type must be given".to_string()),
+        }
+    }
+}
+
+impl<'a> EvalCx<'a> {
+    pub fn input(&self, i: usize) -> Option<&Tensor> {
+        self.inputs.get(i).copied()
+    }
+    pub fn result_type(&self) -> &TensorType {
+        &self.result_types[0]
+    }
+}
+
+impl OpInfo {
+    pub fn attr_info(&self, name: &str) -> Option<&'static AttrInfo> {
+        self.attrs.iter().find(|a| a.name == name)
+    }
+
+    pub fn has_trait(&self, t: Trait) -> bool {
+        self.traits.contains(&t)
+    }
+
+    /// The accepted operand counts (min, max); `max` is `None` when variadic.
+    pub fn operand_range(&self) -> (usize, Option<usize>) {
+        let min = self.operands.iter().filter(|o| o.arity != Arity::Optional).count();
+        let variadic = self.operands.iter().any(|o| o.arity == Arity::Variadic);
+        (min, if variadic { None } else { Some(self.operands.len()) })
+    }
+
+    /// Checks attribute names and kinds against the table and returns them in
+    /// table order with defaults filled in. Errors name the op.
+    pub fn complete_attrs(&self, mut given: Attrs) -> Result<Attrs, String> {
+        let mut out = Attrs::new();
+        for info in self.attrs {
+            match given.remove(info.name) {
+                Some(v) => {
+                    let v = v.coerce(info.kind);
+                    if v.kind() != info.kind {
+                        return Err(format!(
+                            "{}: attribute `{}` must be a {}, found {}",
+                            self.name,
+                            info.name,
+                            info.kind.name(),
+                            v.kind().name()
+                        ));
+                    }
+                    out.set(info.name, v);
+                }
+                None => match info.default {
+                    AttrDefault::Required => {
+                        return Err(format!("{}: missing required attribute `{}`", self.name, info.name));
+                    }
+                    AttrDefault::Optional => {}
+                    d => out.set(info.name, d.value().expect("a default with a value")),
+                },
+            }
+        }
+        if let Some((name, _)) = given.0.first() {
+            let known: Vec<&str> = self.attrs.iter().map(|a| a.name).collect();
+            return Err(if known.is_empty() {
+                format!("{}: unknown attribute `{name}` (this op takes none)", self.name)
+            } else {
+                format!("{}: unknown attribute `{name}` (expected one of: {})", self.name, known.join(", "))
+            });
+        }
+        Ok(out)
+    }
+
+    /// Whether attribute `name` holds its default value (the printer omits
+    /// those).
+    pub fn is_default(&self, name: &str, value: &Attr) -> bool {
+        self.attr_info(name).and_then(|i| i.default.value()).is_some_and(|d| &d == value)
+    }
+}
+
+macro_rules! define_ops {
+    ($(
+        $variant:ident = $name:literal {
+            summary: $summary:literal,
+            example: $example:literal,
+            format: $format:ident,
+            operands: [$($oname:ident: $oarity:ident),* $(,)?],
+            results: [$($rname:ident),* $(,)?],
+            attrs: [$(($aname:ident, $akind:ident, $adefault:expr, $adoc:literal)),* $(,)?],
+            traits: [$($trait:ident),* $(,)?],
+            infer: $infer:path,
+            eval: $eval:path $(,)?
+        }
+    ),* $(,)?) => {
+        /// Every op aoc knows; generated from the op table.
+        #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+        pub enum Opcode {
+            $($variant),*
+        }
+
+        impl Opcode {
+            /// Every opcode, in table order.
+            pub const ALL: &'static [Opcode] = &[$(Opcode::$variant),*];
+
+            /// The op's table entry.
+            pub fn info(self) -> &'static OpInfo {
+                match self {
+                    $(Opcode::$variant => {
+                        static INFO: OpInfo = OpInfo {
+                            opcode: Opcode::$variant,
+                            name: $name,
+                            summary: $summary,
+                            example: $example,
+                            operands: &[$(OperandInfo { name: stringify!($oname), arity: Arity::$oarity }),*],
+                            results: &[$(stringify!($rname)),*],
+                            attrs: &[$(AttrInfo {
+                                name: stringify!($aname),
+                                kind: AttrKind::$akind,
+                                default: $adefault,
+                                doc: $adoc,
+                            }),*],
+                            traits: &[$(Trait::$trait),*],
+                            format: Format::$format,
+                            infer: $infer,
+                            eval: $eval,
+                        };
+                        &INFO
+                    }),*
+                }
+            }
+
+            /// The mnemonic, e.g. `core.conv2d`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Opcode::$variant => $name),*
+                }
+            }
+
+            /// Looks an op up by its mnemonic.
+            pub fn from_name(name: &str) -> Option<Opcode> {
+                match name {
+                    $($name => Some(Opcode::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+use AttrDefault::{Bool, Float, Int, Ints, Optional, Required, Str};
+
+define_ops! {
+    Const = "const" {
+        summary: "A constant tensor: inline `dense<...>` values, or a named tensor in a weights file declared with `weights @name = \"file.safetensors\"`.",
+        example: "%w = const @weights[\"conv1.weight\"] : tensor<64x3x7x7xf32>",
+        format: Const,
+        operands: [],
+        results: [value],
+        attrs: [(value, Const, Required, "the payload: `dense<...>` (one value is a splat) or `@file[\"key\"]`")],
+        traits: [Pure, DeclaredResult],
+        infer: constant::infer_const,
+        eval: constant::eval_const,
+    },
+    Identity = "core.identity" {
+        summary: "Returns its operand unchanged.",
+        example: "%y = core.identity %x : tensor<4xf32>",
+        format: Generic,
+        operands: [x: One],
+        results: [y],
+        attrs: [],
+        traits: [Pure, Elementwise, DataMovement],
+        infer: elementwise::infer_same,
+        eval: elementwise::eval_identity,
+    },
+
+    // ---- elementwise: unary ----
+    Neg = "core.neg" {
+        summary: "Negation, elementwise.",
+        example: "%y = core.neg %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_numeric_unary, eval: elementwise::eval_unary,
+    },
+    Abs = "core.abs" {
+        summary: "Absolute value, elementwise.",
+        example: "%y = core.abs %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_numeric_unary, eval: elementwise::eval_unary,
+    },
+    Exp = "core.exp" {
+        summary: "Natural exponential, elementwise.",
+        example: "%y = core.exp %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Log = "core.log" {
+        summary: "Natural logarithm, elementwise.",
+        example: "%y = core.log %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Sqrt = "core.sqrt" {
+        summary: "Square root, elementwise.",
+        example: "%y = core.sqrt %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Rsqrt = "core.rsqrt" {
+        summary: "Reciprocal square root `1 / sqrt(x)`, elementwise.",
+        example: "%y = core.rsqrt %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Reciprocal = "core.reciprocal" {
+        summary: "Reciprocal `1 / x`, elementwise.",
+        example: "%y = core.reciprocal %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Erf = "core.erf" {
+        summary: "Gauss error function, elementwise.",
+        example: "%y = core.erf %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Tanh = "core.tanh" {
+        summary: "Hyperbolic tangent, elementwise.",
+        example: "%y = core.tanh %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Sigmoid = "core.sigmoid" {
+        summary: "Logistic sigmoid `1 / (1 + exp(-x))`, elementwise.",
+        example: "%y = core.sigmoid %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Floor = "core.floor" {
+        summary: "Round toward negative infinity, elementwise.",
+        example: "%y = core.floor %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Ceil = "core.ceil" {
+        summary: "Round toward positive infinity, elementwise.",
+        example: "%y = core.ceil %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Relu = "core.relu" {
+        summary: "Rectified linear unit `max(x, 0)`, elementwise.",
+        example: "%y = core.relu %x : tensor<1x64x56x56xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_numeric_unary, eval: elementwise::eval_unary,
+    },
+    Gelu = "core.gelu" {
+        summary: "Gaussian error linear unit: `x * Φ(x)` exactly (erf form) or with the tanh approximation.",
+        example: "%y = core.gelu %x {approximate = \"tanh\"} : tensor<1x128x768xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [(approximate, Str, Str("none"), "`none` (erf form) or `tanh`")],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Silu = "core.silu" {
+        summary: "Sigmoid linear unit (swish) `x * sigmoid(x)`, elementwise.",
+        example: "%y = core.silu %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    HardSigmoid = "core.hard_sigmoid" {
+        summary: "`max(0, min(1, alpha * x + beta))`, elementwise.",
+        example: "%y = core.hard_sigmoid %x {alpha = 0.1666666716337204} : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (alpha, Float, Float(0.2), "slope"),
+            (beta, Float, Float(0.5), "offset"),
+        ],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    HardSwish = "core.hard_swish" {
+        summary: "`x * max(0, min(1, x / 6 + 1 / 2))`, elementwise.",
+        example: "%y = core.hard_swish %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    LeakyRelu = "core.leaky_relu" {
+        summary: "`x` where `x >= 0`, else `alpha * x`, elementwise.",
+        example: "%y = core.leaky_relu %x {alpha = 0.1} : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [(alpha, Float, Float(0.01), "slope for negative inputs")],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Clip = "core.clip" {
+        summary: "Clamps to `[min, max]`; an absent bound does not clamp.",
+        example: "%y = core.clip %x {min = 0.0, max = 6.0} : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (min, Float, Optional, "lower bound"),
+            (max, Float, Optional, "upper bound"),
+        ],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_numeric_unary, eval: elementwise::eval_unary,
+    },
+    Cast = "core.cast" {
+        summary: "Converts elements to another element type, as ONNX `Cast` does (floats to integers truncate toward zero; to fp8 saturates unless `saturate = false`).",
+        example: "%y = core.cast %x {to = f16} : tensor<4xf16>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (to, Type, Required, "the target element type"),
+            (saturate, Bool, Bool(true), "fp8 targets: clamp out-of-range values to the largest finite value"),
+        ],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_cast, eval: elementwise::eval_cast,
+    },
+
+    // ---- elementwise: binary, with numpy broadcasting ----
+    Add = "core.add" {
+        summary: "Addition with numpy broadcasting.",
+        example: "%z = core.add %x, %y : tensor<1x64x56x56xf32>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise, Commutative],
+        infer: elementwise::infer_binary, eval: elementwise::eval_binary,
+    },
+    Sub = "core.sub" {
+        summary: "Subtraction with numpy broadcasting.",
+        example: "%z = core.sub %x, %y : tensor<4xf32>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_binary, eval: elementwise::eval_binary,
+    },
+    Mul = "core.mul" {
+        summary: "Multiplication with numpy broadcasting.",
+        example: "%z = core.mul %x, %y : tensor<4xf32>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise, Commutative],
+        infer: elementwise::infer_binary, eval: elementwise::eval_binary,
+    },
+    Div = "core.div" {
+        summary: "Division with numpy broadcasting (integer division truncates toward zero).",
+        example: "%z = core.div %x, %y : tensor<4xf32>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_binary, eval: elementwise::eval_binary,
+    },
+    Max = "core.max" {
+        summary: "Elementwise maximum with numpy broadcasting (NaN propagates).",
+        example: "%z = core.max %x, %y : tensor<4xf32>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise, Commutative],
+        infer: elementwise::infer_binary, eval: elementwise::eval_binary,
+    },
+    Min = "core.min" {
+        summary: "Elementwise minimum with numpy broadcasting (NaN propagates).",
+        example: "%z = core.min %x, %y : tensor<4xf32>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise, Commutative],
+        infer: elementwise::infer_binary, eval: elementwise::eval_binary,
+    },
+    Pow = "core.pow" {
+        summary: "`lhs` raised to `rhs` with numpy broadcasting; the result has `lhs`'s element type.",
+        example: "%z = core.pow %x, %y : tensor<4xf32>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_pow, eval: elementwise::eval_binary,
+    },
+    Prelu = "core.prelu" {
+        summary: "`x` where `x >= 0`, else `slope * x`; `slope` broadcasts to `x`.",
+        example: "%y = core.prelu %x, %slope : tensor<1x16x8x8xf32>",
+        format: Generic, operands: [x: One, slope: One], results: [y], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_prelu, eval: elementwise::eval_binary,
+    },
+    Equal = "core.equal" {
+        summary: "`lhs == rhs` with numpy broadcasting; the result is `i1`.",
+        example: "%z = core.equal %x, %y : tensor<4xi1>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise, Commutative],
+        infer: elementwise::infer_compare, eval: elementwise::eval_binary,
+    },
+    Less = "core.less" {
+        summary: "`lhs < rhs` with numpy broadcasting; the result is `i1`.",
+        example: "%z = core.less %x, %y : tensor<4xi1>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_compare, eval: elementwise::eval_binary,
+    },
+    Greater = "core.greater" {
+        summary: "`lhs > rhs` with numpy broadcasting; the result is `i1`.",
+        example: "%z = core.greater %x, %y : tensor<4xi1>",
+        format: Generic, operands: [lhs: One, rhs: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_compare, eval: elementwise::eval_binary,
+    },
+    Where = "core.where" {
+        summary: "Selects `x` where `cond` is true, else `y`; all three broadcast together.",
+        example: "%z = core.where %c, %x, %y : tensor<4xf32>",
+        format: Generic, operands: [cond: One, x: One, y: One], results: [z], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_where, eval: elementwise::eval_where,
+    },
+
+    // ---- linear algebra and neural-network ops (NCHW, OIHW weights) ----
+    Conv2d = "core.conv2d" {
+        summary: "2-D convolution of an NCHW input with OIHW weights (`groups` splits channels; depthwise when `groups` equals the input channels), plus an optional per-output-channel bias.",
+        example: "%y = core.conv2d %x, %w, %b {strides = [2, 2], pads = [3, 3, 3, 3]} : tensor<1x64x112x112xf32>",
+        format: Generic,
+        operands: [input: One, weight: One, bias: Optional],
+        results: [output],
+        attrs: [
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "kernel dilation along H and W"),
+            (groups, Int, Int(1), "number of channel groups"),
+        ],
+        traits: [Pure],
+        infer: nn::infer_conv2d, eval: nn::eval_conv2d,
+    },
+    ConvTranspose2d = "core.conv_transpose2d" {
+        summary: "2-D transposed convolution (ONNX `ConvTranspose`) with weights laid out (C_in, C_out / groups, kH, kW).",
+        example: "%y = core.conv_transpose2d %x, %w {strides = [2, 2], pads = [1, 1, 1, 1]} : tensor<1x16x16x16xf32>",
+        format: Generic,
+        operands: [input: One, weight: One, bias: Optional],
+        results: [output],
+        attrs: [
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding removed from the full output [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "kernel dilation along H and W"),
+            (output_padding, Ints, Ints(&[0, 0]), "extra rows and columns added at the bottom and right"),
+            (groups, Int, Int(1), "number of channel groups"),
+        ],
+        traits: [Pure],
+        infer: nn::infer_conv_transpose2d, eval: nn::eval_conv_transpose2d,
+    },
+    MatMul = "core.matmul" {
+        summary: "Matrix product with numpy semantics: batched, broadcasting batch dimensions, 1-D operands promoted and the added dimension removed.",
+        example: "%y = core.matmul %a, %b : tensor<8x128x64xf32>",
+        format: Generic,
+        operands: [lhs: One, rhs: One],
+        results: [y],
+        attrs: [],
+        traits: [Pure],
+        infer: nn::infer_matmul, eval: nn::eval_matmul,
+    },
+    Gemm = "core.gemm" {
+        summary: "`alpha * op(a) @ op(b) + beta * c` on 2-D operands, where `op` transposes when asked; `c` broadcasts to the result.",
+        example: "%y = core.gemm %a, %b, %c {trans_b = true} : tensor<1x1000xf32>",
+        format: Generic,
+        operands: [a: One, b: One, c: Optional],
+        results: [y],
+        attrs: [
+            (alpha, Float, Float(1.0), "scale of the product"),
+            (beta, Float, Float(1.0), "scale of `c`"),
+            (trans_a, Bool, Bool(false), "transpose `a` first"),
+            (trans_b, Bool, Bool(false), "transpose `b` first"),
+        ],
+        traits: [Pure],
+        infer: nn::infer_gemm, eval: nn::eval_gemm,
+    },
+    BatchNorm = "core.batch_norm" {
+        summary: "Inference batch normalization over axis 1: `(x - mean) / sqrt(var + epsilon) * scale + bias`.",
+        example: "%y = core.batch_norm %x, %scale, %bias, %mean, %var {epsilon = 1.0e-5} : tensor<1x64x56x56xf32>",
+        format: Generic,
+        operands: [x: One, scale: One, bias: One, mean: One, var: One],
+        results: [y],
+        attrs: [(epsilon, Float, Float(1e-5), "added to the variance")],
+        traits: [Pure],
+        infer: nn::infer_batch_norm, eval: nn::eval_batch_norm,
+    },
+    LayerNorm = "core.layer_norm" {
+        summary: "Layer normalization over the dimensions from `axis` to the last: `(x - mean) / sqrt(var + epsilon) * scale + bias`.",
+        example: "%y = core.layer_norm %x, %g, %b {epsilon = 1.0e-12} : tensor<1x128x768xf32>",
+        format: Generic,
+        operands: [x: One, scale: One, bias: Optional],
+        results: [y],
+        attrs: [
+            (axis, Int, Int(-1), "first normalized dimension (negative counts from the end)"),
+            (epsilon, Float, Float(1e-5), "added to the variance"),
+        ],
+        traits: [Pure],
+        infer: nn::infer_layer_norm, eval: nn::eval_layer_norm,
+    },
+    Softmax = "core.softmax" {
+        summary: "Softmax along `axis`: `exp(x - max) / sum(exp(x - max))`.",
+        example: "%y = core.softmax %x {axis = -1} : tensor<1x12x128x128xf32>",
+        format: Generic,
+        operands: [x: One],
+        results: [y],
+        attrs: [(axis, Int, Int(-1), "the normalized dimension (negative counts from the end)")],
+        traits: [Pure],
+        infer: nn::infer_softmax, eval: nn::eval_softmax,
+    },
+    LogSoftmax = "core.log_softmax" {
+        summary: "Logarithm of the softmax along `axis`, computed stably.",
+        example: "%y = core.log_softmax %x : tensor<1x10xf32>",
+        format: Generic,
+        operands: [x: One],
+        results: [y],
+        attrs: [(axis, Int, Int(-1), "the normalized dimension (negative counts from the end)")],
+        traits: [Pure],
+        infer: nn::infer_softmax, eval: nn::eval_softmax,
+    },
+    MaxPool2d = "core.max_pool2d" {
+        summary: "2-D max pooling over NCHW; padded positions never win.",
+        example: "%y = core.max_pool2d %x {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]} : tensor<1x64x56x56xf32>",
+        format: Generic,
+        operands: [x: One],
+        results: [y],
+        attrs: [
+            (kernel, Ints, Required, "window size along H and W"),
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "window dilation along H and W"),
+            (ceil_mode, Bool, Bool(false), "round the output size up instead of down"),
+        ],
+        traits: [Pure],
+        infer: nn::infer_pool2d, eval: nn::eval_pool2d,
+    },
+    AvgPool2d = "core.avg_pool2d" {
+        summary: "2-D average pooling over NCHW.",
+        example: "%y = core.avg_pool2d %x {kernel = [2, 2], strides = [2, 2]} : tensor<1x64x28x28xf32>",
+        format: Generic,
+        operands: [x: One],
+        results: [y],
+        attrs: [
+            (kernel, Ints, Required, "window size along H and W"),
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "window dilation along H and W"),
+            (ceil_mode, Bool, Bool(false), "round the output size up instead of down"),
+            (count_include_pad, Bool, Bool(false), "divide by the full window size, padding included"),
+        ],
+        traits: [Pure],
+        infer: nn::infer_pool2d, eval: nn::eval_pool2d,
+    },
+    GlobalAvgPool = "core.global_avg_pool" {
+        summary: "Mean over every dimension after the first two, kept as size 1.",
+        example: "%y = core.global_avg_pool %x : tensor<1x2048x1x1xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure],
+        infer: nn::infer_global_pool, eval: nn::eval_global_pool,
+    },
+    GlobalMaxPool = "core.global_max_pool" {
+        summary: "Maximum over every dimension after the first two, kept as size 1.",
+        example: "%y = core.global_max_pool %x : tensor<1x2048x1x1xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        traits: [Pure],
+        infer: nn::infer_global_pool, eval: nn::eval_global_pool,
+    },
+
+    // ---- reductions ----
+    ReduceSum = "core.reduce_sum" {
+        summary: "Sum over `axes` (an empty list reduces nothing).",
+        example: "%y = core.reduce_sum %x {axes = [1], keepdims = false} : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (axes, Ints, Required, "reduced dimensions (negative counts from the end)"),
+            (keepdims, Bool, Bool(true), "keep reduced dimensions as size 1"),
+        ],
+        traits: [Pure],
+        infer: reduce::infer_reduce, eval: reduce::eval_reduce,
+    },
+    ReduceMean = "core.reduce_mean" {
+        summary: "Mean over `axes` (an empty list reduces nothing).",
+        example: "%y = core.reduce_mean %x {axes = [-1]} : tensor<1x128x1xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (axes, Ints, Required, "reduced dimensions (negative counts from the end)"),
+            (keepdims, Bool, Bool(true), "keep reduced dimensions as size 1"),
+        ],
+        traits: [Pure],
+        infer: reduce::infer_reduce, eval: reduce::eval_reduce,
+    },
+    ReduceMax = "core.reduce_max" {
+        summary: "Maximum over `axes` (an empty list reduces nothing).",
+        example: "%y = core.reduce_max %x {axes = [1]} : tensor<4x1xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (axes, Ints, Required, "reduced dimensions (negative counts from the end)"),
+            (keepdims, Bool, Bool(true), "keep reduced dimensions as size 1"),
+        ],
+        traits: [Pure],
+        infer: reduce::infer_reduce, eval: reduce::eval_reduce,
+    },
+    ReduceMin = "core.reduce_min" {
+        summary: "Minimum over `axes` (an empty list reduces nothing).",
+        example: "%y = core.reduce_min %x {axes = [1]} : tensor<4x1xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (axes, Ints, Required, "reduced dimensions (negative counts from the end)"),
+            (keepdims, Bool, Bool(true), "keep reduced dimensions as size 1"),
+        ],
+        traits: [Pure],
+        infer: reduce::infer_reduce, eval: reduce::eval_reduce,
+    },
+
+    // ---- shape and data movement ----
+    Reshape = "core.reshape" {
+        summary: "Same elements in row-major order, another static shape.",
+        example: "%y = core.reshape %x {shape = [1, 2048]} : tensor<1x2048xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [(shape, Ints, Required, "the result shape (every dimension given)")],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_reshape, eval: shape::eval_reshape,
+    },
+    Transpose = "core.transpose" {
+        summary: "Permutes dimensions: result dimension `i` is operand dimension `perm[i]`.",
+        example: "%y = core.transpose %x {perm = [0, 2, 1, 3]} : tensor<1x12x128x64xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [(perm, Ints, Required, "the permutation")],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_transpose, eval: shape::eval_transpose,
+    },
+    Flatten = "core.flatten" {
+        summary: "Reshapes to 2-D: dimensions before `axis` form the rows, the rest the columns.",
+        example: "%y = core.flatten %x {axis = 1} : tensor<1x2048xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [(axis, Int, Int(1), "split point (negative counts from the end)")],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_flatten, eval: shape::eval_reshape,
+    },
+    Concat = "core.concat" {
+        summary: "Joins tensors along `axis`.",
+        example: "%y = core.concat %a, %b {axis = 1} : tensor<1x128x28x28xf32>",
+        format: Generic, operands: [inputs: Variadic], results: [y],
+        attrs: [(axis, Int, Required, "the joined dimension (negative counts from the end)")],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_concat, eval: shape::eval_concat,
+    },
+    Slice = "core.slice" {
+        summary: "ONNX `Slice` with constant bounds: `starts`/`ends` clamp to the dimension, negative values count from the end, `steps` may be negative.",
+        example: "%y = core.slice %x {starts = [0], ends = [2], axes = [1]} : tensor<4x2xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (starts, Ints, Required, "first index per sliced axis"),
+            (ends, Ints, Required, "one past the last index per sliced axis"),
+            (axes, Ints, Optional, "sliced axes (default: 0, 1, ...)"),
+            (steps, Ints, Optional, "step per sliced axis (default: 1)"),
+        ],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_slice, eval: shape::eval_slice,
+    },
+    Pad = "core.pad" {
+        summary: "Pads (or, with negative amounts, crops) every dimension; `mode` is `constant`, `reflect`, `edge` or `wrap`.",
+        example: "%y = core.pad %x {pads = [0, 0, 1, 1, 0, 0, 1, 1]} : tensor<1x3x226x226xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (pads, Ints, Required, "amounts [begin_0, ..., begin_n, end_0, ..., end_n]"),
+            (mode, Str, Str("constant"), "`constant`, `reflect`, `edge` or `wrap`"),
+            (value, Float, Float(0.0), "fill value for `constant`"),
+        ],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_pad, eval: shape::eval_pad,
+    },
+    Gather = "core.gather" {
+        summary: "Selects slices of `data` along `axis` by integer `indices` (negative indices count from the end), as ONNX `Gather`; embeddings use it.",
+        example: "%y = core.gather %table, %ids {axis = 0} : tensor<1x128x768xf32>",
+        format: Generic, operands: [data: One, indices: One], results: [y],
+        attrs: [(axis, Int, Int(0), "the indexed dimension (negative counts from the end)")],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_gather, eval: shape::eval_gather,
+    },
+    Expand = "core.expand" {
+        summary: "Broadcasts to the numpy broadcast of the operand's shape and `shape`.",
+        example: "%y = core.expand %x {shape = [4, 3]} : tensor<4x3xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [(shape, Ints, Required, "the shape broadcast against")],
+        traits: [Pure, DataMovement],
+        infer: shape::infer_expand, eval: shape::eval_expand,
+    },
+    Resize = "core.resize" {
+        summary: "ONNX `Resize` on static sizes: `nearest`, `linear` (n-linear) or `cubic` interpolation with ONNX's coordinate transformation modes.",
+        example: "%y = core.resize %x {sizes = [1, 3, 64, 64], mode = \"linear\"} : tensor<1x3x64x64xf32>",
+        format: Generic, operands: [x: One], results: [y],
+        attrs: [
+            (sizes, Ints, Required, "the result shape"),
+            (scales, Floats, Optional, "per-dimension scales used in the coordinate mapping (default: sizes / input shape)"),
+            (mode, Str, Str("nearest"), "`nearest`, `linear` or `cubic`"),
+            (coordinate_transformation_mode, Str, Str("half_pixel"), "ONNX's mapping from output to input coordinates"),
+            (nearest_mode, Str, Str("round_prefer_floor"), "rounding for `nearest`"),
+            (cubic_coeff_a, Float, Float(-0.75), "the cubic kernel's `a`"),
+            (exclude_outside, Bool, Bool(false), "give weight 0 to samples outside the input (cubic)"),
+            (extrapolation_value, Float, Float(0.0), "value outside the input for `tf_crop_and_resize`"),
+            (roi, Floats, Optional, "region of interest for `tf_crop_and_resize` [starts..., ends...]"),
+        ],
+        traits: [Pure],
+        infer: resize::infer_resize, eval: resize::eval_resize,
+    },
+
+    // ---- quantization (MLIR quant dialect conventions) ----
+    Quantize = "quant.quantize" {
+        summary: "Quantizes floats to the declared quantized type: `saturate(round_half_even(x / scale) + zero_point)`, per tensor or per axis, as ONNX `QuantizeLinear`.",
+        example: "%q = quant.quantize %x : tensor<1x64x!quant.uniform<i8:f32, 0.0157:-3>>",
+        format: Generic, operands: [x: One], results: [q],
+        attrs: [(saturate, Bool, Bool(true), "fp8 storage: clamp to the largest finite value")],
+        traits: [Pure, Elementwise, DeclaredResult],
+        infer: quant::infer_quantize, eval: quant::eval_quantize,
+    },
+    Dequantize = "quant.dequantize" {
+        summary: "Maps quantized values back to their expressed float type: `(q - zero_point) * scale`, as ONNX `DequantizeLinear`.",
+        example: "%x = quant.dequantize %q : tensor<1x64xf32>",
+        format: Generic, operands: [q: One], results: [x], attrs: [],
+        traits: [Pure, Elementwise],
+        infer: quant::infer_dequantize, eval: quant::eval_dequantize,
+    },
+    Requantize = "quant.requantize" {
+        summary: "Converts between quantized types; exactly `quantize(dequantize(q))` to the declared type.",
+        example: "%r = quant.requantize %q : tensor<1x64x!quant.uniform<i8:f32, 0.05>>",
+        format: Generic, operands: [q: One], results: [r], attrs: [],
+        traits: [Pure, Elementwise, DeclaredResult],
+        infer: quant::infer_requantize, eval: quant::eval_requantize,
+    },
+}
+
+/// Structural checks every op gets from the table: operand count.
+pub fn check_operand_count(opcode: Opcode, n: usize) -> Result<(), String> {
+    let info = opcode.info();
+    let (min, max) = info.operand_range();
+    let ok = n >= min && max.is_none_or(|m| n <= m);
+    if ok {
+        return Ok(());
+    }
+    let expected = match max {
+        None => format!("at least {min}"),
+        Some(m) if m == min => format!("{min}"),
+        Some(m) => format!("{min} to {m}"),
+    };
+    Err(format!("{}: expected {expected} operands, found {n}", info.name))
+}
+
+/// Normalizes a possibly negative axis against `rank`.
+pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize, String> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if (0..r).contains(&a) {
+        Ok(a as usize)
+    } else {
+        Err(format!("axis {axis} is out of range for rank {rank}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for &op in Opcode::ALL {
+            assert!(seen.insert(op.name()), "duplicate mnemonic {}", op.name());
+            assert_eq!(Opcode::from_name(op.name()), Some(op));
+            assert_eq!(op.info().opcode, op);
+        }
+    }
+
+    #[test]
+    fn only_trailing_slots_are_optional_or_variadic() {
+        for &op in Opcode::ALL {
+            let ops = op.info().operands;
+            for (i, o) in ops.iter().enumerate() {
+                if o.arity != Arity::One {
+                    assert!(
+                        ops[i + 1..].iter().all(|p| p.arity == o.arity && o.arity == Arity::Optional),
+                        "{}: slot `{}` must be trailing",
+                        op.name(),
+                        o.name
+                    );
+                }
+            }
+        }
+    }
+}

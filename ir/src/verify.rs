@@ -1,0 +1,157 @@
+//! The verifier: structural checks from the op table, shape and dtype
+//! inference through each op's `infer` hook, SSA dominance, unique names and
+//! return types. It runs after parsing and after every pass.
+//!
+//! Invariant: a module with no verifier errors can be printed, re-parsed and
+//! interpreted without internal errors.
+
+use crate::attr::{Attr, ConstValue};
+use crate::diag::Diagnostic;
+use crate::entity::EntityId;
+use crate::module::{Func, Module};
+use crate::ops::{check_operand_count, InferCx, Opcode, Trait};
+use crate::types::TensorType;
+use std::collections::HashSet;
+
+/// Infers an op's result types from its operand types and (completed)
+/// attributes. `declared` carries the written result types for ops whose
+/// result type is not implied by their operands. Errors name the op.
+pub fn infer_op(
+    opcode: Opcode,
+    operands: &[TensorType],
+    attrs: &crate::attr::Attrs,
+    declared: Option<&[TensorType]>,
+) -> Result<Vec<TensorType>, String> {
+    check_operand_count(opcode, operands.len())?;
+    let cx = InferCx { opcode, operands, attrs, declared };
+    (opcode.info().infer)(&cx).map_err(|m| format!("{}: {m}", opcode.name()))
+}
+
+/// Verifies every function; returns all errors found (empty when valid).
+pub fn verify_module(module: &Module) -> Vec<Diagnostic> {
+    let mut diags = Vec::new();
+    let mut names = HashSet::new();
+    for w in &module.weights {
+        if !names.insert(w.name.as_str()) {
+            diags.push(Diagnostic::error(format!("weights @{} is declared twice", w.name), w.loc.clone()));
+        }
+    }
+    let mut func_names = HashSet::new();
+    for f in &module.funcs {
+        if !func_names.insert(f.name.as_str()) {
+            diags.push(Diagnostic::error(format!("function @{} is defined twice", f.name), f.loc.clone()));
+        }
+        verify_func(module, f, &mut diags);
+    }
+    diags
+}
+
+fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
+    let mut names = HashSet::new();
+    for (_, v) in f.values.iter() {
+        if !names.insert(v.name.as_str()) {
+            diags.push(Diagnostic::error(format!("value %{} is defined twice", v.name), v.loc.clone()));
+        }
+    }
+    let mut defined = vec![false; f.values.len()];
+    for &p in f.params() {
+        defined[p.index()] = true;
+    }
+    let mut seen_ops = HashSet::new();
+    for &op_id in &f.body.ops {
+        let op = &f.ops[op_id];
+        let name = op.opcode.name();
+        if !seen_ops.insert(op_id) {
+            diags.push(Diagnostic::error(format!("{name}: op appears twice in the block"), op.loc.clone()));
+            continue;
+        }
+        let mut ok = true;
+        for &v in &op.operands {
+            if !defined[v.index()] {
+                diags.push(Diagnostic::error(
+                    format!("{name}: operand %{} is used before its definition", f.name_of(v)),
+                    op.loc.clone(),
+                ));
+                ok = false;
+            }
+        }
+        for &r in &op.results {
+            defined[r.index()] = true;
+        }
+        if !op.regions.is_empty() {
+            diags.push(Diagnostic::error(format!("{name}: this op takes no regions"), op.loc.clone()));
+            ok = false;
+        }
+        if !ok {
+            continue;
+        }
+        // Attributes must already be complete and well-kinded.
+        match op.opcode.info().complete_attrs(op.attrs.clone()) {
+            Ok(full) if full == op.attrs => {}
+            Ok(_) => diags.push(Diagnostic::error(
+                format!("{name}: attributes are not in canonical order with defaults filled (internal error, please report)"),
+                op.loc.clone(),
+            )),
+            Err(m) => {
+                diags.push(Diagnostic::error(m, op.loc.clone()));
+                continue;
+            }
+        }
+        if let Some(Attr::Const(ConstValue::Weight(w))) = op.attrs.get("value")
+            && module.weights_decl(&w.file).is_none()
+        {
+            diags.push(Diagnostic::error(
+                format!("{name}: weights @{} is not declared (add `weights @{} = \"file.safetensors\"`)", w.file, w.file),
+                op.loc.clone(),
+            ));
+            continue;
+        }
+        let operand_types: Vec<TensorType> = op.operands.iter().map(|v| f.ty(*v).clone()).collect();
+        let actual: Vec<TensorType> = op.results.iter().map(|v| f.ty(*v).clone()).collect();
+        let declared = op.opcode.info().has_trait(Trait::DeclaredResult).then_some(actual.as_slice());
+        match infer_op(op.opcode, &operand_types, &op.attrs, declared) {
+            Err(m) => diags.push(Diagnostic::error(m, op.loc.clone())),
+            Ok(inferred) => {
+                if inferred.len() != actual.len() {
+                    diags.push(Diagnostic::error(
+                        format!("{name}: expected {} results, found {}", inferred.len(), actual.len()),
+                        op.loc.clone(),
+                    ));
+                } else {
+                    for (want, got) in inferred.iter().zip(&actual) {
+                        if want != got {
+                            diags.push(Diagnostic::error(
+                                format!("{name}: result type must be {want}, found {got}"),
+                                op.loc.clone(),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let rets = f.results();
+    for &v in rets {
+        if !defined[v.index()] {
+            diags.push(Diagnostic::error(
+                format!("return: %{} is not defined", f.name_of(v)),
+                f.body.terminator_loc.clone(),
+            ));
+        }
+    }
+    if rets.len() != f.result_types.len() {
+        diags.push(Diagnostic::error(
+            format!("return: @{} declares {} results, returns {}", f.name, f.result_types.len(), rets.len()),
+            f.body.terminator_loc.clone(),
+        ));
+    } else {
+        for (i, (&v, want)) in rets.iter().zip(&f.result_types).enumerate() {
+            if f.ty(v) != want {
+                diags.push(Diagnostic::error(
+                    format!("return: result {i} of @{} is declared {want}, returned value %{} is {}", f.name, f.name_of(v), f.ty(v)),
+                    f.body.terminator_loc.clone(),
+                ));
+            }
+        }
+    }
+}
