@@ -1,1 +1,12 @@
-//! placeholder
+//! `aoc_compiler`: the library behind the `aoc` command — the driver that
+//! reads and writes files (`.air`, `.onnx`, `.safetensors`, `.npy`), the ONNX
+//! importer, and diagnostics rendering.
+//!
+//! Invariant: this is the only crate that does file I/O or prints; the other
+//! crates take data and return data and diagnostics.
+
+pub mod driver;
+pub mod npy;
+pub mod onnx;
+pub mod render;
+pub mod weights;

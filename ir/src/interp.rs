@@ -130,3 +130,21 @@ pub fn run(func: &Func, inputs: Vec<Tensor>, weights: &dyn WeightSource) -> Resu
         .collect()
 }
 
+
+/// Weights held in memory, keyed by (weights-file name, tensor key). The
+/// ONNX importer produces these; tests use them.
+#[derive(Default, Clone, Debug)]
+pub struct MapWeights(pub std::collections::HashMap<(String, String), Tensor>);
+
+impl WeightSource for MapWeights {
+    fn load(&self, file: &str, key: &str, ty: &TensorType) -> Result<Tensor, String> {
+        let t = self
+            .0
+            .get(&(file.to_string(), key.to_string()))
+            .ok_or_else(|| format!("weights @{file} has no tensor \"{key}\""))?;
+        if t.ty.shape != ty.shape || t.ty.elem != ty.elem {
+            return Err(format!("weight \"{key}\" is {}, but the constant declares {ty}", t.ty));
+        }
+        Ok(t.clone())
+    }
+}
