@@ -52,7 +52,8 @@ EXAMPLES = {
     "qdq_cnn": (
         "resnet_block quantized by onnxruntime quantize_static: QDQ format, int8 activations "
         "and per-channel int8 weights, 8 seeded random calibration inputs (BN folded first "
-        "by ORT's basic graph optimizations, as quant_pre_process does)",
+        "by ORT's basic graph optimizations, as quant_pre_process does; the quantizer drops the "
+        "Relus into the int8 ranges; weights int8 and biases int32, per output channel)",
         "input", (1, 3, 32, 32), "logits"),
     "dynamic_batch": (
         "resnet_block exported with a symbolic batch dimension `batch` on input and output "
@@ -429,6 +430,18 @@ Weights are random with fixed seeds. Each folder holds `model.onnx`,
 ```
 make demo        # imports resnet_block, runs it in the interpreter, compares
 ```
+
+To remake them: `python3 examples/make_examples.py` where torch and
+torchvision are installed (the export is deterministic for a given torch);
+`.venv/bin/python examples/make_examples.py --stage finish` (after
+`make setup`) redoes the quantization, inputs, expected outputs and this
+page from the exported float models with the pinned onnxruntime.
+
+Worth knowing when importing them: `encoder_layer` is exported by the
+TorchScript exporter without constant folding, so its attention holds the
+Shape/Slice/Gather/Unsqueeze/Concat chains (and Cast/Sqrt of a shape for the
+1/sqrt(d) scale) that static reshapes leave behind; `dynamic_batch` needs
+`--input-shape input=2x3x32x32`.
 
 """
 

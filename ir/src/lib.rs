@@ -17,6 +17,7 @@ pub mod diag;
 pub mod entity;
 pub mod interp;
 pub mod module;
+pub mod opdocs;
 pub mod ops;
 pub mod parse;
 pub mod print;
