@@ -111,8 +111,9 @@ llvm:
 	@if [ -x $(LLVM_CONFIG) ]; then echo "llvm: $$($(LLVM_CONFIG) --version) already installed"; exit 0; fi; \
 	if ! apt-cache show llvm-22-dev >/dev/null 2>&1; then \
 	  . /etc/os-release; \
-	  $(SUDO) mkdir -p /etc/apt/keyrings; \
-	  curl -fsSL https://apt.llvm.org/llvm-snapshot.gpg.key | $(SUDO) tee /etc/apt/keyrings/apt.llvm.org.asc >/dev/null; \
+	  key=$$(mktemp); \
+	  curl -fsSL -o $$key https://apt.llvm.org/llvm-snapshot.gpg.key; \
+	  $(SUDO) install -D -m 644 $$key /etc/apt/keyrings/apt.llvm.org.asc; rm -f $$key; \
 	  echo "deb [signed-by=/etc/apt/keyrings/apt.llvm.org.asc] http://apt.llvm.org/$$VERSION_CODENAME/ llvm-toolchain-$$VERSION_CODENAME-22 main" \
 	    | $(SUDO) tee /etc/apt/sources.list.d/llvm-22.list >/dev/null; \
 	fi; \
