@@ -75,7 +75,11 @@ fn out_hw(x: &[usize], p: &PoolAttrs) -> Result<[usize; 2], String> {
 pub fn infer_pool2d(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     let x = &cx.operands[0];
     require_rank(x, 4, "input")?;
-    require_float(x, "input")?;
+    // Max pooling only compares, so integer images are fine (ONNX allows
+    // int8/uint8); averaging needs a float type.
+    if !(cx.opcode == Opcode::MaxPool2d && x.elem.is_int()) {
+        require_float(x, "input")?;
+    }
     let p = pool_attrs!(cx);
     // As ONNX Runtime requires: a pad at least as large as the kernel would
     // make windows of padding only.

@@ -1,0 +1,371 @@
+//! Importer unit tests on models built in Rust with the `proto` messages.
+
+use super::proto::*;
+use super::*;
+use aoc_ir::attr::{Attr, ConstValue, DenseData};
+use aoc_ir::{Opcode, Scalar, TensorType};
+
+fn tensor_info(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> ValueInfoProto {
+    use tensor_shape_proto::{Dimension, dimension::Value as D};
+    let dim = dims
+        .iter()
+        .map(|d| Dimension {
+            value: Some(match d {
+                Ok(v) => D::DimValue(*v),
+                Err(p) => D::DimParam(p.to_string()),
+            }),
+        })
+        .collect();
+    ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(TensorShapeProto { dim }),
+            })),
+        }),
+    }
+}
+
+fn f32_input(name: &str, dims: &[i64]) -> ValueInfoProto {
+    tensor_info(
+        name,
+        data_type::FLOAT,
+        &dims.iter().map(|&d| Ok(d)).collect::<Vec<_>>(),
+    )
+}
+
+fn node(
+    op: &str,
+    name: &str,
+    inputs: &[&str],
+    outputs: &[&str],
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: outputs.iter().map(|s| s.to_string()).collect(),
+        name: Some(name.into()),
+        op_type: Some(op.into()),
+        domain: None,
+        attribute: attrs,
+    }
+}
+
+fn int_attr(name: &str, i: i64) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(attribute_type::INT),
+        i: Some(i),
+        ..Default::default()
+    }
+}
+
+fn i64_init(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(data_type::INT64),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn f32_init(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(data_type::FLOAT),
+        raw_data: Some(v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        ..Default::default()
+    }
+}
+
+fn model(opset: i64, graph: GraphProto) -> Vec<u8> {
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        producer_name: None,
+        graph: Some(graph),
+    }
+    .encode_to_vec()
+}
+
+fn ops(m: &Imported) -> Vec<Opcode> {
+    let f = &m.module.funcs[0];
+    f.body.ops.iter().map(|&o| f.ops[o].opcode).collect()
+}
+
+fn run(m: &Imported, inputs: Vec<Tensor>) -> Vec<Tensor> {
+    assert!(
+        aoc_ir::verify::verify_module(&m.module).is_empty(),
+        "{:?}",
+        aoc_ir::verify::verify_module(&m.module)
+    );
+    aoc_ir::interp::run(m.module.entry().unwrap(), inputs, &m.weight_source()).unwrap()
+}
+
+#[test]
+fn garbage_and_truncated_bytes_are_errors() {
+    let e = import_model(b"\xff\xff\xff\xffgarbage", &ImportOptions::default()).unwrap_err();
+    assert!(
+        e.message.starts_with("not a valid ONNX model:"),
+        "{}",
+        e.message
+    );
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![node("Relu", "r", &["x"], &["y"], vec![])],
+            input: vec![f32_input("x", &[2])],
+            output: vec![f32_input("y", &[2])],
+            ..Default::default()
+        },
+    );
+    for len in 0..bytes.len() {
+        // Every prefix either imports or fails with a message; none panics.
+        let _ = import_model(&bytes[..len], &ImportOptions::default());
+    }
+    assert!(import_model(&bytes, &ImportOptions::default()).is_ok());
+}
+
+#[test]
+fn old_opsets_and_unsupported_ops_are_named() {
+    let g = |op: &str| GraphProto {
+        node: vec![node(op, "nms_1", &["x"], &["y"], vec![])],
+        input: vec![f32_input("x", &[2])],
+        output: vec![f32_input("y", &[2])],
+        ..Default::default()
+    };
+    let e = import_model(&model(9, g("Relu")), &ImportOptions::default()).unwrap_err();
+    assert!(e.message.contains("opset 9"), "{}", e.message);
+    let e = import_model(
+        &model(17, g("NonMaxSuppression")),
+        &ImportOptions::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.message,
+        "unsupported ONNX op `NonMaxSuppression` (node `nms_1`, opset 17)"
+    );
+    assert_eq!(e.loc.name.as_deref(), Some("nms_1"));
+}
+
+#[test]
+fn symbolic_dims_need_input_shapes() {
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![node("Relu", "", &["x"], &["y"], vec![])],
+            input: vec![tensor_info(
+                "x",
+                data_type::FLOAT,
+                &[Err("batch"), Ok(3), Err("height")],
+            )],
+            output: vec![f32_input("y", &[])],
+            ..Default::default()
+        },
+    );
+    let e = import_model(&bytes, &ImportOptions::default()).unwrap_err();
+    assert_eq!(
+        e.message,
+        "input `x` has symbolic dimensions `batch`, `height`; fix them with --input-shape x=1x3x1"
+    );
+    let opts = ImportOptions {
+        input_shapes: vec![("x".into(), vec![2, 3, 4])],
+        ..Default::default()
+    };
+    let m = import_model(&bytes, &opts).unwrap();
+    let f = &m.module.funcs[0];
+    assert_eq!(
+        f.ty(f.params()[0]),
+        &TensorType::new(vec![2, 3, 4], Scalar::F32)
+    );
+    // The op is located at "<op_type>_<index>" when the node has no name.
+    assert_eq!(f.ops[f.body.ops[0]].loc.name.as_deref(), Some("Relu_0"));
+}
+
+#[test]
+fn shape_chains_fold_to_a_static_reshape() {
+    // Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [-1])): x 2x3x4 -> 2x12.
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![
+                node("Shape", "s", &["x"], &["shape"], vec![]),
+                node(
+                    "Gather",
+                    "g",
+                    &["shape", "zero"],
+                    &["batch"],
+                    vec![int_attr("axis", 0)],
+                ),
+                node("Unsqueeze", "u", &["batch", "axes"], &["batch1"], vec![]),
+                node(
+                    "Concat",
+                    "c",
+                    &["batch1", "minus1"],
+                    &["target"],
+                    vec![int_attr("axis", 0)],
+                ),
+                node("Reshape", "r", &["x", "target"], &["out:0"], vec![]),
+            ],
+            initializer: vec![
+                i64_init("zero", &[], &[0]),
+                i64_init("axes", &[1], &[0]),
+                i64_init("minus1", &[1], &[-1]),
+            ],
+            input: vec![f32_input("x", &[2, 3, 4])],
+            output: vec![f32_input("out:0", &[2, 12])],
+            ..Default::default()
+        },
+    );
+    let m = import_model(&bytes, &ImportOptions::default()).unwrap();
+    assert_eq!(ops(&m), vec![Opcode::Reshape]);
+    let f = &m.module.funcs[0];
+    let op = &f.ops[f.body.ops[0]];
+    assert_eq!(op.attrs.get("shape"), Some(&Attr::Ints(vec![2, 12])));
+    // The result carries the sanitized output name.
+    assert_eq!(f.name_of(f.results()[0]), "out_0");
+    assert!(m.module.weights.is_empty());
+}
+
+#[test]
+fn outputs_are_named_and_inputs_returned_through_identity() {
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![node("Add", "add", &["x", "b"], &["sum"], vec![])],
+            initializer: vec![f32_init("b", &[2], &[10.0, 20.0])],
+            input: vec![f32_input("x", &[2])],
+            output: vec![
+                f32_input("sum", &[2]),
+                f32_input("x_out", &[2]),
+                f32_input("x", &[2]),
+            ],
+            ..Default::default()
+        },
+    );
+    let bytes = {
+        // "x_out" is produced by an Identity of the input.
+        let mut m = ModelProto::decode(bytes.as_slice()).unwrap();
+        m.graph
+            .as_mut()
+            .unwrap()
+            .node
+            .push(node("Identity", "id", &["x"], &["x_out"], vec![]));
+        m.encode_to_vec()
+    };
+    let m = import_model(&bytes, &ImportOptions::default()).unwrap();
+    let f = &m.module.funcs[0];
+    let names: Vec<&str> = f.results().iter().map(|&v| f.name_of(v)).collect();
+    assert_eq!(names, vec!["sum", "x_out", "x_1"]);
+    assert_eq!(
+        ops(&m),
+        vec![
+            Opcode::Const,
+            Opcode::Add,
+            Opcode::Identity,
+            Opcode::Identity
+        ]
+    );
+    let x = Tensor::from_f64(TensorType::new(vec![2], Scalar::F32), vec![1.0, 2.0]);
+    let out = run(&m, vec![x.clone()]);
+    assert_eq!(out[0].to_f64(), vec![11.0, 22.0]);
+    assert_eq!(out[1], x);
+    // The small initializer stays inline.
+    let c = &f.ops[f.body.ops[0]];
+    assert_eq!(
+        c.attrs.get("value"),
+        Some(&Attr::Const(ConstValue::Dense(DenseData::Floats(vec![
+            10.0, 20.0
+        ]))))
+    );
+}
+
+#[test]
+fn large_initializers_become_weights_and_int8_weights_stay_quantized() {
+    let w: Vec<i8> = (0..20).map(|i| i as i8 - 10).collect();
+    let wq = TensorProto {
+        name: Some("w.q".into()),
+        dims: vec![20],
+        data_type: Some(data_type::INT8),
+        raw_data: Some(w.iter().map(|&b| b as u8).collect()),
+        ..Default::default()
+    };
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![
+                node("DequantizeLinear", "dq", &["w.q", "s"], &["w"], vec![]),
+                node("Add", "add", &["x", "w"], &["y"], vec![]),
+            ],
+            initializer: vec![wq, f32_init("s", &[], &[0.5])],
+            input: vec![f32_input("x", &[20])],
+            output: vec![f32_input("y", &[20])],
+            ..Default::default()
+        },
+    );
+    let m = import_model(&bytes, &ImportOptions::default()).unwrap();
+    assert_eq!(
+        ops(&m),
+        vec![Opcode::Const, Opcode::Dequantize, Opcode::Add]
+    );
+    assert_eq!(m.module.weights.len(), 1);
+    assert_eq!(m.weights.len(), 1);
+    assert_eq!(m.weights[0].0, "w.q");
+    assert_eq!(
+        m.weights[0].1.ty.to_string(),
+        "tensor<20x!quant.uniform<i8:f32, 0.5>>"
+    );
+    let x = Tensor::from_f64(TensorType::new(vec![20], Scalar::F32), vec![1.0; 20]);
+    let out = run(&m, vec![x]);
+    assert_eq!(out[0].get_f64(0), 1.0 + (-10.0 * 0.5));
+    assert_eq!(out[0].get_f64(19), 1.0 + (9.0 * 0.5));
+}
+
+#[test]
+fn tensor_protos_decode_every_layout() {
+    let half = TensorProto {
+        dims: vec![2],
+        data_type: Some(data_type::FLOAT16),
+        int32_data: vec![0x3c00, 0xc000],
+        ..Default::default()
+    };
+    let t = tensor_from_proto_bytes(&half.encode_to_vec()).unwrap();
+    assert_eq!(t.ty.to_string(), "tensor<2xf16>");
+    assert_eq!(t.to_f64(), vec![1.0, -2.0]);
+    let f8 = TensorProto {
+        dims: vec![3],
+        data_type: Some(data_type::FLOAT8E4M3FN),
+        raw_data: Some(vec![0x38, 0x7f, 0x01]),
+        ..Default::default()
+    };
+    let t = tensor_from_proto_bytes(&f8.encode_to_vec()).unwrap();
+    let v = t.to_f64();
+    assert_eq!(v[0], 1.0);
+    assert!(v[1].is_nan());
+    assert_eq!(v[2], 2f64.powi(-9));
+    let short = TensorProto {
+        dims: vec![3],
+        data_type: Some(data_type::FLOAT),
+        raw_data: Some(vec![0; 8]),
+        ..Default::default()
+    };
+    assert_eq!(
+        tensor_from_proto_bytes(&short.encode_to_vec()).unwrap_err(),
+        "tensor ``: raw_data has 8 bytes, but tensor<3xf32> needs 12"
+    );
+    let s = TensorProto {
+        dims: vec![1],
+        data_type: Some(data_type::STRING),
+        ..Default::default()
+    };
+    assert_eq!(
+        tensor_from_proto_bytes(&s.encode_to_vec()).unwrap_err(),
+        "tensor `` has unsupported element type STRING"
+    );
+}
