@@ -1,1 +1,35 @@
-//! placeholder
+//! `aoc-passes`: the pass infrastructure and the equality-saturation
+//! optimizer.
+//!
+//! - `pass`, `registry`, `pipeline`, `manager`: the `Pass` trait, the one list
+//!   of passes, pipeline text, and the pass manager (`run_pipeline`).
+//! - `egraph`: the egg bridge (language derived from the op table, analysis,
+//!   conversion, extraction by cost model, bounded saturation).
+//! - `rules`: the built-in rule families, one file each; `rules_file`: the
+//!   user's rules files.
+//! - `passes`: the built-in passes.
+//!
+//! Invariants: only this crate knows egg; it does no I/O (printed IR, timing
+//! and statistics come back in the `PipelineReport`); every pass leaves IR the
+//! verifier accepts, which the manager checks in debug builds.
+
+pub mod egraph;
+pub mod manager;
+#[cfg(test)]
+mod manager_tests;
+pub mod pass;
+pub mod passes;
+pub mod pipeline;
+pub mod registry;
+pub mod rules;
+pub mod rules_file;
+#[cfg(test)]
+mod rules_file_tests;
+#[cfg(test)]
+mod testutil;
+
+pub use egraph::Rewrite;
+pub use manager::{PipelineOptions, PipelineReport, run_pipeline};
+pub use pass::{Pass, PassContext, PassStats};
+pub use registry::{PassEntry, registry};
+pub use rules_file::load_rules;

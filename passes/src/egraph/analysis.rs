@@ -1,0 +1,228 @@
+//! The e-class analysis: every class knows its tensor type, the value of
+//! small constants, and where it came from.
+//!
+//! Types come from the op table's `infer` hooks (`aoc_ir::verify::infer_op`);
+//! values from its `eval` hooks (`aoc_ir::interp::eval_op`), so constant
+//! folding covers every op the table has, new ones included.
+//!
+//! Invariants:
+//! - `ty` is `None` only for classes made by an ill-typed node (a rule whose
+//!   result does not type-check); extraction never picks such nodes.
+//! - `value` is `Some` only for tensors of at most `fold_limit` elements, so
+//!   large weights are never materialized or hashed.
+//! - A class with a value holds a `Node::Const` (added by `modify`), which is
+//!   how constant folding becomes visible to extraction.
+//! - `origin` is the (creation order, location, value name) of the first
+//!   original op of the class; merging keeps the earliest.
+
+use super::node::{ConstId, Node};
+use aoc_ir::attr::{Attr, Attrs, ConstValue, DenseData};
+use aoc_ir::interp::{NoWeights, eval_op};
+use aoc_ir::tensor::Data;
+use aoc_ir::{Location, Opcode, Tensor, TensorType, Trait};
+use egg::{DidMerge, EGraph, Id};
+use std::sync::Arc;
+
+/// Default bound on the number of elements of a constant the analysis holds
+/// and folds: large enough for shapes, scales and biases, small enough that
+/// folding never copies a weight tensor.
+pub const DEFAULT_FOLD_LIMIT: usize = 4096;
+
+/// One entry of the constant side table.
+#[derive(Clone, Debug)]
+pub struct ConstEntry {
+    pub ty: TensorType,
+    pub value: ConstValue,
+}
+
+/// Where a class came from in the original function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Origin {
+    pub order: u32,
+    pub loc: Location,
+    pub name: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClassData {
+    pub ty: Option<TensorType>,
+    pub value: Option<Arc<Tensor>>,
+    pub origin: Option<Origin>,
+    /// Set when two classes of different types were merged (a rule that does
+    /// not preserve types); the pass reports it.
+    pub conflict: Option<(TensorType, TensorType)>,
+}
+
+/// The analysis state: parameter types and the constant side table.
+#[derive(Clone, Debug)]
+pub struct TensorAnalysis {
+    pub params: Vec<TensorType>,
+    pub consts: Vec<ConstEntry>,
+    pub fold_limit: usize,
+}
+
+impl TensorAnalysis {
+    pub fn new(params: Vec<TensorType>) -> TensorAnalysis {
+        TensorAnalysis {
+            params,
+            consts: vec![],
+            fold_limit: DEFAULT_FOLD_LIMIT,
+        }
+    }
+
+    /// Adds a constant to the side table.
+    pub fn add_const(&mut self, ty: TensorType, value: ConstValue) -> ConstId {
+        self.consts.push(ConstEntry { ty, value });
+        ConstId((self.consts.len() - 1) as u32)
+    }
+
+    /// The value of a side-table constant, when it is inline and small.
+    fn const_value(&self, c: ConstId) -> Option<Tensor> {
+        let e = &self.consts[c.0 as usize];
+        if e.ty.num_elements() > self.fold_limit || matches!(e.value, ConstValue::Weight(_)) {
+            return None;
+        }
+        let attrs = Attrs::new().with("value", Attr::Const(e.value.clone()));
+        eval_op(
+            Opcode::Const,
+            &[],
+            &attrs,
+            std::slice::from_ref(&e.ty),
+            &NoWeights,
+        )
+        .ok()?
+        .pop()
+    }
+}
+
+pub type Graph = EGraph<Node, TensorAnalysis>;
+
+/// A tensor's values as an inline payload (for new constants).
+pub fn dense_of(t: &Tensor) -> ConstValue {
+    ConstValue::Dense(match &t.data {
+        Data::F(v) => DenseData::Floats(v.clone()),
+        Data::I(v) => DenseData::Ints(v.clone()),
+    })
+}
+
+/// Infers the type of an op node from its children's classes.
+pub fn infer_node(egraph: &Graph, node: &Node) -> Option<TensorType> {
+    match node {
+        Node::Param(i) => egraph.analysis.params.get(*i as usize).cloned(),
+        Node::Const(c) => egraph
+            .analysis
+            .consts
+            .get(c.0 as usize)
+            .map(|e| e.ty.clone()),
+        Node::Op(o) => {
+            let attrs = o.attrs.as_ref()?;
+            let types: Option<Vec<TensorType>> = o
+                .children
+                .iter()
+                .map(|c| egraph[*c].data.ty.clone())
+                .collect();
+            let declared = attrs.declared.as_ref().map(|d| vec![d.ty.clone()]);
+            let mut out =
+                aoc_ir::verify::infer_op(o.opcode, &types?, &attrs.to_attrs(), declared.as_deref())
+                    .ok()?;
+            if out.len() == 1 { out.pop() } else { None }
+        }
+    }
+}
+
+impl egg::Analysis<Node> for TensorAnalysis {
+    type Data = ClassData;
+
+    fn make(egraph: &mut Graph, enode: &Node, _id: Id) -> ClassData {
+        let ty = infer_node(egraph, enode);
+        let value = match (enode, &ty) {
+            (Node::Const(c), Some(_)) => egraph.analysis.const_value(*c).map(Arc::new),
+            (Node::Op(o), Some(t)) if t.num_elements() <= egraph.analysis.fold_limit => {
+                fold(egraph, o, t)
+            }
+            _ => None,
+        };
+        ClassData {
+            ty,
+            value,
+            origin: None,
+            conflict: None,
+        }
+    }
+
+    fn merge(&mut self, a: &mut ClassData, b: ClassData) -> DidMerge {
+        let mut changed_a = false;
+        match (&a.ty, &b.ty) {
+            (None, Some(_)) => {
+                a.ty = b.ty.clone();
+                changed_a = true;
+            }
+            (Some(x), Some(y)) if x != y && a.conflict.is_none() => {
+                a.conflict = Some((x.clone(), y.clone()));
+                changed_a = true;
+            }
+            _ => {}
+        }
+        if a.conflict.is_none() && b.conflict.is_some() {
+            a.conflict = b.conflict.clone();
+            changed_a = true;
+        }
+        if a.value.is_none() && b.value.is_some() {
+            a.value = b.value.clone();
+            changed_a = true;
+        }
+        let b_earlier = match (&a.origin, &b.origin) {
+            (None, Some(_)) => true,
+            (Some(x), Some(y)) => y.order < x.order,
+            _ => false,
+        };
+        if b_earlier {
+            a.origin = b.origin.clone();
+            changed_a = true;
+        }
+        // b differs from the merged result unless it already had everything.
+        let changed_b = b.ty.is_none() && a.ty.is_some() || b.value.is_none() && a.value.is_some();
+        DidMerge(changed_a, changed_b)
+    }
+
+    /// Constant folding: a class whose value is known gets a constant node.
+    fn modify(egraph: &mut Graph, id: Id) {
+        let data = &egraph[id].data;
+        let (Some(value), Some(ty)) = (data.value.clone(), data.ty.clone()) else {
+            return;
+        };
+        if egraph[id].nodes.iter().any(|n| matches!(n, Node::Const(_))) {
+            return;
+        }
+        let c = egraph.analysis.add_const(ty, dense_of(&value));
+        let cid = egraph.add(Node::Const(c));
+        egraph.union(id, cid);
+    }
+}
+
+/// Evaluates an op whose operands are all known constants.
+fn fold(egraph: &Graph, o: &super::node::OpNode, ty: &TensorType) -> Option<Arc<Tensor>> {
+    let attrs = o.attrs.as_ref()?;
+    if !o.opcode.info().has_trait(Trait::Pure) {
+        return None;
+    }
+    let inputs: Vec<Arc<Tensor>> = o
+        .children
+        .iter()
+        .map(|c| egraph[*c].data.value.clone())
+        .collect::<Option<_>>()?;
+    let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
+    let mut out = eval_op(
+        o.opcode,
+        &refs,
+        &attrs.to_attrs(),
+        std::slice::from_ref(ty),
+        &NoWeights,
+    )
+    .ok()?;
+    if out.len() == 1 {
+        out.pop().map(Arc::new)
+    } else {
+        None
+    }
+}

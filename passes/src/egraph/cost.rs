@@ -1,0 +1,199 @@
+//! Cost models for extraction.
+//!
+//! A `CostModel` prices one node given its operand and result types. The
+//! first model is a roofline estimate per target: `max(flops / peak,
+//! bytes / bandwidth) + overhead`, with per-target constants. Measured costs
+//! replace estimates by wrapping a model in `Measured`, keyed by
+//! `op_key` (op mnemonic, attributes and types), so tuning results plug in
+//! without touching extraction.
+//!
+//! Invariant: every cost is finite and strictly positive, so extraction
+//! never prefers a cycle and an extra op always costs something.
+
+use super::node::OpAttrs;
+use aoc_ir::{Opcode, TensorType, Trait};
+use std::collections::HashMap;
+
+/// What a cost model sees of one node.
+pub enum CostNode<'a> {
+    /// A function parameter: already in memory.
+    Param(&'a TensorType),
+    /// A constant of this type (read from memory at run time).
+    Const(&'a TensorType),
+    Op {
+        opcode: Opcode,
+        attrs: &'a OpAttrs,
+        operands: &'a [&'a TensorType],
+        result: &'a TensorType,
+    },
+}
+
+/// Prices nodes for extraction (seconds, or any unit consistent per model).
+pub trait CostModel {
+    fn name(&self) -> &str;
+    /// The cost of computing this node once; finite and > 0.
+    fn cost(&self, node: &CostNode) -> f64;
+}
+
+/// Bytes of a tensor (sub-byte types round up per element).
+pub fn bytes(t: &TensorType) -> f64 {
+    t.num_elements() as f64 * (t.elem.storage().bits() as f64 / 8.0).max(1.0)
+}
+
+/// Floating-point (or integer) operations an op performs, estimated from
+/// types. Ops the table marks `DataMovement` do none.
+pub fn flops(
+    opcode: Opcode,
+    attrs: &OpAttrs,
+    operands: &[&TensorType],
+    result: &TensorType,
+) -> f64 {
+    let out = result.num_elements() as f64;
+    let info = opcode.info();
+    match opcode {
+        // multiply-adds: out * reduction length * 2
+        Opcode::Conv2d | Opcode::ConvTranspose2d => {
+            let w = operands
+                .get(1)
+                .map_or(1.0, |w| w.shape.iter().skip(1).product::<usize>() as f64);
+            2.0 * out * w
+        }
+        Opcode::MatMul => {
+            2.0 * out
+                * operands
+                    .first()
+                    .and_then(|a| a.shape.last())
+                    .map_or(1.0, |&k| k as f64)
+        }
+        Opcode::Gemm => {
+            let trans_a = matches!(attrs.get("trans_a"), Some(aoc_ir::Attr::Bool(true)));
+            let k = operands.first().and_then(|a| {
+                if trans_a {
+                    a.shape.first()
+                } else {
+                    a.shape.last()
+                }
+            });
+            2.0 * out * k.map_or(1.0, |&k| k as f64)
+        }
+        _ if info.has_trait(Trait::DataMovement) => 0.0,
+        _ => {
+            // Reductions and normalizations read each input element a few
+            // times; pointwise ops compute each result once.
+            let input: f64 = operands
+                .iter()
+                .map(|t| t.num_elements() as f64)
+                .fold(0.0, f64::max);
+            4.0 * out.max(input)
+        }
+    }
+}
+
+/// A roofline estimate with per-target constants.
+#[derive(Clone, Debug)]
+pub struct Roofline {
+    pub target: String,
+    /// Peak arithmetic throughput, operations per second.
+    pub peak_flops: f64,
+    /// Memory bandwidth, bytes per second.
+    pub bandwidth: f64,
+    /// Fixed cost per op (kernel launch, loop set-up), seconds.
+    pub overhead: f64,
+}
+
+impl Roofline {
+    /// Constants for a target name (`sm_90`, `sm_86`, `x86-64-v4`), or
+    /// `None` for an unknown one.
+    pub fn for_target(target: &str) -> Option<Roofline> {
+        let (peak_flops, bandwidth, overhead) = match target {
+            // H200: ~67 TFLOP/s fp32 (CUDA cores), 4.8 TB/s HBM3e, ~3 µs launch.
+            "sm_90" | "sm_90a" => (67e12, 4.8e12, 3e-6),
+            // Ampere consumer (RTX 3090 class): ~35 TFLOP/s fp32, 936 GB/s.
+            "sm_86" | "sm_80" => (35e12, 0.936e12, 3e-6),
+            // 2 cores, AVX-512: 2 FMA units x 16 lanes x 2 flops x 3 GHz per core.
+            "x86-64-v4" | "x86-64" | "cpu" => (2.0 * 2.0 * 16.0 * 2.0 * 3e9, 20e9, 0.2e-6),
+            _ => return None,
+        };
+        Some(Roofline {
+            target: target.to_string(),
+            peak_flops,
+            bandwidth,
+            overhead,
+        })
+    }
+}
+
+impl Default for Roofline {
+    fn default() -> Self {
+        Roofline::for_target("x86-64-v4").expect("a known target")
+    }
+}
+
+impl CostModel for Roofline {
+    fn name(&self) -> &str {
+        &self.target
+    }
+
+    fn cost(&self, node: &CostNode) -> f64 {
+        match node {
+            // Parameters are given; a tiny cost keeps every cost positive.
+            CostNode::Param(_) => 1e-12,
+            // A constant is read by the ops that use it, which pay for it.
+            CostNode::Const(_) => 1e-12,
+            CostNode::Op {
+                opcode,
+                attrs,
+                operands,
+                result,
+            } => {
+                // Reshape-like ops are views: they only cost their overhead.
+                let moved = match opcode {
+                    Opcode::Reshape | Opcode::Flatten | Opcode::Identity => 0.0,
+                    _ => operands.iter().map(|t| bytes(t)).sum::<f64>() + bytes(result),
+                };
+                let f = flops(*opcode, attrs, operands, result);
+                self.overhead + (f / self.peak_flops).max(moved / self.bandwidth)
+            }
+        }
+    }
+}
+
+/// A key identifying an op instance for measured costs: mnemonic, attributes
+/// and operand types.
+pub fn op_key(opcode: Opcode, attrs: &OpAttrs, operands: &[&TensorType]) -> String {
+    let mut s = opcode.name().to_string();
+    for (n, v) in attrs.values.iter() {
+        s.push_str(&format!(" {n}={}", v.to_attr()));
+    }
+    for t in operands {
+        s.push_str(&format!(" {t}"));
+    }
+    s
+}
+
+/// Measured costs where known, another model elsewhere.
+pub struct Measured<M: CostModel> {
+    pub table: HashMap<String, f64>,
+    pub fallback: M,
+}
+
+impl<M: CostModel> CostModel for Measured<M> {
+    fn name(&self) -> &str {
+        self.fallback.name()
+    }
+    fn cost(&self, node: &CostNode) -> f64 {
+        if let CostNode::Op {
+            opcode,
+            attrs,
+            operands,
+            ..
+        } = node
+            && let Some(&c) = self.table.get(&op_key(*opcode, attrs, operands))
+            && c.is_finite()
+            && c > 0.0
+        {
+            return c;
+        }
+        self.fallback.cost(node)
+    }
+}

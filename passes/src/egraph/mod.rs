@@ -1,0 +1,23 @@
+//! The egg bridge: aoc functions as e-graphs and back.
+//!
+//! `node` is the language (derived from the op table), `analysis` the e-class
+//! analysis (types, small constant values, locations), `convert` the
+//! conversion in both directions with extraction, `cost` the cost models and
+//! `saturate` the bounded saturation loop. Only this crate knows egg.
+
+pub mod analysis;
+pub mod convert;
+pub mod cost;
+pub mod node;
+pub mod saturate;
+
+pub use analysis::{ClassData, Graph, TensorAnalysis};
+pub use cost::{CostModel, Roofline};
+pub use node::{Node, OpAttrs};
+pub use saturate::{Limits, Optimized, optimize_func};
+
+/// A rewrite over aoc's e-graph.
+pub type Rewrite = egg::Rewrite<Node, TensorAnalysis>;
+
+#[cfg(test)]
+mod tests;

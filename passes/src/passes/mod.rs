@@ -1,0 +1,85 @@
+//! The built-in passes (each registered once in `registry.rs`) and what the
+//! e-graph passes share: saturation-limit options and the run loop over a
+//! module's functions.
+
+pub mod algebraic;
+pub mod user_rules;
+
+use crate::egraph::{Limits, Optimized, Rewrite, Roofline, optimize_func};
+use crate::pass::{OptionSpec, PassContext, PassStats, parse_usize};
+use aoc_ir::{Diagnostic, Location, Module};
+use std::time::Duration;
+
+/// The options every e-graph pass takes (the saturation limits).
+pub const LIMIT_OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "node-limit",
+        kind: "integer",
+        default: "50000",
+        doc: "stop saturating at this many e-nodes",
+    },
+    OptionSpec {
+        name: "iter-limit",
+        kind: "integer",
+        default: "30",
+        doc: "stop saturating after this many iterations",
+    },
+    OptionSpec {
+        name: "time-limit-ms",
+        kind: "integer",
+        default: "1000",
+        doc: "stop saturating after this long",
+    },
+    OptionSpec {
+        name: "fold-limit",
+        kind: "integer",
+        default: "4096",
+        doc: "fold constants of at most this many elements",
+    },
+];
+
+/// Sets a limit option (`key` is one of `LIMIT_OPTIONS`).
+pub fn set_limit(limits: &mut Limits, key: &str, value: &str) -> Result<(), String> {
+    let n = parse_usize(value)?;
+    if n == 0 && key != "fold-limit" {
+        return Err("must be at least 1".to_string());
+    }
+    match key {
+        "node-limit" => limits.nodes = n,
+        "iter-limit" => limits.iterations = n,
+        "time-limit-ms" => limits.time = Duration::from_millis(n as u64),
+        "fold-limit" => limits.fold_limit = n,
+        _ => return Err(format!("unknown option `{key}`")),
+    }
+    Ok(())
+}
+
+/// Saturates every function of `module` with `rules` and extracts the
+/// cheapest form under the context's target cost model.
+pub fn run_rules(
+    module: &mut Module,
+    rules: &[Rewrite],
+    limits: &Limits,
+    cx: &PassContext,
+) -> Result<PassStats, Diagnostic> {
+    let model = Roofline::for_target(cx.target).ok_or_else(|| {
+        Diagnostic::error(
+            format!(
+                "unknown target `{}` (known: sm_90, sm_86, x86-64-v4)",
+                cx.target
+            ),
+            Location::default(),
+        )
+    })?;
+    let mut stats = PassStats::default();
+    for func in &mut module.funcs {
+        match optimize_func(func, rules, limits, &model)? {
+            Optimized::Done(new, s) => {
+                *func = new;
+                stats.saturation.push(s);
+            }
+            Optimized::Skipped(reason) => stats.notes.push(format!("skipped {reason}")),
+        }
+    }
+    Ok(stats)
+}
