@@ -40,7 +40,7 @@ LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
 LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup node-data real-models test demo llvm clean-build
+.PHONY: help setup node-data real-models test demo llvm clean-build fuzz
 
 help:
 	@echo 'make demo         import examples/resnet_block, run it, compare with ONNX Runtime'
@@ -49,6 +49,7 @@ help:
 	@echo 'make node-data    ONNX backend node tests -> build/onnx-node/node/'
 	@echo 'make real-models  RapidOCR (PaddleOCR) ONNX models -> build/models/'
 	@echo 'make llvm         install LLVM/MLIR 22 dev packages (apt) if missing'
+	@echo 'make fuzz         fuzz the .air parser and the ONNX importer, FUZZ_SECONDS each (default 60)'
 	@echo 'make clean-build  remove build/ and .venv/'
 
 # --- Python venv -------------------------------------------------------------
@@ -101,6 +102,21 @@ demo: setup
 	$(AOC) check $(DEMO)/model.air
 	$(AOC) run $(DEMO)/model.air --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out
 	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out --atol 1e-4
+
+# --- Fuzzing -------------------------------------------------------------------
+# libFuzzer over the .air parser and the ONNX importer (tests/fuzz/README.md),
+# seeded with the filetests and the example models. cargo-fuzz needs nightly
+# flags; RUSTC_BOOTSTRAP=1 allows them on stable.
+
+FUZZ_SECONDS ?= 60
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
+	cd tests/fuzz && mkdir -p corpus/parse_air corpus/import_onnx && \
+	  find ../filetests -name '*.air' -exec cp {} corpus/parse_air/ \; && \
+	  for m in ../../examples/*/model.onnx; do cp "$$m" "corpus/import_onnx/$$(basename "$$(dirname "$$m")").onnx"; done && \
+	  RUSTC_BOOTSTRAP=1 cargo fuzz run parse_air corpus/parse_air -- -max_total_time=$(FUZZ_SECONDS) -max_len=8192 && \
+	  RUSTC_BOOTSTRAP=1 cargo fuzz run import_onnx corpus/import_onnx -- -max_total_time=$(FUZZ_SECONDS) -max_len=400000
 
 # --- LLVM 22 -------------------------------------------------------------------
 # Installs llvm-22-dev, libmlir-22-dev and friends from apt when llvm-config

@@ -5,6 +5,7 @@
 //! Invariant: this is the only crate that does file I/O or prints; the other
 //! crates take data and return data and diagnostics.
 
+pub mod cli;
 pub mod driver;
 pub mod npy;
 pub mod onnx;

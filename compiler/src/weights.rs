@@ -1,1 +1,440 @@
-//! (being written)
+//! External weights: `.safetensors` files named by a module's
+//! `weights @name = "file.safetensors"` declarations.
+//!
+//! [`SafetensorsWeights`] is the interpreter's [`WeightSource`] over those
+//! files. A file is opened and memory-mapped on the first request for one of
+//! its tensors, its header parsed once and cached; tensors are converted to
+//! interpreter [`Tensor`]s on demand, so a model whose run touches few weights
+//! reads few bytes.
+//!
+//! Invariants: paths are resolved relative to the `.air` file's folder; every
+//! failure (missing file, corrupt header, missing key, dtype or shape that
+//! disagrees with the constant's declared type) is an `Err` naming the file
+//! and key, never a panic. Quantized element types are stored as their
+//! storage type (`i8` for `!quant.uniform<i8:f32, ...>`).
+
+use aoc_ir::interp::WeightSource;
+use aoc_ir::module::{Module, WeightsDecl};
+use aoc_ir::tensor::{Data, Tensor};
+use aoc_ir::types::{Scalar, TensorType};
+use memmap2::Mmap;
+use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorView};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// An opened, validated safetensors file.
+struct Opened {
+    mmap: Mmap,
+    /// Byte offset where the data section starts (8 + header length).
+    data_start: usize,
+    meta: Metadata,
+}
+
+/// A [`WeightSource`] over the safetensors files a module declares.
+pub struct SafetensorsWeights {
+    base: PathBuf,
+    /// Declaration name -> path as written in the `.air` file.
+    decls: Vec<(String, String)>,
+    /// Opened files by declaration name. Only successes are cached, so a
+    /// file fixed between two loads is picked up.
+    cache: Mutex<HashMap<String, Arc<Opened>>>,
+}
+
+impl SafetensorsWeights {
+    /// A source for `decls`, resolving their paths against `base` (the folder
+    /// of the `.air` file).
+    pub fn new(base: impl Into<PathBuf>, decls: &[WeightsDecl]) -> SafetensorsWeights {
+        SafetensorsWeights {
+            base: base.into(),
+            decls: decls
+                .iter()
+                .map(|d| (d.name.clone(), d.path.clone()))
+                .collect(),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A source for `module`'s declarations, read from the file `air_path`.
+    pub fn for_module(module: &Module, air_path: &Path) -> SafetensorsWeights {
+        let base = air_path.parent().map(Path::to_path_buf).unwrap_or_default();
+        SafetensorsWeights::new(base, &module.weights)
+    }
+
+    fn open(&self, file: &str) -> Result<(String, Arc<Opened>), String> {
+        let Some((_, written)) = self.decls.iter().find(|(n, _)| n == file) else {
+            return Err(format!("no weights file is declared as @{file}"));
+        };
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(o) = cache.get(file) {
+            return Ok((written.clone(), o.clone()));
+        }
+        let path = self.base.join(written);
+        let opened = open_file(&path).map_err(|m| format!("{written}: {m}"))?;
+        let opened = Arc::new(opened);
+        cache.insert(file.to_string(), opened.clone());
+        Ok((written.clone(), opened))
+    }
+}
+
+fn open_file(path: &Path) -> Result<Opened, String> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| format!("cannot open weights file {}: {e}", path.display()))?;
+    // SAFETY: the map is read-only; like every mmap user we assume the file is
+    // not truncated by another process while the module runs.
+    let mmap = unsafe { Mmap::map(&f) }
+        .map_err(|e| format!("cannot map weights file {}: {e}", path.display()))?;
+    let (n, meta) = SafeTensors::read_metadata(&mmap)
+        .map_err(|e| format!("not a valid safetensors file: {e}"))?;
+    Ok(Opened {
+        mmap,
+        data_start: 8 + n,
+        meta,
+    })
+}
+
+impl WeightSource for SafetensorsWeights {
+    fn load(&self, file: &str, key: &str, ty: &TensorType) -> Result<Tensor, String> {
+        let (written, opened) = self.open(file)?;
+        let info = opened
+            .meta
+            .info(key)
+            .ok_or_else(|| format!("{written}: no tensor \"{key}\""))?;
+        let want = ty.elem.storage();
+        let found = scalar_of(info.dtype);
+        if found != Some(want) || info.shape != ty.shape {
+            return Err(format!(
+                "{written}: tensor \"{key}\" is {:?} with shape {:?}, but the constant declares {ty} (stored as {})",
+                info.dtype,
+                info.shape,
+                dtype_of(want).map_or("an unsupported dtype".to_string(), |d| format!("{d:?}"))
+            ));
+        }
+        let (start, end) = info.data_offsets;
+        let bytes = opened
+            .mmap
+            .get(opened.data_start + start..opened.data_start + end)
+            .ok_or_else(|| format!("{written}: tensor \"{key}\" lies outside the file"))?;
+        let data = decode(want, bytes).map_err(|m| format!("{written}: tensor \"{key}\": {m}"))?;
+        if data.len() != ty.num_elements() {
+            return Err(format!(
+                "{written}: tensor \"{key}\" holds {} elements, expected {}",
+                data.len(),
+                ty.num_elements()
+            ));
+        }
+        Ok(Tensor {
+            ty: ty.clone(),
+            data,
+        })
+    }
+}
+
+/// The aoc scalar a safetensors dtype holds, if aoc has one.
+pub fn scalar_of(d: Dtype) -> Option<Scalar> {
+    Some(match d {
+        Dtype::F64 => Scalar::F64,
+        Dtype::F32 => Scalar::F32,
+        Dtype::F16 => Scalar::F16,
+        Dtype::BF16 => Scalar::BF16,
+        Dtype::F8_E4M3 => Scalar::F8E4M3FN,
+        Dtype::F8_E5M2 => Scalar::F8E5M2,
+        Dtype::I64 => Scalar::I64,
+        Dtype::I32 => Scalar::I32,
+        Dtype::I16 => Scalar::I16,
+        Dtype::I8 => Scalar::I8,
+        Dtype::U64 => Scalar::U64,
+        Dtype::U32 => Scalar::U32,
+        Dtype::U16 => Scalar::U16,
+        Dtype::U8 => Scalar::U8,
+        Dtype::BOOL => Scalar::I1,
+        _ => return None,
+    })
+}
+
+/// The safetensors dtype that stores `s`.
+pub fn dtype_of(s: Scalar) -> Option<Dtype> {
+    Some(match s {
+        Scalar::F64 => Dtype::F64,
+        Scalar::F32 => Dtype::F32,
+        Scalar::F16 => Dtype::F16,
+        Scalar::BF16 => Dtype::BF16,
+        Scalar::F8E4M3FN => Dtype::F8_E4M3,
+        Scalar::F8E5M2 => Dtype::F8_E5M2,
+        Scalar::I64 => Dtype::I64,
+        Scalar::I32 => Dtype::I32,
+        Scalar::I16 => Dtype::I16,
+        Scalar::I8 => Dtype::I8,
+        Scalar::U64 => Dtype::U64,
+        Scalar::U32 => Dtype::U32,
+        Scalar::U16 => Dtype::U16,
+        Scalar::U8 => Dtype::U8,
+        Scalar::I1 => Dtype::BOOL,
+    })
+}
+
+/// Decodes little-endian bytes of scalar type `s` into interpreter data.
+pub fn decode(s: Scalar, bytes: &[u8]) -> Result<Data, String> {
+    let width = (s.bits() as usize).div_ceil(8);
+    if !bytes.len().is_multiple_of(width) {
+        return Err(format!(
+            "{} bytes is not a whole number of {s} elements",
+            bytes.len()
+        ));
+    }
+    let chunks = bytes.chunks_exact(width);
+    fn arr<const N: usize>(c: &[u8]) -> [u8; N] {
+        let mut a = [0; N];
+        a.copy_from_slice(c);
+        a
+    }
+    Ok(match s {
+        Scalar::F64 => Data::F(chunks.map(|c| f64::from_le_bytes(arr(c))).collect()),
+        Scalar::F32 => Data::F(chunks.map(|c| f32::from_le_bytes(arr(c)) as f64).collect()),
+        Scalar::F16 => Data::F(
+            chunks
+                .map(|c| half::f16::from_le_bytes(arr(c)).to_f64())
+                .collect(),
+        ),
+        Scalar::BF16 => Data::F(
+            chunks
+                .map(|c| half::bf16::from_le_bytes(arr(c)).to_f64())
+                .collect(),
+        ),
+        Scalar::F8E4M3FN | Scalar::F8E5M2 => {
+            Data::F(bytes.iter().map(|&b| f8_to_f64(s, b)).collect())
+        }
+        Scalar::I64 => Data::I(chunks.map(|c| i64::from_le_bytes(arr(c))).collect()),
+        Scalar::I32 => Data::I(chunks.map(|c| i32::from_le_bytes(arr(c)) as i64).collect()),
+        Scalar::I16 => Data::I(chunks.map(|c| i16::from_le_bytes(arr(c)) as i64).collect()),
+        Scalar::I8 => Data::I(bytes.iter().map(|&b| b as i8 as i64).collect()),
+        Scalar::U64 => Data::I(
+            chunks
+                .map(|c| {
+                    let v = u64::from_le_bytes(arr(c));
+                    i64::try_from(v)
+                        .map_err(|_| format!("u64 value {v} is beyond what aoc holds (2^63 - 1)"))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+        Scalar::U32 => Data::I(chunks.map(|c| u32::from_le_bytes(arr(c)) as i64).collect()),
+        Scalar::U16 => Data::I(chunks.map(|c| u16::from_le_bytes(arr(c)) as i64).collect()),
+        Scalar::U8 => Data::I(bytes.iter().map(|&b| b as i64).collect()),
+        Scalar::I1 => Data::I(bytes.iter().map(|&b| (b != 0) as i64).collect()),
+    })
+}
+
+/// Encodes interpreter data as little-endian bytes of scalar type `s`.
+pub fn encode(s: Scalar, data: &Data) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() * (s.bits() as usize).div_ceil(8));
+    let n = data.len();
+    for i in 0..n {
+        let (f, int) = match data {
+            Data::F(v) => (v[i], v[i] as i64),
+            Data::I(v) => (v[i] as f64, v[i]),
+        };
+        match s {
+            Scalar::F64 => out.extend(f.to_le_bytes()),
+            Scalar::F32 => out.extend((f as f32).to_le_bytes()),
+            Scalar::F16 => out.extend(half::f16::from_f64(f).to_le_bytes()),
+            Scalar::BF16 => out.extend(half::bf16::from_f64(f).to_le_bytes()),
+            Scalar::F8E4M3FN | Scalar::F8E5M2 => out.push(f64_to_f8(s, f)),
+            Scalar::I64 | Scalar::U64 => out.extend(int.to_le_bytes()),
+            Scalar::I32 | Scalar::U32 => out.extend((int as i32).to_le_bytes()),
+            Scalar::I16 | Scalar::U16 => out.extend((int as i16).to_le_bytes()),
+            Scalar::I8 | Scalar::U8 => out.push(int as u8),
+            Scalar::I1 => out.push((int != 0) as u8),
+        }
+    }
+    out
+}
+
+/// (mantissa bits, exponent bias) of an fp8 type.
+fn f8_layout(s: Scalar) -> (u32, i32) {
+    match s {
+        Scalar::F8E4M3FN => (3, 7),
+        _ => (2, 15),
+    }
+}
+
+/// Decodes one fp8 byte. E4M3FN has no infinities and one NaN pattern per
+/// sign (`S.1111.111`); E5M2 follows IEEE (exponent all ones: inf or NaN).
+pub fn f8_to_f64(s: Scalar, b: u8) -> f64 {
+    let (mbits, bias) = f8_layout(s);
+    let ebits = 7 - mbits;
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let e = ((b >> mbits) & ((1 << ebits) - 1)) as i32;
+    let m = (b & ((1 << mbits) - 1)) as i32;
+    let emax = (1 << ebits) - 1;
+    match s {
+        Scalar::F8E4M3FN if e == emax && m == (1 << mbits) - 1 => return f64::NAN,
+        Scalar::F8E5M2 if e == emax => {
+            return if m == 0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            };
+        }
+        _ => {}
+    }
+    let mag = if e == 0 {
+        m as f64 * 2f64.powi(1 - bias - mbits as i32)
+    } else {
+        (1.0 + m as f64 / (1 << mbits) as f64) * 2f64.powi(e - bias)
+    };
+    sign * mag
+}
+
+/// Encodes a value already representable in fp8 type `s` (the interpreter's
+/// tensors hold only such values); others round to nearest, ties to even,
+/// through [`aoc_ir::tensor::round_f8`] first.
+pub fn f64_to_f8(s: Scalar, v: f64) -> u8 {
+    let (mbits, bias) = f8_layout(s);
+    let v = aoc_ir::tensor::round_f8(s, v, false);
+    if v.is_nan() {
+        return 0x7f;
+    }
+    let sign = if v.is_sign_negative() { 0x80u8 } else { 0 };
+    if v.is_infinite() {
+        // Only E5M2 has infinities; E4M3FN rounding without saturation gives NaN.
+        return sign | 0x7c;
+    }
+    let a = v.abs();
+    if a == 0.0 {
+        return sign;
+    }
+    // `a` is a normal f64, so its exponent field gives floor(log2(a)) exactly.
+    let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+    let min_normal_exp = 1 - bias;
+    let (efield, m) = if e < min_normal_exp {
+        (
+            0,
+            (a / 2f64.powi(min_normal_exp - mbits as i32)).round() as u32,
+        )
+    } else {
+        (
+            (e + bias) as u32,
+            ((a / 2f64.powi(e) - 1.0) * (1 << mbits) as f64).round() as u32,
+        )
+    };
+    sign | ((efield << mbits) as u8) | (m as u8)
+}
+
+/// A tensor ready for safetensors serialization.
+struct Owned {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    bytes: Vec<u8>,
+}
+
+impl safetensors::View for &Owned {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+/// Writes `tensors` to a safetensors file at `path`, each in the dtype of
+/// its element type's storage scalar.
+pub fn save_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut owned = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        if !seen.insert(name.as_str()) {
+            return Err(format!(
+                "{}: tensor \"{name}\" is given twice",
+                path.display()
+            ));
+        }
+        let s = t.ty.elem.storage();
+        let dtype = dtype_of(s)
+            .ok_or_else(|| format!("{}: cannot store {s} in safetensors", path.display()))?;
+        owned.push((
+            name.clone(),
+            Owned {
+                dtype,
+                shape: t.ty.shape.clone(),
+                bytes: encode(s, &t.data),
+            },
+        ));
+    }
+    let views = owned.iter().map(|(n, o)| (n.clone(), o));
+    // Serialized in memory and written plainly (not through safetensors'
+    // temp-file writer, which leaves the file readable by its owner only).
+    let bytes = safetensors::serialize(views, None).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Reads every tensor of a safetensors file into memory (for tests and
+/// small files; the interpreter uses [`SafetensorsWeights`]).
+pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let st = SafeTensors::deserialize(&bytes)
+        .map_err(|e| format!("{}: not a valid safetensors file: {e}", path.display()))?;
+    let mut out: Vec<(String, Tensor)> = Vec::new();
+    for (name, view) in st.iter() {
+        out.push((
+            name.to_string(),
+            view_to_tensor(&view).map_err(|m| format!("{}: \"{name}\": {m}", path.display()))?,
+        ));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn view_to_tensor(view: &TensorView<'_>) -> Result<Tensor, String> {
+    let s = scalar_of(view.dtype())
+        .ok_or_else(|| format!("dtype {:?} is not supported", view.dtype()))?;
+    let data = decode(s, view.data())?;
+    Ok(Tensor {
+        ty: TensorType::new(view.shape().to_vec(), s),
+        data,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_codec_round_trips_every_byte() {
+        for s in [Scalar::F8E4M3FN, Scalar::F8E5M2] {
+            for b in 0..=255u8 {
+                let v = f8_to_f64(s, b);
+                if v.is_nan() {
+                    continue;
+                }
+                assert_eq!(f64_to_f8(s, v), b, "{s} byte {b:#04x} = {v}");
+            }
+        }
+        assert_eq!(f8_to_f64(Scalar::F8E4M3FN, 0x7e), 448.0);
+        assert_eq!(f8_to_f64(Scalar::F8E4M3FN, 0x01), 2f64.powi(-9));
+        assert_eq!(f8_to_f64(Scalar::F8E5M2, 0x7b), 57344.0);
+        assert_eq!(f8_to_f64(Scalar::F8E5M2, 0xfc), f64::NEG_INFINITY);
+        assert_eq!(f8_to_f64(Scalar::F8E4M3FN, 0x38), 1.0);
+    }
+
+    #[test]
+    fn encode_decode_all_scalars() {
+        for s in Scalar::ALL {
+            let vals: Vec<f64> = match s {
+                _ if s.is_float() => vec![0.0, -1.5, 2.0, 0.25],
+                Scalar::I1 => vec![0.0, 1.0, 1.0, 0.0],
+                _ if s.is_signed_int() => vec![-3.0, 0.0, 7.0, 100.0],
+                _ => vec![3.0, 0.0, 7.0, 200.0],
+            };
+            let t = Tensor::from_f64(TensorType::new(vec![4], s), vals);
+            let bytes = encode(s, &t.data);
+            assert_eq!(bytes.len(), 4 * (s.bits() as usize).div_ceil(8), "{s}");
+            assert_eq!(decode(s, &bytes).unwrap(), t.data, "{s}");
+        }
+    }
+}

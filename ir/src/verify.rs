@@ -86,8 +86,11 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
             continue;
         }
         // Attributes must already be complete and well-kinded.
+        // Compare names and order only: values were checked by kind, and a
+        // NaN payload is never `==` to itself.
+        let names = |a: &crate::attr::Attrs| a.0.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
         match op.opcode.info().complete_attrs(op.attrs.clone()) {
-            Ok(full) if full == op.attrs => {}
+            Ok(full) if names(&full) == names(&op.attrs) => {}
             Ok(_) => diags.push(Diagnostic::error(
                 format!("{name}: attributes are not in canonical order with defaults filled (internal error, please report)"),
                 op.loc.clone(),

@@ -1,0 +1,542 @@
+//! Runs the `aoc` binary on bad input and checks it fails the way a user
+//! needs: exit code 1 (or 2 for usage errors; never 101, the panic code), a
+//! message naming the problem, with file:line:col where the input is text,
+//! and never "panicked" or "internal error". Plus the happy paths: check,
+//! opt round trip, import, and run writing `.npy` results read back with
+//! npyz.
+
+use aoc_compiler::{driver, npy, weights};
+use aoc_ir::{Scalar, Tensor, TensorType};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SAMPLE: &str = "\
+func @main(%x: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {
+  %r = core.relu %x : tensor<2x3xf32>
+  %y = core.add %r, %b : tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+";
+
+const WEIGHTED: &str = "\
+weights @weights = \"w.safetensors\"
+func @main(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %b = const @weights[\"bias\"] : tensor<3xf32>
+  %y = core.add %x, %b : tensor<3xf32>
+  return %y : tensor<3xf32>
+}
+";
+
+/// A fresh, empty folder for one test.
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn write(d: &Path, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+    let p = d.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+fn aoc(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_aoc"))
+        .args(args.iter().map(|a| a.as_ref()))
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit code 1, no panic, and every fragment in stderr.
+fn user_error(o: &Output, fragments: &[&str]) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "expected exit 1, stderr:\n{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("internal error"),
+        "panic:\n{err}"
+    );
+    for f in fragments {
+        assert!(err.contains(f), "stderr lacks `{f}`:\n{err}");
+    }
+    err
+}
+
+/// Whether `text` holds `file:LINE:COL` for the file named `file`.
+fn has_line_col(text: &str, file: &str) -> bool {
+    text.match_indices(&format!("{file}:")).any(|(i, m)| {
+        let rest = &text[i + m.len()..];
+        let mut parts = rest.splitn(3, ':');
+        let line = parts.next().unwrap_or("");
+        let col = parts.next().unwrap_or("");
+        let col: String = col.chars().take_while(|c| c.is_ascii_digit()).collect();
+        !line.is_empty() && line.chars().all(|c| c.is_ascii_digit()) && !col.is_empty()
+    })
+}
+
+fn f32_npy(d: &Path, name: &str, shape: &[usize], vals: &[f64]) -> PathBuf {
+    let t = Tensor::from_f64(TensorType::new(shape.to_vec(), Scalar::F32), vals.to_vec());
+    write(d, name, npy::npy_bytes(&t).unwrap().0)
+}
+
+fn read_f32(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let f = npyz::NpyFile::new(&bytes[..]).unwrap();
+    let shape = f.shape().to_vec();
+    (shape, f.into_vec::<f32>().unwrap())
+}
+
+fn example_onnx() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.onnx");
+    assert!(
+        p.exists(),
+        "the examples are part of the repository: {}",
+        p.display()
+    );
+    p
+}
+
+// ------------------------------------------------------------- happy paths
+
+#[test]
+fn check_prints_nothing_for_a_valid_file() {
+    let d = dir("check_ok");
+    let f = write(&d, "m.air", SAMPLE);
+    let o = aoc(&[&"check", &f]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(o.stdout.is_empty() && o.stderr.is_empty());
+    let o = aoc(&[&"check", &"-v", &f]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}: ok (1 function, 2 ops, 0 weights files)\n", f.display())
+    );
+}
+
+#[test]
+fn opt_writes_the_canonical_form_which_is_stable() {
+    let d = dir("opt_roundtrip");
+    let f = write(&d, "m.air", SAMPLE);
+    let out = d.join("out.air");
+    let o = aoc(&[&"opt", &f, &"-o", &out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let once = std::fs::read_to_string(&out).unwrap();
+    assert!(once.contains("core.relu %x"), "{once}");
+    let o = aoc(&[&"opt", &out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        once,
+        "printing the canonical form again changed it"
+    );
+    let o = aoc(&[&"opt", &f, &"--passes", &""]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), once);
+}
+
+#[test]
+fn run_writes_one_npy_per_result() {
+    let d = dir("run_ok");
+    let f = write(&d, "m.air", SAMPLE);
+    let x = f32_npy(&d, "x.npy", &[2, 3], &[-1.0, 2.0, -3.0, 4.0, 0.5, -0.5]);
+    let b = f32_npy(&d, "b.npy", &[3], &[10.0, 20.0, 30.0]);
+    let out = d.join("out");
+    let o = aoc(&[
+        &"run",
+        &f,
+        &"--input",
+        &format!("x={}", x.display()),
+        &"--input",
+        &format!("b={}", b.display()),
+        &"--output-dir",
+        &out,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (shape, vals) = read_f32(&out.join("y.npy"));
+    assert_eq!(shape, vec![2, 3]);
+    assert_eq!(vals, vec![10.0, 22.0, 30.0, 14.0, 20.5, 30.0]);
+    // Positional binding gives the same; reversed names too.
+    let out2 = d.join("out2");
+    let o = aoc(&[&"run", &f, &x, &"--input", &b, &"--output-dir", &out2]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a bare path is not an option: usage error"
+    );
+    let o = aoc(&[&"run", &f, &"-i", &x, &"-i", &b, &"--output-dir", &out2]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(read_f32(&out2.join("y.npy")).1, vals);
+    let o = aoc(&[&"run", &f, &"-i", &format!("b={}", b.display()), &"-i", &x]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "%y = tensor<2x3xf32> [[10.0, 22.0, 30.0], [14.0, 20.5, 30.0]]\n"
+    );
+}
+
+#[test]
+fn run_reads_weights_from_safetensors_beside_the_air_file() {
+    let d = dir("run_weights");
+    let f = write(&d, "m.air", WEIGHTED);
+    let bias = Tensor::from_f64(TensorType::new(vec![3], Scalar::F32), vec![0.5, 1.5, -2.0]);
+    weights::save_safetensors(&d.join("w.safetensors"), &[("bias".to_string(), bias)]).unwrap();
+    let x = f32_npy(&d, "x.npy", &[3], &[1.0, 2.0, 3.0]);
+    let out = d.join("out");
+    // Run from another folder: the weights path is relative to the .air file.
+    let o = Command::new(env!("CARGO_BIN_EXE_aoc"))
+        .current_dir(std::env::temp_dir())
+        .args([
+            "run".as_ref(),
+            f.as_os_str(),
+            "-i".as_ref(),
+            x.as_os_str(),
+            "--output-dir".as_ref(),
+            out.as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(read_f32(&out.join("y.npy")).1, vec![1.5, 3.5, 1.0]);
+}
+
+#[test]
+fn import_writes_air_and_safetensors_that_run_like_the_model() {
+    let d = dir("import");
+    let out = d.join("rb.air");
+    let o = aoc(&[&"import", &example_onnx(), &"-o", &out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("weights @weights = \"rb.safetensors\""),
+        "{}",
+        &text[..text.len().min(400)]
+    );
+    assert!(d.join("rb.safetensors").exists());
+    let o = aoc(&[&"check", &out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let input = example_onnx().with_file_name("input.npy");
+    let o = aoc(&[&"run", &out, &"-i", &input, &"--output-dir", &d.join("o")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let got = read_f32(&d.join("o/logits.npy")).1;
+    let want = read_f32(&example_onnx().with_file_name("expected").join("logits.npy")).1;
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-4, "{got:?} vs {want:?}");
+    }
+}
+
+// ------------------------------------------------------------- bad .air
+
+#[test]
+fn malformed_air_files_get_located_diagnostics() {
+    let d = dir("malformed");
+    let cases: &[(&str, &str)] = &[
+        ("unclosed_paren.air", "func @main(\n"),
+        (
+            "truncated_body.air",
+            "func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %y = core.relu %x : tensor<2xf32>\n",
+        ),
+        (
+            "bad_token.air",
+            "func @main() -> tensor<2xf32> {\n  %y = ### : tensor<2xf32>\n}\n",
+        ),
+        (
+            "bad_type.air",
+            "func @main(%x: tensor<2xq7>) -> tensor<2xf32> {\n  return %x : tensor<2xf32>\n}\n",
+        ),
+        (
+            "huge_dim.air",
+            "func @main(%x: tensor<99999999999999999999999xf32>) -> tensor<1xf32> {\n}\n",
+        ),
+        (
+            "garbage_text.air",
+            "\u{1F600} ]]]] {{{ %%% @@@ \"unterminated\n",
+        ),
+        (
+            "no_return.air",
+            "func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %y = core.relu %x : tensor<2xf32>\n}\n",
+        ),
+    ];
+    for (name, text) in cases {
+        let f = write(&d, name, text);
+        let o = aoc(&[&"check", &f]);
+        let err = user_error(&o, &[]);
+        assert!(
+            has_line_col(&err, name),
+            "{name}: no file:line:col in:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn every_prefix_of_a_valid_file_is_handled() {
+    // Truncation at every byte, in process (fast), must give diagnostics
+    // or a valid module, never a panic.
+    for cut in 0..SAMPLE.len() {
+        let r = driver::parse_air(Path::new("t.air"), SAMPLE[..cut].to_string());
+        if let Err(msg) = r {
+            assert!(msg.contains("t.air:"), "cut {cut}: {msg}");
+        }
+    }
+    // And a few through the binary.
+    let d = dir("prefixes");
+    for cut in [1, 10, 40, 75, 120, SAMPLE.len() - 3] {
+        let f = write(&d, "t.air", &SAMPLE[..cut]);
+        let err = user_error(&aoc(&[&"check", &f]), &[]);
+        assert!(has_line_col(&err, "t.air"), "cut {cut}:\n{err}");
+    }
+}
+
+#[test]
+fn deep_nesting_is_not_a_crash() {
+    let d = dir("deep");
+    let text = format!(
+        "func @main() -> tensor<1xf32> {{\n  %c = const dense<{}1.0{}> : tensor<1xf32>\n  return %c : tensor<1xf32>\n}}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let f = write(&d, "deep.air", text);
+    let o = aoc(&[&"check", &f]);
+    assert_ne!(o.status.code(), Some(101), "{}", stderr(&o));
+    assert!(
+        o.status.code().is_some(),
+        "killed by a signal (stack overflow?)"
+    );
+    assert!(!stderr(&o).contains("panicked"));
+}
+
+#[test]
+fn undefined_value_is_located() {
+    let d = dir("undefined");
+    let f = write(
+        &d,
+        "u.air",
+        "func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %y = core.relu %nope : tensor<2xf32>\n  return %y : tensor<2xf32>\n}\n",
+    );
+    let err = user_error(&aoc(&[&"check", &f]), &["%nope", "u.air:2:"]);
+    assert!(err.contains("^"), "no caret:\n{err}");
+}
+
+#[test]
+fn shape_mismatch_is_located() {
+    let d = dir("shape");
+    let f = write(
+        &d,
+        "s.air",
+        "func @main(%x: tensor<2x3xf32>, %y: tensor<4xf32>) -> tensor<2x3xf32> {\n  %z = core.add %x, %y : tensor<2x3xf32>\n  return %z : tensor<2x3xf32>\n}\n",
+    );
+    user_error(
+        &aoc(&[&"check", &f]),
+        &["core.add", "do not broadcast", "s.air:2:"],
+    );
+    let err = user_error(&aoc(&[&"run", &f]), &["s.air:2:"]);
+    assert!(
+        err.contains("%z = core.add %x, %y"),
+        "source line missing:\n{err}"
+    );
+}
+
+#[test]
+fn non_utf8_bytes_are_rejected_with_a_position() {
+    let d = dir("binary_air");
+    let f = write(&d, "bin.air", b"func @main\n  \xff\xfe\x00garbage");
+    user_error(&aoc(&[&"check", &f]), &["bin.air:2:3", "not UTF-8"]);
+    let f = write(&d, "zeros.air", [0u8; 64]);
+    user_error(&aoc(&[&"check", &f]), &["zeros.air:"]);
+    user_error(&aoc(&[&"check", &d.join("missing.air")]), &["missing.air"]);
+}
+
+// ------------------------------------------------------------- bad .onnx
+
+#[test]
+fn garbage_and_truncated_onnx_are_rejected() {
+    let d = dir("onnx");
+    let g = write(
+        &d,
+        "garbage.onnx",
+        b"\x08\x07\x12garbage \xff\xff\xff\xff\x01 not a protobuf at all",
+    );
+    user_error(
+        &aoc(&[&"import", &g, &"-o", &d.join("g.air")]),
+        &["garbage.onnx"],
+    );
+    user_error(&aoc(&[&"run", &g]), &["garbage.onnx"]);
+    assert!(!d.join("g.air").exists(), "nothing is written on failure");
+    let bytes = std::fs::read(example_onnx()).unwrap();
+    // In process at many cut points, through the binary at a few.
+    let step = (bytes.len() / 97).max(1);
+    for cut in (0..bytes.len()).step_by(step) {
+        let _ = aoc_compiler::onnx::import_model(&bytes[..cut], &Default::default());
+    }
+    for cut in [10, bytes.len() / 3, bytes.len() - 100] {
+        let t = write(&d, "trunc.onnx", &bytes[..cut]);
+        user_error(
+            &aoc(&[&"import", &t, &"-o", &d.join("t.air")]),
+            &["trunc.onnx"],
+        );
+        user_error(&aoc(&[&"check", &t]), &["trunc.onnx"]);
+    }
+}
+
+// ------------------------------------------------------------- bad inputs
+
+#[test]
+fn wrong_inputs_are_named() {
+    let d = dir("inputs");
+    let f = write(&d, "m.air", SAMPLE);
+    let x = f32_npy(&d, "x.npy", &[2, 3], &[0.0; 6]);
+    let b = f32_npy(&d, "b.npy", &[3], &[0.0; 3]);
+    let xs = |p: &Path| format!("x={}", p.display());
+    // Unknown name: the expected ones are listed.
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &format!("q={}", x.display()), &"-i", &b]),
+        &[
+            "unknown input `q`",
+            "%x (tensor<2x3xf32>)",
+            "%b (tensor<3xf32>)",
+        ],
+    );
+    // Missing input.
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &xs(&x)]),
+        &["missing input %b (tensor<3xf32>)"],
+    );
+    // Too many.
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &x, &"-i", &b, &"-i", &b]),
+        &["too many inputs"],
+    );
+    // Wrong shape.
+    let bad = f32_npy(&d, "bad_shape.npy", &[3, 2], &[0.0; 6]);
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &xs(&bad), &"-i", &b]),
+        &["bad_shape.npy", "expected tensor<2x3xf32>", "shape [3, 2]"],
+    );
+    // Wrong dtype.
+    let t = Tensor::from_f64(TensorType::new(vec![2, 3], Scalar::F64), vec![0.0; 6]);
+    let f64s = write(&d, "f64.npy", npy::npy_bytes(&t).unwrap().0);
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &xs(&f64s), &"-i", &b]),
+        &["f64.npy", "float32", "found a float64"],
+    );
+    // Unreadable: garbage, truncated, missing.
+    let junk = write(&d, "junk.npy", b"this is not numpy");
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &xs(&junk), &"-i", &b]),
+        &["junk.npy", "not a .npy file"],
+    );
+    let full = std::fs::read(&x).unwrap();
+    let cut = write(&d, "cut.npy", &full[..full.len() - 5]);
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &xs(&cut), &"-i", &b]),
+        &["cut.npy", "truncated"],
+    );
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &xs(&d.join("nope.npy")), &"-i", &b]),
+        &["nope.npy"],
+    );
+}
+
+// ------------------------------------------------------------- bad weights
+
+#[test]
+fn weight_problems_name_the_file_and_key() {
+    let d = dir("weights");
+    let f = write(&d, "m.air", WEIGHTED);
+    let x = f32_npy(&d, "x.npy", &[3], &[1.0, 2.0, 3.0]);
+    // Missing file.
+    let err = user_error(
+        &aoc(&[&"run", &f, &"-i", &x]),
+        &["w.safetensors", "cannot open"],
+    );
+    assert!(
+        has_line_col(&err, "m.air"),
+        "the failing const is located:\n{err}"
+    );
+    // Missing tensor.
+    let other = Tensor::from_f64(TensorType::new(vec![3], Scalar::F32), vec![0.0; 3]);
+    weights::save_safetensors(&d.join("w.safetensors"), &[("other".to_string(), other)]).unwrap();
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &x]),
+        &["w.safetensors: no tensor \"bias\"", "m.air:3:"],
+    );
+    // Wrong dtype.
+    let f64s = Tensor::from_f64(TensorType::new(vec![3], Scalar::F64), vec![0.0; 3]);
+    weights::save_safetensors(&d.join("w.safetensors"), &[("bias".to_string(), f64s)]).unwrap();
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &x]),
+        &["\"bias\" is F64", "declares tensor<3xf32>"],
+    );
+    // Wrong shape.
+    let wide = Tensor::from_f64(TensorType::new(vec![4], Scalar::F32), vec![0.0; 4]);
+    weights::save_safetensors(&d.join("w.safetensors"), &[("bias".to_string(), wide)]).unwrap();
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &x]),
+        &["shape [4]", "declares tensor<3xf32>"],
+    );
+    // Corrupt header, and a file cut short.
+    write(
+        &d,
+        "w.safetensors",
+        b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all",
+    );
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &x]),
+        &["w.safetensors", "not a valid safetensors file"],
+    );
+    write(&d, "w.safetensors", b"\xff\xff");
+    user_error(
+        &aoc(&[&"run", &f, &"-i", &x]),
+        &["not a valid safetensors file"],
+    );
+}
+
+// ------------------------------------------------------------- usage
+
+#[test]
+fn usage_errors_exit_2_and_help_exits_0() {
+    assert_eq!(aoc(&[&"frobnicate"]).status.code(), Some(2));
+    assert_eq!(aoc(&[]).status.code(), Some(2));
+    assert_eq!(
+        aoc(&[&"import", &"m.onnx", &"--input-shape", &"x=1xbanana"])
+            .status
+            .code(),
+        Some(2)
+    );
+    let o = aoc(&[&"--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&o.stdout);
+    for sub in ["import", "check", "opt", "run", "Examples:"] {
+        assert!(help.contains(sub), "{help}");
+    }
+    for sub in ["import", "check", "opt", "run"] {
+        let o = aoc(&[&sub, &"--help"]);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(&format!("aoc {sub}")),
+            "{sub} help has no example"
+        );
+    }
+}
+
+#[test]
+fn unknown_passes_and_rules_are_clear_errors() {
+    let d = dir("passes");
+    let f = write(&d, "m.air", SAMPLE);
+    user_error(
+        &aoc(&[&"opt", &f, &"--passes", &"fold-bn,fuse"]),
+        &["unknown pass `fold-bn` (no passes are registered yet)"],
+    );
+    user_error(
+        &aoc(&[&"opt", &f, &"--passes", &"fuse{max-ops=8}"]),
+        &["unknown pass `fuse`"],
+    );
+    let r = write(&d, "my.rules", "");
+    user_error(
+        &aoc(&[&"opt", &f, &"--rules", &r]),
+        &["my.rules", "not supported yet"],
+    );
+}

@@ -1,0 +1,395 @@
+//! The filetest harness: every `tests/filetests/**/*.air` file, and every
+//! `// -----`-separated case in it, is one named test
+//! (`verify/shapes.air#2` for the second case of a file with several).
+//!
+//! File format:
+//! - First line: `// test: roundtrip | verify | run | opt [--passes=LIST]`.
+//!   - `roundtrip`: parse (no verifier); the printed module must re-parse and
+//!     print identically; checks run against the printed text.
+//!   - `verify`: parse and verify; checks run against the printed module
+//!     (which must also print stably).
+//!   - `run`: parse, verify and run the entry function in the reference
+//!     interpreter; checks run against the outputs dumped one per line as
+//!     `%y = tensor<2x2xf32> [[1.0, 2.0], [3.0, 4.0]]` (floats with six
+//!     significant digits, integers exact; see `aoc_compiler::driver::dump_outputs`).
+//!     Inputs: `// input: %x = dense<[1.0, 2.0]> : tensor<2xf32>` lines, bound
+//!     to parameters by name.
+//!   - `opt --passes=LIST`: parse, verify, run the pipeline, verify again;
+//!     checks run against the printed result.
+//! - Checks are `filecheck` directives in comments (`// check:`, `// nextln:`,
+//!   `// not:`, `// sameln:`, `// unordered:`, `// regex:`), Cranelift style.
+//! - `// error: TEXT` expects an error whose message contains TEXT, located on
+//!   the nearest preceding line that is not blank or a comment (or on the
+//!   same line, when the comment trails code). A case with `// error:` lines
+//!   must produce exactly those errors (from parsing, verifying or, for
+//!   `run`, running); its checks, if any, then run against the rendered
+//!   diagnostics.
+//!
+//! Cases are parsed with blank lines standing in for the rest of the file, so
+//! line numbers in failures are the file's.
+
+use aoc_compiler::{driver, render};
+use aoc_ir::diag::line_col;
+use aoc_ir::interp::NoWeights;
+use aoc_ir::{Diagnostic, Module, Tensor};
+use filecheck::{CheckerBuilder, NO_VARIABLES};
+use libtest_mimic::{Arguments, Failed, Trial};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug)]
+enum Mode {
+    Roundtrip,
+    Verify,
+    Run,
+    Opt(String),
+}
+
+fn parse_header(line: &str) -> Result<Mode, String> {
+    let rest = line
+        .trim()
+        .strip_prefix("//")
+        .map(str::trim)
+        .and_then(|l| l.strip_prefix("test:"))
+        .ok_or_else(|| format!("the first line must be `// test: roundtrip | verify | run | opt ...`, found `{line}`"))?
+        .trim();
+    let mut words = rest.split_whitespace();
+    match words.next() {
+        Some("roundtrip") => Ok(Mode::Roundtrip),
+        Some("verify") => Ok(Mode::Verify),
+        Some("run") => Ok(Mode::Run),
+        Some("opt") => {
+            let args: Vec<&str> = words.collect();
+            let mut passes = String::new();
+            let mut i = 0;
+            while i < args.len() {
+                if let Some(p) = args[i].strip_prefix("--passes=") {
+                    passes = p.trim_matches(['\'', '"']).to_string();
+                } else if args[i] == "--passes" && i + 1 < args.len() {
+                    passes = args[i + 1].trim_matches(['\'', '"']).to_string();
+                    i += 1;
+                } else {
+                    return Err(format!("unknown opt argument `{}`", args[i]));
+                }
+                i += 1;
+            }
+            Ok(Mode::Opt(passes))
+        }
+        other => Err(format!("unknown test kind `{}`", other.unwrap_or(""))),
+    }
+}
+
+struct Case {
+    /// Display name of the file, relative to `filetests/`.
+    rel: String,
+    mode: Mode,
+    /// The case's lines, with blank lines in place of the rest of the file.
+    text: String,
+}
+
+/// An expected error: the 1-based line it must be on and a message fragment.
+#[derive(Debug)]
+struct Expected {
+    line: usize,
+    text: String,
+    /// Line of the `// error:` comment itself, for messages.
+    at: usize,
+}
+
+fn expected_errors(text: &str) -> Result<Vec<Expected>, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = vec![];
+    for (i, l) in lines.iter().enumerate() {
+        let Some(p) = l.find("// error:") else {
+            continue;
+        };
+        let msg = l[p + "// error:".len()..].trim().to_string();
+        let line = if l[..p].trim().is_empty() {
+            let code = (0..i).rev().find(|&j| {
+                let t = lines[j].trim();
+                !t.is_empty() && !t.starts_with("//")
+            });
+            code.ok_or_else(|| format!("line {}: `// error:` has no code line above it", i + 1))?
+                + 1
+        } else {
+            i + 1
+        };
+        out.push(Expected {
+            line,
+            text: msg,
+            at: i + 1,
+        });
+    }
+    Ok(out)
+}
+
+fn discover(root: &Path) -> Vec<PathBuf> {
+    let mut files = vec![];
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "air") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn cases_of(path: &Path, rel: &str) -> Result<Vec<Case>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mode = parse_header(text.lines().next().unwrap_or(""))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut groups: Vec<(usize, usize)> = vec![];
+    let mut start = 0;
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim() == "// -----" {
+            groups.push((start, i));
+            start = i + 1;
+        }
+    }
+    groups.push((start, lines.len()));
+    Ok(groups
+        .into_iter()
+        .map(|(a, b)| {
+            let mut t = "\n".repeat(a);
+            for l in &lines[a..b] {
+                t.push_str(l);
+                t.push('\n');
+            }
+            Case {
+                rel: rel.to_string(),
+                mode: mode.clone(),
+                text: t,
+            }
+        })
+        .collect())
+}
+
+fn filecheck(text: &str, directives: &str, what: &str) -> Result<(), String> {
+    let checker = CheckerBuilder::new()
+        .text(directives)
+        .map_err(|e| format!("bad check directive: {e}"))?
+        .finish();
+    if checker.is_empty() {
+        return Ok(());
+    }
+    let (ok, explain) = checker
+        .explain(text, NO_VARIABLES)
+        .map_err(|e| format!("filecheck: {e}"))?;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "checks failed against the {what}:\n{text}\nfilecheck explanation:\n{explain}"
+        ))
+    }
+}
+
+fn line_of(text: &str, d: &Diagnostic) -> Option<usize> {
+    d.loc.span.map(|s| line_col(text, s.start as usize).0)
+}
+
+/// Compares actual errors to the expected ones: every expected error must be
+/// matched by a distinct actual one on its line, and no actual error may be
+/// left over.
+fn match_errors(case: &Case, actual: &[Diagnostic], expected: &[Expected]) -> Result<(), String> {
+    let errors: Vec<&Diagnostic> = actual.iter().filter(|d| d.is_error()).collect();
+    let mut used = vec![false; errors.len()];
+    let mut problems = vec![];
+    for e in expected {
+        let hit = errors.iter().enumerate().position(|(k, d)| {
+            !used[k] && line_of(&case.text, d) == Some(e.line) && d.message.contains(&e.text)
+        });
+        match hit {
+            Some(k) => used[k] = true,
+            None => problems.push(format!(
+                "expected an error containing `{}` on line {} (from the `// error:` on line {}), none found",
+                e.text, e.line, e.at
+            )),
+        }
+    }
+    for (k, d) in errors.iter().enumerate() {
+        if !used[k] {
+            let at = line_of(&case.text, d).map_or("no line".to_string(), |l| format!("line {l}"));
+            problems.push(format!("unexpected error ({at}): {}", d.message));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        let rendered = render::render(actual, &case.rel, &case.text);
+        Err(format!(
+            "{}\n\ndiagnostics:\n{rendered}",
+            problems.join("\n")
+        ))
+    }
+}
+
+/// Parses a `// input: %x = dense<...> : tensor<...>` line into a tensor by
+/// running a one-constant function through the real parser and interpreter.
+fn parse_input(line: &str) -> Result<(String, Tensor), String> {
+    let rest = line
+        .trim()
+        .trim_start_matches("//")
+        .trim()
+        .trim_start_matches("input:")
+        .trim();
+    let (name, value) = rest
+        .split_once('=')
+        .ok_or_else(|| format!("expected `%name = dense<...> : type` in `{line}`"))?;
+    let name = name.trim().trim_start_matches('%').to_string();
+    let (_, ty) = value
+        .rsplit_once(" : ")
+        .ok_or_else(|| format!("expected `: type` in `{line}`"))?;
+    let ty = ty.trim();
+    let src = format!(
+        "func @input() -> {ty} {{\n  %v = const {} : {ty}\n  return %v : {ty}\n}}\n",
+        value.rsplit_once(" : ").map_or("", |p| p.0).trim()
+    );
+    let (m, diags) = aoc_ir::parse_and_verify(&src);
+    if diags.iter().any(|d| d.is_error()) {
+        return Err(format!(
+            "bad input `{line}`:\n{}",
+            render::render(&diags, "input", &src)
+        ));
+    }
+    let f = m.entry().ok_or("input: no function")?;
+    let mut out = aoc_ir::interp::run(f, vec![], &NoWeights)
+        .map_err(|d| format!("bad input `{line}`: {d}"))?;
+    Ok((name, out.pop().ok_or("input: no value")?))
+}
+
+fn bind_by_name(m: &Module, inputs: Vec<(String, Tensor)>) -> Result<Vec<Tensor>, String> {
+    let f = m.entry().ok_or("the module has no function to run")?;
+    let mut slots: Vec<Option<Tensor>> = vec![None; f.params().len()];
+    for (name, t) in inputs {
+        let i = f
+            .params()
+            .iter()
+            .position(|&p| f.name_of(p) == name)
+            .ok_or_else(|| format!("`// input: %{name}` names no parameter of @{}", f.name))?;
+        slots[i] = Some(t);
+    }
+    f.params()
+        .iter()
+        .zip(slots)
+        .map(|(&p, s)| s.ok_or_else(|| format!("no `// input: %{} = ...` line", f.name_of(p))))
+        .collect()
+}
+
+fn print_stable(m: &Module) -> Result<String, String> {
+    let printed = aoc_ir::print::print_module(m);
+    let (m2, diags) = aoc_ir::parse::parse(&printed);
+    if diags.iter().any(|d| d.is_error()) {
+        return Err(format!(
+            "the printed module does not parse:\n{printed}\n{}",
+            render::render(&diags, "printed", &printed)
+        ));
+    }
+    let again = aoc_ir::print::print_module(&m2);
+    if again != printed {
+        return Err(format!(
+            "printing is not stable:\nfirst print:\n{printed}\nsecond print:\n{again}"
+        ));
+    }
+    Ok(printed)
+}
+
+fn run_case(case: &Case) -> Result<(), String> {
+    let expected = expected_errors(&case.text)?;
+    let rendered = |d: &[Diagnostic]| render::render(d, &case.rel, &case.text);
+    let (module, diags) = match case.mode {
+        Mode::Roundtrip => aoc_ir::parse::parse(&case.text),
+        _ => aoc_ir::parse_and_verify(&case.text),
+    };
+    if diags.iter().any(|d| d.is_error()) || !expected.is_empty() && !matches!(case.mode, Mode::Run)
+    {
+        match_errors(case, &diags, &expected)?;
+        if !expected.is_empty() {
+            return filecheck(&rendered(&diags), &case.text, "rendered diagnostics");
+        }
+    }
+    match &case.mode {
+        Mode::Roundtrip | Mode::Verify => {
+            let printed = print_stable(&module)?;
+            filecheck(&printed, &case.text, "printed module")
+        }
+        Mode::Opt(passes) => {
+            let out = driver::run_passes(module, passes, &mut |_, _| {})?;
+            let errs = aoc_ir::verify::verify_module(&out);
+            if !errs.is_empty() {
+                return Err(format!(
+                    "the pipeline produced an invalid module:\n{}",
+                    render::render_plain(&errs, &case.rel)
+                ));
+            }
+            let printed = print_stable(&out)?;
+            filecheck(&printed, &case.text, "optimized module")
+        }
+        Mode::Run => {
+            let inputs = case
+                .text
+                .lines()
+                .filter(|l| l.trim_start().starts_with("// input:"))
+                .map(parse_input)
+                .collect::<Result<Vec<_>, _>>()?;
+            let bound = bind_by_name(&module, inputs)?;
+            match driver::run_module(&module, &NoWeights, bound) {
+                Ok(outputs) => {
+                    if !expected.is_empty() {
+                        return match_errors(case, &[], &expected);
+                    }
+                    filecheck(&driver::dump_outputs(&outputs), &case.text, "outputs")
+                }
+                Err(d) => {
+                    if expected.is_empty() {
+                        return Err(format!(
+                            "the run failed:\n{}",
+                            rendered(std::slice::from_ref(&d))
+                        ));
+                    }
+                    match_errors(case, std::slice::from_ref(&d), &expected)?;
+                    filecheck(&rendered(&[d]), &case.text, "rendered diagnostics")
+                }
+            }
+        }
+    }
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("filetests");
+    let mut trials = vec![];
+    for path in discover(&root) {
+        let rel = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        match cases_of(&path, &rel) {
+            Err(msg) => trials.push(Trial::test(rel.clone(), move || Err(Failed::from(msg)))),
+            Ok(cases) => {
+                let n = cases.len();
+                for (i, case) in cases.into_iter().enumerate() {
+                    let name = if n == 1 {
+                        rel.clone()
+                    } else {
+                        format!("{rel}#{}", i + 1)
+                    };
+                    trials.push(Trial::test(name, move || {
+                        run_case(&case).map_err(Failed::from)
+                    }));
+                }
+            }
+        }
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
