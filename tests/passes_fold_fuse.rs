@@ -14,7 +14,11 @@ use aoc_passes::{PipelineOptions, run_pipeline};
 use std::path::{Path, PathBuf};
 
 fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name)
 }
 
 fn load(name: &str) -> (Module, MapWeights) {
@@ -25,11 +29,24 @@ fn load(name: &str) -> (Module, MapWeights) {
 }
 
 fn count(m: &Module, op: Opcode) -> usize {
-    m.funcs.iter().flat_map(|f| f.body.ops.iter().map(move |o| f.ops[*o].opcode)).filter(|o| *o == op).count()
+    m.funcs
+        .iter()
+        .flat_map(|f| f.body.ops.iter().map(move |o| f.ops[*o].opcode))
+        .filter(|o| *o == op)
+        .count()
 }
 
 fn ops(m: &Module) -> usize {
-    m.funcs.iter().map(|f| f.body.ops.iter().filter(|o| f.ops[**o].opcode != Opcode::Const).count()).sum()
+    m.funcs
+        .iter()
+        .map(|f| {
+            f.body
+                .ops
+                .iter()
+                .filter(|o| f.ops[**o].opcode != Opcode::Const)
+                .count()
+        })
+        .sum()
 }
 
 /// Runs the module on the example's input and compares with every expected
@@ -38,28 +55,49 @@ fn check_outputs(name: &str, m: &Module, w: &MapWeights) {
     let dir = example(name);
     let input = read_npy(&dir.join("input.npy")).unwrap();
     let out = run(m.entry().unwrap(), vec![input], w).unwrap();
-    let mut files: Vec<_> = std::fs::read_dir(dir.join("expected")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("expected"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     files.sort();
     assert_eq!(out.len(), files.len());
     for (got, file) in out.iter().zip(&files) {
         let want = read_npy(file).unwrap();
         assert_eq!(got.shape(), want.shape());
-        let scale = (0..want.len()).map(|i| want.get_f64(i).abs()).fold(1.0, f64::max);
-        let err = (0..want.len()).map(|i| (got.get_f64(i) - want.get_f64(i)).abs()).fold(0.0, f64::max);
-        assert!(err <= 1e-4 * scale, "{name}: max error {err} (scale {scale})");
+        let scale = (0..want.len())
+            .map(|i| want.get_f64(i).abs())
+            .fold(1.0, f64::max);
+        let err = (0..want.len())
+            .map(|i| (got.get_f64(i) - want.get_f64(i)).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            err <= 1e-4 * scale,
+            "{name}: max error {err} (scale {scale})"
+        );
     }
 }
 
 fn optimize(name: &str, pipeline: &str) -> (Module, Module, MapWeights) {
     let (before, w) = load(name);
     let mut m = before.clone();
-    let opts = PipelineOptions { weights: &w, verify_each: true, ..PipelineOptions::default() };
-    let report = run_pipeline(&mut m, pipeline, &opts).unwrap_or_else(|d| panic!("{name}: {}", d.message));
+    let opts = PipelineOptions {
+        weights: &w,
+        verify_each: true,
+        ..PipelineOptions::default()
+    };
+    let report =
+        run_pipeline(&mut m, pipeline, &opts).unwrap_or_else(|d| panic!("{name}: {}", d.message));
     assert!(!report.passes.is_empty());
     // Growth: every saturation stays within 4 e-nodes per op and saturates.
     for p in &report.passes {
         for e in &p.stats.saturation {
-            assert!(e.nodes <= 4 * p.ops_before.max(1), "{name}/{}: {} nodes for {} ops", p.name, e.nodes, p.ops_before);
+            assert!(
+                e.nodes <= 4 * p.ops_before.max(1),
+                "{name}/{}: {} nodes for {} ops",
+                p.name,
+                e.nodes,
+                p.ops_before
+            );
             assert_eq!(e.stop_reason, "saturated", "{name}/{}", p.name);
         }
     }
@@ -69,12 +107,24 @@ fn optimize(name: &str, pipeline: &str) -> (Module, Module, MapWeights) {
 fn check_model(name: &str, expect_bn: bool) {
     let (before, folded, w) = optimize(name, "fold-bn");
     if expect_bn {
-        assert!(count(&before, Opcode::BatchNorm) > 0, "{name} has batch-norms to fold");
+        assert!(
+            count(&before, Opcode::BatchNorm) > 0,
+            "{name} has batch-norms to fold"
+        );
     }
-    assert_eq!(count(&folded, Opcode::BatchNorm), 0, "{name}: batch_norm left after fold-bn");
+    assert_eq!(
+        count(&folded, Opcode::BatchNorm),
+        0,
+        "{name}: batch_norm left after fold-bn"
+    );
     check_outputs(name, &folded, &w);
     let (_, fused, w) = optimize(name, "fold-bn,fuse");
-    assert!(ops(&fused) < ops(&folded), "{name}: fuse did not reduce the op count ({} -> {})", ops(&folded), ops(&fused));
+    assert!(
+        ops(&fused) < ops(&folded),
+        "{name}: fuse did not reduce the op count ({} -> {})",
+        ops(&folded),
+        ops(&fused)
+    );
     check_outputs(name, &fused, &w);
     // The text form round-trips and verifies (in-memory constants print as dense).
     let text = aoc_ir::print::print_module(&fused);

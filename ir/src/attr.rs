@@ -73,6 +73,27 @@ pub struct WeightRef {
 pub enum ConstValue {
     Dense(DenseData),
     Weight(WeightRef),
+    /// Values computed in memory by a pass (folded weights). Its tensor's
+    /// type must equal the constant's declared type. It prints as `dense<...>`
+    /// (so text never holds it); the driver moves large ones into a weights
+    /// file with `aoc_ir::weights::externalize_constants` before writing.
+    Tensor(std::sync::Arc<crate::tensor::Tensor>),
+}
+
+impl ConstValue {
+    /// An in-memory payload holding `t`.
+    pub fn tensor(t: crate::tensor::Tensor) -> ConstValue {
+        ConstValue::Tensor(std::sync::Arc::new(t))
+    }
+
+    /// The inline numbers of an in-memory payload, as a dense payload would
+    /// hold them.
+    pub fn tensor_dense(t: &crate::tensor::Tensor) -> DenseData {
+        match &t.data {
+            crate::tensor::Data::F(v) => DenseData::Floats(v.clone()),
+            crate::tensor::Data::I(v) => DenseData::Ints(v.clone()),
+        }
+    }
 }
 
 /// An attribute value.
@@ -211,6 +232,9 @@ impl fmt::Display for Attr {
             Attr::Floats(v) => write_list(f, v, |f, x| write_float(f, *x)),
             Attr::Type(s) => write!(f, "{s}"),
             Attr::Const(ConstValue::Weight(w)) => write!(f, "{w}"),
+            Attr::Const(ConstValue::Tensor(t)) => {
+                write!(f, "{}", Attr::Const(ConstValue::Dense(ConstValue::tensor_dense(t))))
+            }
             Attr::Const(ConstValue::Dense(DenseData::Floats(v))) => {
                 f.write_str("dense<")?;
                 write_list(f, v, |f, x| write_float(f, *x))?;

@@ -24,6 +24,7 @@ pub mod print;
 pub mod tensor;
 pub mod types;
 pub mod verify;
+pub mod weights;
 
 pub use attr::{Attr, AttrKind, Attrs, ConstValue, DenseData, WeightRef};
 pub use diag::{Diagnostic, Location, Severity, Span};

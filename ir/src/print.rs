@@ -162,6 +162,13 @@ fn write_const(out: &mut String, c: &ConstValue, ty: Option<&TensorType>) {
             write_dense(out, d, ty);
             out.push('>');
         }
+        // In-memory values print as the dense payload they equal, so the
+        // text reads back to the same numbers.
+        ConstValue::Tensor(t) => {
+            out.push_str("dense<");
+            write_dense(out, &ConstValue::tensor_dense(t), ty);
+            out.push('>');
+        }
     }
 }
 

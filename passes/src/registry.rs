@@ -62,6 +62,13 @@ impl std::fmt::Debug for PassEntry {
 pub fn registry() -> &'static [PassEntry] {
     static REGISTRY: &[PassEntry] = &[
         PassEntry::of::<crate::passes::algebraic::Algebraic>(true),
+        PassEntry::of::<crate::passes::fold_bn::FoldBn>(true),
+        // qdq before fuse: fusion would absorb the float ops of Q/DQ groups;
+        // winograd-auto before fuse, so its per-layer choice sees plain convs.
+        PassEntry::of::<crate::passes::qdq::Qdq>(true),
+        PassEntry::of::<crate::passes::winograd::WinogradAuto>(true),
+        PassEntry::of::<crate::passes::fuse::Fuse>(true),
+        PassEntry::of::<crate::passes::winograd::Winograd>(false),
         PassEntry::of::<crate::passes::user_rules::UserRules>(false),
     ];
     REGISTRY

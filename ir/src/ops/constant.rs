@@ -1,4 +1,5 @@
-//! `const`: inline dense values and named weights.
+//! `const`: inline dense values, named weights, and in-memory values
+//! computed by passes (folded weights).
 
 use crate::attr::{ConstValue, DenseData};
 use crate::ops::{EvalCx, InferCx};
@@ -9,6 +10,11 @@ pub fn infer_const(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     let ty = cx.declared_one()?.clone();
     match cx.constant("value")? {
         ConstValue::Weight(_) => {}
+        ConstValue::Tensor(t) => {
+            if t.ty != ty || t.len() != ty.num_elements() {
+                return Err(format!("the in-memory value is {}, but the constant declares {ty}", t.ty));
+            }
+        }
         ConstValue::Dense(d) => {
             let n = ty.num_elements();
             if d.len() != 1 && d.len() != n {
@@ -27,6 +33,7 @@ pub fn eval_const(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
     let n = ty.num_elements();
     let t = match cx.constant("value")? {
         ConstValue::Weight(w) => cx.weights.load(&w.file, &w.key, &ty)?,
+        ConstValue::Tensor(t) => t.as_ref().clone(),
         ConstValue::Dense(DenseData::Floats(v)) => {
             Tensor::from_f64(ty, if v.len() == n { v.clone() } else { vec![v[0]; n] })
         }

@@ -137,7 +137,19 @@ fn classify(op: Opcode) -> Kind {
         | Opcode::Resize
         | Opcode::Quantize
         | Opcode::Dequantize
-        | Opcode::Requantize => Kind::Other,
+        | Opcode::Requantize
+        | Opcode::QuantConv2d
+        | Opcode::QuantMatMul
+        | Opcode::QuantGemm
+        | Opcode::QuantAdd
+        | Opcode::QuantAvgPool2d
+        | Opcode::QuantGlobalAvgPool
+        | Opcode::WinogradConv2d
+        | Opcode::FusedPointwise
+        | Opcode::FusedConv2d
+        | Opcode::FusedMatMul
+        | Opcode::FusedGemm
+        | Opcode::Attention => Kind::Other,
     }
 }
 

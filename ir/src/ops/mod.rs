@@ -18,11 +18,14 @@ use crate::types::{Scalar, TensorType};
 
 pub mod constant;
 pub mod elementwise;
+pub mod fused;
 pub mod nn;
 pub mod quant;
+pub mod quant_compute;
 pub mod reduce;
 pub mod resize;
 pub mod shape;
+pub mod winograd;
 
 /// How many values an operand slot takes.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -908,6 +911,185 @@ define_ops! {
         format: Generic, operands: [q: One], results: [r], attrs: [],
         traits: [Pure, Elementwise, DeclaredResult],
         infer: quant::infer_requantize, eval: quant::eval_requantize,
+    },
+
+    // ---- quantized integer compute (the `qdq` pass makes these) ----
+    // Each means exactly: dequantize every operand, run the float op of the
+    // same name, clamp to [clip_min, clip_max], quantize to the declared type.
+    QuantConv2d = "quant.conv2d" {
+        summary: "`core.conv2d` on quantized operands (an int32 bias with scale `s_x * s_w` included) with a requantize epilogue: exactly dequantize, convolve in float, clamp to `[clip_min, clip_max]`, quantize to the declared type.",
+        example: "%y = quant.conv2d %x, %w, %b {pads = [1, 1, 1, 1]} : tensor<1x64x56x56x!quant.uniform<i8:f32, 0.02:-128>>",
+        format: Generic,
+        operands: [input: One, weight: One, bias: Optional],
+        results: [output],
+        attrs: [
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "kernel dilation along H and W"),
+            (groups, Int, Int(1), "number of channel groups"),
+            (clip_min, Float, Optional, "epilogue: lower clamp before quantizing (a fused relu is 0.0)"),
+            (clip_max, Float, Optional, "epilogue: upper clamp before quantizing"),
+        ],
+        traits: [Pure, DeclaredResult],
+        infer: quant_compute::infer_conv2d, eval: quant_compute::eval_conv2d,
+    },
+    QuantMatMul = "quant.matmul" {
+        summary: "`core.matmul` on quantized operands with a requantize epilogue (dequantize, multiply in float, clamp, quantize to the declared type).",
+        example: "%y = quant.matmul %a, %b : tensor<1x128x768x!quant.uniform<i8:f32, 0.05>>",
+        format: Generic,
+        operands: [lhs: One, rhs: One],
+        results: [y],
+        attrs: [
+            (clip_min, Float, Optional, "epilogue: lower clamp before quantizing (a fused relu is 0.0)"),
+            (clip_max, Float, Optional, "epilogue: upper clamp before quantizing"),
+        ],
+        traits: [Pure, DeclaredResult],
+        infer: quant_compute::infer_matmul, eval: quant_compute::eval_matmul,
+    },
+    QuantGemm = "quant.gemm" {
+        summary: "`core.gemm` on quantized operands with a requantize epilogue (dequantize, compute in float, clamp, quantize to the declared type).",
+        example: "%y = quant.gemm %a, %b, %c {trans_b = true} : tensor<1x10x!quant.uniform<i8:f32, 0.006:-50>>",
+        format: Generic,
+        operands: [a: One, b: One, c: Optional],
+        results: [y],
+        attrs: [
+            (alpha, Float, Float(1.0), "scale of the product"),
+            (beta, Float, Float(1.0), "scale of `c`"),
+            (trans_a, Bool, Bool(false), "transpose `a` first"),
+            (trans_b, Bool, Bool(false), "transpose `b` first"),
+            (clip_min, Float, Optional, "epilogue: lower clamp before quantizing (a fused relu is 0.0)"),
+            (clip_max, Float, Optional, "epilogue: upper clamp before quantizing"),
+        ],
+        traits: [Pure, DeclaredResult],
+        infer: quant_compute::infer_gemm, eval: quant_compute::eval_gemm,
+    },
+    QuantAdd = "quant.add" {
+        summary: "`core.add` on quantized operands (numpy broadcasting) with a requantize epilogue (dequantize, add in float, clamp, quantize to the declared type).",
+        example: "%z = quant.add %x, %y : tensor<1x64x56x56x!quant.uniform<i8:f32, 0.03:-128>>",
+        format: Generic,
+        operands: [lhs: One, rhs: One],
+        results: [z],
+        attrs: [
+            (clip_min, Float, Optional, "epilogue: lower clamp before quantizing (a fused relu is 0.0)"),
+            (clip_max, Float, Optional, "epilogue: upper clamp before quantizing"),
+        ],
+        traits: [Pure, DeclaredResult],
+        infer: quant_compute::infer_add, eval: quant_compute::eval_add,
+    },
+    QuantAvgPool2d = "quant.avg_pool2d" {
+        summary: "`core.avg_pool2d` on a quantized operand with a requantize epilogue (dequantize, average in float, clamp, quantize to the declared type).",
+        example: "%y = quant.avg_pool2d %x {kernel = [2, 2], strides = [2, 2]} : tensor<1x64x28x28x!quant.uniform<i8:f32, 0.02>>",
+        format: Generic,
+        operands: [x: One],
+        results: [y],
+        attrs: [
+            (kernel, Ints, Required, "window size along H and W"),
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "window dilation along H and W"),
+            (ceil_mode, Bool, Bool(false), "round the output size up instead of down"),
+            (count_include_pad, Bool, Bool(false), "divide by the full window size, padding included"),
+            (clip_min, Float, Optional, "epilogue: lower clamp before quantizing (a fused relu is 0.0)"),
+            (clip_max, Float, Optional, "epilogue: upper clamp before quantizing"),
+        ],
+        traits: [Pure, DeclaredResult],
+        infer: quant_compute::infer_avg_pool2d, eval: quant_compute::eval_avg_pool2d,
+    },
+    QuantGlobalAvgPool = "quant.global_avg_pool" {
+        summary: "`core.global_avg_pool` on a quantized operand with a requantize epilogue (dequantize, average in float, clamp, quantize to the declared type).",
+        example: "%y = quant.global_avg_pool %x : tensor<1x64x1x1x!quant.uniform<i8:f32, 0.01:-128>>",
+        format: Generic,
+        operands: [x: One],
+        results: [y],
+        attrs: [
+            (clip_min, Float, Optional, "epilogue: lower clamp before quantizing (a fused relu is 0.0)"),
+            (clip_max, Float, Optional, "epilogue: upper clamp before quantizing"),
+        ],
+        traits: [Pure, DeclaredResult],
+        infer: quant_compute::infer_global_avg_pool, eval: quant_compute::eval_global_avg_pool,
+    },
+
+    // ---- fused ops (the `fuse` pass makes these; see ops/fused.rs) ----
+    // Each is a core op followed by `epilogue`, an ordered list of pointwise
+    // steps; binary steps take the extra operands in order. Each means
+    // exactly its unfused ops, step by step, with the same rounding.
+    FusedPointwise = "core.fused_pointwise" {
+        summary: "A chain of pointwise ops as one op: starts from the first operand and applies the `epilogue` steps in order; binary steps take the following operands in order.",
+        example: "%y = core.fused_pointwise %x, %b {epilogue = \"add; relu\"} : tensor<1x64x56x56xf32>",
+        format: Generic,
+        operands: [inputs: Variadic],
+        results: [y],
+        attrs: [(epilogue, Str, Str(""), "pointwise steps separated by `;`, e.g. `add; relu; clip(0.0, 6.0)`")],
+        traits: [Pure],
+        infer: fused::infer_fused_pointwise, eval: fused::eval_fused_pointwise,
+    },
+    FusedConv2d = "core.fused_conv2d" {
+        summary: "`core.conv2d` (with its own bias when `bias` is set) followed by the `epilogue` steps, whose binary steps take the remaining operands (residuals, per-channel tensors) in order.",
+        example: "%y = core.fused_conv2d %x, %w, %b, %r {bias = true, pads = [1, 1, 1, 1], epilogue = \"add; relu\"} : tensor<1x64x56x56xf32>",
+        format: Generic,
+        operands: [input: One, weight: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional, arg4: Optional, arg5: Optional],
+        results: [output],
+        attrs: [
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "kernel dilation along H and W"),
+            (groups, Int, Int(1), "number of channel groups"),
+            (bias, Bool, Bool(false), "operand 2 is the convolution's own per-output-channel bias"),
+            (epilogue, Str, Str(""), "pointwise steps separated by `;`"),
+        ],
+        traits: [Pure],
+        infer: fused::infer_fused_conv2d, eval: fused::eval_fused_conv2d,
+    },
+    FusedMatMul = "core.fused_matmul" {
+        summary: "`core.matmul` followed by the `epilogue` steps, whose binary steps take the remaining operands in order.",
+        example: "%y = core.fused_matmul %a, %w, %b {epilogue = \"add; gelu\"} : tensor<1x128x3072xf32>",
+        format: Generic,
+        operands: [lhs: One, rhs: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional, arg4: Optional, arg5: Optional],
+        results: [y],
+        attrs: [(epilogue, Str, Str(""), "pointwise steps separated by `;`")],
+        traits: [Pure],
+        infer: fused::infer_fused_matmul, eval: fused::eval_fused_matmul,
+    },
+    FusedGemm = "core.fused_gemm" {
+        summary: "`core.gemm` (with `c` when `bias` is set) followed by the `epilogue` steps, whose binary steps take the remaining operands in order.",
+        example: "%y = core.fused_gemm %a, %w, %c {bias = true, trans_b = true, epilogue = \"relu\"} : tensor<1x1000xf32>",
+        format: Generic,
+        operands: [a: One, b: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional, arg4: Optional, arg5: Optional],
+        results: [y],
+        attrs: [
+            (alpha, Float, Float(1.0), "scale of the product"),
+            (beta, Float, Float(1.0), "scale of `c`"),
+            (trans_a, Bool, Bool(false), "transpose `a` first"),
+            (trans_b, Bool, Bool(false), "transpose `b` first"),
+            (bias, Bool, Bool(false), "operand 2 is gemm's `c`"),
+            (epilogue, Str, Str(""), "pointwise steps separated by `;`"),
+        ],
+        traits: [Pure],
+        infer: fused::infer_fused_gemm, eval: fused::eval_fused_gemm,
+    },
+    Attention = "core.attention" {
+        summary: "Scaled dot-product attention: `softmax(steps(matmul(q, kt)), axis = -1)` then `matmul` with `v`; `kt` is the keys already transposed; the `epilogue` steps (scale, mask) act on the scores and take the operands after `v` in order.",
+        example: "%o = core.attention %q, %kt, %v, %scale, %mask {epilogue = \"mul; add\"} : tensor<1x12x128x64xf32>",
+        format: Generic,
+        operands: [q: One, kt: One, v: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional],
+        results: [y],
+        attrs: [(epilogue, Str, Str(""), "pointwise steps on the scores, separated by `;`")],
+        traits: [Pure],
+        infer: fused::infer_attention, eval: fused::eval_attention,
+    },
+    // ---- Winograd convolution (the `winograd` pass makes it; see ops/winograd.rs) ----
+    WinogradConv2d = "core.winograd_conv2d" {
+        summary: "3x3 stride-1 ungrouped convolution by Winograd's F(m x m, 3 x 3), m = `tile` (2 or 4), with the weight transformed at compile time (`U = G g G^T`, laid out [m+2, m+2, C_out, C_in]); the interpreter runs the real algorithm (input transform `B^T d B`, products summed over channels, output transform `A^T M A`) in f32, so it differs from `core.conv2d` by rounding (within 1e-3 for values of order 1).",
+        example: "%y = core.winograd_conv2d %x, %u, %b {tile = 2, pads = [1, 1, 1, 1]} : tensor<1x64x56x56xf32>",
+        format: Generic,
+        operands: [input: One, weight: One, bias: Optional],
+        results: [output],
+        attrs: [
+            (tile, Int, Int(2), "output tile size m: 2 for F(2x2, 3x3), 4 for F(4x4, 3x3)"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+        ],
+        traits: [Pure],
+        infer: winograd::infer_winograd_conv2d, eval: winograd::eval_winograd_conv2d,
     },
 }
 

@@ -9,7 +9,13 @@
 //! - `ty` is `None` only for classes made by an ill-typed node (a rule whose
 //!   result does not type-check); extraction never picks such nodes.
 //! - `value` is `Some` only for tensors of at most `fold_limit` elements, so
-//!   large weights are never materialized or hashed.
+//!   large weights are never hashed or folded op by op. Rules that fold
+//!   weights (BN folding, Winograd) read large constants with
+//!   [`const_tensor`] and add their results with [`add_computed_const`]
+//!   (in-memory payloads, memoized per rule and inputs).
+//! - Weights-file constants have values only when the pass loaded them
+//!   (`ConstEntry::loaded`, filled through the pass's weight source when
+//!   the function is converted).
 //! - A class with a value holds a `Node::Const` (added by `modify`), which is
 //!   how constant folding becomes visible to extraction.
 //! - `origin` is the (creation order, location, value name) of the first
@@ -21,6 +27,7 @@ use aoc_ir::interp::{NoWeights, eval_op};
 use aoc_ir::tensor::Data;
 use aoc_ir::{Location, Opcode, Tensor, TensorType, Trait};
 use egg::{DidMerge, EGraph, Id};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Default bound on the number of elements of a constant the analysis holds
@@ -33,6 +40,10 @@ pub const DEFAULT_FOLD_LIMIT: usize = 4096;
 pub struct ConstEntry {
     pub ty: TensorType,
     pub value: ConstValue,
+    /// The values of a `@file["key"]` payload, loaded through the pass's
+    /// weight source when the pass folds weights (`None` otherwise, or when
+    /// the source could not provide them).
+    pub loaded: Option<Arc<Tensor>>,
 }
 
 /// Where a class came from in the original function.
@@ -51,6 +62,11 @@ pub struct ClassData {
     /// Set when two classes of different types were merged (a rule that does
     /// not preserve types); the pass reports it.
     pub conflict: Option<(TensorType, TensorType)>,
+    /// How many times the original function uses this value (as an operand
+    /// or a result); 0 for classes rules created. Fusion rules absorb a
+    /// producer only when it has exactly one use, so extraction never
+    /// duplicates a convolution into two consumers.
+    pub uses: u32,
 }
 
 /// The analysis state: parameter types and the constant side table.
@@ -59,6 +75,10 @@ pub struct TensorAnalysis {
     pub params: Vec<TensorType>,
     pub consts: Vec<ConstEntry>,
     pub fold_limit: usize,
+    /// Constants computed by rules (folded weights), by a key naming the
+    /// rule and its inputs, so a rule that fires again on the same match in
+    /// a later iteration adds no new node.
+    pub computed: HashMap<String, ConstId>,
 }
 
 impl TensorAnalysis {
@@ -67,32 +87,93 @@ impl TensorAnalysis {
             params,
             consts: vec![],
             fold_limit: DEFAULT_FOLD_LIMIT,
+            computed: HashMap::new(),
         }
     }
 
     /// Adds a constant to the side table.
     pub fn add_const(&mut self, ty: TensorType, value: ConstValue) -> ConstId {
-        self.consts.push(ConstEntry { ty, value });
+        self.consts.push(ConstEntry {
+            ty,
+            value,
+            loaded: None,
+        });
         ConstId((self.consts.len() - 1) as u32)
     }
 
-    /// The value of a side-table constant, when it is inline and small.
-    fn const_value(&self, c: ConstId) -> Option<Tensor> {
+    /// The full value of a side-table constant, whatever its size: inline
+    /// payloads are evaluated, in-memory ones shared, weights-file ones
+    /// available only when loaded.
+    pub fn const_tensor(&self, c: ConstId) -> Option<Arc<Tensor>> {
+        let e = self.consts.get(c.0 as usize)?;
+        match &e.value {
+            ConstValue::Tensor(t) => Some(t.clone()),
+            ConstValue::Weight(_) => e.loaded.clone(),
+            ConstValue::Dense(_) => {
+                let attrs = Attrs::new().with("value", Attr::Const(e.value.clone()));
+                eval_op(
+                    Opcode::Const,
+                    &[],
+                    &attrs,
+                    std::slice::from_ref(&e.ty),
+                    &NoWeights,
+                )
+                .ok()?
+                .pop()
+                .map(Arc::new)
+            }
+        }
+    }
+
+    /// The value of a side-table constant, when it is small enough to fold.
+    fn const_value(&self, c: ConstId) -> Option<Arc<Tensor>> {
         let e = &self.consts[c.0 as usize];
-        if e.ty.num_elements() > self.fold_limit || matches!(e.value, ConstValue::Weight(_)) {
+        if e.ty.num_elements() > self.fold_limit {
             return None;
         }
-        let attrs = Attrs::new().with("value", Attr::Const(e.value.clone()));
-        eval_op(
-            Opcode::Const,
-            &[],
-            &attrs,
-            std::slice::from_ref(&e.ty),
-            &NoWeights,
-        )
-        .ok()?
-        .pop()
+        self.const_tensor(c)
     }
+}
+
+/// The full value of class `id` when it is a known constant of any size
+/// (large folded weights and loaded weights included), for rules that fold
+/// weights at compile time.
+pub fn const_tensor(egraph: &Graph, id: Id) -> Option<Arc<Tensor>> {
+    let class = &egraph[id];
+    if let Some(v) = &class.data.value {
+        return Some(v.clone());
+    }
+    class.nodes.iter().find_map(|n| match n {
+        Node::Const(c) => egraph.analysis.const_tensor(*c),
+        _ => None,
+    })
+}
+
+/// A constant node holding the result of `compute`, memoized under `key`
+/// (which must name the rule and identify its inputs, e.g. by their
+/// `ConstId`s or canonical class ids). Returns `None` when `compute` fails
+/// or returns a tensor whose type is not `ty`.
+pub fn add_computed_const(
+    egraph: &mut Graph,
+    key: String,
+    ty: &TensorType,
+    compute: impl FnOnce() -> Option<Tensor>,
+) -> Option<Id> {
+    let c = match egraph.analysis.computed.get(&key) {
+        Some(c) => *c,
+        None => {
+            let t = compute()?;
+            if &t.ty != ty || t.len() != ty.num_elements() {
+                return None;
+            }
+            let c = egraph
+                .analysis
+                .add_const(ty.clone(), ConstValue::Tensor(Arc::new(t)));
+            egraph.analysis.computed.insert(key, c);
+            c
+        }
+    };
+    Some(egraph.add(Node::Const(c)))
 }
 
 pub type Graph = EGraph<Node, TensorAnalysis>;
@@ -136,7 +217,7 @@ impl egg::Analysis<Node> for TensorAnalysis {
     fn make(egraph: &mut Graph, enode: &Node, _id: Id) -> ClassData {
         let ty = infer_node(egraph, enode);
         let value = match (enode, &ty) {
-            (Node::Const(c), Some(_)) => egraph.analysis.const_value(*c).map(Arc::new),
+            (Node::Const(c), Some(_)) => egraph.analysis.const_value(*c),
             (Node::Op(o), Some(t)) if t.num_elements() <= egraph.analysis.fold_limit => {
                 fold(egraph, o, t)
             }
@@ -147,6 +228,7 @@ impl egg::Analysis<Node> for TensorAnalysis {
             value,
             origin: None,
             conflict: None,
+            uses: 0,
         }
     }
 
@@ -169,6 +251,10 @@ impl egg::Analysis<Node> for TensorAnalysis {
         }
         if a.value.is_none() && b.value.is_some() {
             a.value = b.value.clone();
+            changed_a = true;
+        }
+        if b.uses > a.uses {
+            a.uses = b.uses;
             changed_a = true;
         }
         let b_earlier = match (&a.origin, &b.origin) {

@@ -20,20 +20,37 @@ use super::cost::{CostModel, CostNode};
 use super::node::{AttrVal, ConstId, Node, OpAttrs};
 use aoc_ir::attr::{Attr, Attrs, ConstValue};
 use aoc_ir::entity::EntityId;
+use aoc_ir::interp::WeightSource;
 use aoc_ir::{Func, Location, Opcode, TensorType, Trait, ValueId};
 use egg::Id;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A function's e-graph and the classes of its results.
 pub struct FuncGraph {
     pub egraph: Graph,
     pub roots: Vec<Id>,
+    /// Weights that could not be loaded (so rules cannot fold them).
+    pub notes: Vec<String>,
 }
 
 /// Builds the e-graph of `func`. Errors (a reason to skip the function)
 /// for what the language cannot hold yet: ops with several results or with
 /// regions.
 pub fn func_to_egraph(func: &Func, fold_limit: usize) -> Result<FuncGraph, String> {
+    func_to_egraph_with(func, fold_limit, None)
+}
+
+/// As [`func_to_egraph`]; with `weights`, every `@file["key"]` constant's
+/// values are loaded into the side table (`ConstEntry::loaded`) before its
+/// node is added, so rules can fold weights and small weights fold like
+/// inline constants. A weight that cannot be loaded is noted, not an error.
+pub fn func_to_egraph_with(
+    func: &Func,
+    fold_limit: usize,
+    weights: Option<&dyn WeightSource>,
+) -> Result<FuncGraph, String> {
+    let mut notes = Vec::new();
     let params: Vec<TensorType> = func.params().iter().map(|p| func.ty(*p).clone()).collect();
     let mut analysis = TensorAnalysis::new(params);
     analysis.fold_limit = fold_limit;
@@ -82,6 +99,7 @@ pub fn func_to_egraph(func: &Func, fold_limit: usize) -> Result<FuncGraph, Strin
             let small = match value {
                 ConstValue::Weight(_) => true,
                 ConstValue::Dense(d) => d.len() <= 64,
+                ConstValue::Tensor(t) => t.len() <= 64,
             };
             let c = if small {
                 let key = (
@@ -94,6 +112,15 @@ pub fn func_to_egraph(func: &Func, fold_limit: usize) -> Result<FuncGraph, Strin
             } else {
                 egraph.analysis.add_const(ty.clone(), value.clone())
             };
+            if let (ConstValue::Weight(w), Some(source)) = (value, weights) {
+                let entry = &mut egraph.analysis.consts[c.0 as usize];
+                if entry.loaded.is_none() {
+                    match source.load(&w.file, &w.key, &ty) {
+                        Ok(t) => entry.loaded = Some(Arc::new(t)),
+                        Err(m) => notes.push(format!("cannot fold {w}: {m}")),
+                    }
+                }
+            }
             Node::Const(c)
         } else {
             let declared = op
@@ -124,7 +151,27 @@ pub fn func_to_egraph(func: &Func, fold_limit: usize) -> Result<FuncGraph, Strin
         })
         .collect::<Result<Vec<Id>, String>>()?;
     egraph.rebuild();
-    Ok(FuncGraph { egraph, roots })
+    // Original use counts, for fusion rules (see `ClassData::uses`).
+    let mut uses = vec![0u32; func.values.len()];
+    for &op_id in &func.body.ops {
+        for v in &func.ops[op_id].operands {
+            uses[v.index()] += 1;
+        }
+    }
+    for v in func.results() {
+        uses[v.index()] += 1;
+    }
+    for (i, id) in ids.iter().enumerate() {
+        if let Some(id) = id {
+            let id = egraph.find(*id);
+            egraph[id].data.uses += uses[i];
+        }
+    }
+    Ok(FuncGraph {
+        egraph,
+        roots,
+        notes,
+    })
 }
 
 /// The cost of one node on its own, or `None` when it must not be chosen

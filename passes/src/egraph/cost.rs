@@ -52,20 +52,28 @@ pub fn flops(
     let info = opcode.info();
     match opcode {
         // multiply-adds: out * reduction length * 2
-        Opcode::Conv2d | Opcode::ConvTranspose2d => {
+        Opcode::Conv2d | Opcode::ConvTranspose2d | Opcode::FusedConv2d => {
             let w = operands
                 .get(1)
                 .map_or(1.0, |w| w.shape.iter().skip(1).product::<usize>() as f64);
             2.0 * out * w
         }
-        Opcode::MatMul => {
+        // Attention: two matmuls of about the same size.
+        Opcode::Attention => {
+            4.0 * out
+                * operands
+                    .first()
+                    .and_then(|a| a.shape.last())
+                    .map_or(1.0, |&k| k as f64)
+        }
+        Opcode::MatMul | Opcode::FusedMatMul => {
             2.0 * out
                 * operands
                     .first()
                     .and_then(|a| a.shape.last())
                     .map_or(1.0, |&k| k as f64)
         }
-        Opcode::Gemm => {
+        Opcode::Gemm | Opcode::FusedGemm => {
             let trans_a = matches!(attrs.get("trans_a"), Some(aoc_ir::Attr::Bool(true)));
             let k = operands.first().and_then(|a| {
                 if trans_a {
@@ -76,6 +84,22 @@ pub fn flops(
             });
             2.0 * out * k.map_or(1.0, |&k| k as f64)
         }
+        // Integer ops: the float op's operation count at about 4x the f32
+        // rate (VNNI on x86, int8 tensor cores on the GPU).
+        Opcode::QuantConv2d => {
+            let w = operands
+                .get(1)
+                .map_or(1.0, |w| w.shape.iter().skip(1).product::<usize>() as f64);
+            2.0 * out * w / 4.0
+        }
+        Opcode::QuantMatMul | Opcode::QuantGemm => {
+            let trans_a = matches!(attrs.get("trans_a"), Some(aoc_ir::Attr::Bool(true)));
+            let k = operands.first().and_then(|a| {
+                if trans_a { a.shape.first() } else { a.shape.last() }
+            });
+            2.0 * out * k.map_or(1.0, |&k| k as f64) / 4.0
+        }
+        Opcode::WinogradConv2d => winograd_flops(attrs, operands, result),
         _ if info.has_trait(Trait::DataMovement) => 0.0,
         _ => {
             // Reductions and normalizations read each input element a few
@@ -87,6 +111,45 @@ pub fn flops(
             4.0 * out.max(input)
         }
     }
+}
+
+/// Winograd F(m x m, 3 x 3) as (m, tiles, C_in, C_out) from its types.
+fn winograd_shape(attrs: &OpAttrs, operands: &[&TensorType], result: &TensorType) -> Option<(f64, f64, f64, f64)> {
+    let m = match attrs.get("tile") {
+        Some(aoc_ir::Attr::Int(m)) if m > 0 => m as usize,
+        _ => return None,
+    };
+    let u = operands.get(1)?;
+    let [n, k, oh, ow] = result.shape[..] else { return None };
+    let tiles = n * oh.div_ceil(m) * ow.div_ceil(m);
+    let c = *u.shape.get(3)?;
+    Some((m as f64, tiles as f64, c as f64, k as f64))
+}
+
+/// Winograd's operations: (m+2)^2 multiply-adds per tile and channel pair
+/// (instead of 9 m^2), plus the input transform per tile and input channel
+/// and the output transform per tile and output channel (dense matrix
+/// products, as counted here).
+fn winograd_flops(attrs: &OpAttrs, operands: &[&TensorType], result: &TensorType) -> f64 {
+    let Some((m, tiles, c, k)) = winograd_shape(attrs, operands, result) else {
+        return 4.0 * result.num_elements() as f64;
+    };
+    let a = m + 2.0;
+    let products = 2.0 * tiles * a * a * c * k;
+    let input_transform = tiles * c * 4.0 * a * a * a;
+    let output_transform = tiles * k * 2.0 * (m * a * a + m * m * a);
+    products + input_transform + output_transform
+}
+
+/// Winograd's extra memory traffic: the transformed input tiles `V`
+/// (tiles x (m+2)^2 x C_in) and products `M` (tiles x (m+2)^2 x C_out), each
+/// written once and read once, in f32.
+fn winograd_scratch_bytes(attrs: &OpAttrs, operands: &[&TensorType], result: &TensorType) -> f64 {
+    let Some((m, tiles, c, k)) = winograd_shape(attrs, operands, result) else {
+        return 0.0;
+    };
+    let a = m + 2.0;
+    2.0 * 4.0 * tiles * a * a * (c + k)
 }
 
 /// A roofline estimate with per-target constants.
@@ -149,6 +212,11 @@ impl CostModel for Roofline {
                 // Reshape-like ops are views: they only cost their overhead.
                 let moved = match opcode {
                     Opcode::Reshape | Opcode::Flatten | Opcode::Identity => 0.0,
+                    Opcode::WinogradConv2d => {
+                        operands.iter().map(|t| bytes(t)).sum::<f64>()
+                            + bytes(result)
+                            + winograd_scratch_bytes(attrs, operands, result)
+                    }
                     _ => operands.iter().map(|t| bytes(t)).sum::<f64>() + bytes(result),
                 };
                 let f = flops(*opcode, attrs, operands, result);

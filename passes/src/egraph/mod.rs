@@ -11,10 +11,10 @@ pub mod cost;
 pub mod node;
 pub mod saturate;
 
-pub use analysis::{ClassData, Graph, TensorAnalysis};
+pub use analysis::{ClassData, Graph, TensorAnalysis, add_computed_const, const_tensor};
 pub use cost::{CostModel, Roofline};
 pub use node::{Node, OpAttrs};
-pub use saturate::{Limits, Optimized, optimize_func};
+pub use saturate::{Limits, Optimized, optimize_func, optimize_func_with};
 
 /// A rewrite over aoc's e-graph.
 pub type Rewrite = egg::Rewrite<Node, TensorAnalysis>;

@@ -57,6 +57,11 @@ impl AttrVal {
             Attr::Const(ConstValue::Weight(w)) => {
                 AttrVal::Weight(w.file.as_str().into(), w.key.as_str().into())
             }
+            // An in-memory payload compares by its numbers, as the dense
+            // payload it prints as.
+            Attr::Const(ConstValue::Tensor(t)) => {
+                AttrVal::from_attr(&Attr::Const(ConstValue::Dense(ConstValue::tensor_dense(t))))
+            }
         }
     }
 

@@ -14,9 +14,10 @@
 
 use super::Rewrite;
 use super::analysis::{DEFAULT_FOLD_LIMIT, Graph};
-use super::convert::{FuncGraph, extract, func_to_egraph};
+use super::convert::{FuncGraph, extract, func_to_egraph_with};
 use super::cost::CostModel;
 use crate::pass::SaturationStats;
+use aoc_ir::interp::WeightSource;
 use aoc_ir::{Diagnostic, Func};
 use egg::{Runner, StopReason};
 use std::collections::BTreeMap;
@@ -84,7 +85,15 @@ pub fn saturate(
         applied: applied.into_iter().filter(|(_, n)| *n > 0).collect(),
     };
     let roots = fg.roots.iter().map(|r| egraph.find(*r)).collect();
-    (FuncGraph { egraph, roots }, stats)
+    let notes = fg.notes;
+    (
+        FuncGraph {
+            egraph,
+            roots,
+            notes,
+        },
+        stats,
+    )
 }
 
 /// The outcome of optimizing one function.
@@ -104,9 +113,27 @@ pub fn optimize_func(
     limits: &Limits,
     model: &dyn CostModel,
 ) -> Result<Optimized, Diagnostic> {
-    let fg = match func_to_egraph(func, limits.fold_limit) {
+    optimize_func_with(func, rules, limits, model, None).map(|(o, _)| o)
+}
+
+/// As [`optimize_func`]; with `weights`, the function's weights-file
+/// constants are loaded so rules can fold them (BN folding, Winograd).
+/// Also returns notes about weights that could not be loaded.
+pub fn optimize_func_with(
+    func: &Func,
+    rules: &[Rewrite],
+    limits: &Limits,
+    model: &dyn CostModel,
+    weights: Option<&dyn WeightSource>,
+) -> Result<(Optimized, Vec<String>), Diagnostic> {
+    let fg = match func_to_egraph_with(func, limits.fold_limit, weights) {
         Ok(fg) => fg,
-        Err(reason) => return Ok(Optimized::Skipped(format!("@{}: {reason}", func.name))),
+        Err(reason) => {
+            return Ok((
+                Optimized::Skipped(format!("@{}: {reason}", func.name)),
+                vec![],
+            ));
+        }
     };
     let (fg, stats) = saturate(fg, rules, limits, &func.name);
     if let Some((a, b)) = fg.egraph.classes().find_map(|c| c.data.conflict.clone()) {
@@ -124,5 +151,5 @@ pub fn optimize_func(
             func.loc.clone(),
         )
     })?;
-    Ok(Optimized::Done(out, stats))
+    Ok((Optimized::Done(out, stats), fg.notes))
 }

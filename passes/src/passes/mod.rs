@@ -3,9 +3,13 @@
 //! module's functions.
 
 pub mod algebraic;
+pub mod fold_bn;
+pub mod fuse;
+pub mod qdq;
+pub mod winograd;
 pub mod user_rules;
 
-use crate::egraph::{Limits, Optimized, Rewrite, Roofline, optimize_func};
+use crate::egraph::{Limits, Optimized, Rewrite, Roofline, optimize_func_with};
 use crate::pass::{OptionSpec, PassContext, PassStats, parse_usize};
 use aoc_ir::{Diagnostic, Location, Module};
 use std::time::Duration;
@@ -62,6 +66,30 @@ pub fn run_rules(
     limits: &Limits,
     cx: &PassContext,
 ) -> Result<PassStats, Diagnostic> {
+    run_rules_with(module, rules, limits, cx, false)
+}
+
+/// As [`run_rules`], for passes whose rules fold weights at compile time
+/// (BN folding, Winograd): the functions' weights-file constants are loaded
+/// through `cx.weights` first, so rules see their values
+/// (`crate::egraph::const_tensor`). Weights that cannot be loaded are
+/// reported as notes and simply not folded.
+pub fn run_rules_folding(
+    module: &mut Module,
+    rules: &[Rewrite],
+    limits: &Limits,
+    cx: &PassContext,
+) -> Result<PassStats, Diagnostic> {
+    run_rules_with(module, rules, limits, cx, true)
+}
+
+fn run_rules_with(
+    module: &mut Module,
+    rules: &[Rewrite],
+    limits: &Limits,
+    cx: &PassContext,
+    load_weights: bool,
+) -> Result<PassStats, Diagnostic> {
     let model = Roofline::for_target(cx.target).ok_or_else(|| {
         Diagnostic::error(
             format!(
@@ -73,7 +101,10 @@ pub fn run_rules(
     })?;
     let mut stats = PassStats::default();
     for func in &mut module.funcs {
-        match optimize_func(func, rules, limits, &model)? {
+        let weights = load_weights.then_some(cx.weights);
+        let (outcome, notes) = optimize_func_with(func, rules, limits, &model, weights)?;
+        stats.notes.extend(notes);
+        match outcome {
             Optimized::Done(new, s) => {
                 *func = new;
                 stats.saturation.push(s);

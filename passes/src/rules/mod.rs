@@ -11,6 +11,11 @@
 //! can never change a value's type, whatever its pattern says.
 
 pub mod algebraic;
+pub mod fold_bn;
+pub mod fuse;
+mod fuse_patterns;
+pub mod qdq;
+pub mod winograd;
 
 use crate::egraph::analysis::Graph;
 use crate::egraph::node::{Node, OpAttrs, OpNode};
@@ -22,7 +27,13 @@ use std::sync::Arc;
 
 /// Every built-in rule family: (name, builder). A unit test builds them all.
 pub fn rule_sets() -> &'static [(&'static str, fn() -> Result<Vec<Rewrite>, String>)] {
-    &[("algebraic", algebraic::rules)]
+    &[
+        ("algebraic", algebraic::rules),
+        ("qdq", qdq::rules),
+        ("winograd", winograd::rules),
+        ("fold-bn", fold_bn::rules),
+        ("fuse", fuse::rules),
+    ]
 }
 
 /// Parses a left-hand side.
@@ -209,4 +220,10 @@ pub fn same_class(egraph: &Graph, a: Id, b: Id) -> bool {
 }
 
 #[cfg(test)]
+mod fold_fuse_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod qdq_tests;
+#[cfg(test)]
+mod winograd_tests;

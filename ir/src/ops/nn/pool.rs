@@ -76,8 +76,14 @@ pub fn infer_pool2d(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     let x = &cx.operands[0];
     require_rank(x, 4, "input")?;
     // Max pooling only compares, so integer images are fine (ONNX allows
-    // int8/uint8); averaging needs a float type.
-    if !(cx.opcode == Opcode::MaxPool2d && x.elem.is_int()) {
+    // int8/uint8), and so are per-tensor quantized ones with integer storage
+    // (the `qdq` pass moves dequantize past max-pool); averaging needs a
+    // float type.
+    let quant_ok = x
+        .elem
+        .quant()
+        .is_some_and(|q| q.axis().is_none() && q.storage.is_int());
+    if !(cx.opcode == Opcode::MaxPool2d && (x.elem.is_int() || quant_ok)) {
         require_float(x, "input")?;
     }
     let p = pool_attrs!(cx);
