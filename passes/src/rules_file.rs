@@ -20,13 +20,13 @@
 //! range of the file text (so the driver shows line and column); loading
 //! never panics and reports every bad line, not only the first.
 
-use crate::egraph::Rewrite;
 use crate::egraph::node::{Node, OpAttrs, OpNode};
+use crate::egraph::{Lhs, Rewrite};
 use crate::rules::TypedApplier;
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::check_operand_count;
 use aoc_ir::{Diagnostic, Opcode, Span, Trait};
-use egg::{ENodeOrVar, Id, Pattern, PatternAst, Var};
+use egg::{ENodeOrVar, Id, PatternAst, Var};
 use std::sync::Arc;
 
 /// Parses a rules file into rewrites, or every diagnostic found.
@@ -170,7 +170,7 @@ fn parse_rule(line: &str, base: usize, names: &[String]) -> R<(String, Rewrite)>
             ));
         }
     }
-    let rw = Rewrite::new(name.as_str(), Pattern::new(lhs), TypedApplier::new(rhs))
+    let rw = Rewrite::new(name.as_str(), Lhs::new(lhs), TypedApplier::new(rhs))
         .map_err(|m| Diagnostic::error_at(m, p.span(rhs_start, line.len())))?;
     Ok((name, rw))
 }

@@ -2,18 +2,21 @@
 //!
 //! `node` is the language (derived from the op table), `analysis` the e-class
 //! analysis (types, small constant values, locations), `convert` the
-//! conversion in both directions with extraction, `cost` the cost models and
+//! conversion in both directions with extraction, `pattern` the rules'
+//! left-hand sides (repeated variables included), `cost` the cost models and
 //! `saturate` the bounded saturation loop. Only this crate knows egg.
 
 pub mod analysis;
 pub mod convert;
 pub mod cost;
 pub mod node;
+pub mod pattern;
 pub mod saturate;
 
 pub use analysis::{ClassData, Graph, TensorAnalysis, add_computed_const, const_tensor};
 pub use cost::{CostModel, Roofline};
 pub use node::{Node, OpAttrs};
+pub use pattern::Lhs;
 pub use saturate::{Limits, Optimized, optimize_func, optimize_func_with};
 
 /// A rewrite over aoc's e-graph.

@@ -10,7 +10,9 @@
 //!
 //! Invariants: nodes in the e-graph always carry complete attributes
 //! (`attrs: Some`); `attrs: None` appears only in rule left-hand sides, where
-//! it matches any attributes. The discriminant is the opcode, and the derived
+//! it matches any attributes. Such a wildcard is seen by `matches` only, not
+//! by `Eq`/`Hash`, so left-hand sides are searched through `pattern::Lhs`,
+//! which never lets egg look a pattern node up in the hash-cons. The discriminant is the opcode, and the derived
 //! order sorts by it first, as egg's matcher for large classes requires.
 
 use aoc_ir::attr::{Attr, Attrs, ConstValue, DenseData, WeightRef};

@@ -144,3 +144,203 @@ fn roofline_prefers_fewer_ops_and_prices_matmul_by_flops() {
     assert!((c - (3e-6 + (524288.0 / 67e12f64).max(bytes / 4.8e12))).abs() < 1e-15);
     assert!(crate::egraph::Roofline::for_target("tpu").is_none());
 }
+
+/// Matches of `pattern` in the e-graph of `f`, as (root class, ?vars) per
+/// match.
+fn search(f: &Func, pattern: &str) -> Vec<egg::SearchMatches<'static, Node>> {
+    use egg::Searcher;
+    let fg = crate::egraph::convert::func_to_egraph(f, 4096).unwrap();
+    let p = crate::rules::lhs(pattern).unwrap();
+    p.search(&fg.egraph)
+        .into_iter()
+        .map(|m| egg::SearchMatches {
+            eclass: m.eclass,
+            substs: m.substs,
+            ast: None,
+        })
+        .collect()
+}
+
+/// `e = exp(x); s = reduce_sum(e); y = div(e, s)`.
+fn softmax_graph() -> Func {
+    let mut f = Func::new("main");
+    let x = f.add_param("x", f32t(&[2, 3]), Location::default());
+    let e = op(&mut f, Opcode::Exp, &[x], Attrs::new());
+    let s = op(&mut f, Opcode::ReduceSum, &[e], ints("axes", &[1]));
+    let y = op(&mut f, Opcode::Div, &[e, s], Attrs::new());
+    f.set_return(vec![y]);
+    f
+}
+
+#[test]
+fn a_variable_used_twice_matches_the_same_class() {
+    let f = softmax_graph();
+    // the variable under an op (`(core.reduce_sum ?e)` is fully bound once
+    // `?e` is: egg looks such terms up instead of scanning for them)
+    let linear = search(&f, "(core.div ?e (core.reduce_sum ?q))");
+    let shared = search(&f, "(core.div ?e (core.reduce_sum ?e))");
+    assert_eq!(linear.len(), 1);
+    assert_eq!(shared.len(), 1);
+    assert_eq!(shared[0].eclass, linear[0].eclass);
+    assert_eq!(shared[0].substs.len(), 1);
+    let ev: egg::Var = "?e".parse().unwrap();
+    assert_eq!(shared[0].substs[0][ev], linear[0].substs[0][ev]);
+    // two leaf occurrences of one variable
+    let mut g = Func::new("main");
+    let a = g.add_param("a", f32t(&[4]), Location::default());
+    let b = g.add_param("b", f32t(&[4]), Location::default());
+    let aa = op(&mut g, Opcode::Mul, &[a, a], Attrs::new());
+    let ab = op(&mut g, Opcode::Mul, &[a, b], Attrs::new());
+    let y = op(&mut g, Opcode::Add, &[aa, ab], Attrs::new());
+    g.set_return(vec![y]);
+    assert_eq!(search(&g, "(core.mul ?x ?x)").len(), 1);
+    assert_eq!(search(&g, "(core.mul ?x ?y)").len(), 2);
+    // the same variable on both sides of a nested op
+    assert_eq!(
+        search(&g, "(core.add (core.mul ?x ?x) (core.mul ?x ?y))").len(),
+        1
+    );
+    assert_eq!(
+        search(&g, "(core.add (core.mul ?x ?x) (core.mul ?y ?x))").len(),
+        0
+    );
+    // a repeated sub-pattern (the parser shares it) and a childless node
+    let mut h = Func::new("main");
+    let x = h.add_param("x", f32t(&[4]), Location::default());
+    let z = h.add_param("z", f32t(&[4]), Location::default());
+    let rx = op(&mut h, Opcode::Relu, &[x], Attrs::new());
+    let rz = op(&mut h, Opcode::Relu, &[z], Attrs::new());
+    let same = op(&mut h, Opcode::Add, &[rx, rx], Attrs::new());
+    let other = op(&mut h, Opcode::Add, &[rx, rz], Attrs::new());
+    let y = op(&mut h, Opcode::Mul, &[same, other], Attrs::new());
+    h.set_return(vec![y]);
+    assert_eq!(
+        search(&h, "(core.add (core.relu ?a) (core.relu ?a))").len(),
+        1
+    );
+    assert_eq!(
+        search(&h, "(core.add (core.relu ?a) (core.relu ?b))").len(),
+        2
+    );
+    assert_eq!(search(&h, "(core.relu param:1)").len(), 1);
+    assert_eq!(
+        search(&h, "(core.add (core.relu param:0) (core.relu param:1))").len(),
+        1
+    );
+    assert_eq!(search(&h, "(core.add (core.relu param:1) ?r)").len(), 0);
+}
+
+#[test]
+fn a_repeated_variable_still_checks_attributes() {
+    // y = e / sum(e, [1]) and w = e / sum(e, [0]): a pattern with attributes
+    // matches only its own reduction
+    let mut f = Func::new("main");
+    let x = f.add_param("x", f32t(&[3, 3]), Location::default());
+    let e = op(&mut f, Opcode::Exp, &[x], Attrs::new());
+    let s1 = op(&mut f, Opcode::ReduceSum, &[e], ints("axes", &[1]));
+    let s0 = op(&mut f, Opcode::ReduceSum, &[e], ints("axes", &[0]));
+    let y = op(&mut f, Opcode::Div, &[e, s1], Attrs::new());
+    let w = op(&mut f, Opcode::Div, &[e, s0], Attrs::new());
+    f.set_return(vec![y, w]);
+    assert_eq!(search(&f, "(core.div ?e (core.reduce_sum ?e))").len(), 2);
+    // with attributes (rules-file syntax): only the reduction over [1]
+    let fg = crate::egraph::convert::func_to_egraph(&f, 4096).unwrap();
+    let r = load_rules("r: (core.div ?e (core.reduce_sum {axes = [1]} ?e)) => ?e").unwrap();
+    let found = r[0].search(&fg.egraph);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].eclass, fg.egraph.find(fg.roots[0]));
+    let rules = load_rules(
+        "sm-1: (core.div (core.exp ?x) (core.reduce_sum {axes = [1]} (core.exp ?x))) \
+         => (core.softmax {axis = 1} ?x)",
+    )
+    .unwrap();
+    let (g, _) = optimize(&f, &rules);
+    let mut ops = opcodes(&g);
+    ops.sort_by_key(|o| o.name());
+    assert_eq!(
+        ops,
+        [Opcode::Div, Opcode::Exp, Opcode::ReduceSum, Opcode::Softmax]
+    );
+    assert!(max_error(&f, &g, 3) < 1e-6);
+}
+
+#[test]
+fn a_variable_used_twice_rewrites_through_a_rules_file() {
+    // max(x, x) = x, written as users write rules
+    let rules = load_rules("max-self: (core.max ?x ?x) => ?x").unwrap();
+    let mut f = Func::new("main");
+    let a = f.add_param("a", f32t(&[4]), Location::default());
+    let b = f.add_param("b", f32t(&[4]), Location::default());
+    let r = op(&mut f, Opcode::Relu, &[a], Attrs::new());
+    let m = op(&mut f, Opcode::Max, &[r, r], Attrs::new());
+    let n = op(&mut f, Opcode::Max, &[r, b], Attrs::new());
+    let y = op(&mut f, Opcode::Add, &[m, n], Attrs::new());
+    f.set_return(vec![y]);
+    let (g, _) = optimize(&f, &rules);
+    assert_eq!(opcodes(&g), [Opcode::Relu, Opcode::Max, Opcode::Add]);
+    assert_eq!(max_error(&f, &g, 3), 0.0);
+}
+
+#[test]
+fn identical_ops_on_the_same_input_are_one_class() {
+    let mut f = Func::new("main");
+    let x = f.add_param("x", f32t(&[4]), Location::named("x"));
+    let r1 = op(&mut f, Opcode::Relu, &[x], Attrs::new());
+    let r2 = op(&mut f, Opcode::Relu, &[x], Attrs::new());
+    let s1 = op(&mut f, Opcode::ReduceSum, &[r1], ints("axes", &[0]));
+    let s2 = op(&mut f, Opcode::ReduceSum, &[r2], ints("axes", &[0]));
+    // a different attribute is a different op
+    let s3 = op(&mut f, Opcode::ReduceSum, &[r2], ints("axes", &[-1]));
+    let y = op(&mut f, Opcode::Sub, &[s1, s2], Attrs::new());
+    f.set_return(vec![y, s3]);
+    let fg = crate::egraph::convert::func_to_egraph(&f, 0).unwrap();
+    let eg = &fg.egraph;
+    // x, relu, reduce_sum over [0], reduce_sum over [-1], sub
+    assert_eq!(eg.number_of_classes(), 5);
+    let relus: Vec<_> = eg
+        .classes()
+        .filter(|c| c.nodes.iter().any(|n| n.opcode() == Some(Opcode::Relu)))
+        .collect();
+    assert_eq!(relus.len(), 1);
+    assert_eq!(relus[0].nodes.len(), 1);
+    // both uses of each relu count (sum over [0] twice, over [-1] once)
+    assert_eq!(relus[0].data.uses, 3);
+    // the sub's operands are one class
+    let sub = eg
+        .classes()
+        .flat_map(|c| c.nodes.iter())
+        .find(|n| n.opcode() == Some(Opcode::Sub))
+        .unwrap();
+    let kids = egg::Language::children(sub);
+    assert_eq!(eg.find(kids[0]), eg.find(kids[1]));
+    let (g, _) = optimize(&f, &[]);
+    assert_eq!(
+        opcodes(&g),
+        [
+            Opcode::Relu,
+            Opcode::ReduceSum,
+            Opcode::Sub,
+            Opcode::ReduceSum
+        ]
+    );
+    assert_eq!(max_error(&f, &g, 3), 0.0);
+}
+
+#[test]
+fn softmax_recognizer_needs_the_same_exp_on_both_sides() {
+    let rules = crate::rules::fuse::pattern_rules().unwrap();
+    let (g, _) = optimize(&softmax_graph(), &rules);
+    assert_eq!(opcodes(&g), [Opcode::Softmax]);
+    // exp(x) / sum(exp(z)): not a softmax
+    let mut f = Func::new("main");
+    let x = f.add_param("x", f32t(&[2, 3]), Location::default());
+    let z = f.add_param("z", f32t(&[2, 3]), Location::default());
+    let ex = op(&mut f, Opcode::Exp, &[x], Attrs::new());
+    let ez = op(&mut f, Opcode::Exp, &[z], Attrs::new());
+    let s = op(&mut f, Opcode::ReduceSum, &[ez], ints("axes", &[1]));
+    let y = op(&mut f, Opcode::Div, &[ex, s], Attrs::new());
+    f.set_return(vec![y]);
+    let (g, _) = optimize(&f, &rules);
+    assert!(!opcodes(&g).contains(&Opcode::Softmax));
+    assert_eq!(max_error(&f, &g, 3), 0.0);
+}

@@ -136,11 +136,9 @@ pub fn pattern_rules() -> Result<Vec<Rewrite>, String> {
         Kind::LayerNormShift,
     )?);
     // exp(z) / reduce_sum(exp(z)) -> softmax(x)   z = x or x - reduce_max(x)
-    // (the shared `exp(z)` is checked in code: non-linear patterns do not
-    // match in this e-graph today, see the report)
     out.push(mk(
         "softmax",
-        "(core.div ?e (core.reduce_sum ?q))",
+        "(core.div ?e (core.reduce_sum ?e))",
         Kind::Softmax,
     )?);
     Ok(out)

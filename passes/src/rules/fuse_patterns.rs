@@ -253,25 +253,30 @@ pub fn layer_norm_affine(egraph: &mut Graph, eclass: Id, opcode: Opcode) -> Vec<
 /// `softmax(x, a)` when `z = x - reduce_max(x, [a])`.
 pub fn softmax(egraph: &mut Graph, eclass: Id, subst: &Subst) -> Vec<Id> {
     let e = egraph.find(subst[var("?e")]);
-    if egraph.find(subst[var("?q")]) != e {
-        return vec![];
-    }
     let zs: Vec<Id> = nodes_of(egraph, e, Opcode::Exp)
         .iter()
         .map(|n| egraph.find(n.children[0]))
         .collect();
     zs.into_iter()
-        .flat_map(|z| softmax_of(egraph, eclass, z))
+        .flat_map(|z| softmax_of(egraph, eclass, e, z))
         .collect()
 }
 
-fn softmax_of(egraph: &mut Graph, eclass: Id, z: Id) -> Vec<Id> {
+fn softmax_of(egraph: &mut Graph, eclass: Id, e: Id, z: Id) -> Vec<Id> {
     let Some(rank) = egraph[z].data.ty.as_ref().map(|t| t.shape.len()) else {
         return vec![];
     };
+    // the axes of the divisions of `e` by its own sum (the matched one and
+    // any other form of the class)
     let mut axes = Vec::new();
     for d in nodes_of(egraph, eclass, Opcode::Div) {
+        if egraph.find(d.children[0]) != e {
+            continue;
+        }
         for r in nodes_of(egraph, d.children[1], Opcode::ReduceSum) {
+            if egraph.find(r.children[0]) != e {
+                continue;
+            }
             if let Some(a) = single_axis(&r, rank) {
                 axes.push(a);
             }

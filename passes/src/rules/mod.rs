@@ -19,7 +19,7 @@ pub mod winograd;
 
 use crate::egraph::analysis::Graph;
 use crate::egraph::node::{Node, OpAttrs, OpNode};
-use crate::egraph::{Rewrite, TensorAnalysis};
+use crate::egraph::{Lhs, Rewrite, TensorAnalysis};
 use aoc_ir::Trait;
 use aoc_ir::attr::Attrs;
 use egg::{Applier, ENodeOrVar, Id, Pattern, PatternAst, RecExpr, Subst, Symbol, Var};
@@ -36,9 +36,11 @@ pub fn rule_sets() -> &'static [(&'static str, fn() -> Result<Vec<Rewrite>, Stri
     ]
 }
 
-/// Parses a left-hand side.
-pub fn lhs(text: &str) -> Result<Pattern<Node>, String> {
+/// Parses a left-hand side (also read for the pattern of a right-hand
+/// side, through `.ast`).
+pub fn lhs(text: &str) -> Result<Lhs, String> {
     text.parse::<Pattern<Node>>()
+        .map(|p| Lhs::new(p.ast))
         .map_err(|e| format!("bad pattern `{text}`: {e}"))
 }
 
