@@ -14,8 +14,11 @@
 //!     significant digits, integers exact; see `aoc_compiler::driver::dump_outputs`).
 //!     Inputs: `// input: %x = dense<[1.0, 2.0]> : tensor<2xf32>` lines, bound
 //!     to parameters by name.
-//!   - `opt --passes=LIST`: parse, verify, run the pipeline, verify again;
-//!     checks run against the printed result.
+//!   - `opt --passes=LIST [--rules=FILE]`: parse, verify, run the pipeline
+//!     through `aoc_compiler::driver::run_passes` (the passes `aoc opt` runs;
+//!     `--rules` names a rules file relative to the test file's folder and
+//!     adds `user-rules`), verify again; checks run against the printed
+//!     result (computed constants print inline as `dense<...>`).
 //! - Checks are `filecheck` directives in comments (`// check:`, `// nextln:`,
 //!   `// not:`, `// sameln:`, `// unordered:`, `// regex:`), Cranelift style.
 //! - `// error: TEXT` expects an error whose message contains TEXT, located on
@@ -41,7 +44,10 @@ enum Mode {
     Roundtrip,
     Verify,
     Run,
-    Opt(String),
+    Opt {
+        passes: String,
+        rules: Option<String>,
+    },
 }
 
 fn parse_header(line: &str) -> Result<Mode, String> {
@@ -60,9 +66,12 @@ fn parse_header(line: &str) -> Result<Mode, String> {
         Some("opt") => {
             let args: Vec<&str> = words.collect();
             let mut passes = String::new();
+            let mut rules = None;
             let mut i = 0;
             while i < args.len() {
-                if let Some(p) = args[i].strip_prefix("--passes=") {
+                if let Some(r) = args[i].strip_prefix("--rules=") {
+                    rules = Some(r.trim_matches(['\'', '"']).to_string());
+                } else if let Some(p) = args[i].strip_prefix("--passes=") {
                     passes = p.trim_matches(['\'', '"']).to_string();
                 } else if args[i] == "--passes" && i + 1 < args.len() {
                     passes = args[i + 1].trim_matches(['\'', '"']).to_string();
@@ -72,7 +81,7 @@ fn parse_header(line: &str) -> Result<Mode, String> {
                 }
                 i += 1;
             }
-            Ok(Mode::Opt(passes))
+            Ok(Mode::Opt { passes, rules })
         }
         other => Err(format!("unknown test kind `{}`", other.unwrap_or(""))),
     }
@@ -81,6 +90,8 @@ fn parse_header(line: &str) -> Result<Mode, String> {
 struct Case {
     /// Display name of the file, relative to `filetests/`.
     rel: String,
+    /// The folder of the file (for `--rules=FILE`).
+    dir: PathBuf,
     mode: Mode,
     /// The case's lines, with blank lines in place of the rest of the file.
     text: String,
@@ -166,6 +177,7 @@ fn cases_of(path: &Path, rel: &str) -> Result<Vec<Case>, String> {
             }
             Case {
                 rel: rel.to_string(),
+                dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
                 mode: mode.clone(),
                 text: t,
             }
@@ -322,8 +334,21 @@ fn run_case(case: &Case) -> Result<(), String> {
             let printed = print_stable(&module)?;
             filecheck(&printed, &case.text, "printed module")
         }
-        Mode::Opt(passes) => {
-            let out = driver::run_passes(module, passes, &mut |_, _| {})?;
+        Mode::Opt { passes, rules } => {
+            let rules = match rules {
+                Some(r) => {
+                    let path = case.dir.join(r);
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    Some(aoc_compiler::opt::RulesFile {
+                        name: r.clone(),
+                        text,
+                    })
+                }
+                None => None,
+            };
+            let mut out = module;
+            driver::run_passes(&mut out, passes, rules)?;
             let errs = aoc_ir::verify::verify_module(&out);
             if !errs.is_empty() {
                 return Err(format!(

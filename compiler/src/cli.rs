@@ -7,10 +7,11 @@
 //! internal error that the binary's panic hook reports as such.
 
 use crate::driver::{
-    InputArg, dump_outputs, import_onnx, is_onnx, parse_input_arg, read_air, run_file, run_passes,
+    InputArg, dump_outputs, import_onnx, is_onnx, parse_input_arg, read_air, read_text, run_file,
     summary, write_air, write_outputs,
 };
-use aoc_ir::module::Module;
+use crate::opt::{OptConfig, RulesFile};
+use crate::weights::SafetensorsWeights;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
@@ -72,9 +73,17 @@ pub enum Command {
         long_about = "Run a pass pipeline over an .air file and print the result.\n\n\
             Without --passes this writes the canonical form of the module (what the \
             printer prints; parsing it back gives the same text). The output goes to -o, \
-            or to stdout. The verifier runs after every pass.",
+            or to stdout. With -o, a result that holds computed constants (folded weights) \
+            or uses weights is written as OUT.air plus a self-contained OUT.safetensors; \
+            on stdout, such constants are an error (use -o). `--passes default` runs the \
+            target's default pipeline; --rules FILE adds the rules of FILE as the pass \
+            `user-rules`. Timing, statistics, printed IR and the --verify-rewrites table go \
+            to stderr.",
         after_help = "Examples:\n  aoc opt model.air -o model.canon.air\n  \
-            aoc opt model.air --passes 'fold-bn,fuse' --print-ir-after-all"
+            aoc opt model.air --passes 'fold-bn,fuse' --print-ir-after-all\n  \
+            aoc opt model.air --passes default --timing --stats -o model.opt.air\n  \
+            aoc opt model.air --rules my.rules --verify-rewrites\n  \
+            aoc opt --list-passes"
     )]
     Opt(OptArgs),
     /// Run a model in the reference interpreter on .npy inputs.
@@ -122,20 +131,47 @@ pub struct CheckArgs {
 #[derive(Args, Debug)]
 pub struct OptArgs {
     /// The .air file.
-    #[arg(value_name = "FILE.air")]
-    pub input: PathBuf,
-    /// Where to write the result (default: stdout).
+    #[arg(value_name = "FILE.air", required_unless_present = "list_passes")]
+    pub input: Option<PathBuf>,
+    /// Where to write the result (default: stdout); computed constants and
+    /// the weights the result uses go to OUT.safetensors beside it.
     #[arg(short, long, value_name = "OUT.air")]
     pub output: Option<PathBuf>,
-    /// The pass pipeline, comma-separated, e.g. `fold-bn,fuse{max-ops=8}`.
+    /// The pass pipeline, comma-separated, e.g. `fold-bn,fuse{max-ops=8}`,
+    /// or `default` (see --list-passes).
     #[arg(long, value_name = "LIST")]
     pub passes: Option<String>,
-    /// A file of rewrite rules to add to the built-in ones.
+    /// A rules file (`name: LHS => RHS` a line); adds `user-rules` after the passes.
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
     /// Print the module to stderr after each pass.
     #[arg(long)]
     pub print_ir_after_all: bool,
+    /// Print the module to stderr after the pass NAME (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub print_ir_after: Vec<String>,
+    /// Print the wall time of each pass to stderr.
+    #[arg(long)]
+    pub timing: bool,
+    /// Print op counts and e-graph statistics of each pass to stderr.
+    #[arg(long)]
+    pub stats: bool,
+    /// Run the verifier after every pass (always on in debug builds).
+    #[arg(long)]
+    pub verify_each: bool,
+    /// Run the interpreter on seeded random inputs before and after each pass
+    /// and report the largest error each pass introduced.
+    #[arg(long)]
+    pub verify_rewrites: bool,
+    /// With --verify-rewrites: the largest relative error a pass may introduce.
+    #[arg(long, value_name = "REL", default_value_t = crate::opt::DEFAULT_REWRITE_TOLERANCE)]
+    pub rewrite_tolerance: f64,
+    /// The target whose cost model picks among equivalent forms.
+    #[arg(long, value_name = "TARGET", default_value = "x86-64-v4")]
+    pub target: String,
+    /// List the passes and their options, then exit.
+    #[arg(long)]
+    pub list_passes: bool,
 }
 
 #[derive(Args, Debug)]
@@ -258,35 +294,64 @@ fn cmd_check(a: CheckArgs) -> Result<(), String> {
 }
 
 fn cmd_opt(a: OptArgs) -> Result<(), String> {
-    if is_onnx(&a.input) {
+    if a.list_passes {
+        return print_stdout(&aoc_passes::registry::describe(aoc_passes::registry()));
+    }
+    let Some(input) = a.input.clone() else {
+        return Err("error: aoc opt needs an .air file".to_string());
+    };
+    if is_onnx(&input) {
         return Err(format!(
             "error: aoc opt reads .air files; import the model first: aoc import {} -o model.air",
-            a.input.display()
+            input.display()
         ));
     }
-    if let Some(r) = &a.rules {
+    if a.rewrite_tolerance.is_nan() || a.rewrite_tolerance < 0.0 {
         return Err(format!(
-            "error: --rules {}: rewrite rule files are not supported yet (they come with the rewrite passes)",
-            r.display()
+            "error: --rewrite-tolerance must be a non-negative number, found {}",
+            a.rewrite_tolerance
         ));
     }
-    let file = read_air(&a.input)?;
-    eprint!("{}", file.warnings);
-    let print_after = a.print_ir_after_all;
-    let mut after = |pass: &str, m: &Module| {
-        if print_after {
-            eprint!(
-                "// ----- IR after {pass} -----\n{}",
-                aoc_ir::print::print_module(m)
-            );
-        }
+    let rules = match &a.rules {
+        Some(p) => Some(RulesFile {
+            name: p.display().to_string(),
+            text: read_text(p)?,
+        }),
+        None => None,
     };
-    let module = run_passes(file.module, a.passes.as_deref().unwrap_or(""), &mut after)?;
-    let text = aoc_ir::print::print_module(&module);
+    let file = read_air(&input)?;
+    eprint!("{}", file.warnings);
+    let name = input.display().to_string();
+    let config = OptConfig {
+        passes: a.passes.clone(),
+        rules,
+        print_ir_after_all: a.print_ir_after_all,
+        print_ir_after: a.print_ir_after.clone(),
+        verify_each: a.verify_each,
+        verify_rewrites: a.verify_rewrites,
+        target: a.target.clone(),
+        extra_passes: vec![],
+    };
+    let weights = SafetensorsWeights::for_module(&file.module, &input);
+    let mut module = file.module;
+    let outcome =
+        crate::opt::optimize(&mut module, &weights, &config, Some((&name, &file.source)))?;
+    for (pass, text) in &outcome.report.printed_ir {
+        eprint!("// ----- IR after {pass} -----\n{text}");
+    }
+    if a.timing {
+        eprint!("{}", outcome.report.render_timing());
+    }
+    if a.stats {
+        eprint!("{}", outcome.report.render_stats());
+    }
+    if a.verify_rewrites {
+        eprint!("{}", outcome.render_rewrite_checks());
+        outcome.check_tolerance(a.rewrite_tolerance)?;
+    }
     match &a.output {
-        Some(out) => std::fs::write(out, text)
-            .map_err(|e| format!("error: cannot write {}: {e}", out.display())),
-        None => print_stdout(&text),
+        Some(out) => crate::opt::write_result(&mut module, &weights, out).map(|_| ()),
+        None => print_stdout(&crate::opt::print_result(&mut module)?),
     }
 }
 

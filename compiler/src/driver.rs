@@ -245,47 +245,22 @@ pub fn summary(m: &Module) -> String {
 
 // ---------------------------------------------------------------- opt
 
-/// Splits a pipeline `a,b{x=1,y=2},c` at top-level commas; empty entries
-/// are dropped.
-pub fn split_pipeline(list: &str) -> Vec<String> {
-    let mut out = vec![];
-    let mut depth = 0i32;
-    let mut cur = String::new();
-    for c in list.chars() {
-        match c {
-            '{' => depth += 1,
-            '}' => depth -= 1,
-            ',' if depth <= 0 => {
-                out.push(std::mem::take(&mut cur));
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(c);
-    }
-    out.push(cur);
-    out.into_iter()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
-/// Runs the pass pipeline `list` over `module`, calling `after` with each
-/// pass's name and result. No passes are registered yet: any pass name is an
-/// error.
+/// Runs the pipeline `passes` (plus `user-rules` when `rules` is given)
+/// over `module`, with no external weights and the default target: what the
+/// filetests' `// test: opt` does. `aoc opt` itself calls
+/// [`crate::opt::optimize`] with all its flags.
 pub fn run_passes(
-    module: Module,
-    list: &str,
-    after: &mut dyn FnMut(&str, &Module),
-) -> Result<Module, String> {
-    let _ = after;
-    if let Some(first) = split_pipeline(list).first() {
-        let name = first.split('{').next().unwrap_or(first).trim();
-        return Err(format!(
-            "error: unknown pass `{name}` (no passes are registered yet)"
-        ));
-    }
-    Ok(module)
+    module: &mut Module,
+    passes: &str,
+    rules: Option<crate::opt::RulesFile>,
+) -> Result<aoc_passes::PipelineReport, String> {
+    let config = crate::opt::OptConfig {
+        passes: Some(passes.to_string()),
+        rules,
+        ..Default::default()
+    };
+    let out = crate::opt::optimize(module, &aoc_ir::interp::NoWeights, &config, None)?;
+    Ok(out.report)
 }
 
 // ---------------------------------------------------------------- run
@@ -615,10 +590,5 @@ mod tests {
                 path: "d/x=a.npy".into()
             }
         );
-        assert_eq!(
-            split_pipeline(" fold-bn, fuse{max-ops=8,x=1},,qdq "),
-            vec!["fold-bn", "fuse{max-ops=8,x=1}", "qdq"]
-        );
-        assert!(split_pipeline("").is_empty());
     }
 }

@@ -9,5 +9,6 @@ pub mod cli;
 pub mod driver;
 pub mod npy;
 pub mod onnx;
+pub mod opt;
 pub mod render;
 pub mod weights;

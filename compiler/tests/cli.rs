@@ -523,20 +523,276 @@ fn usage_errors_exit_2_and_help_exits_0() {
 }
 
 #[test]
-fn unknown_passes_and_rules_are_clear_errors() {
+fn unknown_passes_and_bad_options_are_located_in_the_pipeline() {
     let d = dir("passes");
     let f = write(&d, "m.air", SAMPLE);
+    // The caret sits under the unknown name, at column 9 of the --passes text.
+    let err = user_error(
+        &aoc(&[&"opt", &f, &"--passes", &"fold-bn,nope"]),
+        &[
+            "unknown pass `nope`",
+            "--passes:1:9",
+            "fold-bn,nope",
+            "^^^^",
+            "known passes",
+        ],
+    );
+    assert!(!err.contains("m.air:"), "{err}");
     user_error(
-        &aoc(&[&"opt", &f, &"--passes", &"fold-bn,fuse"]),
-        &["unknown pass `fold-bn` (no passes are registered yet)"],
+        &aoc(&[&"opt", &f, &"--passes", &"fold-bn,,fuse"]),
+        &["expected a pass name, found `,`", "--passes:1:9"],
     );
     user_error(
-        &aoc(&[&"opt", &f, &"--passes", &"fuse{max-ops=8}"]),
-        &["unknown pass `fuse`"],
+        &aoc(&[&"opt", &f, &"--passes", &"winograd{tile=3}"]),
+        &["expected 2 or 4, found 3", "--passes:1:15"],
     );
-    let r = write(&d, "my.rules", "");
     user_error(
+        &aoc(&[&"opt", &f, &"--passes", &"algebraic{nope=1}"]),
+        &["pass `algebraic` has no option `nope`", "--passes:1:11"],
+    );
+    user_error(
+        &aoc(&[&"opt", &f, &"--passes", &"algebraic", &"--target", &"z80"]),
+        &["unknown target `z80`"],
+    );
+    user_error(
+        &aoc(&[&"opt", &f, &"--print-ir-after", &"nope"]),
+        &["--print-ir-after: unknown pass `nope`"],
+    );
+}
+
+/// x -> relu -> relu, for the rules-file tests.
+const RELU_RELU: &str = "\
+func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %a = core.relu %x : tensor<4xf32>
+  %b = core.relu %a : tensor<4xf32>
+  return %b : tensor<4xf32>
+}
+";
+
+#[test]
+fn a_rules_file_applies() {
+    let d = dir("rules_ok");
+    let f = write(&d, "m.air", RELU_RELU);
+    let r = write(
+        &d,
+        "my.rules",
+        "# one rule\nrelu-relu: (core.relu (core.relu ?x)) => (core.relu ?x)\n",
+    );
+    let o = aoc(&[&"opt", &f, &"--rules", &r, &"--stats"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.matches("core.relu").count(), 1, "{out}");
+    assert!(out.contains("= core.relu %x : tensor<4xf32>"), "{out}");
+    // --stats names the rule that fired.
+    let err = stderr(&o);
+    assert!(err.contains("user-rules: ops 2 -> 1"), "{err}");
+    assert!(err.contains("relu-relu: 1"), "{err}");
+    // Without the rules file nothing changes (algebraic is not run).
+    let o = aoc(&[&"opt", &f]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout)
+            .matches("core.relu")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_malformed_rules_file_is_located() {
+    let d = dir("rules_bad");
+    let f = write(&d, "m.air", RELU_RELU);
+    let r = write(
+        &d,
+        "bad.rules",
+        "# comment\nok: (core.relu (core.relu ?x)) => (core.relu ?x)\nbad: (core.frobnicate ?x) => ?x\n",
+    );
+    let err = user_error(
         &aoc(&[&"opt", &f, &"--rules", &r]),
-        &["my.rules", "not supported yet"],
+        &[
+            "unknown op `core.frobnicate`",
+            "bad.rules:3:7",
+            "bad.rules has 1 malformed rule",
+        ],
     );
+    assert!(has_line_col(&err, "bad.rules"), "{err}");
+    let r = write(&d, "bad2.rules", "x: (core.relu ?x => ?x\n");
+    user_error(&aoc(&[&"opt", &f, &"--rules", &r]), &["bad2.rules:1:"]);
+    user_error(
+        &aoc(&[&"opt", &f, &"--rules", &d.join("missing.rules")]),
+        &["cannot read", "missing.rules"],
+    );
+}
+
+#[test]
+fn fold_bn_on_the_resnet_block_writes_weights_and_runs_like_onnx_runtime() {
+    let d = dir("opt_fold_bn");
+    let m = d.join("rb.air");
+    let o = aoc(&[&"import", &example_onnx(), &"-o", &m]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        std::fs::read_to_string(&m)
+            .unwrap()
+            .contains("core.batch_norm")
+    );
+    let out = d.join("rb.opt.air");
+    let o = aoc(&[
+        &"opt",
+        &m,
+        &"--passes",
+        &"fold-bn",
+        &"-o",
+        &out,
+        &"--timing",
+        &"--stats",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("pass timing (wall):") && err.contains("fold-bn"),
+        "{err}"
+    );
+    assert!(err.contains("e-graph") && err.contains("stopped:"), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(!text.contains("core.batch_norm"), "{text}");
+    assert!(text.contains("core.conv2d"), "{text}");
+    // Self-contained: one weights file beside the output, named after it.
+    assert!(
+        text.contains("weights @weights = \"rb.opt.safetensors\""),
+        "{text}"
+    );
+    let st = weights::read_safetensors(&d.join("rb.opt.safetensors")).unwrap();
+    assert!(st.len() >= 6, "{} tensors", st.len());
+    let o = aoc(&[&"check", &out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // Moving the original weights away shows the output does not need them.
+    std::fs::rename(d.join("rb.safetensors"), d.join("moved.safetensors")).unwrap();
+    let input = example_onnx().with_file_name("input.npy");
+    let o = aoc(&[&"run", &out, &"-i", &input, &"--output-dir", &d.join("o")]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (shape, got) = read_f32(&d.join("o/logits.npy"));
+    let want = read_f32(&example_onnx().with_file_name("expected").join("logits.npy")).1;
+    assert_eq!(shape, vec![1, 10]);
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() < 1e-4, "{got:?} vs {want:?}");
+    }
+    // On stdout, folded weights are an error that says what to do.
+    std::fs::rename(d.join("moved.safetensors"), d.join("rb.safetensors")).unwrap();
+    user_error(
+        &aoc(&[&"opt", &m, &"--passes", &"fold-bn"]),
+        &["computed constant", "use -o"],
+    );
+}
+
+#[test]
+fn verify_rewrites_reports_each_pass_and_enforces_the_tolerance() {
+    let d = dir("verify_rewrites");
+    // conv -> batch_norm: folding changes rounding only (f32).
+    let src = "\
+func @main(%x: tensor<1x2x3x3xf32>) -> tensor<1x2x3x3xf32> {
+  %w = const dense<[[[[0.5]], [[-1.5]]], [[[2.0]], [[0.25]]]]> : tensor<2x2x1x1xf32>
+  %s = const dense<[3.0, 0.7]> : tensor<2xf32>
+  %b = const dense<[0.5, -0.1]> : tensor<2xf32>
+  %m = const dense<[1.0, 0.2]> : tensor<2xf32>
+  %v = const dense<[3.0, 0.9]> : tensor<2xf32>
+  %y = core.conv2d %x, %w : tensor<1x2x3x3xf32>
+  %z = core.batch_norm %y, %s, %b, %m, %v : tensor<1x2x3x3xf32>
+  %r = core.relu %z : tensor<1x2x3x3xf32>
+  %t = core.relu %r : tensor<1x2x3x3xf32>
+  return %t : tensor<1x2x3x3xf32>
+}
+";
+    let f = write(&d, "m.air", src);
+    let o = aoc(&[
+        &"opt",
+        &f,
+        &"--passes",
+        &"algebraic,fold-bn",
+        &"--verify-rewrites",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("max abs err") && err.contains("max rel err"),
+        "{err}"
+    );
+    let row = |name: &str| -> Vec<f64> {
+        let line = err
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no row for {name}:\n{err}"));
+        line.split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    // relu-relu is exact; folding the batch-norm rounds differently in f32.
+    assert_eq!(row("algebraic"), vec![0.0, 0.0]);
+    let fold = row("fold-bn");
+    assert!(fold[0] < 1e-5 && fold[1] < 1e-5, "{err}");
+    // A wrong rule (relu(x) -> x) changes the results on the random
+    // inputs (standard normal: about half negative), and the command fails
+    // naming the pass, without writing anything.
+    let r = write(&d, "wrong.rules", "drop-relu: (core.relu ?x) => ?x\n");
+    let out = d.join("out.air");
+    let err = user_error(
+        &aoc(&[
+            &"opt",
+            &f,
+            &"--rules",
+            &r,
+            &"--verify-rewrites",
+            &"-o",
+            &out,
+        ]),
+        &[
+            "pass `user-rules` changed the results",
+            "more than the tolerance 1e-3",
+        ],
+    );
+    assert!(err.contains("user-rules"), "{err}");
+    assert!(!out.exists());
+    // A generous tolerance lets it through.
+    let o = aoc(&[
+        &"opt",
+        &f,
+        &"--rules",
+        &r,
+        &"--verify-rewrites",
+        &"--rewrite-tolerance",
+        &"1e9",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+// ------------------------------------------------------------- docs
+
+/// docs/passes.md lists the registry's passes as `aoc opt --list-passes`
+/// prints them; `AOC_BLESS=1` rewrites the generated section.
+#[test]
+fn passes_doc_lists_every_pass() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/passes.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (begin, end) = (
+        "<!-- passes:begin (generated; do not edit) -->\n",
+        "<!-- passes:end -->",
+    );
+    let a = doc.find(begin).expect("begin marker") + begin.len();
+    let b = doc.find(end).expect("end marker");
+    let listed = aoc_passes::registry::describe(aoc_passes::registry());
+    let want = format!("```text\n{listed}```\n");
+    let o = aoc(&[&"opt", &"--list-passes"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), listed);
+    if doc[a..b] != want {
+        if std::env::var_os("AOC_BLESS").is_some() {
+            std::fs::write(&path, format!("{}{want}{}", &doc[..a], &doc[b..])).unwrap();
+        } else {
+            panic!(
+                "docs/passes.md is out of date; run AOC_BLESS=1 cargo test -p aoc --test cli passes_doc"
+            );
+        }
+    }
+    for e in aoc_passes::registry() {
+        assert!(doc.contains(e.name));
+    }
 }
