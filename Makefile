@@ -40,7 +40,7 @@ LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
 LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup node-data real-models test demo llvm clean-build fuzz
+.PHONY: help setup node-data real-models test demo examples-air llvm clean-build fuzz
 
 help:
 	@echo 'make demo         import examples/resnet_block, run it, compare with ONNX Runtime'
@@ -49,6 +49,7 @@ help:
 	@echo 'make node-data    ONNX backend node tests -> build/onnx-node/node/'
 	@echo 'make real-models  RapidOCR (PaddleOCR) ONNX models -> build/models/'
 	@echo 'make llvm         install LLVM/MLIR 22 dev packages (apt) if missing'
+	@echo 'make examples-air import every examples/*/model.onnx to model.air + model.safetensors'
 	@echo 'make fuzz         fuzz the .air parser and the ONNX importer, FUZZ_SECONDS each (default 60)'
 	@echo 'make clean-build  remove build/ and .venv/'
 
@@ -102,6 +103,22 @@ demo: setup
 	$(AOC) check $(DEMO)/model.air
 	$(AOC) run $(DEMO)/model.air --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out
 	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out --atol 1e-4
+	$(AOC) opt $(DEMO)/model.air --passes default --timing --verify-rewrites -o $(DEMO)/model.opt.air
+	$(AOC) run $(DEMO)/model.opt.air --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-opt
+	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-opt --atol 1e-4
+
+# --- Examples' .air files ------------------------------------------------------
+# Each examples/NAME/model.onnx (made by examples/make_examples.py) imported
+# as examples/NAME/model.air + model.safetensors.
+
+examples-air:
+	cargo build --release -p aoc
+	@for d in examples/*; do \
+	  [ -f $$d/model.onnx ] || continue; \
+	  shape=; [ "$$(basename $$d)" = dynamic_batch ] && shape='--input-shape input=2x3x32x32'; \
+	  echo "$(AOC) import $$d/model.onnx -o $$d/model.air $$shape"; \
+	  $(AOC) import $$d/model.onnx -o $$d/model.air $$shape; \
+	done
 
 # --- Fuzzing -------------------------------------------------------------------
 # libFuzzer over the .air parser and the ONNX importer (tests/fuzz/README.md),
