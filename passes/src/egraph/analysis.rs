@@ -12,7 +12,9 @@
 //!   large weights are never hashed or folded op by op. Rules that fold
 //!   weights (BN folding, Winograd) read large constants with
 //!   [`const_tensor`] and add their results with [`add_computed_const`]
-//!   (in-memory payloads, memoized per rule and inputs).
+//!   (in-memory payloads, memoized per rule and inputs), or with
+//!   [`add_lazy_const`] when the values are costly and extraction may not
+//!   keep them (computed on first use).
 //! - Weights-file constants have values only when the pass loaded them
 //!   (`ConstEntry::loaded`, filled through the pass's weight source when
 //!   the function is converted).
@@ -28,7 +30,7 @@ use aoc_ir::tensor::Data;
 use aoc_ir::{Location, Opcode, Tensor, TensorType, Trait};
 use egg::{DidMerge, EGraph, Id};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Default bound on the number of elements of a constant the analysis holds
 /// and folds: large enough for shapes, scales and biases, small enough that
@@ -39,11 +41,52 @@ pub const DEFAULT_FOLD_LIMIT: usize = 4096;
 #[derive(Clone, Debug)]
 pub struct ConstEntry {
     pub ty: TensorType,
+    /// The payload; an empty placeholder when `lazy` is set (read entries
+    /// through [`TensorAnalysis::const_tensor`] and
+    /// [`TensorAnalysis::payload`], which know both).
     pub value: ConstValue,
     /// The values of a `@file["key"]` payload, loaded through the pass's
     /// weight source when the pass folds weights (`None` otherwise, or when
     /// the source could not provide them).
     pub loaded: Option<Arc<Tensor>>,
+    /// A computed constant whose values are computed on first use
+    /// ([`add_lazy_const`]).
+    pub lazy: Option<Arc<LazyTensor>>,
+}
+
+/// A tensor computed at most once, on first use: rules offering
+/// alternatives with expensive constants (Winograd's transformed weights,
+/// one per tile) add them lazily, so only the forms extraction keeps, and
+/// small ones the analysis folds, are ever computed. Types depend only on
+/// the entry's `ty`, so the cost model never forces a computation.
+pub struct LazyTensor {
+    ty: TensorType,
+    cell: OnceLock<Option<Arc<Tensor>>>,
+    compute: Box<dyn Fn() -> Option<Tensor> + Send + Sync>,
+}
+
+impl LazyTensor {
+    /// The values; `None` when the computation failed or produced a tensor
+    /// of another type.
+    pub fn get(&self) -> Option<Arc<Tensor>> {
+        self.cell
+            .get_or_init(|| {
+                let t = (self.compute)()?;
+                (t.ty == self.ty && t.len() == self.ty.num_elements()).then(|| Arc::new(t))
+            })
+            .clone()
+    }
+}
+
+impl std::fmt::Debug for LazyTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.cell.get() {
+            None => "pending",
+            Some(Some(_)) => "computed",
+            Some(None) => "failed",
+        };
+        write!(f, "LazyTensor({}, {state})", self.ty)
+    }
 }
 
 /// Where a class came from in the original function.
@@ -97,8 +140,20 @@ impl TensorAnalysis {
             ty,
             value,
             loaded: None,
+            lazy: None,
         });
         ConstId((self.consts.len() - 1) as u32)
+    }
+
+    /// The payload a constant is extracted with: its own, or the computed
+    /// values of a lazy entry (computing them now). `None` when a lazy
+    /// computation fails.
+    pub fn payload(&self, c: ConstId) -> Option<ConstValue> {
+        let e = self.consts.get(c.0 as usize)?;
+        match &e.lazy {
+            Some(l) => l.get().map(ConstValue::Tensor),
+            None => Some(e.value.clone()),
+        }
     }
 
     /// The full value of a side-table constant, whatever its size: inline
@@ -106,6 +161,9 @@ impl TensorAnalysis {
     /// available only when loaded.
     pub fn const_tensor(&self, c: ConstId) -> Option<Arc<Tensor>> {
         let e = self.consts.get(c.0 as usize)?;
+        if let Some(l) = &e.lazy {
+            return l.get();
+        }
         match &e.value {
             ConstValue::Tensor(t) => Some(t.clone()),
             ConstValue::Weight(_) => e.loaded.clone(),
@@ -174,6 +232,36 @@ pub fn add_computed_const(
         }
     };
     Some(egraph.add(Node::Const(c)))
+}
+
+/// As [`add_computed_const`], but `compute` runs only when the constant's
+/// values are first needed (extraction chose it, a rule reads it, or it is
+/// small enough for the analysis to fold). A computation that fails or
+/// returns a tensor whose type is not `ty` then makes extraction fail, so
+/// callers check what they can (shapes, element types) before adding.
+pub fn add_lazy_const(
+    egraph: &mut Graph,
+    key: String,
+    ty: &TensorType,
+    compute: impl Fn() -> Option<Tensor> + Send + Sync + 'static,
+) -> Id {
+    let c = match egraph.analysis.computed.get(&key) {
+        Some(c) => *c,
+        None => {
+            let lazy = LazyTensor {
+                ty: ty.clone(),
+                cell: OnceLock::new(),
+                compute: Box::new(compute),
+            };
+            let c = egraph
+                .analysis
+                .add_const(ty.clone(), ConstValue::Dense(DenseData::Floats(vec![])));
+            egraph.analysis.consts[c.0 as usize].lazy = Some(Arc::new(lazy));
+            egraph.analysis.computed.insert(key, c);
+            c
+        }
+    };
+    egraph.add(Node::Const(c))
 }
 
 pub type Graph = EGraph<Node, TensorAnalysis>;

@@ -50,6 +50,20 @@ pub fn func_to_egraph_with(
     fold_limit: usize,
     weights: Option<&dyn WeightSource>,
 ) -> Result<FuncGraph, String> {
+    func_to_egraph_selected(func, fold_limit, weights, None)
+}
+
+/// As [`func_to_egraph_with`], loading only the weights-file constants whose
+/// result value is marked in `wanted` (indexed by `ValueId`; `None` loads
+/// them all). Passes pass the constants their rules can consume (see
+/// [`mark_constant_leaves`]), so a pass with nothing to fold loads nothing:
+/// decoding a weight is the dominant cost of a folding pass.
+pub fn func_to_egraph_selected(
+    func: &Func,
+    fold_limit: usize,
+    weights: Option<&dyn WeightSource>,
+    wanted: Option<&[bool]>,
+) -> Result<FuncGraph, String> {
     let mut notes = Vec::new();
     let params: Vec<TensorType> = func.params().iter().map(|p| func.ty(*p).clone()).collect();
     let mut analysis = TensorAnalysis::new(params);
@@ -112,7 +126,8 @@ pub fn func_to_egraph_with(
             } else {
                 egraph.analysis.add_const(ty.clone(), value.clone())
             };
-            if let (ConstValue::Weight(w), Some(source)) = (value, weights) {
+            let want = wanted.is_none_or(|m| m.get(result.index()).copied().unwrap_or(false));
+            if let (ConstValue::Weight(w), Some(source), true) = (value, weights, want) {
                 let entry = &mut egraph.analysis.consts[c.0 as usize];
                 if entry.loaded.is_none() {
                     match source.load(&w.file, &w.key, &ty) {
@@ -172,6 +187,41 @@ pub fn func_to_egraph_with(
         roots,
         notes,
     })
+}
+
+/// Marks in `wanted` (indexed by `ValueId`) the constants `value` is
+/// computed from, when it is computed from constants only (a `const`, or a
+/// pure op whose operands all are, e.g. a reshaped weight). A value that
+/// depends on a parameter marks nothing (and returns false): rules fold only
+/// constant operands, and walking an activation's producers would load the
+/// network.
+pub fn mark_constant_leaves(func: &Func, value: ValueId, wanted: &mut [bool]) -> bool {
+    // Collect first, mark only if the whole expression is constant.
+    let mut leaves = Vec::new();
+    let mut stack = vec![value];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        let Some(op) = func.def_op(v) else {
+            return false; // a parameter (or a block argument)
+        };
+        let op = &func.ops[op];
+        if op.opcode == Opcode::Const {
+            leaves.push(v);
+        } else if op.opcode.info().has_trait(Trait::Pure) && op.regions.is_empty() {
+            stack.extend(op.operands.iter().copied());
+        } else {
+            return false;
+        }
+    }
+    for v in leaves {
+        if let Some(w) = wanted.get_mut(v.index()) {
+            *w = true;
+        }
+    }
+    true
 }
 
 /// The cost of one node on its own, or `None` when it must not be chosen
@@ -307,7 +357,12 @@ pub fn extract(fg: &FuncGraph, model: &dyn CostModel, template: &Func) -> Result
                 Node::Param(i) => *params.get(*i as usize).ok_or("bad parameter index")?,
                 Node::Const(c) => {
                     let entry = &egraph.analysis.consts[c.0 as usize];
-                    let attrs = Attrs::new().with("value", Attr::Const(entry.value.clone()));
+                    // Lazy constants are computed here, for the chosen forms only.
+                    let payload = egraph
+                        .analysis
+                        .payload(*c)
+                        .ok_or("a computed constant could not be computed")?;
+                    let attrs = Attrs::new().with("value", Attr::Const(payload));
                     func.push_op(
                         Opcode::Const,
                         &[],

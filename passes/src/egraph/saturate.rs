@@ -14,7 +14,7 @@
 
 use super::Rewrite;
 use super::analysis::{DEFAULT_FOLD_LIMIT, Graph};
-use super::convert::{FuncGraph, extract, func_to_egraph_with};
+use super::convert::{FuncGraph, extract, func_to_egraph_selected};
 use super::cost::CostModel;
 use crate::pass::SaturationStats;
 use aoc_ir::interp::WeightSource;
@@ -126,7 +126,21 @@ pub fn optimize_func_with(
     model: &dyn CostModel,
     weights: Option<&dyn WeightSource>,
 ) -> Result<(Optimized, Vec<String>), Diagnostic> {
-    let fg = match func_to_egraph_with(func, limits.fold_limit, weights) {
+    optimize_func_selected(func, rules, limits, model, weights, None)
+}
+
+/// As [`optimize_func_with`], loading only the weights marked in `wanted`
+/// (indexed by `ValueId`; `None` loads all), as
+/// [`super::convert::func_to_egraph_selected`] does.
+pub fn optimize_func_selected(
+    func: &Func,
+    rules: &[Rewrite],
+    limits: &Limits,
+    model: &dyn CostModel,
+    weights: Option<&dyn WeightSource>,
+    wanted: Option<&[bool]>,
+) -> Result<(Optimized, Vec<String>), Diagnostic> {
+    let fg = match func_to_egraph_selected(func, limits.fold_limit, weights, wanted) {
         Ok(fg) => fg,
         Err(reason) => {
             return Ok((

@@ -49,6 +49,12 @@ impl Pass for FoldBn {
                 Location::default(),
             )
         })?;
-        run_rules_folding(module, &rules, &self.options.limits, cx)
+        run_rules_folding(
+            module,
+            &rules,
+            &self.options.limits,
+            cx,
+            crate::rules::fold_bn::weights_needed,
+        )
     }
 }

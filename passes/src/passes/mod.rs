@@ -6,12 +6,12 @@ pub mod algebraic;
 pub mod fold_bn;
 pub mod fuse;
 pub mod qdq;
-pub mod winograd;
 pub mod user_rules;
+pub mod winograd;
 
-use crate::egraph::{Limits, Optimized, Rewrite, Roofline, optimize_func_with};
+use crate::egraph::{Limits, Optimized, Rewrite, Roofline, optimize_func_selected};
 use crate::pass::{OptionSpec, PassContext, PassStats, parse_usize};
-use aoc_ir::{Diagnostic, Location, Module};
+use aoc_ir::{Diagnostic, Func, Location, Module};
 use std::time::Duration;
 
 /// The options every e-graph pass takes (the saturation limits).
@@ -66,21 +66,27 @@ pub fn run_rules(
     limits: &Limits,
     cx: &PassContext,
 ) -> Result<PassStats, Diagnostic> {
-    run_rules_with(module, rules, limits, cx, false)
+    run_rules_with(module, rules, limits, cx, None)
 }
 
+/// Which weights-file constants of a function a folding pass's rules can
+/// consume (indexed by `ValueId`): see `rules::fold_bn::weights_needed`.
+pub type WeightsNeeded = fn(&Func) -> Vec<bool>;
+
 /// As [`run_rules`], for passes whose rules fold weights at compile time
-/// (BN folding, Winograd): the functions' weights-file constants are loaded
-/// through `cx.weights` first, so rules see their values
-/// (`crate::egraph::const_tensor`). Weights that cannot be loaded are
-/// reported as notes and simply not folded.
+/// (BN folding, Winograd): the weights-file constants `needed` selects are
+/// loaded through `cx.weights` first, so rules see their values
+/// (`crate::egraph::const_tensor`); the others stay unloaded, since
+/// decoding weights dominates these passes. Weights that cannot be loaded
+/// are reported as notes and simply not folded.
 pub fn run_rules_folding(
     module: &mut Module,
     rules: &[Rewrite],
     limits: &Limits,
     cx: &PassContext,
+    needed: WeightsNeeded,
 ) -> Result<PassStats, Diagnostic> {
-    run_rules_with(module, rules, limits, cx, true)
+    run_rules_with(module, rules, limits, cx, Some(needed))
 }
 
 fn run_rules_with(
@@ -88,7 +94,7 @@ fn run_rules_with(
     rules: &[Rewrite],
     limits: &Limits,
     cx: &PassContext,
-    load_weights: bool,
+    needed: Option<WeightsNeeded>,
 ) -> Result<PassStats, Diagnostic> {
     let model = Roofline::for_target(cx.target).ok_or_else(|| {
         Diagnostic::error(
@@ -101,8 +107,12 @@ fn run_rules_with(
     })?;
     let mut stats = PassStats::default();
     for func in &mut module.funcs {
-        let weights = load_weights.then_some(cx.weights);
-        let (outcome, notes) = optimize_func_with(func, rules, limits, &model, weights)?;
+        let (weights, wanted) = match needed {
+            Some(f) => (Some(cx.weights), Some(f(func))),
+            None => (None, None),
+        };
+        let (outcome, notes) =
+            optimize_func_selected(func, rules, limits, &model, weights, wanted.as_deref())?;
         stats.notes.extend(notes);
         match outcome {
             Optimized::Done(new, s) => {

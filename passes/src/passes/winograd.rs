@@ -14,7 +14,7 @@
 
 use super::{LIMIT_OPTIONS, set_limit};
 use crate::egraph::cost::CostNode;
-use crate::egraph::{CostModel, Limits, Optimized, Rewrite, Roofline, optimize_func_with};
+use crate::egraph::{CostModel, Limits, Optimized, Rewrite, Roofline, optimize_func_selected};
 use crate::pass::{OptionSpec, Pass, PassContext, PassOptions, PassStats, parse_usize};
 use crate::registry::PassDef;
 use aoc_ir::{Diagnostic, Location, Module, Opcode};
@@ -101,8 +101,9 @@ fn roofline(cx: &PassContext) -> Result<Roofline, Diagnostic> {
     })
 }
 
-/// Saturates every function with `rules` (weights loaded, so the transform
-/// can read them) and extracts under `model`.
+/// Saturates every function with `rules` (the weights of eligible convs
+/// loaded, so the transform can read them; no other weight) and extracts
+/// under `model`.
 fn run_with_model(
     module: &mut Module,
     rules: &[Rewrite],
@@ -112,7 +113,9 @@ fn run_with_model(
 ) -> Result<PassStats, Diagnostic> {
     let mut stats = PassStats::default();
     for func in &mut module.funcs {
-        let (outcome, notes) = optimize_func_with(func, rules, limits, model, Some(cx.weights))?;
+        let wanted = crate::rules::winograd::weights_needed(func);
+        let (outcome, notes) =
+            optimize_func_selected(func, rules, limits, model, Some(cx.weights), Some(&wanted))?;
         stats.notes.extend(notes);
         match outcome {
             Optimized::Done(new, s) => {

@@ -9,8 +9,10 @@
 //! producer gives `w'[o] = w[o] * f[o]` (the output channel is axis 0 of an
 //! OIHW conv weight, the column of a matmul/gemm right operand) and
 //! `b'[o] = b[o] * f[o] + g[o]`, computed in f64 and rounded once to the
-//! weight's element type. The folded tensors are in-memory constants
-//! (`add_computed_const`), memoized per rule and inputs.
+//! weight's element type (element by element from the weight's storage, no
+//! intermediate copy, and only the first time a match is seen). The folded
+//! tensors are in-memory constants (`add_computed_const`), memoized per rule
+//! and inputs.
 //!
 //! Conditions: the producer's result has exactly one use (else folding
 //! would duplicate it), every folded operand is a known constant (inline, in
@@ -26,10 +28,12 @@
 use super::{nodes_of, rule_fn, var};
 use crate::egraph::Rewrite;
 use crate::egraph::analysis::{Graph, add_computed_const, const_tensor};
+use crate::egraph::convert::mark_constant_leaves;
 use crate::egraph::node::{Node, OpAttrs, OpNode};
 use aoc_ir::attr::{Attr, Attrs};
-use aoc_ir::tensor::broadcast_index_map;
-use aoc_ir::{Opcode, Tensor, TensorType};
+use aoc_ir::entity::EntityId;
+use aoc_ir::tensor::{Data, broadcast_index_map, round_to};
+use aoc_ir::{Func, OpId, Opcode, Tensor, TensorType, ValueId};
 use egg::{Id, Subst};
 use std::sync::Arc;
 
@@ -74,6 +78,72 @@ pub fn rules() -> Result<Vec<Rewrite>, String> {
         )?);
     }
     Ok(out)
+}
+
+/// The constants this family's rules can consume in `func`, by `ValueId`
+/// (for `crate::egraph::optimize_func_selected`): the weight and bias of
+/// every conv2d/matmul/gemm whose result feeds a chain of batch-norms and
+/// multiplies/adds by constants, and those ops' constant operands. Folding
+/// a link makes its result a producer again, so the whole chain is marked.
+/// A function with no such pattern (BERT: its matmuls feed adds of
+/// activations) loads nothing.
+pub fn weights_needed(func: &Func) -> Vec<bool> {
+    let n = func.values.len();
+    let mut wanted = vec![false; n];
+    // Whether a value is computed from constants only (marks nothing).
+    let constant = |v: ValueId| mark_constant_leaves(func, v, &mut []);
+    // The producer op a value stems from through foldable links.
+    let mut root: Vec<Option<OpId>> = vec![None; n];
+    for &op_id in &func.body.ops {
+        let op = &func.ops[op_id];
+        let [result] = op.results[..] else { continue };
+        let from = |v: ValueId| root[v.index()];
+        let opcode = op.opcode;
+        // (producer, the link's constant operands, whether it shifts)
+        let link = if opcode == Opcode::BatchNorm {
+            match op.operands.split_first() {
+                Some((&x, params)) if params.iter().all(|&v| constant(v)) => {
+                    from(x).map(|p| (p, params.to_vec(), true))
+                }
+                _ => None,
+            }
+        } else if opcode == Opcode::Mul || opcode == Opcode::Add {
+            let shifts = opcode == Opcode::Add;
+            match op.operands[..] {
+                [a, b] if from(a).is_some() && constant(b) => from(a).map(|p| (p, vec![b], shifts)),
+                [a, b] if from(b).is_some() && constant(a) => from(b).map(|p| (p, vec![a], shifts)),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let stem = if opcode == Opcode::Conv2d || opcode == Opcode::MatMul || opcode == Opcode::Gemm
+        {
+            Some(op_id)
+        } else if let Some((p, consts, shifts)) = link {
+            let prod = &func.ops[p];
+            let operands = &prod.operands;
+            // As `fold_node` requires: constant weight and bias; a shift
+            // of a matmul/gemm makes a gemm, which is 2-D only.
+            let two_d = |v: Option<&ValueId>| v.is_some_and(|&v| func.ty(v).shape.len() == 2);
+            let foldable = operands
+                .get(1..)
+                .is_some_and(|wb| wb.iter().all(|&v| constant(v)))
+                && (prod.opcode == Opcode::Conv2d
+                    || !shifts
+                    || two_d(operands.first()) && two_d(prod.results.first()));
+            foldable.then(|| {
+                for v in consts.into_iter().chain(operands[1..].iter().copied()) {
+                    mark_constant_leaves(func, v, &mut wanted);
+                }
+                p
+            })
+        } else {
+            None
+        };
+        root[result.index()] = stem;
+    }
+    wanted
 }
 
 /// `y' = y * f + g` per output channel.
@@ -247,8 +317,41 @@ fn fold_into(egraph: &mut Graph, y: Id, x: Id, affine: &Affine, axis: usize) -> 
     out
 }
 
-fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_f64()
+/// `w` with every element multiplied by its output channel's factor
+/// (`channel(i)` for flat index `i`), computed in f64 straight from the
+/// weight's storage and rounded once to the element type: no intermediate
+/// copy of the weight.
+fn scaled(w: &Tensor, f: &[f64], channel: impl Fn(usize) -> usize) -> Option<Tensor> {
+    let Data::F(v) = &w.data else { return None };
+    let s = w.ty.elem.storage();
+    let vals = v
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| round_to(s, x * f[channel(i)]))
+        .collect();
+    Some(Tensor {
+        ty: w.ty.clone(),
+        data: Data::F(vals),
+    })
+}
+
+/// A conv weight (OIHW: output channel `o` owns the contiguous block `o`)
+/// scaled per output channel, block by block.
+fn scaled_blocks(w: &Tensor, f: &[f64]) -> Option<Tensor> {
+    let Data::F(v) = &w.data else { return None };
+    let block = v.len() / f.len().max(1);
+    if block == 0 || block * f.len() != v.len() {
+        return None;
+    }
+    let s = w.ty.elem.storage();
+    let mut vals = Vec::with_capacity(v.len());
+    for (chunk, &k) in v.chunks_exact(block).zip(f) {
+        vals.extend(chunk.iter().map(|&x| round_to(s, x * k)));
+    }
+    Some(Tensor {
+        ty: w.ty.clone(),
+        data: Data::F(vals),
+    })
 }
 
 /// Builds the folded form of one producer node.
@@ -284,12 +387,7 @@ fn fold_node(egraph: &mut Graph, node: &OpNode, yt: &TensorType, a: &Affine) -> 
             let new_w = if unit {
                 w
             } else {
-                let block = wt.len() / c;
-                let wv = f64s(&wt);
-                let vals = (0..wt.len()).map(|i| wv[i] * a.f[i / block]).collect();
-                add_computed_const(egraph, key("w"), &wty, || {
-                    Some(Tensor::from_f64(wty.clone(), vals))
-                })?
+                add_computed_const(egraph, key("w"), &wty, || scaled_blocks(&wt, &a.f))?
             };
             let bty = TensorType::new(vec![c], wty.elem.clone());
             let bvals: Vec<f64> = (0..c)
@@ -335,15 +433,8 @@ fn fold_node(egraph: &mut Graph, node: &OpNode, yt: &TensorType, a: &Affine) -> 
             let new_w = if unit {
                 w
             } else {
-                let wv = f64s(&wt);
-                let vals = (0..wt.len())
-                    .map(|i| {
-                        let col = if trans_b { i / k } else { i % n };
-                        wv[i] * a.f[col]
-                    })
-                    .collect();
                 add_computed_const(egraph, key("w"), &wty, || {
-                    Some(Tensor::from_f64(wty.clone(), vals))
+                    scaled(&wt, &a.f, |i| if trans_b { i / k } else { i % n })
                 })?
             };
             let shift = a.g.iter().any(|&g| g != 0.0) || bt.is_some();

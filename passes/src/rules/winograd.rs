@@ -1,7 +1,8 @@
 //! The `winograd` family: 3x3 convolutions as Winograd F(2x2, 3x3) or
 //! F(4x4, 3x3) (`core.winograd_conv2d`), with the weight transform
 //! `U = G g G^T` computed at compile time into an in-memory constant
-//! (`add_computed_const`, memoized per tile and weight).
+//! (`add_lazy_const`, memoized per tile and weight, and computed only for
+//! the forms extraction keeps).
 //!
 //! Conditions (`is_eligible`): kernel 3x3, stride 1, dilation 1, groups 1,
 //! f32 input and weight, and the weight a known constant (inline, in memory
@@ -17,12 +18,13 @@
 //! and weights of order 1, as `aoc_ir::ops::winograd` states.
 
 use super::{lhs, nodes_of, union_if_same_type, var};
-use crate::egraph::analysis::{Graph, add_computed_const, const_tensor, infer_node};
+use crate::egraph::analysis::{Graph, add_lazy_const, const_tensor, infer_node};
+use crate::egraph::convert::mark_constant_leaves;
 use crate::egraph::node::{Node, OpAttrs, OpNode};
 use crate::egraph::{Rewrite, TensorAnalysis};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::winograd::transform_weight;
-use aoc_ir::{Opcode, Scalar, TensorType};
+use aoc_ir::{Func, Opcode, Scalar, TensorType};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
 
 /// The tiles the family offers: (m, rule-name tag).
@@ -60,6 +62,29 @@ fn rules_for_tile(tile: usize, tag: &str) -> Result<Vec<Rewrite>, String> {
             ToWinograd { tile },
         )?,
     ])
+}
+
+/// The constants this family's rules can consume in `func`, by `ValueId`
+/// (for `crate::egraph::optimize_func_selected`): the weights of eligible
+/// convolutions only.
+pub fn weights_needed(func: &Func) -> Vec<bool> {
+    let mut wanted = vec![false; func.values.len()];
+    for &op_id in &func.body.ops {
+        let op = &func.ops[op_id];
+        if op.opcode != Opcode::Conv2d {
+            continue;
+        }
+        let (Some(&x), Some(&w)) = (op.operands.first(), op.operands.get(1)) else {
+            continue;
+        };
+        let Ok(attrs) = OpAttrs::new(Opcode::Conv2d, op.attrs.clone(), None) else {
+            continue;
+        };
+        if is_eligible(&attrs, func.ty(x), func.ty(w)) {
+            mark_constant_leaves(func, w, &mut wanted);
+        }
+    }
+    wanted
 }
 
 struct ToWinograd {
@@ -143,7 +168,12 @@ fn winograd_form(
         })
         .unwrap_or_else(|| format!("class{w}"));
     let key = format!("winograd-f{tile}:{wkey}");
-    let u = add_computed_const(egraph, key, &u_ty, || transform_weight(&weight, tile).ok())?;
+    // Computed only if extraction keeps this form (`winograd-auto` offers
+    // two tiles per conv and usually keeps at most one); the shape checks
+    // above are all `transform_weight` makes.
+    let u = add_lazy_const(egraph, key, &u_ty, move || {
+        transform_weight(&weight, tile).ok()
+    });
     let wattrs = Attrs::new()
         .with("tile", Attr::Int(tile as i64))
         .with("pads", Attr::Ints(ints(attrs, "pads")?));
