@@ -295,7 +295,8 @@ fn compare(got: &[Tensor], want: &[Tensor], step: Option<f64>) -> Result<(), Str
             }
         }
         println!("output {i}: max abs error {worst:.3e} (tolerance {tol:.3e})");
-        if !(worst <= tol) {
+        // A NaN error (or tolerance) fails, as no comparison can pass it.
+        if worst.is_nan() || tol.is_nan() || worst > tol {
             return Err(format!(
                 "output {i}: element {at} is {}, expected {} (error {worst:.3e} > {tol:.3e})",
                 gv[at], wv[at]

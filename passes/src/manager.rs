@@ -133,7 +133,7 @@ pub fn run_pipeline(
         .collect();
     let resolved = resolve(&items, &entries)?;
     for name in &opts.print_ir_after {
-        if !entries.iter().any(|e| &e.name == name) {
+        if !entries.iter().any(|e| e.name == name) {
             return Err(Diagnostic::error(
                 format!("--print-ir-after: unknown pass `{name}`"),
                 Location::default(),

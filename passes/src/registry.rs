@@ -19,6 +19,9 @@ pub trait PassDef: Pass + Sized + 'static {
     fn new(options: Self::Options) -> Self;
 }
 
+/// Builds a pass from the options written in a pipeline.
+pub type BuildPass = fn(&[RawOption]) -> Result<Box<dyn Pass>, Diagnostic>;
+
 /// One registered pass.
 #[derive(Copy, Clone)]
 pub struct PassEntry {
@@ -29,7 +32,7 @@ pub struct PassEntry {
     pub in_default: bool,
     /// Builds the pass from options written in a pipeline; errors point at
     /// the offending option.
-    pub build: fn(&[RawOption]) -> Result<Box<dyn Pass>, Diagnostic>,
+    pub build: BuildPass,
 }
 
 fn build_pass<P: PassDef>(raw: &[RawOption]) -> Result<Box<dyn Pass>, Diagnostic> {

@@ -18,7 +18,7 @@ fn loads_rules_with_comments_and_blank_lines() {
 }
 
 fn first_error(text: &str) -> (String, (usize, usize)) {
-    let errs = load_rules(text).err().expect("an error");
+    let errs = load_rules(text).expect_err("an error");
     let d = &errs[0];
     (
         d.message.clone(),

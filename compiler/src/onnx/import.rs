@@ -207,11 +207,11 @@ impl<'a> Cx<'a> {
         declared: Option<Vec<TensorType>>,
     ) -> R<Vec<V>> {
         let all_const = operands.iter().all(|v| matches!(v, V::C(_)));
-        if all_const && opcode != Opcode::Dequantize {
-            if let Some(out) = super::fold::try_fold(opcode, operands, &attrs, declared.as_deref())
-            {
-                return Ok(out.into_iter().map(V::konst).collect());
-            }
+        if all_const
+            && opcode != Opcode::Dequantize
+            && let Some(out) = super::fold::try_fold(opcode, operands, &attrs, declared.as_deref())
+        {
+            return Ok(out.into_iter().map(V::konst).collect());
         }
         let ids = operands
             .iter()

@@ -288,7 +288,7 @@ pub fn layer_norm(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let reduce = Attrs::new()
         .with("axes", Attr::Ints((axis as i64..rank as i64).collect()))
         .with("keepdims", Attr::Bool(true));
-    let mean = cx.op1(Opcode::ReduceMean, &[x.clone()], reduce.clone())?;
+    let mean = cx.op1(Opcode::ReduceMean, std::slice::from_ref(&x), reduce.clone())?;
     let d = cx.op1(Opcode::Sub, &[x, mean.clone()], Attrs::new())?;
     let dd = cx.op1(Opcode::Mul, &[d.clone(), d], Attrs::new())?;
     let var = cx.op1(Opcode::ReduceMean, &[dd], reduce)?;

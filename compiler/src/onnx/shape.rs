@@ -55,7 +55,7 @@ pub fn reshape(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
             .filter(|(j, _)| *j != i)
             .map(|(_, d)| *d)
             .product();
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(cx.bad(format!("cannot reshape {input:?} to {spec:?}")));
         }
         out[i] = total / known;
@@ -221,7 +221,7 @@ pub fn split(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
             .with("starts", Attr::Ints(vec![start]))
             .with("ends", Attr::Ints(vec![start + s]))
             .with("axes", Attr::Ints(vec![axis as i64]));
-        out.push(cx.op1(Opcode::Slice, &[x.clone()], attrs)?);
+        out.push(cx.op1(Opcode::Slice, std::slice::from_ref(&x), attrs)?);
         start += s;
     }
     Ok(out)

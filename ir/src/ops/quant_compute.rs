@@ -216,7 +216,7 @@ mod tests {
             Opcode::QuantAdd,
             &[&a, &b],
             &Attrs::new(),
-            &[r.clone()],
+            std::slice::from_ref(&r),
             &NoWeights,
         )
         .unwrap();
@@ -239,7 +239,7 @@ mod tests {
             Opcode::QuantConv2d,
             &[x.ty.clone(), w.ty.clone(), b.ty.clone()],
             &conv_attrs(),
-            Some(&[r.clone()]),
+            Some(std::slice::from_ref(&r)),
         )
         .unwrap();
         assert_eq!(ty, vec![r.clone()]);
@@ -269,7 +269,7 @@ mod tests {
             Opcode::QuantConv2d,
             &[x.clone(), w],
             &conv_attrs(),
-            Some(&[x.clone()]),
+            Some(std::slice::from_ref(&x)),
         )
         .unwrap_err();
         assert_eq!(

@@ -135,10 +135,10 @@ pub fn infer_winograd_conv2d(cx: &InferCx) -> Result<Vec<TensorType>, String> {
             u.shape[3]
         ));
     }
-    if let Some(b) = cx.operand(2) {
-        if b.elem != x.elem || b.shape != [k] {
-            return Err(format!("bias must be tensor<{k}xf32>, found {b}"));
-        }
+    if let Some(b) = cx.operand(2)
+        && (b.elem != x.elem || b.shape != [k])
+    {
+        return Err(format!("bias must be tensor<{k}xf32>, found {b}"));
     }
     let out = |len: usize, p0: usize, p1: usize, dim: &str| {
         (len + p0 + p1)

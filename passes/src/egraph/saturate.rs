@@ -97,6 +97,9 @@ pub fn saturate(
 }
 
 /// The outcome of optimizing one function.
+// Made once per function and moved straight out: boxing the `Func` would
+// buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Optimized {
     Done(Func, SaturationStats),
     /// The function cannot go through the e-graph (the reason says why); it

@@ -145,6 +145,24 @@ fn roofline_prefers_fewer_ops_and_prices_matmul_by_flops() {
     assert!(crate::egraph::Roofline::for_target("tpu").is_none());
 }
 
+#[test]
+fn flops_are_zero_exactly_for_the_ops_the_table_marks_data_movement() {
+    // `flops` lists the data-movement ops by name (an exhaustive match, as
+    // STYLE.md asks); this keeps that list equal to the op table's trait.
+    use crate::egraph::cost::flops;
+    use crate::egraph::node::OpAttrs;
+    let t = f32t(&[2, 3]);
+    let attrs = OpAttrs {
+        values: Box::new([]),
+        declared: None,
+    };
+    for &opcode in Opcode::ALL {
+        let moves = opcode.info().has_trait(aoc_ir::Trait::DataMovement);
+        let f = flops(opcode, &attrs, &[&t], &t);
+        assert_eq!(f == 0.0, moves, "{}: flops {f}", opcode.name());
+    }
+}
+
 /// Matches of `pattern` in the e-graph of `f`, as (root class, ?vars) per
 /// match.
 fn search(f: &Func, pattern: &str) -> Vec<egg::SearchMatches<'static, Node>> {

@@ -481,9 +481,12 @@ fn fold_node(egraph: &mut Graph, node: &OpNode, yt: &TensorType, a: &Affine) -> 
             let new_c = add_computed_const(egraph, key("c"), &cty, || {
                 Some(Tensor::from_f64(cty.clone(), cvals))
             })?;
-            let mut gattrs = match node.opcode {
-                Opcode::Gemm => attrs.to_attrs(),
-                _ => Attrs::new(),
+            // This arm holds only matmul and gemm; a matmul has no gemm
+            // attributes to carry over.
+            let mut gattrs = if node.opcode == Opcode::Gemm {
+                attrs.to_attrs()
+            } else {
+                Attrs::new()
             };
             gattrs.set("beta", Attr::Float(1.0));
             let gattrs = OpAttrs::new(Opcode::Gemm, gattrs, None).ok()?;
@@ -493,6 +496,78 @@ fn fold_node(egraph: &mut Graph, node: &OpNode, yt: &TensorType, a: &Affine) -> 
                 vec![node.children[0], new_w, new_c],
             )))
         }
-        _ => None,
+        // Other producers keep the batch norm: only conv2d, matmul and gemm
+        // are folded into.
+        Opcode::Const
+        | Opcode::Identity
+        | Opcode::Neg
+        | Opcode::Abs
+        | Opcode::Exp
+        | Opcode::Log
+        | Opcode::Sqrt
+        | Opcode::Rsqrt
+        | Opcode::Reciprocal
+        | Opcode::Erf
+        | Opcode::Tanh
+        | Opcode::Sigmoid
+        | Opcode::Floor
+        | Opcode::Ceil
+        | Opcode::Relu
+        | Opcode::Gelu
+        | Opcode::Silu
+        | Opcode::HardSigmoid
+        | Opcode::HardSwish
+        | Opcode::LeakyRelu
+        | Opcode::Clip
+        | Opcode::Cast
+        | Opcode::Add
+        | Opcode::Sub
+        | Opcode::Mul
+        | Opcode::Div
+        | Opcode::Max
+        | Opcode::Min
+        | Opcode::Pow
+        | Opcode::Prelu
+        | Opcode::Equal
+        | Opcode::Less
+        | Opcode::Greater
+        | Opcode::Where
+        | Opcode::ConvTranspose2d
+        | Opcode::BatchNorm
+        | Opcode::LayerNorm
+        | Opcode::Softmax
+        | Opcode::LogSoftmax
+        | Opcode::MaxPool2d
+        | Opcode::AvgPool2d
+        | Opcode::GlobalAvgPool
+        | Opcode::GlobalMaxPool
+        | Opcode::ReduceSum
+        | Opcode::ReduceMean
+        | Opcode::ReduceMax
+        | Opcode::ReduceMin
+        | Opcode::Reshape
+        | Opcode::Transpose
+        | Opcode::Flatten
+        | Opcode::Concat
+        | Opcode::Slice
+        | Opcode::Pad
+        | Opcode::Gather
+        | Opcode::Expand
+        | Opcode::Resize
+        | Opcode::Quantize
+        | Opcode::Dequantize
+        | Opcode::Requantize
+        | Opcode::QuantConv2d
+        | Opcode::QuantMatMul
+        | Opcode::QuantGemm
+        | Opcode::QuantAdd
+        | Opcode::QuantAvgPool2d
+        | Opcode::QuantGlobalAvgPool
+        | Opcode::FusedPointwise
+        | Opcode::FusedConv2d
+        | Opcode::FusedMatMul
+        | Opcode::FusedGemm
+        | Opcode::Attention
+        | Opcode::WinogradConv2d => None,
     }
 }

@@ -310,6 +310,8 @@ fn erf_gelu_variants_are_recognized() {
                 let one = dense(f, &[], vec![1.0]);
                 let half = dense(f, &[], vec![0.5]);
                 let e = if variant % 2 == 0 {
+                    // The f32-rounded literal an exporter writes, on purpose.
+                    #[allow(clippy::approx_constant)]
                     let c = dense(f, &[], vec![1.4142135]);
                     op(f, Opcode::Div, &[x, c], Attrs::new())
                 } else {

@@ -25,8 +25,11 @@ use aoc_ir::attr::Attrs;
 use egg::{Applier, ENodeOrVar, Id, Pattern, PatternAst, RecExpr, Subst, Symbol, Var};
 use std::sync::Arc;
 
+/// Builds one rule family (an error says what in it is malformed).
+pub type BuildRules = fn() -> Result<Vec<Rewrite>, String>;
+
 /// Every built-in rule family: (name, builder). A unit test builds them all.
-pub fn rule_sets() -> &'static [(&'static str, fn() -> Result<Vec<Rewrite>, String>)] {
+pub fn rule_sets() -> &'static [(&'static str, BuildRules)] {
     &[
         ("algebraic", algebraic::rules),
         ("qdq", qdq::rules),

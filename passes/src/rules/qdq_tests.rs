@@ -386,21 +386,24 @@ fn dequantize_op_quantize_becomes_the_integer_op() {
     for (stem, int_op) in cases {
         for (suffix, act) in [
             ("", None),
-            ("-relu", Some(Opcode::Relu)),
-            ("-clip", Some(Opcode::Clip)),
+            ("-relu", Some((Opcode::Relu, Attrs::new()))),
+            (
+                "-clip",
+                Some((
+                    Opcode::Clip,
+                    Attrs::new()
+                        .with("min", Attr::Float(-0.1))
+                        .with("max", Attr::Float(0.3)),
+                )),
+            ),
         ] {
             let mut f = Func::new("main");
             let mut y = int_case(&mut f, stem);
             let float_op = f.ops[f.def_op(y).unwrap()].opcode;
-            if let Some(a) = act {
-                let attrs = match a {
-                    Opcode::Clip => Attrs::new()
-                        .with("min", Attr::Float(-0.1))
-                        .with("max", Attr::Float(0.3)),
-                    _ => Attrs::new(),
-                };
+            let act = act.map(|(a, attrs)| {
                 y = op(&mut f, a, &[y], attrs);
-            }
+                a
+            });
             // zero point 10: negative values stay representable, so the
             // relu is not redundant and must be the epilogue
             let out = qdq(&mut f, y, 0.004, 10);
