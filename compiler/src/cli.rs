@@ -32,6 +32,8 @@ Examples:
   aoc import resnet.onnx -o resnet.air          # also writes resnet.safetensors
   aoc check resnet.air                          # diagnostics with file:line:col
   aoc opt resnet.air -o resnet.canon.air        # canonical form
+  aoc opt resnet.air --passes default --timing -o resnet.opt.air   # optimize
+  aoc opt resnet.air --passes 'fold-bn,fuse{max-ops=8}' --verify-rewrites -o out.air
   aoc run resnet.air --input x=img.npy --output-dir out/
 
 Exit status: 0 on success, 1 when the input has a problem (the message says
