@@ -234,9 +234,10 @@ impl TensorType {
         self.shape.len()
     }
 
-    /// Number of elements (1 for a rank-0 tensor).
+    /// Number of elements (1 for a rank-0 tensor). Saturates instead of
+    /// overflowing; the verifier rejects types above [`MAX_ELEMENTS`].
     pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
     }
 
     /// The same shape with another element type.
@@ -248,6 +249,24 @@ impl TensorType {
     pub fn with_shape(&self, shape: impl Into<Vec<usize>>) -> TensorType {
         TensorType { shape: shape.into(), elem: self.elem.clone(), encoding: None }
     }
+}
+
+/// The most elements (and the largest dimension) a tensor type may have:
+/// 2^40. Bigger shapes in user input are errors, so shape arithmetic never
+/// overflows.
+pub const MAX_ELEMENTS: usize = 1 << 40;
+
+/// The element count of `shape`, or an error when it (or a dimension)
+/// exceeds [`MAX_ELEMENTS`].
+pub fn checked_elements(shape: &[usize]) -> Result<usize, String> {
+    let too_big = || format!("shape {shape:?} has more than 2^40 elements");
+    if shape.iter().any(|&d| d > MAX_ELEMENTS) {
+        return Err(too_big());
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d).filter(|&n| n <= MAX_ELEMENTS))
+        .ok_or_else(too_big)
 }
 
 /// Writes a float so that reading it back gives the same `f64`, always with

@@ -10,7 +10,7 @@ use crate::diag::Diagnostic;
 use crate::entity::EntityId;
 use crate::module::{Func, Module};
 use crate::ops::{check_operand_count, InferCx, Opcode, Trait};
-use crate::types::TensorType;
+use crate::types::{checked_elements, TensorType};
 use std::collections::HashSet;
 
 /// Infers an op's result types from its operand types and (completed)
@@ -23,8 +23,17 @@ pub fn infer_op(
     declared: Option<&[TensorType]>,
 ) -> Result<Vec<TensorType>, String> {
     check_operand_count(opcode, operands.len())?;
+    if let Some(ts) = declared {
+        for t in ts {
+            checked_elements(&t.shape).map_err(|m| format!("{}: {m}", opcode.name()))?;
+        }
+    }
     let cx = InferCx { opcode, operands, attrs, declared };
-    (opcode.info().infer)(&cx).map_err(|m| format!("{}: {m}", opcode.name()))
+    let results = (opcode.info().infer)(&cx).map_err(|m| format!("{}: {m}", opcode.name()))?;
+    for t in &results {
+        checked_elements(&t.shape).map_err(|m| format!("{}: result {m}", opcode.name()))?;
+    }
+    Ok(results)
 }
 
 /// Verifies every function; returns all errors found (empty when valid).
@@ -56,6 +65,9 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
     let mut defined = vec![false; f.values.len()];
     for &p in f.params() {
         defined[p.index()] = true;
+        if let Err(m) = checked_elements(&f.ty(p).shape) {
+            diags.push(Diagnostic::error(format!("parameter %{}: {m}", f.name_of(p)), f.values[p].loc.clone()));
+        }
     }
     let mut seen_ops = HashSet::new();
     for &op_id in &f.body.ops {

@@ -29,6 +29,10 @@ pub fn try_fold(
     let attrs = opcode.info().complete_attrs(attrs.clone()).ok()?;
     let types: Vec<TensorType> = tensors.iter().map(|t| t.ty.clone()).collect();
     let result_types = aoc_ir::verify::infer_op(opcode, &types, &attrs, declared).ok()?;
+    // Huge results stay ops: folding would allocate them at import time.
+    if result_types.iter().any(|t| t.num_elements() > FOLD_LIMIT) {
+        return None;
+    }
     // A panic in a hook must not take the importer down; treat it as "cannot fold".
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         eval_op(opcode, &tensors, &attrs, &result_types, &NoWeights)
@@ -72,6 +76,9 @@ pub fn constant(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     Ok(vec![V::konst(t)])
 }
 
+/// The most elements a constant built at import time may have (64 Mi).
+const FOLD_LIMIT: usize = 1 << 26;
+
 /// `ConstantOfShape`: the shape input must be constant.
 pub fn constant_of_shape(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let shape = cx.const_input(n, 0, "input")?.to_i64();
@@ -89,6 +96,10 @@ pub fn constant_of_shape(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         }
         None => (Scalar::F32.into(), 0.0),
     };
+    match aoc_ir::types::checked_elements(&shape) {
+        Ok(n) if n <= FOLD_LIMIT => {}
+        _ => return Err(cx.bad(format!("shape {shape:?} is too large to build at import time"))),
+    }
     let ty = TensorType::new(shape, elem);
     Ok(vec![V::konst(Tensor::splat(ty, value))])
 }
@@ -128,7 +139,7 @@ pub fn range(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         return Err(cx.bad("delta must not be 0"));
     }
     let count = ((l - s) / d).ceil().max(0.0);
-    if count > 1e8 {
+    if count > FOLD_LIMIT as f64 {
         return Err(cx.bad(format!("the range has {count} elements, too many to build")));
     }
     let count = count as usize;

@@ -61,7 +61,7 @@ pub fn infer_reshape(cx: &InferCx) -> Result<Vec<TensorType>, String> {
         ));
     }
     let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
-    let n: usize = shape.iter().product();
+    let n = crate::types::checked_elements(&shape)?;
     if n != x.num_elements() {
         return Err(format!(
             "shape {shape:?} has {n} elements, operand {:?} has {}",
@@ -505,6 +505,7 @@ pub fn infer_expand(cx: &InferCx) -> Result<Vec<TensorType>, String> {
         ));
     }
     let target: Vec<usize> = target.iter().map(|&d| d as usize).collect();
+    crate::types::checked_elements(&target)?;
     let shape = broadcast_shapes(&x.shape, &target).map_err(|_| {
         format!(
             "operand shape {:?} and shape {target:?} do not broadcast",

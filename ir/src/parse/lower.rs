@@ -329,9 +329,9 @@ impl Lowerer {
             }
         }
         let types: Vec<Option<TensorType>> = op.types.iter().map(|t| self.ty(t)).collect();
-        if types.iter().any(Option::is_none) {
-            ok = false;
-        }
+        // A bad type was reported already; checks that need the types skip.
+        let types_ok = types.iter().all(Option::is_some);
+        ok &= types_ok;
         if op.results.len() != op.types.len() {
             let span = op.types.first().map_or(op.span, |t| {
                 Span::new(t.span.start as usize, op.span.end as usize)
@@ -360,6 +360,7 @@ impl Lowerer {
             .find(|a| a.kind == AttrKind::Const)
             .map(|a| a.name);
         match (info.format, &op.payload, payload_attr) {
+            (Format::Const, Some(_), Some(_)) if !types_ok => {}
             (Format::Const, Some(p), Some(attr_name)) => match self.payload(p, opcode, &types) {
                 Some(value) => attrs
                     .0

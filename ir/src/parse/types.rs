@@ -24,13 +24,8 @@ impl Lowerer {
                 }
             }
         }
-        if ok
-            && shape
-                .iter()
-                .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-                .is_none_or(|n| n > i64::MAX as usize)
-        {
-            self.error("tensor has too many elements", t.span);
+        if ok && let Err(m) = crate::types::checked_elements(&shape) {
+            self.error(m, t.span);
             ok = false;
         }
         let elem = match &t.elem {
