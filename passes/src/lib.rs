@@ -17,6 +17,7 @@ pub mod egraph;
 pub mod manager;
 #[cfg(test)]
 mod manager_tests;
+pub mod memplan;
 pub mod pass;
 pub mod passes;
 pub mod pipeline;
