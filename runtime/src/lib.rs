@@ -1,1 +1,11 @@
-//! placeholder
+//! aoc-runtime: loads a compiled `.aoc` artifact, validates it, allocates
+//! its arena and runs it (CPU micro-kernels now; CUDA later).
+//!
+//! Invariants:
+//! - In its default features this crate links neither LLVM nor Cranelift nor
+//!   `aoc-ir`: a deployment needs the runtime and the artifact, nothing else.
+//! - Every artifact is validated before use (magic, version, checksum,
+//!   section table, manifest schema, every range, CPU features).
+//! - A bad artifact is an error naming the file, never a crash.
+pub mod artifact;
+pub mod kernels;

@@ -1,0 +1,63 @@
+//! AVX-512F micro-kernel: a 14×32 register tile (28 zmm accumulators, two
+//! B vectors, A broadcast folded into the FMA as `{1to16}`), with a 14×16
+//! variant for a last panel. 28 FMAs per 16 loads keeps the two FMA ports
+//! busy without saturating the load ports.
+//!
+//! Contract (shared by every level, see `gemm.rs`): `a` is one packed A
+//! micro-panel (`kc` steps of [`MR`] floats), `b` the first of `NP` packed B
+//! panels (`kc` rows of 16 floats each, the next panel `bstride` floats
+//! further), `c` a full `MR × 16·NP` tile with row stride `ldc`; with
+//! `load_c` the tile is added to, otherwise overwritten.
+
+use std::arch::x86_64::*;
+
+/// Rows of the register tile.
+pub(crate) const MR: usize = 14;
+/// Panels (of 16 columns) of the widest tile.
+pub(crate) const MAX_PANELS: usize = 2;
+
+/// # Safety
+/// The CPU supports AVX-512F; the pointers cover the ranges described in the
+/// module doc.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn tile<const NP: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    bstride: usize,
+    c: *mut f32,
+    ldc: usize,
+    load_c: bool,
+) {
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); NP]; MR];
+        let mut ap = a;
+        let mut bp = b;
+        for _ in 0..kc {
+            let mut bv = [_mm512_setzero_ps(); NP];
+            for (j, v) in bv.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(bp.add(j * bstride));
+            }
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(i));
+                for (j, r) in row.iter_mut().enumerate() {
+                    *r = _mm512_fmadd_ps(av, bv[j], *r);
+                }
+            }
+            ap = ap.add(MR);
+            bp = bp.add(16);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            let cr = c.add(i * ldc);
+            for (j, r) in row.iter().enumerate() {
+                let p = cr.add(16 * j);
+                let v = if load_c {
+                    _mm512_add_ps(_mm512_loadu_ps(p), *r)
+                } else {
+                    *r
+                };
+                _mm512_storeu_ps(p, v);
+            }
+        }
+    }
+}

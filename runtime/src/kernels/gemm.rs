@@ -1,0 +1,343 @@
+//! The fp32 GEMM entry point: `C[m×n] = epilogue(β·C + A[m×k] · B[k×n])`
+//! with β ∈ {0, 1}, A and C row-major with leading dimensions, B packed
+//! (see `pack.rs`).
+//!
+//! Blocking (BLIS order): columns in blocks of `nc`, depth in blocks of `kc`,
+//! rows in blocks of `mc`; each `mc × kc` block of A is packed once and
+//! stays in L2 while the loop over B micro-panels (`kc × 16·panels`, in L1)
+//! and over A micro-panels calls the register-tile kernel. Edge tiles (rows
+//! past `m`, columns past `n`) run the same kernel on a scratch tile and copy
+//! back the live part, so the kernels only ever see full tiles. The
+//! epilogue (bias per column, then relu) is applied to each tile right after
+//! its last depth block, while the tile is still in L1.
+//!
+//! Threads split the columns (whole tiles) with `std::thread::scope`; each
+//! thread packs its own copy of A and writes a disjoint set of columns of C.
+
+use std::fmt;
+
+use super::detect::Isa;
+use super::pack::{PANEL_WIDTH, PackedBRef, check_matrix, pack_a};
+
+/// A rejected GEMM call; the message names the expectation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GemmError {
+    message: String,
+}
+
+impl GemmError {
+    pub(crate) fn new(message: String) -> GemmError {
+        GemmError { message }
+    }
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for GemmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for GemmError {}
+
+/// How to run a [`gemm()`].
+#[derive(Clone, Copy, Debug)]
+pub struct GemmOptions<'a> {
+    /// Force a level (tests, benchmarks); `None` uses [`Isa::best`].
+    pub isa: Option<Isa>,
+    /// `true`: `C += A·B`; `false`: `C = A·B` (C's old values are not read).
+    pub accumulate: bool,
+    /// Added to every row of the result (length `n`), after the sum.
+    pub bias: Option<&'a [f32]>,
+    /// `max(x, 0)` after the bias.
+    pub relu: bool,
+    /// Worker threads (at least 1); columns are split between them.
+    pub threads: usize,
+}
+
+impl Default for GemmOptions<'_> {
+    fn default() -> Self {
+        GemmOptions {
+            isa: None,
+            accumulate: false,
+            bias: None,
+            relu: false,
+            threads: 1,
+        }
+    }
+}
+
+/// Signature of every register-tile kernel; contract in `avx512.rs`.
+type TileFn = unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, bool);
+
+/// One level's kernel and block sizes.
+struct Level {
+    mr: usize,
+    max_panels: usize,
+    /// Kernel for a tile of `p` panels is `tiles[p - 1]`.
+    tiles: &'static [TileFn],
+    mc: usize,
+    kc: usize,
+    /// Column block, a multiple of `16·max_panels`.
+    nc: usize,
+}
+
+fn level(isa: Isa) -> Level {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            use super::avx512::{MAX_PANELS, MR, tile};
+            // B micro-panel 256×32 floats = 32 KiB (L1); A block 168×256 = 168 KiB (L2).
+            Level {
+                mr: MR,
+                max_panels: MAX_PANELS,
+                tiles: &[tile::<1>, tile::<2>],
+                mc: 12 * MR,
+                kc: 256,
+                nc: 4096,
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            use super::avx2::{MAX_PANELS, MR, tile};
+            // B micro-panel 256×16 floats = 16 KiB (L1); A block 144×256 = 144 KiB (L2).
+            Level {
+                mr: MR,
+                max_panels: MAX_PANELS,
+                tiles: &[tile],
+                mc: 24 * MR,
+                kc: 256,
+                nc: 4096,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx512 | Isa::Avx2 => scalar_level(),
+        Isa::Scalar => scalar_level(),
+    }
+}
+
+fn scalar_level() -> Level {
+    use super::scalar::{MAX_PANELS, MR, tile};
+    Level {
+        mr: MR,
+        max_panels: MAX_PANELS,
+        tiles: &[tile],
+        mc: 32 * MR,
+        kc: 256,
+        nc: 4096,
+    }
+}
+
+/// `C = epilogue(β·C + A·B)` for a row-major `m × k` A (row stride `lda`),
+/// a packed `k × n` B and a row-major `m × n` C (row stride `ldc`).
+// BLAS-shaped on purpose: the backend emits calls with exactly these operands.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: PackedBRef<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    opts: &GemmOptions<'_>,
+) -> Result<(), GemmError> {
+    if b.k() != k || b.n() != n {
+        return Err(GemmError::new(format!(
+            "packed b must be {k}x{n}, found {}x{}",
+            b.k(),
+            b.n()
+        )));
+    }
+    check_matrix("a", m, k, a.len(), lda)?;
+    check_matrix("c", m, n, c.len(), ldc)?;
+    if let Some(bias) = opts.bias
+        && bias.len() != n
+    {
+        return Err(GemmError::new(format!(
+            "bias must have {n} elements, found {}",
+            bias.len()
+        )));
+    }
+    if opts.threads == 0 {
+        return Err(GemmError::new(
+            "threads must be at least 1, found 0".to_string(),
+        ));
+    }
+    let isa = opts.isa.unwrap_or_else(Isa::best);
+    if !isa.is_supported() {
+        return Err(GemmError::new(format!(
+            "isa {isa} is not supported by this cpu"
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        // No product: only β·C and the epilogue.
+        for i in 0..m {
+            let row = &mut c[i * ldc..i * ldc + n];
+            if !opts.accumulate {
+                row.fill(0.0);
+            }
+            epilogue(row, opts.bias, opts.relu);
+        }
+        return Ok(());
+    }
+    let lv = level(isa);
+    let tile_cols = lv.max_panels * PANEL_WIDTH;
+    let tiles = n.div_ceil(tile_cols);
+    let threads = opts.threads.min(tiles);
+    let cptr = SharedC(c.as_mut_ptr());
+    let job = Job {
+        m,
+        k,
+        a,
+        lda,
+        b,
+        c: cptr,
+        ldc,
+        opts,
+        lv: &lv,
+    };
+    if threads == 1 {
+        // SAFETY: arguments checked above; one worker owns all columns.
+        unsafe { job.run(0, n) };
+        return Ok(());
+    }
+    let per = tiles.div_ceil(threads) * tile_cols;
+    std::thread::scope(|s| {
+        let job = &job;
+        for t in 1..threads {
+            let (j0, j1) = (t * per, ((t + 1) * per).min(n));
+            if j0 < j1 {
+                // SAFETY: column ranges of the workers are disjoint.
+                s.spawn(move || unsafe { job.run(j0, j1) });
+            }
+        }
+        // SAFETY: as above; this thread takes the first range.
+        unsafe { job.run(0, per.min(n)) };
+    });
+    Ok(())
+}
+
+/// C's base pointer, shared by workers that write disjoint columns.
+#[derive(Clone, Copy)]
+struct SharedC(*mut f32);
+// SAFETY: workers write disjoint column ranges of C (see `gemm`).
+unsafe impl Send for SharedC {}
+unsafe impl Sync for SharedC {}
+
+struct Job<'a> {
+    m: usize,
+    k: usize,
+    a: &'a [f32],
+    lda: usize,
+    b: PackedBRef<'a>,
+    c: SharedC,
+    ldc: usize,
+    opts: &'a GemmOptions<'a>,
+    lv: &'a Level,
+}
+
+/// Largest tile any level uses: 14 rows × 32 columns.
+const SCRATCH: usize = 14 * 32;
+
+impl Job<'_> {
+    /// Computes columns `j0..j1` of C (`j0` a multiple of the tile width).
+    ///
+    /// # Safety
+    /// Arguments validated by `gemm`; no other thread touches these columns.
+    unsafe fn run(&self, j0: usize, j1: usize) {
+        let lv = self.lv;
+        let (m, k, ldc) = (self.m, self.k, self.ldc);
+        let bdata = self.b.as_slice().as_ptr();
+        let bstride = k * PANEL_WIDTH;
+        let tile_cols = lv.max_panels * PANEL_WIDTH;
+        let mut apack = Vec::new();
+        let mut scratch = [0.0f32; SCRATCH];
+        for jc in (j0..j1).step_by(lv.nc) {
+            let nb = lv.nc.min(j1 - jc);
+            for pc in (0..k).step_by(lv.kc) {
+                let kb = lv.kc.min(k - pc);
+                let load_c = pc > 0 || self.opts.accumulate;
+                let last = pc + kb == k;
+                for ic in (0..m).step_by(lv.mc) {
+                    let mb = lv.mc.min(m - ic);
+                    pack_a(
+                        lv.mr,
+                        &self.a[ic * self.lda + pc..],
+                        self.lda,
+                        mb,
+                        kb,
+                        &mut apack,
+                    );
+                    for jr in (0..nb).step_by(tile_cols) {
+                        let col = jc + jr;
+                        let cols = tile_cols.min(nb - jr);
+                        let panels = cols.div_ceil(PANEL_WIDTH);
+                        let kernel = lv.tiles[panels - 1];
+                        // SAFETY: panel `col / 16` exists and has rows pc..pc+kb.
+                        let bp =
+                            unsafe { bdata.add((col / PANEL_WIDTH) * bstride + pc * PANEL_WIDTH) };
+                        for ir in (0..mb).step_by(lv.mr) {
+                            let rows = lv.mr.min(mb - ir);
+                            let ap = apack[ir * kb..].as_ptr();
+                            // SAFETY: row ic+ir, column col lie inside C.
+                            let cp = unsafe { self.c.0.add((ic + ir) * ldc + col) };
+                            unsafe {
+                                if rows == lv.mr && cols == panels * PANEL_WIDTH {
+                                    kernel(kb, ap, bp, bstride, cp, ldc, load_c);
+                                } else {
+                                    let sld = panels * PANEL_WIDTH;
+                                    if load_c {
+                                        for i in 0..rows {
+                                            std::ptr::copy_nonoverlapping(
+                                                cp.add(i * ldc),
+                                                scratch[i * sld..].as_mut_ptr(),
+                                                cols,
+                                            );
+                                        }
+                                    }
+                                    kernel(kb, ap, bp, bstride, scratch.as_mut_ptr(), sld, load_c);
+                                    for i in 0..rows {
+                                        std::ptr::copy_nonoverlapping(
+                                            scratch[i * sld..].as_ptr(),
+                                            cp.add(i * ldc),
+                                            cols,
+                                        );
+                                    }
+                                }
+                                if last && (self.opts.bias.is_some() || self.opts.relu) {
+                                    for i in 0..rows {
+                                        let row =
+                                            std::slice::from_raw_parts_mut(cp.add(i * ldc), cols);
+                                        let bias = self.opts.bias.map(|b| &b[col..col + cols]);
+                                        epilogue(row, bias, self.opts.relu);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bias per column, then relu, on one row segment.
+fn epilogue(row: &mut [f32], bias: Option<&[f32]>, relu: bool) {
+    if let Some(bias) = bias {
+        for (x, &b) in row.iter_mut().zip(bias) {
+            *x += b;
+        }
+    }
+    if relu {
+        for x in row.iter_mut() {
+            *x = x.max(0.0);
+        }
+    }
+}

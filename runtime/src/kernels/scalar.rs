@@ -1,0 +1,45 @@
+//! Portable micro-kernel: a 4×16 tile in plain Rust, for CPUs (or targets)
+//! without AVX2. The fixed-size arrays let the compiler keep the tile in
+//! registers and vectorize with whatever the baseline target offers.
+//!
+//! Contract: as in `avx512.rs`, with [`MR`] = 4 and one panel per tile.
+
+/// Rows of the register tile.
+pub(crate) const MR: usize = 4;
+/// Panels (of 16 columns) per tile.
+pub(crate) const MAX_PANELS: usize = 1;
+
+/// # Safety
+/// The pointers cover the ranges described in `avx512.rs`.
+pub(crate) unsafe fn tile(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    _bstride: usize,
+    c: *mut f32,
+    ldc: usize,
+    load_c: bool,
+) {
+    let mut acc = [[0.0f32; 16]; MR];
+    // SAFETY: the caller guarantees `kc·MR` floats at `a` and `kc·16` at `b`.
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, kc * MR),
+            std::slice::from_raw_parts(b, kc * 16),
+        )
+    };
+    for (ak, bk) in a.chunks_exact(MR).zip(b.chunks_exact(16)) {
+        for (row, &av) in acc.iter_mut().zip(ak) {
+            for (r, &bv) in row.iter_mut().zip(bk) {
+                *r += av * bv;
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: the caller guarantees a full MR×16 tile at `c` with stride `ldc`.
+        let cr = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), 16) };
+        for (dst, &v) in cr.iter_mut().zip(row) {
+            *dst = if load_c { *dst + v } else { v };
+        }
+    }
+}

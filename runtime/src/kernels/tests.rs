@@ -1,0 +1,359 @@
+//! Tests of the fp32 GEMM: every level this CPU supports against an f64
+//! reference over many shapes (edges of every tile size, padded leading
+//! dimensions, overwrite and accumulate, epilogue, threads), the packed
+//! layout, and the rejection of bad arguments.
+
+use super::pack::packed_len;
+use super::*;
+
+/// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
+fn values(len: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn supported_levels() -> Vec<Isa> {
+    Isa::ALL
+        .into_iter()
+        .filter(|isa| {
+            let ok = isa.is_supported();
+            if !ok {
+                println!("skipping isa {isa}: this cpu does not support it");
+            }
+            ok
+        })
+        .collect()
+}
+
+struct Case {
+    m: usize,
+    n: usize,
+    k: usize,
+    lda: usize,
+    ldb: usize,
+    ldc: usize,
+}
+
+/// Runs one case on `isa` and compares with an f64 reference; the bound is
+/// `2e-6·(k+1)` times the sum of magnitudes entering each output.
+fn check(isa: Isa, cs: &Case, accumulate: bool, epi: bool, threads: usize) {
+    let Case {
+        m,
+        n,
+        k,
+        lda,
+        ldb,
+        ldc,
+    } = *cs;
+    let a = values(m.max(1) * lda, 1 + (m * 31 + k) as u64);
+    let b = values(k.max(1) * ldb, 2 + (k * 17 + n) as u64);
+    let c0 = values(m.max(1) * ldc, 3 + (n * 7 + m) as u64);
+    let bias = values(n, 4);
+    let packed = pack_b(k, n, &b, ldb).unwrap();
+    let mut c = c0.clone();
+    let opts = GemmOptions {
+        isa: Some(isa),
+        accumulate,
+        bias: if epi { Some(&bias) } else { None },
+        relu: epi,
+        threads,
+    };
+    gemm(m, n, k, &a, lda, packed.as_ref(), &mut c, ldc, &opts).unwrap();
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum = if accumulate {
+                c0[i * ldc + j] as f64
+            } else {
+                0.0
+            };
+            let mut mag = sum.abs();
+            for p in 0..k {
+                let t = a[i * lda + p] as f64 * b[p * ldb + j] as f64;
+                sum += t;
+                mag += t.abs();
+            }
+            if epi {
+                sum = (sum + bias[j] as f64).max(0.0);
+                mag += (bias[j] as f64).abs();
+            }
+            let got = c[i * ldc + j] as f64;
+            let tol = 2e-6 * (k as f64 + 1.0) * (mag + 1e-30);
+            assert!(
+                (got - sum).abs() <= tol,
+                "{isa} m={m} n={n} k={k} lda={lda} ldb={ldb} ldc={ldc} acc={accumulate} epi={epi} \
+                 threads={threads}: c[{i}][{j}] = {got}, expected {sum}"
+            );
+        }
+        // Padding between rows of C is never written.
+        for j in n..ldc {
+            if i + 1 < m {
+                assert_eq!(
+                    c[i * ldc + j],
+                    c0[i * ldc + j],
+                    "{isa}: padding of c written"
+                );
+            }
+        }
+    }
+}
+
+const SIZES: [usize; 9] = [1, 2, 7, 13, 31, 33, 64, 100, 257];
+
+#[test]
+fn gemm_matches_reference_on_all_shapes() {
+    for isa in supported_levels() {
+        for &m in &SIZES {
+            for &n in &SIZES {
+                for &k in &SIZES {
+                    // The f64 reference is slow in debug builds; the largest
+                    // products are covered by the dedicated cases below.
+                    if m * n * k > 700_000 {
+                        continue;
+                    }
+                    let dense = Case {
+                        m,
+                        n,
+                        k,
+                        lda: k,
+                        ldb: n,
+                        ldc: n,
+                    };
+                    check(isa, &dense, false, false, 1);
+                    let padded = Case {
+                        m,
+                        n,
+                        k,
+                        lda: k + 3,
+                        ldb: n + 5,
+                        ldc: n + 2,
+                    };
+                    check(isa, &padded, true, false, 1);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_large_shapes_cross_cache_blocks() {
+    // k > kc (256) forces several depth blocks; m > mc several row blocks.
+    let cases = [
+        Case {
+            m: 257,
+            n: 257,
+            k: 257,
+            lda: 257,
+            ldb: 257,
+            ldc: 257,
+        },
+        Case {
+            m: 300,
+            n: 100,
+            k: 600,
+            lda: 611,
+            ldb: 100,
+            ldc: 103,
+        },
+        Case {
+            m: 33,
+            n: 4100,
+            k: 5,
+            lda: 5,
+            ldb: 4100,
+            ldc: 4100,
+        },
+    ];
+    for isa in supported_levels() {
+        for cs in &cases {
+            check(isa, cs, false, false, 1);
+            check(isa, cs, true, true, 1);
+        }
+    }
+}
+
+#[test]
+fn gemm_epilogue_and_threads_match_reference() {
+    for isa in supported_levels() {
+        for &(m, n, k) in &[(7, 100, 33), (31, 257, 64), (1, 33, 257), (64, 13, 2)] {
+            let cs = Case {
+                m,
+                n,
+                k,
+                lda: k + 1,
+                ldb: n,
+                ldc: n + 3,
+            };
+            for threads in [1, 2, 3, 8] {
+                check(isa, &cs, false, true, threads);
+                check(isa, &cs, true, true, threads);
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_hand_checked_with_bias_relu() {
+    // A = [[1, 2], [3, 4]], B = [[5, 6], [7, 8]]: A·B = [[19, 22], [43, 50]].
+    let b = pack_b(2, 2, &[5.0, 6.0, 7.0, 8.0], 2).unwrap();
+    for isa in supported_levels() {
+        let mut c = [0.5f32; 4];
+        let bias = [1.0f32, -100.0];
+        let opts = GemmOptions {
+            isa: Some(isa),
+            bias: Some(&bias),
+            relu: true,
+            ..Default::default()
+        };
+        gemm(
+            2,
+            2,
+            2,
+            &[1.0, 2.0, 3.0, 4.0],
+            2,
+            b.as_ref(),
+            &mut c,
+            2,
+            &opts,
+        )
+        .unwrap();
+        assert_eq!(c, [20.0, 0.0, 44.0, 0.0], "{isa}");
+        let mut c = [1.0f32, 2.0, 3.0, 4.0];
+        let opts = GemmOptions {
+            isa: Some(isa),
+            accumulate: true,
+            ..Default::default()
+        };
+        gemm(
+            2,
+            2,
+            2,
+            &[1.0, 2.0, 3.0, 4.0],
+            2,
+            b.as_ref(),
+            &mut c,
+            2,
+            &opts,
+        )
+        .unwrap();
+        assert_eq!(c, [20.0, 24.0, 46.0, 54.0], "{isa}");
+    }
+}
+
+#[test]
+fn gemm_with_zero_depth_only_applies_beta_and_epilogue() {
+    let b = pack_b(0, 3, &[], 3).unwrap();
+    let bias = [1.0f32, -2.0, 3.0];
+    let mut c = [5.0f32, 5.0, 5.0];
+    let opts = GemmOptions {
+        bias: Some(&bias),
+        relu: true,
+        ..Default::default()
+    };
+    gemm(1, 3, 0, &[], 0, b.as_ref(), &mut c, 3, &opts).unwrap();
+    assert_eq!(c, [1.0, 0.0, 3.0]);
+    let mut c = [5.0f32, 5.0, 5.0];
+    let opts = GemmOptions {
+        accumulate: true,
+        bias: Some(&bias),
+        ..Default::default()
+    };
+    gemm(1, 3, 0, &[], 0, b.as_ref(), &mut c, 3, &opts).unwrap();
+    assert_eq!(c, [6.0, 3.0, 8.0]);
+}
+
+#[test]
+fn pack_b_layout_is_column_panels_zero_padded() {
+    // B is 2×18: panel 0 holds columns 0..16, panel 1 columns 16..18 + zeros.
+    let b: Vec<f32> = (0..2 * 20).map(|x| x as f32).collect(); // ldb = 20
+    let p = pack_b(2, 18, &b, 20).unwrap();
+    assert_eq!(p.as_slice().len(), packed_len(2, 18));
+    assert_eq!(p.as_slice().len(), 64);
+    let s = p.as_slice();
+    assert_eq!(&s[0..16], &b[0..16]); // panel 0, row 0
+    assert_eq!(&s[16..32], &b[20..36]); // panel 0, row 1
+    assert_eq!(&s[32..35], &[16.0, 17.0, 0.0]); // panel 1, row 0
+    assert_eq!(&s[48..51], &[36.0, 37.0, 0.0]); // panel 1, row 1
+    assert!(s[34..48].iter().all(|&x| x == 0.0));
+    let again = PackedB::from_packed(2, 18, s.to_vec()).unwrap();
+    assert_eq!(again, p);
+}
+
+#[test]
+fn bad_arguments_are_rejected_with_messages() {
+    let b = pack_b(2, 2, &[1.0; 4], 2).unwrap();
+    let a = [1.0f32; 4];
+    let mut c = [0.0f32; 4];
+    let d = GemmOptions::default();
+    let err = |r: Result<(), GemmError>| r.unwrap_err().to_string();
+    assert_eq!(
+        err(gemm(2, 2, 3, &a, 3, b.as_ref(), &mut c, 2, &d)),
+        "packed b must be 3x2, found 2x2"
+    );
+    assert_eq!(
+        err(gemm(2, 2, 2, &a, 1, b.as_ref(), &mut c, 2, &d)),
+        "leading dimension of a must be at least 2, found 1"
+    );
+    assert_eq!(
+        err(gemm(2, 2, 2, &a[..3], 2, b.as_ref(), &mut c, 2, &d)),
+        "a of 2x2 with leading dimension 2 needs 4 floats, found 3"
+    );
+    assert_eq!(
+        err(gemm(2, 2, 2, &a, 2, b.as_ref(), &mut c[..3], 2, &d)),
+        "c of 2x2 with leading dimension 2 needs 4 floats, found 3"
+    );
+    let bias = [0.0f32; 3];
+    let o = GemmOptions {
+        bias: Some(&bias),
+        ..Default::default()
+    };
+    assert_eq!(
+        err(gemm(2, 2, 2, &a, 2, b.as_ref(), &mut c, 2, &o)),
+        "bias must have 2 elements, found 3"
+    );
+    let o = GemmOptions {
+        threads: 0,
+        ..Default::default()
+    };
+    assert_eq!(
+        err(gemm(2, 2, 2, &a, 2, b.as_ref(), &mut c, 2, &o)),
+        "threads must be at least 1, found 0"
+    );
+    assert_eq!(
+        PackedB::from_packed(2, 17, vec![0.0; 40])
+            .unwrap_err()
+            .to_string(),
+        "packed b of 2x17 must hold 64 floats, found 40"
+    );
+    assert_eq!(
+        pack_b(2, 3, &[0.0; 5], 3).unwrap_err().to_string(),
+        "b of 2x3 with leading dimension 3 needs 6 floats, found 5"
+    );
+    for isa in Isa::ALL {
+        let o = GemmOptions {
+            isa: Some(isa),
+            ..Default::default()
+        };
+        let r = gemm(2, 2, 2, &a, 2, b.as_ref(), &mut c, 2, &o);
+        if isa.is_supported() {
+            assert!(r.is_ok(), "{isa}");
+        } else {
+            assert_eq!(err(r), format!("isa {isa} is not supported by this cpu"));
+        }
+    }
+}
+
+#[test]
+fn best_isa_is_supported_and_cached() {
+    let best = Isa::best();
+    assert!(best.is_supported());
+    assert_eq!(Isa::best(), best);
+    // The best level is the first supported one in ALL.
+    assert_eq!(Some(best), Isa::ALL.into_iter().find(|i| i.is_supported()));
+}
