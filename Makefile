@@ -137,11 +137,13 @@ fuzz:
 
 # --- LLVM 22 -------------------------------------------------------------------
 # Installs llvm-22-dev, libmlir-22-dev and friends from apt when llvm-config
-# 22 is missing. Debian 12's own archive has no LLVM 22, so when apt does not
-# know the package this adds apt.llvm.org's bookworm repository first.
+# 22 is missing. The package lists are refreshed first (Debian's mirror here
+# carries llvm-22-dev once updated); only when apt still does not know the
+# package is apt.llvm.org's bookworm repository added.
 
 llvm:
 	@if [ -x $(LLVM_CONFIG) ]; then echo "llvm: $$($(LLVM_CONFIG) --version) already installed"; exit 0; fi; \
+	$(SUDO) apt-get update -qq; \
 	if ! apt-cache show llvm-22-dev >/dev/null 2>&1; then \
 	  . /etc/os-release; \
 	  key=$$(mktemp); \
