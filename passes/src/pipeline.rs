@@ -171,10 +171,11 @@ pub fn resolve<'e>(
             Some(e) => out.push((e, item.clone())),
             None => {
                 let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
-                return Err(Diagnostic::error_at(
-                    format!("unknown pass `{}`", item.name),
-                    item.span,
-                )
+                let mut msg = format!("unknown pass `{}`", item.name);
+                if let Some(s) = aoc_ir::diag::nearest(&item.name, names.iter().copied()) {
+                    msg.push_str(&format!("; did you mean `{s}`?"));
+                }
+                return Err(Diagnostic::error_at(msg, item.span)
                 .with_note(format!("known passes: default, {}", names.join(", "))));
             }
         }
@@ -233,6 +234,9 @@ mod tests {
         assert_eq!(e.message, "unknown pass `nope`");
         assert_eq!(e.loc.span, Some(Span::new(10, 14)));
         assert!(e.notes[0].contains("algebraic"));
+        let items = parse_pipeline("fold-bn,fuze").unwrap();
+        let e = resolve(&items, crate::registry::registry()).unwrap_err();
+        assert_eq!(e.message, "unknown pass `fuze`; did you mean `fuse`?");
     }
 
     #[test]
