@@ -58,6 +58,7 @@ pub fn ops_markdown() -> String {
                 Trait::Elementwise => "elementwise",
                 Trait::Commutative => "commutative",
                 Trait::DataMovement => "data movement",
+                Trait::View => "view (shares its operand's memory)",
                 Trait::DeclaredResult => "result type written explicitly",
             })
             .collect();

@@ -23,7 +23,7 @@
 //! whose lifetimes overlap share no byte unless one is a declared alias of
 //! the other; `peak_live_bytes <= arena_bytes`.
 
-use aoc_ir::{Func, OpId, Opcode, TensorType, ValueDef, ValueId};
+use aoc_ir::{Func, OpId, Opcode, TensorType, Trait, ValueDef, ValueId};
 use std::collections::{BTreeMap, HashMap};
 
 /// Alignment of every buffer's offset and size, in bytes (one cache line,
@@ -120,85 +120,10 @@ pub fn buffer_bytes(ty: &TensorType) -> u64 {
     value_bytes(ty).div_ceil(ALIGN) * ALIGN
 }
 
-/// Ops whose result is its operand's bytes reinterpreted: the same elements
-/// in the same row-major order.
+/// Ops whose result is its operand's bytes reinterpreted (the op table's
+/// `View` trait).
 fn is_view(op: Opcode) -> bool {
-    match op {
-        Opcode::Reshape | Opcode::Flatten | Opcode::Identity => true,
-        Opcode::Const
-        | Opcode::Neg
-        | Opcode::Abs
-        | Opcode::Exp
-        | Opcode::Log
-        | Opcode::Sqrt
-        | Opcode::Rsqrt
-        | Opcode::Reciprocal
-        | Opcode::Erf
-        | Opcode::Tanh
-        | Opcode::Sigmoid
-        | Opcode::Floor
-        | Opcode::Ceil
-        | Opcode::Relu
-        | Opcode::Gelu
-        | Opcode::Silu
-        | Opcode::HardSigmoid
-        | Opcode::HardSwish
-        | Opcode::LeakyRelu
-        | Opcode::Clip
-        | Opcode::Cast
-        | Opcode::Add
-        | Opcode::Sub
-        | Opcode::Mul
-        | Opcode::Div
-        | Opcode::Max
-        | Opcode::Min
-        | Opcode::Pow
-        | Opcode::Prelu
-        | Opcode::Equal
-        | Opcode::Less
-        | Opcode::Greater
-        | Opcode::Where
-        | Opcode::Conv2d
-        | Opcode::ConvTranspose2d
-        | Opcode::MatMul
-        | Opcode::Gemm
-        | Opcode::BatchNorm
-        | Opcode::LayerNorm
-        | Opcode::Softmax
-        | Opcode::LogSoftmax
-        | Opcode::MaxPool2d
-        | Opcode::AvgPool2d
-        | Opcode::GlobalAvgPool
-        | Opcode::GlobalMaxPool
-        | Opcode::ReduceSum
-        | Opcode::ReduceMean
-        | Opcode::ReduceMax
-        | Opcode::ReduceMin
-        // A transpose moves elements; a concat writes into a bigger buffer
-        // (aliasing its operands into slices of it is a later refinement).
-        | Opcode::Transpose
-        | Opcode::Concat
-        | Opcode::Slice
-        | Opcode::Pad
-        | Opcode::Gather
-        | Opcode::Expand
-        | Opcode::Resize
-        | Opcode::Quantize
-        | Opcode::Dequantize
-        | Opcode::Requantize
-        | Opcode::QuantConv2d
-        | Opcode::QuantMatMul
-        | Opcode::QuantGemm
-        | Opcode::QuantAdd
-        | Opcode::QuantAvgPool2d
-        | Opcode::QuantGlobalAvgPool
-        | Opcode::FusedPointwise
-        | Opcode::FusedConv2d
-        | Opcode::FusedMatMul
-        | Opcode::FusedGemm
-        | Opcode::Attention
-        | Opcode::WinogradConv2d => false,
-    }
+    op.info().has_trait(Trait::View)
 }
 
 /// Facts about a function's values that both the planner and the checker

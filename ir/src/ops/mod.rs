@@ -63,6 +63,9 @@ pub enum Trait {
     Commutative,
     /// Moves or selects elements without changing their values.
     DataMovement,
+    /// The result is the operand's bytes reinterpreted: the same elements in
+    /// the same row-major order, so it may share the operand's memory.
+    View,
     /// The result type is not implied by the operands; it is written in the
     /// text (or given to the builder) and checked by `infer`.
     DeclaredResult,
@@ -355,7 +358,7 @@ define_ops! {
         operands: [x: One],
         results: [y],
         attrs: [],
-        traits: [Pure, Elementwise, DataMovement],
+        traits: [Pure, Elementwise, DataMovement, View],
         infer: elementwise::infer_same,
         eval: elementwise::eval_identity,
     },
@@ -802,7 +805,7 @@ define_ops! {
         example: "%y = core.reshape %x {shape = [1, 2048]} : tensor<1x2048xf32>",
         format: Generic, operands: [x: One], results: [y],
         attrs: [(shape, Ints, Required, "the result shape (every dimension given)")],
-        traits: [Pure, DataMovement],
+        traits: [Pure, DataMovement, View],
         infer: shape::infer_reshape, eval: shape::eval_reshape,
     },
     Transpose = "core.transpose" {
@@ -818,7 +821,7 @@ define_ops! {
         example: "%y = core.flatten %x {axis = 1} : tensor<1x2048xf32>",
         format: Generic, operands: [x: One], results: [y],
         attrs: [(axis, Int, Int(1), "split point (negative counts from the end)")],
-        traits: [Pure, DataMovement],
+        traits: [Pure, DataMovement, View],
         infer: shape::infer_flatten, eval: shape::eval_reshape,
     },
     Concat = "core.concat" {

@@ -11,7 +11,7 @@
 //! never prefers a cycle and an extra op always costs something.
 
 use super::node::OpAttrs;
-use aoc_ir::{Opcode, TensorType};
+use aoc_ir::{Opcode, TensorType, Trait};
 use std::collections::HashMap;
 
 /// What a cost model sees of one node.
@@ -270,85 +270,16 @@ impl CostModel for Roofline {
                 operands,
                 result,
             } => {
-                // Reshape-like ops are views: they only cost their overhead.
-                let moved = match opcode {
-                    Opcode::Reshape | Opcode::Flatten | Opcode::Identity => 0.0,
-                    Opcode::WinogradConv2d => {
-                        operands.iter().map(|t| bytes(t)).sum::<f64>()
-                            + bytes(result)
-                            + winograd_scratch_bytes(attrs, operands, result)
-                    }
-                    Opcode::Const
-                    | Opcode::Neg
-                    | Opcode::Abs
-                    | Opcode::Exp
-                    | Opcode::Log
-                    | Opcode::Sqrt
-                    | Opcode::Rsqrt
-                    | Opcode::Reciprocal
-                    | Opcode::Erf
-                    | Opcode::Tanh
-                    | Opcode::Sigmoid
-                    | Opcode::Floor
-                    | Opcode::Ceil
-                    | Opcode::Relu
-                    | Opcode::Gelu
-                    | Opcode::Silu
-                    | Opcode::HardSigmoid
-                    | Opcode::HardSwish
-                    | Opcode::LeakyRelu
-                    | Opcode::Clip
-                    | Opcode::Cast
-                    | Opcode::Add
-                    | Opcode::Sub
-                    | Opcode::Mul
-                    | Opcode::Div
-                    | Opcode::Max
-                    | Opcode::Min
-                    | Opcode::Pow
-                    | Opcode::Prelu
-                    | Opcode::Equal
-                    | Opcode::Less
-                    | Opcode::Greater
-                    | Opcode::Where
-                    | Opcode::Conv2d
-                    | Opcode::ConvTranspose2d
-                    | Opcode::MatMul
-                    | Opcode::Gemm
-                    | Opcode::BatchNorm
-                    | Opcode::LayerNorm
-                    | Opcode::Softmax
-                    | Opcode::LogSoftmax
-                    | Opcode::MaxPool2d
-                    | Opcode::AvgPool2d
-                    | Opcode::GlobalAvgPool
-                    | Opcode::GlobalMaxPool
-                    | Opcode::ReduceSum
-                    | Opcode::ReduceMean
-                    | Opcode::ReduceMax
-                    | Opcode::ReduceMin
-                    | Opcode::Transpose
-                    | Opcode::Concat
-                    | Opcode::Slice
-                    | Opcode::Pad
-                    | Opcode::Gather
-                    | Opcode::Expand
-                    | Opcode::Resize
-                    | Opcode::Quantize
-                    | Opcode::Dequantize
-                    | Opcode::Requantize
-                    | Opcode::QuantConv2d
-                    | Opcode::QuantMatMul
-                    | Opcode::QuantGemm
-                    | Opcode::QuantAdd
-                    | Opcode::QuantAvgPool2d
-                    | Opcode::QuantGlobalAvgPool
-                    | Opcode::FusedPointwise
-                    | Opcode::FusedConv2d
-                    | Opcode::FusedMatMul
-                    | Opcode::FusedGemm
-                    | Opcode::Attention => {
-                        operands.iter().map(|t| bytes(t)).sum::<f64>() + bytes(result)
+                // Views (reshape, flatten, identity) move no bytes: they only
+                // cost their overhead.
+                let moved = if opcode.info().has_trait(Trait::View) {
+                    0.0
+                } else {
+                    let traffic = operands.iter().map(|t| bytes(t)).sum::<f64>() + bytes(result);
+                    if *opcode == Opcode::WinogradConv2d {
+                        traffic + winograd_scratch_bytes(attrs, operands, result)
+                    } else {
+                        traffic
                     }
                 };
                 let f = flops(*opcode, attrs, operands, result);
