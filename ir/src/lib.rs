@@ -12,6 +12,7 @@
 //!   and never panics;
 //! - print(parse(print(m))) == print(m), byte for byte.
 
+pub mod bytes;
 pub mod attr;
 pub mod diag;
 pub mod entity;
