@@ -40,7 +40,7 @@ LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
 LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup node-data real-models test demo examples-air llvm clean-build fuzz
+.PHONY: help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu
 
 help:
 	@echo 'make demo         import examples/resnet_block, run it, compare with ONNX Runtime'
@@ -51,6 +51,7 @@ help:
 	@echo 'make llvm         install LLVM/MLIR 22 dev packages (apt) if missing'
 	@echo 'make examples-air import every examples/*/model.onnx to model.air + model.safetensors'
 	@echo 'make fuzz         fuzz the .air parser and the ONNX importer, FUZZ_SECONDS each (default 60)'
+	@echo 'make bench-cpu    build the benchmark models, compare aoc with ONNX Runtime on the CPU (bench/cpu/README.md)'
 	@echo 'make clean-build  remove build/ and .venv/'
 
 # --- Python venv -------------------------------------------------------------
@@ -134,6 +135,25 @@ fuzz:
 	  for m in ../../examples/*/model.onnx; do cp "$$m" "corpus/import_onnx/$$(basename "$$(dirname "$$m")").onnx"; done && \
 	  RUSTC_BOOTSTRAP=1 cargo fuzz run parse_air corpus/parse_air -- -max_total_time=$(FUZZ_SECONDS) -max_len=8192 && \
 	  RUSTC_BOOTSTRAP=1 cargo fuzz run import_onnx corpus/import_onnx -- -max_total_time=$(FUZZ_SECONDS) -max_len=400000
+
+# --- CPU benchmarks -------------------------------------------------------------
+# bench/cpu/README.md: seeded random-weight models (bench/models/build_models.py)
+# compiled by aoc and timed against ONNX Runtime at the same thread counts.
+# BENCH_MODELS picks models (default: all), BENCH_ARGS goes to run.py
+# (e.g. BENCH_ARGS='--threads 1,2 --iters 50').
+
+BENCH_MODELS_DIR := $(BUILD)/bench-models
+BENCH_MODELS ?=
+BENCH_ARGS ?=
+
+bench-cpu: $(STAMPS)/bench-models
+	cargo build --release -p aoc
+	$(PY) bench/cpu/run.py $(BENCH_MODELS) --models-dir $(BENCH_MODELS_DIR) \
+	  --json-out $(BUILD)/bench-cpu/results.json $(BENCH_ARGS)
+
+$(STAMPS)/bench-models: $(VENV_STAMP) bench/models/build_models.py
+	$(PY) bench/models/build_models.py $(BENCH_MODELS_DIR)
+	@mkdir -p $(STAMPS) && touch $@
 
 # --- LLVM 22 -------------------------------------------------------------------
 # Installs llvm-22-dev, libmlir-22-dev and friends from apt when llvm-config

@@ -102,6 +102,79 @@ pub enum Command {
             aoc run model.onnx --input input=x.npy --output-dir out/"
     )]
     Run(RunArgs),
+    /// Compile a model to an .aoc artifact (native code + plan + weights).
+    #[command(
+        long_about = "Compile a model (.air, or .onnx imported in memory) for a target and write \
+            one .aoc artifact that `aoc run`, `aoc bench` and the runtime's Rust and C APIs load.\n\n\
+            CPU targets: x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA), x86-64 (any x86-64 CPU), \
+            host (the best level this CPU runs). The target's pipeline runs first (see --passes); \
+            every op then becomes a call of a runtime micro-kernel (GEMM, convolution, pooling, ...) \
+            or a pointwise kernel generated with Cranelift, over one arena planned from value \
+            lifetimes. Ops without a native kernel run on the reference interpreter inside the \
+            runtime; the summary names them.\n\n\
+            --emit air writes the IR after the pipeline, --emit clif the generated kernels' \
+            Cranelift IR, --emit asm their machine code, each with the plan's steps.",
+        after_help = "Examples:\n  aoc compile model.air --target host -o model.aoc\n  \
+            aoc compile model.air --target x86-64 -o model.portable.aoc\n  \
+            aoc compile model.air --target x86-64-v4 --emit clif -o model.clif"
+    )]
+    Compile(CompileArgs),
+    /// Measure an .aoc artifact's latency (p50, p99, mean), throughput and memory.
+    #[command(
+        long_about = "Run an .aoc artifact repeatedly and report latency percentiles, mean, \
+            throughput (batch items per second, the batch being the first input's first \
+            dimension) and the memory one inference touches (arena, weights, inputs and outputs). \
+            Inputs are deterministic random floats (integers zero) unless given with --input.",
+        after_help = "Examples:\n  aoc bench model.aoc\n  aoc bench model.aoc --threads 2 --iters 200 --json"
+    )]
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CompileArgs {
+    /// The .air (or .onnx) file.
+    #[arg(value_name = "FILE.air")]
+    pub input: PathBuf,
+    /// Target: x86-64-v4, x86-64-v3, x86-64 or host.
+    #[arg(long, value_name = "TARGET", default_value = "host")]
+    pub target: String,
+    /// Output file (default: the input's path with .aoc, or .air/.clif/.s for --emit).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// What to write: aoc (the artifact), air, clif or asm.
+    #[arg(long, value_name = "KIND", default_value = "aoc")]
+    pub emit: String,
+    /// The pass pipeline to run before code generation (default: the target's).
+    #[arg(long, value_name = "PIPELINE")]
+    pub passes: Option<String>,
+    /// For .onnx files: fix the shape of input NAME (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<usize>)>,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The .aoc artifact.
+    #[arg(value_name = "FILE.aoc")]
+    pub input: PathBuf,
+    /// Timed inferences.
+    #[arg(long, default_value_t = 50)]
+    pub iters: usize,
+    /// Untimed inferences first.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print one JSON object (p50_ms, p99_ms, mean_ms, throughput_per_s, peak_memory_bytes).
+    #[arg(long)]
+    pub json: bool,
+    /// Inputs as for `aoc run` (default: synthetic).
+    #[arg(long = "input", short = 'i', value_name = "NAME=PATH.npy")]
+    pub inputs: Vec<String>,
+    /// Also print the time of each step kind (one profiled run).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Args, Debug)]
@@ -190,6 +263,9 @@ pub struct RunArgs {
     /// For .onnx files: fix the shape of input NAME (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<usize>)>,
+    /// For .aoc artifacts: worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
 }
 
 /// Parses `NAME=1x3x224x224`.
@@ -243,6 +319,8 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Check(a) => cmd_check(a),
         Command::Opt(a) => cmd_opt(a),
         Command::Run(a) => cmd_run(a),
+        Command::Compile(a) => cmd_compile(a),
+        Command::Bench(a) => cmd_bench(a),
     }
 }
 
@@ -359,7 +437,14 @@ fn cmd_opt(a: OptArgs) -> Result<(), String> {
 
 fn cmd_run(a: RunArgs) -> Result<(), String> {
     let inputs: Vec<InputArg> = a.inputs.iter().map(|s| parse_input_arg(s)).collect();
-    let outputs = run_file(&a.input, &inputs, &a.input_shapes)?;
+    let is_artifact = a.input.extension().is_some_and(|e| e == "aoc");
+    let outputs = if is_artifact {
+        crate::cpu::run_artifact(&a.input, &inputs, a.threads)?
+    } else {
+        run_file(&a.input, &inputs, &a.input_shapes)?
+    };
+    let outputs: Vec<(String, aoc_ir::tensor::Tensor)> =
+        outputs.into_iter().map(|(n, t)| (n.replace('/', "_"), t)).collect();
     match &a.output_dir {
         Some(dir) => {
             let (paths, notes) = write_outputs(dir, &outputs)?;
@@ -374,6 +459,93 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
             print_stdout(&lines)
         }
         None => print_stdout(&dump_outputs(&outputs)),
+    }
+}
+
+fn cmd_compile(a: CompileArgs) -> Result<(), String> {
+    use crate::cpu::{CPU_PIPELINE, Emit, compile_cpu, cpu_level};
+    let level = cpu_level(&a.target).ok_or_else(|| {
+        format!(
+            "error: unknown target `{}`; CPU targets are x86-64-v4, x86-64-v3, x86-64 and host",
+            a.target
+        )
+    })?;
+    let (emit, ext) = match a.emit.as_str() {
+        "aoc" => (Emit::Artifact, "aoc"),
+        "air" => (Emit::Air, "opt.air"),
+        "clif" => (Emit::Clif, "clif"),
+        "asm" => (Emit::Asm, "s"),
+        e => return Err(format!("error: --emit must be aoc, air, clif or asm, found `{e}`")),
+    };
+    let output = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
+    if output == a.input {
+        return Err(format!("error: the output {} would overwrite the model", output.display()));
+    }
+    let passes = a.passes.as_deref().unwrap_or(CPU_PIPELINE);
+    let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, emit, &output)?;
+    eprintln!("{msg}");
+    Ok(())
+}
+
+fn cmd_bench(a: BenchArgs) -> Result<(), String> {
+    use crate::cpu::{bench, bind_artifact_inputs, load_session, synthetic_inputs};
+    if a.iters == 0 {
+        return Err("error: --iters must be at least 1".to_string());
+    }
+    let s = load_session(&a.input, a.threads)?;
+    let inputs = if a.inputs.is_empty() {
+        synthetic_inputs(&s)
+    } else {
+        let args: Vec<InputArg> = a.inputs.iter().map(|x| parse_input_arg(x)).collect();
+        bind_artifact_inputs(&s, &args)?
+    };
+    let r = bench(&s, &inputs, a.warmup, a.iters)?;
+    if a.profile {
+        let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
+        let (_, p) = s.run_profiled(&refs).map_err(|e| format!("error: {e}"))?;
+        let mut by_kind: Vec<(&str, f64, usize)> = vec![];
+        for (_, kind, _, t) in &p.steps {
+            match by_kind.iter_mut().find(|(k, _, _)| k == kind) {
+                Some(e) => {
+                    e.1 += t;
+                    e.2 += 1;
+                }
+                None => by_kind.push((kind, *t, 1)),
+            }
+        }
+        by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (k, t, n) in by_kind {
+            eprintln!("  {k:<18} {n:>4} steps {:>9.3} ms", t * 1e3);
+        }
+        let mut slow = p.steps.clone();
+        slow.sort_by(|a, b| b.3.total_cmp(&a.3));
+        for (i, k, o, t) in slow.iter().take(8) {
+            eprintln!("  slowest: step {i} {k} {:.3} ms  <- {o}", t * 1e3);
+        }
+    }
+    if a.json {
+        let v = serde_json::json!({
+            "p50_ms": r.p50_ms,
+            "p99_ms": r.p99_ms,
+            "mean_ms": r.mean_ms,
+            "throughput_per_s": r.throughput_per_s,
+            "peak_memory_bytes": r.peak_memory_bytes,
+            "iters": r.iters,
+            "threads": r.threads,
+        });
+        print_stdout(&format!("{v}\n"))
+    } else {
+        print_stdout(&format!(
+            "{}: {} iterations, {} threads\n  p50 {:.3} ms  p99 {:.3} ms  mean {:.3} ms\n  throughput {:.1}/s  peak memory {}\n",
+            a.input.display(),
+            r.iters,
+            r.threads,
+            r.p50_ms,
+            r.p99_ms,
+            r.mean_ms,
+            r.throughput_per_s,
+            crate::cpu::human(r.peak_memory_bytes)
+        ))
     }
 }
 

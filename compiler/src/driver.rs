@@ -158,7 +158,7 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    fn render(&self, diags: &[Diagnostic]) -> String {
+    pub fn render(&self, diags: &[Diagnostic]) -> String {
         let name = self.path.display().to_string();
         match &self.source {
             Some(src) => render::render(diags, &name, src),

@@ -6,6 +6,7 @@
 //! crates take data and return data and diagnostics.
 
 pub mod cli;
+pub mod cpu;
 pub mod driver;
 pub mod npy;
 pub mod onnx;

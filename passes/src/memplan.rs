@@ -297,10 +297,12 @@ fn peak_live(groups: &[(Lifetime, u64)]) -> u64 {
     peak
 }
 
+/// Public so that backends place their own buffers (steps rather than IR
+/// values) with the same heuristic.
 /// TFLite's greedy-by-size placement: biggest first (ties: earlier start),
 /// each into the smallest gap between placed, lifetime-overlapping groups
 /// that fits it, else above the highest of them.
-fn greedy_by_size(groups: &[(Lifetime, u64)]) -> Vec<u64> {
+pub fn greedy_by_size(groups: &[(Lifetime, u64)]) -> Vec<u64> {
     let mut order: Vec<usize> = (0..groups.len()).collect();
     order.sort_by_key(|&g| (std::cmp::Reverse(groups[g].1), groups[g].0.start, g));
     let mut offsets = vec![0u64; groups.len()];

@@ -8,4 +8,8 @@
 //!   section table, manifest schema, every range, CPU features).
 //! - A bad artifact is an error naming the file, never a crash.
 pub mod artifact;
+pub mod jit;
 pub mod kernels;
+pub mod plan;
+pub mod exec;
+pub mod capi;

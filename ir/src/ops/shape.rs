@@ -270,8 +270,9 @@ fn slice_plan(
     Ok(plan)
 }
 
-/// The plan from an op's completed attributes (`axes` and `steps` may be absent).
-fn slice_plan_of(attrs: &Attrs, shape: &[usize]) -> Result<Vec<(i64, i64, usize)>, String> {
+/// Per axis `(start, step, length)` of a slice from its completed attributes
+/// (`axes` and `steps` may be absent); backends lower slices with it.
+pub fn slice_plan_of(attrs: &Attrs, shape: &[usize]) -> Result<Vec<(i64, i64, usize)>, String> {
     let ints = |name: &str| match attrs.get(name) {
         Some(Attr::Ints(v)) => Ok(Some(v.as_slice())),
         None => Ok(None),

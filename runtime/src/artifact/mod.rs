@@ -18,7 +18,7 @@ mod tests;
 pub use format::{
     ArtifactError, ArtifactErrorKind, CODE_ALIGN, CodeEntry, DType, FORMAT_VERSION, HEADER_LEN,
     KNOWN_CPU_FEATURES, MAGIC, Manifest, SECTION_ENTRY_LEN, SectionKind, TensorSpec, WEIGHT_ALIGN,
-    WeightEntry, crc32,
+    WeightEntry, crc32, tensor_bytes,
 };
 pub use read::Artifact;
 pub use write::ArtifactWriter;

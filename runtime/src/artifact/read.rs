@@ -541,6 +541,12 @@ impl Artifact {
         self.storage.bytes()
     }
 
+    /// The weights section's byte range within [`Artifact::as_bytes`]
+    /// (64-byte aligned in memory).
+    pub fn weights_range(&self) -> Range<usize> {
+        self.weights.clone()
+    }
+
     fn error(&self, kind: ArtifactErrorKind) -> ArtifactError {
         ArtifactError::new(&self.name, kind)
     }

@@ -11,10 +11,19 @@
 //! epilogue (bias per column, then relu) is applied to each tile right after
 //! its last depth block, while the tile is still in L1.
 //!
-//! Threads split the columns (whole tiles) with `std::thread::scope`; each
-//! thread packs its own copy of A and writes a disjoint set of columns of C.
+//! Threads: the product is cut into a 2-D grid of units (row ranges in
+//! whole register-tile rows × column ranges in whole tiles) run as rayon
+//! tasks in the *current* pool, so tall-skinny products (convolutions: many
+//! pixels, few channels) use every thread as well as wide ones. The grid is
+//! chosen by a small cost model (`split`). Each unit packs its own A rows
+//! and writes a disjoint rectangle of C; every element of C is computed by
+//! exactly one unit with the same depth order, so results are bit-identical
+//! for every thread count and grid.
 
+use std::cell::RefCell;
 use std::fmt;
+
+use rayon::prelude::*;
 
 use super::detect::Isa;
 use super::pack::{PANEL_WIDTH, PackedBRef, check_matrix, pack_a};
@@ -53,7 +62,8 @@ pub struct GemmOptions<'a> {
     pub bias: Option<&'a [f32]>,
     /// `max(x, 0)` after the bias.
     pub relu: bool,
-    /// Worker threads (at least 1); columns are split between them.
+    /// Upper bound on the worker threads (at least 1); the work runs in the
+    /// current rayon pool and uses at most `min(threads, pool size)` of them.
     pub threads: usize,
 }
 
@@ -189,50 +199,99 @@ pub fn gemm(
     }
     let lv = level(isa);
     let tile_cols = lv.max_panels * PANEL_WIDTH;
-    let tiles = n.div_ceil(tile_cols);
-    let threads = opts.threads.min(tiles);
-    let cptr = SharedC(c.as_mut_ptr());
     let job = Job {
-        m,
         k,
         a,
         lda,
         b,
-        c: cptr,
+        c: SharedC(c.as_mut_ptr()),
         ldc,
         opts,
         lv: &lv,
     };
-    if threads == 1 {
-        // SAFETY: arguments checked above; one worker owns all columns.
-        unsafe { job.run(0, n) };
+    let macs = m.saturating_mul(n).saturating_mul(k);
+    let threads = opts
+        .threads
+        .min(rayon::current_num_threads())
+        .min((macs / MIN_UNIT_MACS).max(1));
+    let (rparts, cparts) = split(m, n, lv.mr, tile_cols, threads);
+    if rparts * cparts == 1 {
+        // SAFETY: arguments checked above; one worker owns all of C.
+        unsafe { job.run(0, m, 0, n) };
         return Ok(());
     }
-    let per = tiles.div_ceil(threads) * tile_cols;
-    std::thread::scope(|s| {
-        let job = &job;
-        for t in 1..threads {
-            let (j0, j1) = (t * per, ((t + 1) * per).min(n));
-            if j0 < j1 {
-                // SAFETY: column ranges of the workers are disjoint.
-                s.spawn(move || unsafe { job.run(j0, j1) });
-            }
+    let (rt, ct) = (m.div_ceil(lv.mr), n.div_ceil(tile_cols));
+    (0..rparts * cparts).into_par_iter().for_each(|u| {
+        let (ri, ci) = (u / cparts, u % cparts);
+        let i0 = (ri * rt / rparts * lv.mr).min(m);
+        let i1 = ((ri + 1) * rt / rparts * lv.mr).min(m);
+        let j0 = (ci * ct / cparts * tile_cols).min(n);
+        let j1 = ((ci + 1) * ct / cparts * tile_cols).min(n);
+        if i0 < i1 && j0 < j1 {
+            // SAFETY: arguments checked above; the units' rectangles of C
+            // are disjoint (row and column ranges partition m and n).
+            unsafe { job.run(i0, i1, j0, j1) };
         }
-        // SAFETY: as above; this thread takes the first range.
-        unsafe { job.run(0, per.min(n)) };
     });
     Ok(())
 }
 
-/// C's base pointer, shared by workers that write disjoint columns.
+/// Fewest multiply-adds worth a parallel unit: below this the rayon task
+/// costs more than it saves.
+const MIN_UNIT_MACS: usize = 1 << 16;
+
+/// Cost, in multiply-adds, of streaming one row of A (packing) or one
+/// column of B (from outer caches) per depth step; it makes the split prefer
+/// square-ish units.
+const STREAM_COST: usize = 16;
+
+/// Chooses a grid of `rows × cols` units for `threads` workers: rows are
+/// split in whole register-tile rows (`mr`), columns in whole tiles. It
+/// minimises (rounds of units) × (unit area + `STREAM_COST`·perimeter), so
+/// a tall-skinny product is cut by rows, a short-wide one by columns, and
+/// the unit count is close to a multiple of the thread count.
+pub(super) fn split(
+    m: usize,
+    n: usize,
+    mr: usize,
+    tile_cols: usize,
+    threads: usize,
+) -> (usize, usize) {
+    let (rt, ct) = (m.div_ceil(mr), n.div_ceil(tile_cols));
+    if threads <= 1 || rt * ct <= 1 {
+        return (1, 1);
+    }
+    let mut best = (usize::MAX, 1, 1);
+    for cparts in 1..=ct.min(threads) {
+        for mult in 1..=3 {
+            let rparts = (mult * threads).div_ceil(cparts).min(rt);
+            let units = rparts * cparts;
+            let rounds = units.div_ceil(threads);
+            let rows = (rt.div_ceil(rparts) * mr).min(m);
+            let cols = (ct.div_ceil(cparts) * tile_cols).min(n);
+            let cost = rounds * (rows * cols + STREAM_COST * (rows + cols));
+            if cost < best.0 || (cost == best.0 && units < best.1 * best.2) {
+                best = (cost, rparts, cparts);
+            }
+        }
+    }
+    (best.1, best.2)
+}
+
+thread_local! {
+    /// Packed-A buffer reused by every GEMM on this thread (a fresh
+    /// allocation per unit would page-fault its ~170 KiB every time).
+    static APACK: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// C's base pointer, shared by workers that write disjoint rectangles.
 #[derive(Clone, Copy)]
 struct SharedC(*mut f32);
-// SAFETY: workers write disjoint column ranges of C (see `gemm`).
+// SAFETY: workers write disjoint rectangles of C (see `gemm`).
 unsafe impl Send for SharedC {}
 unsafe impl Sync for SharedC {}
 
 struct Job<'a> {
-    m: usize,
     k: usize,
     a: &'a [f32],
     lda: usize,
@@ -247,17 +306,31 @@ struct Job<'a> {
 const SCRATCH: usize = 14 * 32;
 
 impl Job<'_> {
-    /// Computes columns `j0..j1` of C (`j0` a multiple of the tile width).
+    /// Computes rows `i0..i1` × columns `j0..j1` of C (`j0` a multiple of
+    /// the tile width).
     ///
     /// # Safety
-    /// Arguments validated by `gemm`; no other thread touches these columns.
-    unsafe fn run(&self, j0: usize, j1: usize) {
+    /// Arguments validated by `gemm`; no other thread touches this rectangle.
+    unsafe fn run(&self, i0: usize, i1: usize, j0: usize, j1: usize) {
+        APACK.with(|cell| match cell.try_borrow_mut() {
+            // SAFETY: forwarded from the caller.
+            Ok(mut apack) => unsafe { self.run_with(i0, i1, j0, j1, &mut apack) },
+            // Not reachable (`run_with` calls nothing that could re-enter),
+            // but a fresh buffer is always correct.
+            Err(_) => unsafe { self.run_with(i0, i1, j0, j1, &mut Vec::new()) },
+        })
+    }
+
+    /// `run` with the packed-A buffer given.
+    ///
+    /// # Safety
+    /// As for `run`.
+    unsafe fn run_with(&self, i0: usize, i1: usize, j0: usize, j1: usize, apack: &mut Vec<f32>) {
         let lv = self.lv;
-        let (m, k, ldc) = (self.m, self.k, self.ldc);
+        let (k, ldc) = (self.k, self.ldc);
         let bdata = self.b.as_slice().as_ptr();
         let bstride = k * PANEL_WIDTH;
         let tile_cols = lv.max_panels * PANEL_WIDTH;
-        let mut apack = Vec::new();
         let mut scratch = [0.0f32; SCRATCH];
         for jc in (j0..j1).step_by(lv.nc) {
             let nb = lv.nc.min(j1 - jc);
@@ -265,15 +338,15 @@ impl Job<'_> {
                 let kb = lv.kc.min(k - pc);
                 let load_c = pc > 0 || self.opts.accumulate;
                 let last = pc + kb == k;
-                for ic in (0..m).step_by(lv.mc) {
-                    let mb = lv.mc.min(m - ic);
+                for ic in (i0..i1).step_by(lv.mc) {
+                    let mb = lv.mc.min(i1 - ic);
                     pack_a(
                         lv.mr,
                         &self.a[ic * self.lda + pc..],
                         self.lda,
                         mb,
                         kb,
-                        &mut apack,
+                        apack,
                     );
                     for jr in (0..nb).step_by(tile_cols) {
                         let col = jc + jr;

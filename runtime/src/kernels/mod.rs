@@ -8,15 +8,28 @@
 //!   compile time into the artifact) and the run-time packing of A;
 //! - [`gemm`]: the public entry [`gemm()`], argument checking, cache blocking,
 //!   edge tiles, the fused epilogue and the split over threads;
-//! - `avx512`, `avx2`, `scalar`: one register-tile micro-kernel per level.
+//! - `avx512`, `avx2`, `scalar`: one register-tile micro-kernel per level;
+//! - [`conv`]: NHWC convolution (implicit GEMM), depthwise and transposed
+//!   convolution, and their compile-time weight packing;
+//! - [`pool`]: NHWC max/average pooling and middle-axis reductions;
+//! - [`resize`]: NHWC nearest and bilinear resize;
+//! - [`copy`]: strided copy (transposes, slices, expand), fill and gather;
+//! - [`norm`]: softmax, layer normalization and the vectorizable f32 exp;
+//! - [`batched`]: batched matmul of two activations over [`gemm()`].
 //!
 //! Invariants: the public API never panics on bad arguments (it returns
 //! [`GemmError`]); every level computes the same function, so results differ
 //! only by floating-point rounding of the summation order.
 
+pub mod batched;
+pub mod conv;
+pub mod copy;
 pub mod detect;
 pub mod gemm;
+pub mod norm;
 pub mod pack;
+pub mod pool;
+pub mod resize;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -25,8 +38,15 @@ mod avx512;
 mod scalar;
 
 #[cfg(test)]
+mod conv_tests;
+#[cfg(test)]
+mod misc_tests;
+#[cfg(test)]
 mod tests;
 
 pub use detect::Isa;
 pub use gemm::{GemmError, GemmOptions, gemm};
+
+/// The error of every kernel: a message naming the expectation.
+pub type KernelError = GemmError;
 pub use pack::{PANEL_WIDTH, PackedB, PackedBRef, pack_b};

@@ -1,0 +1,122 @@
+//! The description of one generated pointwise kernel: an output shape, the
+//! operands with their strides over that shape, and a straight-line
+//! expression computing each output element. The lowering (`lower.rs`)
+//! builds these from the IR's elementwise ops, fused epilogues,
+//! batch-norm, quantize/dequantize and casts; `pointwise.rs` turns one into
+//! Cranelift IR and machine code.
+//!
+//! Semantics (what the generated code must compute):
+//! - the kernel writes every element of the output, a row-major tensor of
+//!   shape `dims`, element type `out_dtype`;
+//! - element `idx` (a multi-index over `dims`) of operand `k` is at element
+//!   offset `Σ idx[d] · operands[k].strides[d]` of argument `k` (stride 0
+//!   broadcasts);
+//! - every value is an f32; a load converts the operand's element type to
+//!   f32 (integers exactly up to 2^24); the store converts f32 to
+//!   `out_dtype` (floats round to nearest; integers truncate toward zero
+//!   and saturate: the lowering emits `RoundEven` and clamps first where the
+//!   IR rounds);
+//! - comparisons give 1.0 or 0.0; `Select(c, a, b)` is `c != 0 ? a : b`.
+//!
+//! The kernel's ABI (shared with `aoc_runtime::jit`): `extern "C" fn(args:
+//! *const *mut u8, row_start: u64, row_end: u64, math: *const MathTable)`,
+//! where `args` holds the operands' base pointers and then the output's, and
+//! rows are the output's elements grouped by its last dimension (`rows =
+//! Π dims[..last]`). The kernel computes rows `row_start..row_end`, so the
+//! executor can split rows over threads.
+
+use aoc_ir::types::Scalar;
+
+/// One input of a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Operand {
+    pub dtype: Scalar,
+    /// Element stride per output dimension (same length as `dims`).
+    pub strides: Vec<u64>,
+}
+
+/// One-argument operations (`x` is the argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Un {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// `1 / x`
+    Recip,
+    Erf,
+    Tanh,
+    /// `1 / (1 + exp(-x))`
+    Sigmoid,
+    Floor,
+    Ceil,
+    /// Toward zero.
+    Trunc,
+    /// To nearest, ties to even.
+    RoundEven,
+    Relu,
+}
+
+/// Two-argument operations (`a op b`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    /// `a == b`
+    Eq,
+    /// `a < b`
+    Lt,
+    /// `a > b`
+    Gt,
+}
+
+/// One instruction; arguments are indices of earlier instructions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Expr {
+    /// The current element of operand `k`.
+    Load(usize),
+    Const(f32),
+    Unary(Un, usize),
+    Binary(Bin, usize, usize),
+    /// `c != 0 ? a : b`
+    Select(usize, usize, usize),
+}
+
+/// A whole kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointwiseKernel {
+    /// Name of the code blob in the artifact.
+    pub name: String,
+    /// Output shape (at least one dimension; the lowering collapses
+    /// dimensions that are contiguous for every operand).
+    pub dims: Vec<u64>,
+    pub operands: Vec<Operand>,
+    /// Straight-line program; `result` is stored.
+    pub exprs: Vec<Expr>,
+    pub result: usize,
+    pub out_dtype: Scalar,
+}
+
+impl PointwiseKernel {
+    /// Rows the kernel splits over: the product of all dimensions but the
+    /// last.
+    pub fn rows(&self) -> u64 {
+        self.dims[..self.dims.len().saturating_sub(1)]
+            .iter()
+            .product()
+    }
+
+    /// A builder helper: appends `e` and returns its index.
+    pub fn push(&mut self, e: Expr) -> usize {
+        self.exprs.push(e);
+        self.exprs.len() - 1
+    }
+}

@@ -1,0 +1,353 @@
+//! Expression and element emission for pointwise kernels: one routine emits
+//! the kernel's expressions for either a scalar (`f32`) or a vector
+//! (`f32x4`) lane type, plus the loads and stores that convert between an
+//! operand's element type and f32. The loop skeleton is in the parent module.
+
+use aoc_ir::types::Scalar;
+use cranelift::codegen::ir::Endianness;
+use cranelift::prelude::*;
+use types::{F32, F64, I8, I16, I32, I64};
+
+use super::{Gen, MathFn, mem};
+use crate::expr::{Bin, Expr, Un};
+
+/// An element type a kernel can load or store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Elem {
+    F32,
+    F64,
+    Bf16,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    /// One byte per element, 0 or 1.
+    Bool,
+}
+
+impl Elem {
+    pub(super) fn of(s: Scalar) -> Result<Elem, String> {
+        Ok(match s {
+            Scalar::F32 => Elem::F32,
+            Scalar::F64 => Elem::F64,
+            Scalar::BF16 => Elem::Bf16,
+            Scalar::I8 => Elem::I8,
+            Scalar::U8 => Elem::U8,
+            Scalar::I16 => Elem::I16,
+            Scalar::U16 => Elem::U16,
+            Scalar::I32 => Elem::I32,
+            Scalar::U32 => Elem::U32,
+            Scalar::I64 => Elem::I64,
+            Scalar::U64 => Elem::U64,
+            Scalar::I1 => Elem::Bool,
+            Scalar::F16 | Scalar::F8E4M3FN | Scalar::F8E5M2 => {
+                return Err(format!(
+                    "element type {} is not supported by generated kernels",
+                    s.name()
+                ));
+            }
+        })
+    }
+
+    pub(super) fn size(self) -> i64 {
+        match self {
+            Elem::I8 | Elem::U8 | Elem::Bool => 1,
+            Elem::Bf16 | Elem::I16 | Elem::U16 => 2,
+            Elem::F32 | Elem::I32 | Elem::U32 => 4,
+            Elem::F64 | Elem::I64 | Elem::U64 => 8,
+        }
+    }
+}
+
+impl Gen<'_, '_> {
+    /// Loads one element at `p` as f32.
+    pub(super) fn load(&mut self, e: Elem, p: Value) -> Value {
+        let ins = |g: &mut Self, ty| g.b.ins().load(ty, mem(), p, 0);
+        match e {
+            Elem::F32 => ins(self, F32),
+            Elem::F64 => {
+                let x = ins(self, F64);
+                self.b.ins().fdemote(F32, x)
+            }
+            Elem::Bf16 => {
+                // bf16 is the top half of an f32.
+                let h = ins(self, I16);
+                let w = self.b.ins().uextend(I32, h);
+                let w = self.b.ins().ishl_imm_u(w, 16);
+                self.b.ins().bitcast(F32, MemFlagsData::new(), w)
+            }
+            Elem::I8 | Elem::I16 => {
+                let x = ins(self, if e == Elem::I8 { I8 } else { I16 });
+                let x = self.b.ins().sextend(I32, x);
+                self.b.ins().fcvt_from_sint(F32, x)
+            }
+            Elem::U8 | Elem::U16 => {
+                let x = ins(self, if e == Elem::U8 { I8 } else { I16 });
+                let x = self.b.ins().uextend(I32, x);
+                self.b.ins().fcvt_from_sint(F32, x)
+            }
+            Elem::I32 => {
+                let x = ins(self, I32);
+                self.b.ins().fcvt_from_sint(F32, x)
+            }
+            Elem::U32 => {
+                let x = ins(self, I32);
+                let x = self.b.ins().uextend(I64, x);
+                self.b.ins().fcvt_from_sint(F32, x)
+            }
+            Elem::I64 => {
+                let x = ins(self, I64);
+                self.b.ins().fcvt_from_sint(F32, x)
+            }
+            Elem::U64 => {
+                let x = ins(self, I64);
+                self.b.ins().fcvt_from_uint(F32, x)
+            }
+            Elem::Bool => {
+                let x = ins(self, I8);
+                let nz = self.b.ins().icmp_imm_u(IntCC::NotEqual, x, 0);
+                let one = self.b.ins().f32const(1.0);
+                let zero = self.b.ins().f32const(0.0);
+                self.b.ins().select(nz, one, zero)
+            }
+        }
+    }
+
+    /// Stores f32 `x` at `p` as `e`: floats round to nearest, integers
+    /// truncate toward zero and saturate, bool is `x != 0`.
+    pub(super) fn store(&mut self, e: Elem, x: Value, p: Value) {
+        let v = match e {
+            Elem::F32 => x,
+            Elem::F64 => self.b.ins().fpromote(F64, x),
+            Elem::Bf16 => {
+                // Round to nearest even on the bits; NaN stays a (quiet) NaN.
+                let bits = self.b.ins().bitcast(I32, MemFlagsData::new(), x);
+                let hi = self.b.ins().ushr_imm_u(bits, 16);
+                let lsb = self.b.ins().band_imm_u(hi, 1);
+                let bias = self.b.ins().iadd_imm_s(lsb, 0x7fff);
+                let rounded = self.b.ins().iadd(bits, bias);
+                let rounded = self.b.ins().ushr_imm_u(rounded, 16);
+                let quiet = self.b.ins().bor_imm_u(hi, 0x40);
+                let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+                let h = self.b.ins().select(nan, quiet, rounded);
+                self.b.ins().ireduce(I16, h)
+            }
+            Elem::I8 => self.narrow(x, I8, -128, 127),
+            Elem::U8 => self.narrow(x, I8, 0, 255),
+            Elem::I16 => self.narrow(x, I16, -32768, 32767),
+            Elem::U16 => self.narrow(x, I16, 0, 65535),
+            Elem::I32 => self.b.ins().fcvt_to_sint_sat(I32, x),
+            Elem::U32 => self.b.ins().fcvt_to_uint_sat(I32, x),
+            Elem::I64 => self.b.ins().fcvt_to_sint_sat(I64, x),
+            Elem::U64 => self.b.ins().fcvt_to_uint_sat(I64, x),
+            Elem::Bool => {
+                let zero = self.b.ins().f32const(0.0);
+                // NaN is true, as C and numpy convert it.
+                self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
+            }
+        };
+        self.b.ins().store(mem(), v, p, 0);
+    }
+
+    /// Truncates `x` to an integer clamped to `lo..=hi`, as type `ty`.
+    fn narrow(&mut self, x: Value, ty: Type, lo: i64, hi: i64) -> Value {
+        let t = self.b.ins().fcvt_to_sint_sat(I32, x);
+        let lo = self.b.ins().iconst(I32, lo);
+        let hi = self.b.ins().iconst(I32, hi);
+        let t = self.b.ins().smax(t, lo);
+        let t = self.b.ins().smin(t, hi);
+        self.b.ins().ireduce(ty, t)
+    }
+
+    /// Emits the live expressions for one element (`ty` = F32) or four
+    /// (`ty` = F32X4); `vals[i]` is operand `i`'s loaded value.
+    pub(super) fn exprs(&mut self, ty: Type, vals: &[Option<Value>]) -> Value {
+        let k = self.k;
+        let mut v: Vec<Option<Value>> = vec![None; k.exprs.len()];
+        let get = |v: &[Option<Value>], i: usize| v[i].expect("live arguments are emitted first");
+        for (i, e) in k.exprs.iter().enumerate() {
+            if !self.live[i] {
+                continue;
+            }
+            v[i] = Some(match *e {
+                Expr::Load(op) => vals[op].expect("used operands are loaded"),
+                Expr::Const(c) => self.fconst(ty, c),
+                Expr::Unary(op, a) => self.unary(ty, op, get(&v, a)),
+                Expr::Binary(op, a, b) => self.binary(ty, op, get(&v, a), get(&v, b)),
+                Expr::Select(c, a, b) => {
+                    let zero = self.fconst(ty, 0.0);
+                    let m = self.b.ins().fcmp(FloatCC::NotEqual, get(&v, c), zero);
+                    self.pick(m, get(&v, a), get(&v, b))
+                }
+            });
+        }
+        get(&v, k.result)
+    }
+
+    fn fconst(&mut self, ty: Type, c: f32) -> Value {
+        let s = self.b.ins().f32const(c);
+        if ty.is_vector() {
+            self.b.ins().splat(ty, s)
+        } else {
+            s
+        }
+    }
+
+    /// `mask ? a : b`, where `mask` comes from `fcmp` on `a`'s type.
+    fn pick(&mut self, mask: Value, a: Value, b: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(a);
+        if ty.is_vector() {
+            let flags = MemFlagsData::new().with_endianness(Endianness::Little);
+            let m = self.b.ins().bitcast(ty, flags, mask);
+            self.b.ins().bitselect(m, a, b)
+        } else {
+            self.b.ins().select(mask, a, b)
+        }
+    }
+
+    fn unary(&mut self, ty: Type, op: Un, x: Value) -> Value {
+        match op {
+            Un::Neg => self.b.ins().fneg(x),
+            Un::Abs => self.b.ins().fabs(x),
+            Un::Sqrt => self.b.ins().sqrt(x),
+            Un::Rsqrt => {
+                let one = self.fconst(ty, 1.0);
+                let s = self.b.ins().sqrt(x);
+                self.b.ins().fdiv(one, s)
+            }
+            Un::Recip => {
+                let one = self.fconst(ty, 1.0);
+                self.b.ins().fdiv(one, x)
+            }
+            Un::Exp => self.call(MathFn::Exp, &[x]),
+            Un::Log => self.call(MathFn::Log, &[x]),
+            Un::Tanh => self.call(MathFn::Tanh, &[x]),
+            Un::Erf => self.call(MathFn::Erf, &[x]),
+            Un::Sigmoid => {
+                let one = self.fconst(ty, 1.0);
+                let nx = self.b.ins().fneg(x);
+                let e = self.call(MathFn::Exp, &[nx]);
+                let d = self.b.ins().fadd(one, e);
+                self.b.ins().fdiv(one, d)
+            }
+            Un::Floor | Un::Ceil | Un::Trunc | Un::RoundEven => self.round(ty, op, x),
+            Un::Relu => {
+                // NaN and -0.0 pass through, as max(x, 0) in the reference.
+                let zero = self.fconst(ty, 0.0);
+                let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
+                self.pick(neg, zero, x)
+            }
+        }
+    }
+
+    fn binary(&mut self, ty: Type, op: Bin, a: Value, b: Value) -> Value {
+        match op {
+            Bin::Add => self.b.ins().fadd(a, b),
+            Bin::Sub => self.b.ins().fsub(a, b),
+            Bin::Mul => self.b.ins().fmul(a, b),
+            Bin::Div => self.b.ins().fdiv(a, b),
+            Bin::Max | Bin::Min => {
+                // numpy's maximum/minimum: NaN from either side wins, a tie
+                // returns `a`.
+                let cc = if op == Bin::Max {
+                    FloatCC::GreaterThanOrEqual
+                } else {
+                    FloatCC::LessThanOrEqual
+                };
+                let keep_a = self.b.ins().fcmp(cc, a, b);
+                let t = self.pick(keep_a, a, b);
+                let a_nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
+                self.pick(a_nan, a, t)
+            }
+            Bin::Pow => self.call(MathFn::Pow, &[a, b]),
+            Bin::Eq | Bin::Lt | Bin::Gt => {
+                let cc = match op {
+                    Bin::Eq => FloatCC::Equal,
+                    Bin::Lt => FloatCC::LessThan,
+                    _ => FloatCC::GreaterThan,
+                };
+                let m = self.b.ins().fcmp(cc, a, b);
+                let one = self.fconst(ty, 1.0);
+                let zero = self.fconst(ty, 0.0);
+                self.pick(m, one, zero)
+            }
+        }
+    }
+
+    /// Floor, ceil, trunc and round-half-even. SSE4.1 has instructions for
+    /// them; without it Cranelift would call libm (a relocation), so the
+    /// baseline rounds to nearest even by adding and subtracting 2^23 (exact
+    /// below 2^23 in magnitude, where f32 has fractional bits; larger values,
+    /// infinities and NaN are integral already and pass through) and derives
+    /// the others by a ±1 correction.
+    fn round(&mut self, ty: Type, op: Un, x: Value) -> Value {
+        if self.level.has_round() {
+            return match op {
+                Un::Floor => self.b.ins().floor(x),
+                Un::Ceil => self.b.ins().ceil(x),
+                Un::Trunc => self.b.ins().trunc(x),
+                _ => self.b.ins().nearest(x),
+            };
+        }
+        let big = self.fconst(ty, 8388608.0);
+        let sign_bit = self.fconst(ty, -0.0);
+        let ax = self.b.ins().fabs(x);
+        let r = self.b.ins().fadd(ax, big);
+        let r = self.b.ins().fsub(r, big);
+        let sign = self.b.ins().band(x, sign_bit);
+        let r = self.b.ins().bor(r, sign);
+        let small = self.b.ins().fcmp(FloatCC::LessThan, ax, big);
+        let n = self.pick(small, r, x);
+        if op == Un::RoundEven {
+            return n;
+        }
+        let one = self.fconst(ty, 1.0);
+        let above = self.b.ins().fcmp(FloatCC::GreaterThan, n, x);
+        let n_minus = self.b.ins().fsub(n, one);
+        let floor = self.pick(above, n_minus, n);
+        let below = self.b.ins().fcmp(FloatCC::LessThan, n, x);
+        let n_plus = self.b.ins().fadd(n, one);
+        let ceil = self.pick(below, n_plus, n);
+        match op {
+            Un::Floor => floor,
+            Un::Ceil => ceil,
+            _ => {
+                let zero = self.fconst(ty, 0.0);
+                let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
+                self.pick(neg, ceil, floor)
+            }
+        }
+    }
+
+    /// Calls a math table function, lane by lane for vectors.
+    fn call(&mut self, f: MathFn, args: &[Value]) -> Value {
+        let slot = MathFn::ALL.iter().position(|&g| g == f).unwrap_or(0);
+        let fptr = self.math[slot].expect("live math functions are loaded");
+        let sig = if args.len() == 1 {
+            self.sig_un
+        } else {
+            self.sig_bin
+        }
+        .expect("signatures of live math functions are imported");
+        let ty = self.b.func.dfg.value_type(args[0]);
+        if !ty.is_vector() {
+            let inst = self.b.ins().call_indirect(sig, fptr, args);
+            return self.b.inst_results(inst)[0];
+        }
+        let mut out = args[0];
+        for lane in 0..ty.lane_count() as u8 {
+            let lanes: Vec<Value> = args
+                .iter()
+                .map(|&a| self.b.ins().extractlane(a, lane))
+                .collect();
+            let inst = self.b.ins().call_indirect(sig, fptr, &lanes);
+            let y = self.b.inst_results(inst)[0];
+            out = self.b.ins().insertlane(out, y, lane);
+        }
+        out
+    }
+}

@@ -1,0 +1,447 @@
+//! The CPU executor: a [`Session`] holds a validated artifact, its plan,
+//! its loaded kernels and a thread pool; [`Session::run`] walks the plan
+//! over a per-inference arena.
+//!
+//! Invariants:
+//! - Everything checkable is checked at load: the plan parses, every buffer
+//!   of every step lies inside its space, no step writes the weights or an
+//!   input, every kernel a step names exists, and steps that need the
+//!   reference interpreter are refused when this runtime lacks it. Kernels
+//!   check their own shape arguments against their slices, so a plan whose
+//!   shapes disagree with its buffers is an error, never an out-of-bounds
+//!   access.
+//! - Sessions are `Send + Sync`: several threads may run one session at
+//!   once; each run takes its own arena (recycled through a small pool).
+//! - Generated code runs natively: the checksum guards an artifact against
+//!   corruption, not against a malicious author (as with any shared library).
+
+#[cfg(feature = "reference")]
+mod reference;
+mod steps;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::artifact::{Artifact, DType, TensorSpec, tensor_bytes};
+use crate::jit::LoadedKernel;
+use crate::plan::{Plan, Space, Step};
+
+/// A failure to load or run; the message names the file, step or tensor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeError {
+    message: String,
+}
+
+impl RuntimeError {
+    pub fn new(message: impl Into<String>) -> RuntimeError {
+        RuntimeError {
+            message: message.into(),
+        }
+    }
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RuntimeError {}
+
+/// How to run a session.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SessionOptions {
+    /// Worker threads; 0 means one per available core.
+    pub threads: usize,
+}
+
+/// Time spent per step kind in one profiled run.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// (step index, kind, origin, seconds), in plan order.
+    pub steps: Vec<(usize, &'static str, String, f64)>,
+}
+
+/// A loaded artifact, ready to run.
+pub struct Session {
+    artifact: Artifact,
+    plan: Plan,
+    kernels: Vec<Option<LoadedKernel>>,
+    /// For each step, the index into `kernels` (pointwise steps only).
+    step_kernel: Vec<usize>,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    input_bytes: Vec<u64>,
+    output_bytes: Vec<u64>,
+    arenas: Mutex<Vec<Arena>>,
+    #[cfg(feature = "reference")]
+    reference: reference::Prepared,
+}
+
+/// A 64-byte aligned, zero-initialized byte buffer.
+pub(crate) struct Arena {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the arena is plain memory owned by one run at a time.
+unsafe impl Send for Arena {}
+
+impl Arena {
+    fn new(len: usize) -> Result<Arena, RuntimeError> {
+        if len == 0 {
+            return Ok(Arena {
+                ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
+                len: 0,
+            });
+        }
+        let layout = std::alloc::Layout::from_size_align(len, 64)
+            .map_err(|_| RuntimeError::new(format!("cannot allocate an arena of {len} bytes")))?;
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(RuntimeError::new(format!(
+                "out of memory allocating an arena of {len} bytes"
+            )));
+        }
+        Ok(Arena { ptr, len })
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe {
+                std::alloc::dealloc(
+                    self.ptr,
+                    std::alloc::Layout::from_size_align_unchecked(self.len, 64),
+                )
+            };
+        }
+    }
+}
+
+fn spec_bytes(file: &str, what: &str, s: &TensorSpec) -> Result<u64, RuntimeError> {
+    let dt = DType::parse(&s.dtype).ok_or_else(|| {
+        RuntimeError::new(format!("{file}: {what} `{}` has unknown dtype {}", s.name, s.dtype))
+    })?;
+    tensor_bytes(dt, &s.shape)
+        .ok_or_else(|| RuntimeError::new(format!("{file}: {what} `{}` is too large", s.name)))
+}
+
+impl Session {
+    /// Opens, validates and loads the artifact at `path`.
+    pub fn load(path: &Path, opts: &SessionOptions) -> Result<Session, RuntimeError> {
+        let artifact = Artifact::open(path).map_err(|e| RuntimeError::new(e.to_string()))?;
+        Session::from_artifact(artifact, opts)
+    }
+
+    /// Loads an already validated artifact.
+    pub fn from_artifact(artifact: Artifact, opts: &SessionOptions) -> Result<Session, RuntimeError> {
+        let file = artifact.name().to_string();
+        let m = artifact.manifest();
+        let plan: Plan = serde_json::from_value(m.plan.clone())
+            .map_err(|e| RuntimeError::new(format!("{file}: the plan is not valid: {e}")))?;
+        if plan.origins.len() != plan.steps.len() {
+            return Err(RuntimeError::new(format!(
+                "{file}: the plan has {} steps and {} origins",
+                plan.steps.len(),
+                plan.origins.len()
+            )));
+        }
+        let input_bytes: Vec<u64> = m
+            .inputs
+            .iter()
+            .map(|s| spec_bytes(&file, "input", s))
+            .collect::<Result<_, _>>()?;
+        let output_bytes: Vec<u64> = m
+            .outputs
+            .iter()
+            .map(|s| spec_bytes(&file, "output", s))
+            .collect::<Result<_, _>>()?;
+        let weights_len = (artifact.weights_range().end - artifact.weights_range().start) as u64;
+        let arena = m.arena_size;
+        // Bounds and write permissions of every buffer.
+        let mut steps = plan.steps.clone();
+        for (i, step) in steps.iter_mut().enumerate() {
+            let mut err = None;
+            step.visit_bufs(|b, written| {
+                if err.is_some() {
+                    return;
+                }
+                let (limit, what) = match b.space {
+                    Space::Arena => (Some(arena), "the arena"),
+                    Space::Weights => (Some(weights_len), "the weights"),
+                    Space::Input => (input_bytes.get(b.index as usize).copied(), "an input"),
+                    Space::Output => (output_bytes.get(b.index as usize).copied(), "an output"),
+                };
+                let inside = limit.is_some_and(|l| b.offset.checked_add(b.len).is_some_and(|e| e <= l));
+                if !inside {
+                    err = Some(format!("a buffer outside {what} ({b:?})"));
+                } else if written && matches!(b.space, Space::Weights | Space::Input) {
+                    err = Some(format!("a write into {what}"));
+                }
+            });
+            if err.is_none() {
+                err = steps::check_disjoint(step).err();
+            }
+            if let Some(e) = err {
+                return Err(RuntimeError::new(format!(
+                    "{file}: step {i} ({}, {}) has {e}",
+                    step.kind(),
+                    plan.origins[i]
+                )));
+            }
+        }
+        // Kernels: load every blob once; map steps to them.
+        let mut names = Vec::new();
+        let mut kernels = Vec::new();
+        for entry in &m.code {
+            let code = artifact.code(&entry.name).map_err(|e| RuntimeError::new(e.to_string()))?;
+            let k = LoadedKernel::new(code)
+                .map_err(|e| RuntimeError::new(format!("{file}: kernel `{}`: {e}", entry.name)))?;
+            names.push(entry.name.clone());
+            kernels.push(Some(k));
+        }
+        let mut step_kernel = vec![usize::MAX; plan.steps.len()];
+        for (i, step) in plan.steps.iter().enumerate() {
+            match step {
+                Step::Pointwise { code, args, .. } => {
+                    let k = names.iter().position(|n| n == code).ok_or_else(|| {
+                        RuntimeError::new(format!("{file}: step {i} names kernel `{code}`, which the artifact lacks"))
+                    })?;
+                    if args.is_empty() {
+                        return Err(RuntimeError::new(format!("{file}: step {i} has no arguments")));
+                    }
+                    step_kernel[i] = k;
+                }
+                #[cfg(not(feature = "reference"))]
+                Step::Reference { air, .. } => {
+                    let op = air
+                        .lines()
+                        .find_map(|l| l.split('=').nth(1).and_then(|r| r.split_whitespace().next()))
+                        .unwrap_or("an op");
+                    return Err(RuntimeError::new(format!(
+                        "{file}: step {i} ({}) runs {op} on the reference interpreter, and this runtime was built without the `reference` feature",
+                        plan.origins[i]
+                    )));
+                }
+                _ => {}
+            }
+        }
+        #[cfg(feature = "reference")]
+        let reference = reference::Prepared::new(&file, &plan)?;
+        let threads = if opts.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            opts.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("aoc-worker-{i}"))
+            .build()
+            .map_err(|e| RuntimeError::new(format!("cannot start {threads} threads: {e}")))?;
+        Ok(Session {
+            artifact,
+            plan,
+            kernels,
+            step_kernel,
+            pool,
+            threads,
+            input_bytes,
+            output_bytes,
+            arenas: Mutex::new(Vec::new()),
+            #[cfg(feature = "reference")]
+            reference,
+        })
+    }
+
+    pub fn inputs(&self) -> &[TensorSpec] {
+        &self.artifact.manifest().inputs
+    }
+
+    pub fn outputs(&self) -> &[TensorSpec] {
+        &self.artifact.manifest().outputs
+    }
+
+    /// Bytes of one inference's arena.
+    pub fn arena_bytes(&self) -> u64 {
+        self.artifact.manifest().arena_size
+    }
+
+    /// Bytes one inference touches: arena, weights, inputs and outputs.
+    pub fn peak_memory_bytes(&self) -> u64 {
+        let w = self.artifact.weights_range();
+        self.arena_bytes()
+            + (w.end - w.start) as u64
+            + self.input_bytes.iter().sum::<u64>()
+            + self.output_bytes.iter().sum::<u64>()
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn artifact(&self) -> &Artifact {
+        &self.artifact
+    }
+
+    /// Runs one inference. `inputs[i]` holds input `i`'s bytes (row major,
+    /// little endian, exactly the manifest's size); returns each output's
+    /// bytes.
+    pub fn run(&self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        let mut outs: Vec<Vec<u8>> = self.output_bytes.iter().map(|&n| vec![0u8; n as usize]).collect();
+        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+        self.run_into(inputs, &mut refs)?;
+        Ok(outs)
+    }
+
+    /// Runs one inference into caller-owned output buffers (each exactly the
+    /// manifest's size).
+    pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RuntimeError> {
+        self.run_inner(inputs, outputs, None)
+    }
+
+    /// Like [`Session::run`], timing every step (kernels run as usual).
+    pub fn run_profiled(&self, inputs: &[&[u8]]) -> Result<(Vec<Vec<u8>>, Profile), RuntimeError> {
+        let mut outs: Vec<Vec<u8>> = self.output_bytes.iter().map(|&n| vec![0u8; n as usize]).collect();
+        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut profile = Profile::default();
+        self.run_inner(inputs, &mut refs, Some(&mut profile))?;
+        Ok((outs, profile))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        mut profile: Option<&mut Profile>,
+    ) -> Result<(), RuntimeError> {
+        let m = self.artifact.manifest();
+        if inputs.len() != m.inputs.len() {
+            return Err(RuntimeError::new(format!(
+                "{} inputs given, the model takes {}",
+                inputs.len(),
+                m.inputs.len()
+            )));
+        }
+        if outputs.len() != m.outputs.len() {
+            return Err(RuntimeError::new(format!(
+                "{} output buffers given, the model has {}",
+                outputs.len(),
+                m.outputs.len()
+            )));
+        }
+        for (i, (x, s)) in inputs.iter().zip(&m.inputs).enumerate() {
+            if x.len() as u64 != self.input_bytes[i] {
+                return Err(RuntimeError::new(format!(
+                    "input `{}` must be {} bytes ({} {:?}), found {}",
+                    s.name, self.input_bytes[i], s.dtype, s.shape, x.len()
+                )));
+            }
+        }
+        for (i, (y, s)) in outputs.iter().zip(&m.outputs).enumerate() {
+            if y.len() as u64 != self.output_bytes[i] {
+                return Err(RuntimeError::new(format!(
+                    "output `{}` must be {} bytes ({} {:?}), found {}",
+                    s.name, self.output_bytes[i], s.dtype, s.shape, y.len()
+                )));
+            }
+        }
+        // Kernels read f32/i64 through typed slices: stage any caller
+        // buffer that is not 64-byte aligned.
+        let mut staged_in: Vec<Option<Arena>> = Vec::new();
+        let mut in_ptrs = Vec::new();
+        for x in inputs {
+            if (x.as_ptr() as usize).is_multiple_of(64) {
+                staged_in.push(None);
+                in_ptrs.push(x.as_ptr() as *mut u8);
+            } else {
+                let a = Arena::new(x.len())?;
+                // SAFETY: `a` has x.len() bytes.
+                unsafe { std::ptr::copy_nonoverlapping(x.as_ptr(), a.ptr, x.len()) };
+                in_ptrs.push(a.ptr);
+                staged_in.push(Some(a));
+            }
+        }
+        let mut staged_out: Vec<Option<Arena>> = Vec::new();
+        let mut out_ptrs = Vec::new();
+        for y in outputs.iter_mut() {
+            if (y.as_ptr() as usize).is_multiple_of(64) {
+                staged_out.push(None);
+                out_ptrs.push(y.as_mut_ptr());
+            } else {
+                let a = Arena::new(y.len())?;
+                out_ptrs.push(a.ptr);
+                staged_out.push(Some(a));
+            }
+        }
+        let arena = {
+            let mut pool = self.arenas.lock().map_err(|_| RuntimeError::new("arena pool poisoned"))?;
+            pool.pop()
+        };
+        let arena = match arena {
+            Some(a) => a,
+            None => Arena::new(m.arena_size as usize)?,
+        };
+        let w = self.artifact.weights_range();
+        let spaces = steps::Spaces {
+            arena: arena.ptr,
+            weights: self.artifact.as_bytes()[w].as_ptr(),
+            inputs: in_ptrs,
+            outputs: out_ptrs,
+        };
+        let result = self.pool.install(|| -> Result<(), RuntimeError> {
+            for (i, step) in self.plan.steps.iter().enumerate() {
+                let t0 = profile.as_ref().map(|_| Instant::now());
+                self.run_step(i, step, &spaces).map_err(|e| {
+                    RuntimeError::new(format!(
+                        "step {i} ({}, {}): {e}",
+                        step.kind(),
+                        self.plan.origins[i]
+                    ))
+                })?;
+                if let (Some(p), Some(t0)) = (profile.as_deref_mut(), t0) {
+                    p.steps.push((i, step.kind(), self.plan.origins[i].clone(), t0.elapsed().as_secs_f64()));
+                }
+            }
+            Ok(())
+        });
+        if let Ok(mut pool) = self.arenas.lock() {
+            pool.push(arena);
+        }
+        result?;
+        for (y, s) in outputs.iter_mut().zip(&staged_out) {
+            if let Some(a) = s {
+                // SAFETY: `a` holds y.len() bytes written by the plan.
+                unsafe { std::ptr::copy_nonoverlapping(a.ptr, y.as_mut_ptr(), y.len()) };
+            }
+        }
+        drop(staged_in);
+        Ok(())
+    }
+
+    fn run_step(&self, i: usize, step: &Step, sp: &steps::Spaces) -> Result<(), String> {
+        match step {
+            Step::Pointwise { args, rows, .. } => {
+                let k = self.kernels[self.step_kernel[i]]
+                    .as_ref()
+                    .ok_or("kernel not loaded")?;
+                steps::pointwise(k, args, *rows, sp)
+            }
+            #[cfg(feature = "reference")]
+            Step::Reference { inputs, outputs, .. } => self.reference.run(i, inputs, outputs, sp),
+            _ => steps::run(step, sp),
+        }
+    }
+}

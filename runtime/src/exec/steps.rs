@@ -1,0 +1,240 @@
+//! One plan step at a time: resolves a step's buffers to slices of the
+//! four spaces and calls its kernel.
+//!
+//! Safety argument: `Session::from_artifact` checked that every buffer lies
+//! inside its space and that no step writes the weights or an input;
+//! [`check_disjoint`] (also run at load) checks that a step other than a
+//! pointwise kernel never writes bytes it reads, so the `&mut` slice of an
+//! output never aliases a `&` slice of an input. Typed slices need their
+//! element alignment, which [`f32s`] and friends check.
+
+use rayon::prelude::*;
+
+use crate::jit::{KernelFn, LoadedKernel, MATH};
+use crate::kernels::{self, GemmOptions, PackedBRef};
+use crate::plan::{Buf, Space, Step};
+
+/// Base pointers of the spaces of one run.
+pub(crate) struct Spaces {
+    pub arena: *mut u8,
+    pub weights: *const u8,
+    pub inputs: Vec<*mut u8>,
+    pub outputs: Vec<*mut u8>,
+}
+
+// SAFETY: the pointers are only dereferenced for the buffers of the plan,
+// which the kernels (or their threads) access as documented above.
+unsafe impl Sync for Spaces {}
+unsafe impl Send for Spaces {}
+
+impl Spaces {
+    fn ptr(&self, b: &Buf) -> *mut u8 {
+        let base = match b.space {
+            Space::Arena => self.arena,
+            Space::Weights => self.weights as *mut u8,
+            Space::Input => self.inputs[b.index as usize],
+            Space::Output => self.outputs[b.index as usize],
+        };
+        // SAFETY: offset checked against the space's size at load.
+        unsafe { base.add(b.offset as usize) }
+    }
+}
+
+/// Errors if a non-pointwise step writes bytes it also reads.
+pub(crate) fn check_disjoint(step: &mut Step) -> Result<(), String> {
+    if matches!(step, Step::Pointwise { .. }) {
+        return Ok(());
+    }
+    let mut all: Vec<(Buf, bool)> = Vec::new();
+    step.visit_bufs(|b, w| all.push((*b, w)));
+    for (i, (a, wa)) in all.iter().enumerate() {
+        for (b, wb) in &all[i + 1..] {
+            let same = a.space == b.space && a.index == b.index;
+            let overlap = a.offset < b.offset + b.len && b.offset < a.offset + a.len;
+            if (*wa || *wb) && same && overlap && a.len > 0 && b.len > 0 {
+                return Err("an output that overlaps another of its buffers".to_string());
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Spaces {
+    pub(crate) fn bytes<'a>(&self, b: &Buf) -> &'a [u8] {
+        // SAFETY: see the module doc.
+        unsafe { std::slice::from_raw_parts(self.ptr(b), b.len as usize) }
+    }
+
+    pub(crate) fn bytes_mut<'a>(&self, b: &Buf) -> &'a mut [u8] {
+        // SAFETY: see the module doc.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(b), b.len as usize) }
+    }
+}
+
+fn bytes<'a>(sp: &Spaces, b: &Buf) -> &'a [u8] {
+    sp.bytes(b)
+}
+
+fn bytes_mut<'a>(sp: &Spaces, b: &Buf) -> &'a mut [u8] {
+    sp.bytes_mut(b)
+}
+
+fn f32s<'a>(sp: &Spaces, b: &Buf) -> Result<&'a [f32], String> {
+    let p = sp.ptr(b);
+    if !(p as usize).is_multiple_of(4) {
+        return Err(format!("buffer at offset {} is not aligned for f32", b.offset));
+    }
+    // SAFETY: aligned, inside its space (module doc).
+    Ok(unsafe { std::slice::from_raw_parts(p as *const f32, b.len as usize / 4) })
+}
+
+fn f32s_mut<'a>(sp: &Spaces, b: &Buf) -> Result<&'a mut [f32], String> {
+    let p = sp.ptr(b);
+    if !(p as usize).is_multiple_of(4) {
+        return Err(format!("buffer at offset {} is not aligned for f32", b.offset));
+    }
+    // SAFETY: aligned, inside its space, not aliased by the step's inputs.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut f32, b.len as usize / 4) })
+}
+
+fn opt_f32s<'a>(sp: &Spaces, b: &Option<Buf>) -> Result<Option<&'a [f32]>, String> {
+    b.as_ref().map(|b| f32s(sp, b)).transpose()
+}
+
+fn us(v: u64) -> usize {
+    v as usize
+}
+
+/// Runs every step kind but `Pointwise` and `Reference`.
+pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
+    let e = |e: kernels::GemmError| e.to_string();
+    match step {
+        Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu } => {
+            let packed = PackedBRef::new(us(*k), us(*n), f32s(sp, b)?).map_err(e)?;
+            let opts = GemmOptions {
+                bias: opt_f32s(sp, bias)?,
+                relu: *relu,
+                threads: rayon::current_num_threads(),
+                ..GemmOptions::default()
+            };
+            kernels::gemm(us(*m), us(*n), us(*k), f32s(sp, a)?, us(*lda), packed, f32s_mut(sp, c)?, us(*ldc), &opts)
+                .map_err(e)
+        }
+        Step::MatMul { a, b, c, batch, m, n, k, a_strides, b_strides, c_strides } => {
+            kernels::batched::batched_matmul(
+                us(*batch),
+                us(*m),
+                us(*n),
+                us(*k),
+                f32s(sp, a)?,
+                *a_strides,
+                f32s(sp, b)?,
+                *b_strides,
+                f32s_mut(sp, c)?,
+                *c_strides,
+            )
+            .map_err(e)
+        }
+        Step::Conv2d { x, w, bias, y, geom, relu } => {
+            kernels::conv::conv2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, *relu, f32s_mut(sp, y)?).map_err(e)
+        }
+        Step::DepthwiseConv2d { x, w, bias, y, geom, relu } => {
+            kernels::conv::depthwise_conv2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, *relu, f32s_mut(sp, y)?)
+                .map_err(e)
+        }
+        Step::ConvTranspose2d { x, w, bias, y, geom } => {
+            kernels::conv::conv_transpose2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, f32s_mut(sp, y)?).map_err(e)
+        }
+        Step::Pool { kind, x, y, geom, ceil_mode } => {
+            kernels::pool::pool2d(*kind, geom, *ceil_mode, f32s(sp, x)?, f32s_mut(sp, y)?).map_err(e)
+        }
+        Step::Reduce { kind, x, y, outer, len, inner } => {
+            kernels::pool::reduce_middle(*kind, us(*outer), us(*len), us(*inner), f32s(sp, x)?, f32s_mut(sp, y)?).map_err(e)
+        }
+        Step::Resize { mode, x, y, n, h, w, c, oh, ow } => kernels::resize::resize(
+            *mode,
+            us(*n),
+            us(*h),
+            us(*w),
+            us(*c),
+            us(*oh),
+            us(*ow),
+            f32s(sp, x)?,
+            f32s_mut(sp, y)?,
+        )
+        .map_err(e),
+        Step::Copy { src, dst, elem_size, shape, src_start, src_strides, dst_strides } => kernels::copy::strided_copy(
+            us(*elem_size),
+            shape,
+            bytes(sp, src),
+            *src_start,
+            src_strides,
+            bytes_mut(sp, dst),
+            dst_strides,
+        )
+        .map_err(e),
+        Step::Fill { dst, elem_size, bits } => kernels::copy::fill(us(*elem_size), *bits, bytes_mut(sp, dst)).map_err(e),
+        Step::Gather { data, indices, out, elem_size, outer, axis, inner, count } => kernels::copy::gather(
+            us(*elem_size),
+            us(*outer),
+            us(*axis),
+            us(*inner),
+            us(*count),
+            bytes(sp, data),
+            bytes(sp, indices),
+            bytes_mut(sp, out),
+        )
+        .map_err(e),
+        Step::Softmax { x, y, rows, cols, log } => {
+            kernels::norm::softmax(us(*rows), us(*cols), *log, f32s(sp, x)?, f32s_mut(sp, y)?).map_err(e)
+        }
+        Step::LayerNorm { x, gamma, beta, y, rows, cols, epsilon } => kernels::norm::layer_norm(
+            us(*rows),
+            us(*cols),
+            *epsilon,
+            f32s(sp, x)?,
+            opt_f32s(sp, gamma)?,
+            opt_f32s(sp, beta)?,
+            f32s_mut(sp, y)?,
+        )
+        .map_err(e),
+        Step::Pointwise { .. } | Step::Reference { .. } => Err("internal error: dispatched to the wrong runner".to_string()),
+    }
+}
+
+/// Pointer array of a kernel's arguments, shared by the worker threads.
+struct Args(Vec<*mut u8>);
+// SAFETY: threads write disjoint rows of the output (see `pointwise`).
+unsafe impl Sync for Args {}
+
+impl Args {
+    fn base(&self) -> *const *mut u8 {
+        self.0.as_ptr()
+    }
+}
+
+/// Runs a generated kernel over `rows` rows, split across the pool's
+/// threads in chunks of at least ~16 K elements.
+pub(crate) fn pointwise(k: &LoadedKernel, args: &[Buf], rows: u64, sp: &Spaces) -> Result<(), String> {
+    let ptrs = Args(args.iter().map(|b| sp.ptr(b)).collect());
+    let f: KernelFn = k.entry();
+    let out_len = args.last().map_or(0, |b| b.len);
+    let per_row = (out_len / rows.max(1)).max(1);
+    let chunk = (16384 / per_row).max(1);
+    let chunks = rows.div_ceil(chunk);
+    let threads = rayon::current_num_threads() as u64;
+    let call = |r0: u64, r1: u64| {
+        // SAFETY: the kernel reads its operands and writes rows r0..r1 of
+        // its output, all inside the buffers validated at load.
+        unsafe { f(ptrs.base(), r0, r1, &MATH) }
+    };
+    if chunks <= 1 || threads <= 1 {
+        call(0, rows);
+    } else {
+        (0..chunks).into_par_iter().for_each(|c| {
+            let r0 = c * chunk;
+            call(r0, (r0 + chunk).min(rows));
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,847 @@
+//! NHWC convolutions of the CPU executor, with the compile-time packing of
+//! their weights:
+//! - [`conv2d`]: 1×1 stride-1 unpadded convolutions are one GEMM per group
+//!   over the activations in place (`x` is already the `(n·h·w) × c`
+//!   matrix); every other convolution is an implicit GEMM: blocks of output
+//!   pixels are unfolded (im2col) into a small per-thread scratch and
+//!   multiplied by the packed weights with bias and relu fused into the GEMM
+//!   epilogue. Blocks run in parallel in the current rayon pool.
+//! - [`depthwise_conv2d`]: a direct loop, parallel over output rows and
+//!   vectorized over channels (compiled once per instruction-set level).
+//! - [`conv_transpose2d`]: a GEMM of the input pixels by the weights into a
+//!   column buffer (one column per output channel and kernel tap), then a
+//!   gather of those columns into the output, parallel over output rows.
+//!
+//! Invariants: the functions never panic on bad arguments (they return
+//! [`KernelError`]); slices may be longer than the geometry needs (only the
+//! prefix is read or written); every output element is computed by one
+//! thread in a fixed order, so results do not depend on the thread count.
+//! Coordinates follow ONNX: output `o`, tap `t` reads input
+//! `o·stride + t·dilation − pad_begin`, out-of-range taps read zero.
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use super::KernelError;
+use super::gemm::{GemmError, GemmOptions, gemm};
+use super::pack::{PANEL_WIDTH, PackedB, PackedBRef, pack_b, packed_len};
+use crate::plan::ConvGeom;
+
+/// Defines a function whose body is compiled three times (AVX-512, AVX2 +
+/// FMA, baseline) and picks the copy for [`super::Isa::best`] at each call,
+/// so that plain loops over channels auto-vectorize at the machine's width.
+/// The arithmetic is the same in every copy (no fused multiply-add is
+/// introduced: Rust does not contract `a * b + c`), so results are identical
+/// across levels.
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $body:block) => {
+        $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
+        $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f")]
+            #[allow(clippy::too_many_arguments)]
+            fn v512($($arg: $ty),*) {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            #[allow(clippy::too_many_arguments)]
+            fn v256($($arg: $ty),*) {
+                body($($arg),*)
+            }
+            match $crate::kernels::Isa::best() {
+                // SAFETY: `Isa::best` returns a level only if the CPU has it.
+                #[cfg(target_arch = "x86_64")]
+                $crate::kernels::Isa::Avx512 => unsafe { v512($($arg),*) },
+                // SAFETY: as above.
+                #[cfg(target_arch = "x86_64")]
+                $crate::kernels::Isa::Avx2 => unsafe { v256($($arg),*) },
+                _ => body($($arg),*),
+            }
+        }
+    };
+}
+pub(crate) use multiversion;
+
+/// A kernel error with `message`.
+pub(crate) fn kerr(message: String) -> KernelError {
+    GemmError::new(message)
+}
+
+/// Checks that a slice of `found` floats holds the `need` a tensor needs.
+pub(crate) fn check_len(name: &str, need: usize, found: usize) -> Result<(), KernelError> {
+    if found < need {
+        return Err(kerr(format!("{name} needs {need} floats, found {found}")));
+    }
+    Ok(())
+}
+
+/// Product of sizes, or an error naming the tensor when it overflows.
+pub(crate) fn product(name: &str, dims: &[usize]) -> Result<usize, KernelError> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| kerr(format!("{name} of shape {dims:?} is too large")))
+}
+
+/// A [`ConvGeom`] converted to `usize` and checked for the properties every
+/// kernel relies on: non-zero kernel, strides and dilations, and tensor
+/// sizes that fit in memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Dims {
+    pub(crate) n: usize,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) c: usize,
+    pub(crate) oh: usize,
+    pub(crate) ow: usize,
+    pub(crate) oc: usize,
+    pub(crate) kh: usize,
+    pub(crate) kw: usize,
+    pub(crate) stride: [usize; 2],
+    pub(crate) dilation: [usize; 2],
+    /// Top, left, bottom, right.
+    pub(crate) pads: [usize; 4],
+    pub(crate) group: usize,
+    /// Elements of `x` (`n·h·w·c`) and of `y` (`n·oh·ow·oc`).
+    pub(crate) x_len: usize,
+    pub(crate) y_len: usize,
+}
+
+impl Dims {
+    pub(crate) fn new(g: &ConvGeom) -> Result<Dims, KernelError> {
+        let u = |v: u64| {
+            usize::try_from(v).map_err(|_| kerr(format!("geometry value {v} is too large")))
+        };
+        let (stride, dilation) = (
+            [u(g.stride[0])?, u(g.stride[1])?],
+            [u(g.dilation[0])?, u(g.dilation[1])?],
+        );
+        let pads = [u(g.pads[0])?, u(g.pads[1])?, u(g.pads[2])?, u(g.pads[3])?];
+        let (kh, kw) = (u(g.kh)?, u(g.kw)?);
+        if kh == 0 || kw == 0 {
+            return Err(kerr(format!(
+                "kernel size must be non-zero, found {kh}x{kw}"
+            )));
+        }
+        if stride.contains(&0) {
+            return Err(kerr(format!(
+                "strides must be at least 1, found {stride:?}"
+            )));
+        }
+        if dilation.contains(&0) {
+            return Err(kerr(format!(
+                "dilations must be at least 1, found {dilation:?}"
+            )));
+        }
+        let (n, h, w, c) = (u(g.n)?, u(g.h)?, u(g.w)?, u(g.c)?);
+        let (oh, ow, oc) = (u(g.oh)?, u(g.ow)?, u(g.oc)?);
+        let group = u(g.group)?;
+        // Spans and padded sizes are computed in usize below; keep them far
+        // from overflow.
+        for v in [kh, kw, pads[0], pads[1], pads[2], pads[3], h, w] {
+            if v > u32::MAX as usize {
+                return Err(kerr(format!("geometry value {v} is too large")));
+            }
+        }
+        for v in [stride[0], stride[1], dilation[0], dilation[1]] {
+            if v > u32::MAX as usize {
+                return Err(kerr(format!("geometry value {v} is too large")));
+            }
+        }
+        Ok(Dims {
+            n,
+            h,
+            w,
+            c,
+            oh,
+            ow,
+            oc,
+            kh,
+            kw,
+            stride,
+            dilation,
+            pads,
+            group,
+            x_len: product("input", &[n, h, w, c])?,
+            y_len: product("output", &[n, oh, ow, oc])?,
+        })
+    }
+
+    /// Checks that `group` divides both channel counts.
+    pub(crate) fn check_groups(&self) -> Result<(), KernelError> {
+        if self.group == 0 {
+            return Err(kerr("group must be at least 1, found 0".into()));
+        }
+        if self.c % self.group != 0 || self.oc % self.group != 0 {
+            return Err(kerr(format!(
+                "channels {} (input) and {} (output) must be multiples of group {}",
+                self.c, self.oc, self.group
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks `oh`, `ow` against the convolution output-size formula.
+    pub(crate) fn check_conv_out(&self) -> Result<(), KernelError> {
+        let eh = conv_out_size(
+            self.h,
+            self.kh,
+            self.stride[0],
+            self.dilation[0],
+            self.pads[0],
+            self.pads[2],
+        );
+        let ew = conv_out_size(
+            self.w,
+            self.kw,
+            self.stride[1],
+            self.dilation[1],
+            self.pads[1],
+            self.pads[3],
+        );
+        match (eh, ew) {
+            (Some(eh), Some(ew)) if (eh, ew) == (self.oh, self.ow) => Ok(()),
+            (Some(eh), Some(ew)) => Err(kerr(format!(
+                "output size must be {eh}x{ew} for this geometry, found {}x{}",
+                self.oh, self.ow
+            ))),
+            _ => Err(kerr(format!(
+                "the window ({}x{}, dilation {:?}) is larger than the padded input ({}x{} with pads {:?})",
+                self.kh, self.kw, self.dilation, self.h, self.w, self.pads
+            ))),
+        }
+    }
+
+    /// Input coordinate (may be negative) of output `o`, tap 0, along
+    /// dimension `dim` (0 = H, 1 = W).
+    pub(crate) fn base(&self, o: usize, dim: usize) -> isize {
+        (o * self.stride[dim]) as isize - self.pads[dim] as isize
+    }
+}
+
+/// `(input + pads - span) / stride + 1`, or `None` when the window does not
+/// fit in the padded input.
+pub(crate) fn conv_out_size(
+    input: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad_begin: usize,
+    pad_end: usize,
+) -> Option<usize> {
+    let span = dilation * (k - 1) + 1;
+    let padded = input + pad_begin + pad_end;
+    (padded >= span).then(|| (padded - span) / stride + 1)
+}
+
+/// The taps `t` in `0..k` whose coordinate `base + t·dilation` lies in
+/// `0..len`, as a half-open range (empty when none does).
+#[inline]
+pub(crate) fn tap_range(base: isize, dilation: usize, k: usize, len: usize) -> (usize, usize) {
+    let lo = if base < 0 {
+        base.unsigned_abs().div_ceil(dilation)
+    } else {
+        0
+    };
+    let hi = if base >= len as isize {
+        0
+    } else {
+        (len as isize - base) as usize
+    }
+    .div_ceil(dilation);
+    (lo.min(k), hi.min(k).max(lo.min(k)))
+}
+
+/// Im2col scratch budget in floats per block (1 MiB); a block has at least
+/// `MIN_BLOCK_ROWS` rows whatever the depth.
+const SCRATCH_FLOATS: usize = 1 << 18;
+const MIN_BLOCK_ROWS: usize = 16;
+
+thread_local! {
+    /// Per-thread scratch (im2col blocks, transposed-convolution columns).
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on a scratch of `len` floats (contents unspecified): the
+/// thread's buffer, or a fresh one when it is in use (a rayon thread that
+/// waits inside a nested parallel call may start another block).
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            if buf.len() < len {
+                buf.resize(len, 0.0);
+            }
+            f(&mut buf[..len])
+        }
+        Err(_) => f(&mut vec![0.0; len]),
+    })
+}
+
+/// Packs OIHW convolution weights `[oc, c/group, kh, kw]` into the layout of
+/// `Step::Conv2d`: per group the `(kh·kw·c/group) × (oc/group)` matrix with
+/// rows in `(kh, kw, c)` order, packed by [`pack_b`], groups back to back.
+pub fn conv2d_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, KernelError> {
+    let g = Dims::new(geom)?;
+    g.check_groups()?;
+    let (cg, mg) = (g.c / g.group, g.oc / g.group);
+    let kdim = product("weight", &[g.kh, g.kw, cg])?;
+    let need = product("weight", &[g.oc, kdim])?;
+    if w_oihw.len() != need {
+        return Err(kerr(format!(
+            "weight [{}, {cg}, {}, {}] must hold {need} floats, found {}",
+            g.oc,
+            g.kh,
+            g.kw,
+            w_oihw.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(g.group * packed_len(kdim, mg));
+    let mut mat = vec![0.0f32; kdim * mg];
+    for grp in 0..g.group {
+        for j in 0..mg {
+            let o = grp * mg + j;
+            for ci in 0..cg {
+                for ky in 0..g.kh {
+                    for kx in 0..g.kw {
+                        mat[((ky * g.kw + kx) * cg + ci) * mg + j] =
+                            w_oihw[((o * cg + ci) * g.kh + ky) * g.kw + kx];
+                    }
+                }
+            }
+        }
+        out.extend_from_slice(pack_b(kdim, mg, &mat, mg)?.as_slice());
+    }
+    Ok(out)
+}
+
+/// NHWC convolution `y = relu?(conv(x, w) + bias)` with `w` from
+/// [`conv2d_pack_weights`]; `x` is `n × h × w × c`, `y` is
+/// `n × oh × ow × oc`, `bias` has `oc` values.
+pub fn conv2d(
+    geom: &ConvGeom,
+    x: &[f32],
+    w_packed: &[f32],
+    bias: Option<&[f32]>,
+    relu: bool,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let g = Dims::new(geom)?;
+    g.check_groups()?;
+    g.check_conv_out()?;
+    check_len("input", g.x_len, x.len())?;
+    check_len("output", g.y_len, y.len())?;
+    let (cg, mg) = (g.c / g.group, g.oc / g.group);
+    let kdim = product("weight", &[g.kh, g.kw, cg])?;
+    let per = packed_len(kdim, mg);
+    if Some(w_packed.len()) != per.checked_mul(g.group) {
+        return Err(kerr(format!(
+            "packed weights must hold {} groups of {per} floats, found {}",
+            g.group,
+            w_packed.len()
+        )));
+    }
+    if let Some(b) = bias {
+        check_len("bias", g.oc, b.len())?;
+    }
+    let m = g.n * g.oh * g.ow;
+    if m == 0 || g.oc == 0 {
+        return Ok(());
+    }
+    let (x, y) = (&x[..g.x_len], &mut y[..g.y_len]);
+    let threads = rayon::current_num_threads();
+    let weights = |grp: usize| PackedBRef::new(kdim, mg, &w_packed[grp * per..(grp + 1) * per]);
+    let opts = |grp: usize, threads: usize| GemmOptions {
+        bias: bias.map(|b| &b[grp * mg..(grp + 1) * mg]),
+        relu,
+        threads,
+        ..Default::default()
+    };
+    if g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pads == [0; 4] {
+        // oh == h and ow == w: the input is the (n·h·w) × c matrix A, the
+        // group's channels a column range of it.
+        for grp in 0..g.group {
+            gemm(
+                m,
+                mg,
+                cg,
+                &x[grp * cg..],
+                g.c,
+                weights(grp)?,
+                &mut y[grp * mg..],
+                g.oc,
+                &opts(grp, threads),
+            )?;
+        }
+        return Ok(());
+    }
+    if g.group > 1 && mg <= PANEL_WIDTH {
+        // Many narrow groups (ResNeXt-style): per-group GEMMs would spend
+        // their time unfolding and packing a few channels at a time.
+        y.par_chunks_mut(g.ow * g.oc)
+            .enumerate()
+            .for_each(|(r, yrow)| grouped_row(&g, x, w_packed, bias, relu, r, yrow));
+        return Ok(());
+    }
+    // Implicit GEMM over blocks of output pixels: enough blocks to occupy
+    // every thread, each small enough that its unfolded rows stay in cache.
+    let budget_rows = (SCRATCH_FLOATS / kdim.max(1)).max(MIN_BLOCK_ROWS);
+    let rows = m
+        .div_ceil(threads)
+        .min(budget_rows)
+        .max(MIN_BLOCK_ROWS)
+        .min(m);
+    let blocks = m.div_ceil(rows);
+    // Few blocks (small images): the GEMMs split their columns instead.
+    let inner = (threads / blocks).max(1);
+    y.par_chunks_mut(rows * g.oc)
+        .enumerate()
+        .try_for_each(|(bi, ychunk)| {
+            let p0 = bi * rows;
+            let rows = ychunk.len() / g.oc;
+            with_scratch(rows * kdim, |a| {
+                for grp in 0..g.group {
+                    im2col(&g, x, grp, p0, rows, a);
+                    gemm(
+                        rows,
+                        mg,
+                        kdim,
+                        a,
+                        kdim,
+                        weights(grp)?,
+                        &mut ychunk[grp * mg..],
+                        g.oc,
+                        &opts(grp, inner),
+                    )?;
+                }
+                Ok(())
+            })
+        })
+}
+
+/// Unfolds output pixels `p0 .. p0 + rows` (flat over `n·oh·ow`) of group
+/// `grp` into `a`: row `r` holds the `kh·kw·c/group` input values of pixel
+/// `p0 + r`'s window in `(kh, kw, c)` order, zero where the window leaves
+/// the input.
+fn im2col(g: &Dims, x: &[f32], grp: usize, p0: usize, rows: usize, a: &mut [f32]) {
+    let cg = g.c / g.group;
+    let kdim = g.kh * g.kw * cg;
+    let c0 = grp * cg;
+    let plane = g.oh * g.ow;
+    // One group with unit W dilation: a window row is one contiguous run of
+    // the input row, copied at once.
+    let contiguous = g.group == 1 && g.dilation[1] == 1;
+    for (r, dst) in a[..rows * kdim].chunks_exact_mut(kdim).enumerate() {
+        let p = p0 + r;
+        let (b, rem) = (p / plane, p % plane);
+        let (oy, ox) = (rem / g.ow, rem % g.ow);
+        let (by, bx) = (g.base(oy, 0), g.base(ox, 1));
+        let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+        for (ky, drow) in dst.chunks_exact_mut(g.kw * cg).enumerate() {
+            let iy = by + (ky * g.dilation[0]) as isize;
+            if iy < 0 || iy >= g.h as isize {
+                drow.fill(0.0);
+                continue;
+            }
+            let xrow = (b * g.h + iy as usize) * g.w * g.c;
+            drow[..kx0 * cg].fill(0.0);
+            drow[kx1 * cg..].fill(0.0);
+            if contiguous {
+                if kx0 < kx1 {
+                    let ix0 = (bx + kx0 as isize) as usize;
+                    let src = xrow + ix0 * g.c;
+                    drow[kx0 * cg..kx1 * cg].copy_from_slice(&x[src..src + (kx1 - kx0) * g.c]);
+                }
+                continue;
+            }
+            for kx in kx0..kx1 {
+                let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+                let src = xrow + ix * g.c + c0;
+                drow[kx * cg..(kx + 1) * cg].copy_from_slice(&x[src..src + cg]);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Output row `r` (flat over `n·oh`) of a grouped convolution whose
+    /// groups have at most 16 output channels, straight from the packed
+    /// weights: group `grp` is one panel whose row `(ky·kw + kx)·cg + ci`
+    /// holds the 16 (zero-padded) weights of input channel `ci` at that tap.
+    /// Four accumulators (by `ci mod 4`) keep independent FMA chains busy.
+    fn grouped_row(
+        g: &Dims,
+        x: &[f32],
+        w_packed: &[f32],
+        bias: Option<&[f32]>,
+        relu: bool,
+        r: usize,
+        yrow: &mut [f32],
+    ) {
+        const P: usize = PANEL_WIDTH;
+        let (cg, mg) = (g.c / g.group, g.oc / g.group);
+        let per = g.kh * g.kw * cg * P;
+        let (b, oy) = (r / g.oh, r % g.oh);
+        let by = g.base(oy, 0);
+        let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
+        for (ox, out) in yrow.chunks_exact_mut(g.oc).enumerate() {
+            let bx = g.base(ox, 1);
+            let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+            for grp in 0..g.group {
+                let wg = &w_packed[grp * per..(grp + 1) * per];
+                let mut acc = [[0.0f32; P]; 4];
+                for ky in ky0..ky1 {
+                    let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+                    for kx in kx0..kx1 {
+                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+                        let xs = &x[((b * g.h + iy) * g.w + ix) * g.c + grp * cg..][..cg];
+                        let wt = &wg[(ky * g.kw + kx) * cg * P..][..cg * P];
+                        for (ci, (&xv, wr)) in xs.iter().zip(wt.chunks_exact(P)).enumerate() {
+                            if let Some(wr) = wr.first_chunk::<P>() {
+                                let a = &mut acc[ci % 4];
+                                for j in 0..P {
+                                    a[j] += xv * wr[j];
+                                }
+                            }
+                        }
+                    }
+                }
+                let dst = &mut out[grp * mg..(grp + 1) * mg];
+                for (j, d) in dst.iter_mut().enumerate() {
+                    let mut v = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
+                    if let Some(bias) = bias {
+                        v += bias[grp * mg + j];
+                    }
+                    *d = if relu { v.max(0.0) } else { v };
+                }
+            }
+        }
+    }
+}
+
+/// Packs depthwise OIHW weights `[oc, 1, kh, kw]` into `kh × kw × oc`
+/// (`Step::DepthwiseConv2d`).
+pub fn depthwise_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, KernelError> {
+    let g = Dims::new(geom)?;
+    let taps = g.kh * g.kw;
+    let need = product("weight", &[g.oc, taps])?;
+    if w_oihw.len() != need {
+        return Err(kerr(format!(
+            "weight [{}, 1, {}, {}] must hold {need} floats, found {}",
+            g.oc,
+            g.kh,
+            g.kw,
+            w_oihw.len()
+        )));
+    }
+    let mut out = vec![0.0f32; need];
+    for o in 0..g.oc {
+        for t in 0..taps {
+            out[t * g.oc + o] = w_oihw[o * taps + t];
+        }
+    }
+    Ok(out)
+}
+
+/// NHWC depthwise convolution (`group == c`, `oc == c · multiplier`; output
+/// channel `o` reads input channel `o / multiplier`) with `w` from
+/// [`depthwise_pack_weights`].
+pub fn depthwise_conv2d(
+    geom: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    relu: bool,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let g = Dims::new(geom)?;
+    if g.group != g.c || g.c == 0 || g.oc % g.c != 0 {
+        return Err(kerr(format!(
+            "depthwise convolution needs group == channels and output channels a multiple of them, found group {}, {} input and {} output channels",
+            g.group, g.c, g.oc
+        )));
+    }
+    g.check_conv_out()?;
+    check_len("input", g.x_len, x.len())?;
+    check_len("output", g.y_len, y.len())?;
+    check_len("weight", product("weight", &[g.kh, g.kw, g.oc])?, w.len())?;
+    if let Some(b) = bias {
+        check_len("bias", g.oc, b.len())?;
+    }
+    let row = g.ow * g.oc;
+    if g.y_len == 0 {
+        return Ok(());
+    }
+    y[..g.y_len]
+        .par_chunks_mut(row)
+        .enumerate()
+        .for_each(|(r, yrow)| depthwise_row(&g, x, w, bias, relu, r, yrow));
+    Ok(())
+}
+
+/// Channels per accumulator block: 64 floats stay in registers (4 zmm or
+/// 8 ymm) across the taps of one output pixel.
+const CH: usize = 64;
+
+multiversion! {
+    /// Output row `r` (flat over `n·oh`) of a depthwise convolution.
+    fn depthwise_row(
+        g: &Dims,
+        x: &[f32],
+        w: &[f32],
+        bias: Option<&[f32]>,
+        relu: bool,
+        r: usize,
+        yrow: &mut [f32],
+    ) {
+        let (b, oy) = (r / g.oh, r % g.oh);
+        let (c, oc) = (g.c, g.oc);
+        let mult = oc / c;
+        let by = g.base(oy, 0);
+        let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
+        for (ox, out) in yrow.chunks_exact_mut(oc).enumerate() {
+            let bx = g.base(ox, 1);
+            let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+            let mut c0 = 0;
+            while c0 < oc {
+                let len = CH.min(oc - c0);
+                let mut acc = [0.0f32; CH];
+                if let Some(bias) = bias {
+                    acc[..len].copy_from_slice(&bias[c0..c0 + len]);
+                }
+                for ky in ky0..ky1 {
+                    let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+                    for kx in kx0..kx1 {
+                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+                        let xp = &x[((b * g.h + iy) * g.w + ix) * c..][..c];
+                        let wt = &w[(ky * g.kw + kx) * oc + c0..][..len];
+                        if mult == 1 {
+                            let xs = &xp[c0..c0 + len];
+                            if let (Some(xs), Some(ws)) =
+                                (xs.first_chunk::<CH>(), wt.first_chunk::<CH>())
+                            {
+                                for i in 0..CH {
+                                    acc[i] += xs[i] * ws[i];
+                                }
+                            } else {
+                                for i in 0..len {
+                                    acc[i] += xs[i] * wt[i];
+                                }
+                            }
+                        } else {
+                            for i in 0..len {
+                                acc[i] += xp[(c0 + i) / mult] * wt[i];
+                            }
+                        }
+                    }
+                }
+                if relu {
+                    for v in &mut acc[..len] {
+                        *v = v.max(0.0);
+                    }
+                }
+                out[c0..c0 + len].copy_from_slice(&acc[..len]);
+                c0 += len;
+            }
+        }
+    }
+}
+
+/// Rearranges ONNX ConvTranspose weights `[c, oc/group, kh, kw]` into the
+/// layout of `Step::ConvTranspose2d`: `group × (c/group) × kh × kw ×
+/// (oc/group)`, row major (for input channel `i` of group `g`, the row
+/// `g·c/group + i` of a `c × (kh·kw·oc/group)` matrix).
+pub fn conv_transpose2d_pack_weights(
+    geom: &ConvGeom,
+    w_iohw: &[f32],
+) -> Result<Vec<f32>, KernelError> {
+    let g = Dims::new(geom)?;
+    g.check_groups()?;
+    let mg = g.oc / g.group;
+    let taps = g.kh * g.kw;
+    let need = product("weight", &[g.c, mg, taps])?;
+    if w_iohw.len() != need {
+        return Err(kerr(format!(
+            "weight [{}, {mg}, {}, {}] must hold {need} floats, found {}",
+            g.c,
+            g.kh,
+            g.kw,
+            w_iohw.len()
+        )));
+    }
+    let mut out = vec![0.0f32; need];
+    for i in 0..g.c {
+        for j in 0..mg {
+            for t in 0..taps {
+                out[(i * taps + t) * mg + j] = w_iohw[(i * mg + j) * taps + t];
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Column-buffer budget of [`conv_transpose2d`] in floats (4 MiB); a block
+/// has at least one input row.
+const COLUMN_FLOATS: usize = 1 << 20;
+
+/// NHWC transposed convolution (ONNX ConvTranspose): `x` is `n × h × w × c`,
+/// `y` is `n × oh × ow × oc`, `w` from [`conv_transpose2d_pack_weights`].
+/// Input pixel `(iy, ix)` adds `x · w[.., ky, kx, ..]` at output
+/// `(iy·stride + ky·dilation − pad_top, ix·stride + kx·dilation − pad_left)`;
+/// outputs past the full result (ONNX's `output_padding`) get the bias only.
+pub fn conv_transpose2d(
+    geom: &ConvGeom,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let g = Dims::new(geom)?;
+    g.check_groups()?;
+    if g.h == 0 || g.w == 0 {
+        return Err(kerr(format!(
+            "input spatial size must be non-zero, found {}x{}",
+            g.h, g.w
+        )));
+    }
+    for dim in 0..2 {
+        let (input, k, out) = ([g.h, g.w][dim], [g.kh, g.kw][dim], [g.oh, g.ow][dim]);
+        let (s, d) = (g.stride[dim], g.dilation[dim]);
+        let full = (input - 1) * s + d * (k - 1) + 1;
+        let lo = full as isize - (g.pads[dim] + g.pads[dim + 2]) as isize;
+        let hi = lo + s.max(d) as isize - 1;
+        if lo < 1 || (out as isize) < lo || (out as isize) > hi {
+            return Err(kerr(format!(
+                "output {} must be between {lo} and {hi} for this geometry, found {out}",
+                ["height", "width"][dim]
+            )));
+        }
+    }
+    check_len("input", g.x_len, x.len())?;
+    check_len("output", g.y_len, y.len())?;
+    let (cg, mg) = (g.c / g.group, g.oc / g.group);
+    let taps = g.kh * g.kw;
+    let wcols = taps * mg;
+    check_len("weight", product("weight", &[g.c, wcols])?, w.len())?;
+    if let Some(b) = bias {
+        check_len("bias", g.oc, b.len())?;
+    }
+    if g.y_len == 0 {
+        return Ok(());
+    }
+    let y = &mut y[..g.y_len];
+    y.par_chunks_mut(g.oc.max(1)).for_each(|px| match bias {
+        Some(b) => px.copy_from_slice(&b[..g.oc]),
+        None => px.fill(0.0),
+    });
+    if g.x_len == 0 {
+        return Ok(());
+    }
+    let packed: Vec<PackedB> = (0..g.group)
+        .map(|grp| {
+            pack_b(
+                cg,
+                wcols,
+                &w[grp * cg * wcols..(grp + 1) * cg * wcols],
+                wcols,
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let ncol = g.group * wcols;
+    let block = (COLUMN_FLOATS / (g.w * ncol).max(1)).clamp(1, g.h);
+    let mut col = vec![0.0f32; block * g.w * ncol];
+    let threads = rayon::current_num_threads();
+    let opts = GemmOptions {
+        threads,
+        ..Default::default()
+    };
+    let (image, out_row) = (g.oh * g.ow * g.oc, g.ow * g.oc);
+    for b in 0..g.n {
+        let yimg = &mut y[b * image..(b + 1) * image];
+        for iy0 in (0..g.h).step_by(block) {
+            let rows = block.min(g.h - iy0);
+            let pixels = rows * g.w;
+            let x0 = (b * g.h + iy0) * g.w * g.c;
+            for (grp, wg) in packed.iter().enumerate() {
+                gemm(
+                    pixels,
+                    wcols,
+                    cg,
+                    &x[x0 + grp * cg..],
+                    g.c,
+                    wg.as_ref(),
+                    &mut col[grp * wcols..],
+                    ncol,
+                    &opts,
+                )?;
+            }
+            // Output rows these input rows reach.
+            let first = (iy0 * g.stride[0]) as isize - g.pads[0] as isize;
+            let last = ((iy0 + rows - 1) * g.stride[0] + (g.kh - 1) * g.dilation[0]) as isize
+                - g.pads[0] as isize;
+            let oy0 = first.max(0) as usize;
+            let oy1 = ((last + 1).max(0) as usize).min(g.oh);
+            if oy0 >= oy1 {
+                continue;
+            }
+            let col = &col[..];
+            yimg[oy0 * out_row..oy1 * out_row]
+                .par_chunks_mut(out_row)
+                .enumerate()
+                .for_each(|(i, yrow)| {
+                    transpose_gather_row(&g, col, iy0, rows, oy0 + i, yrow);
+                });
+        }
+    }
+    Ok(())
+}
+
+multiversion! {
+    /// Adds to output row `oy` of one image every column-buffer entry (input
+    /// rows `iy0 .. iy0 + rows`) that lands on it; the column buffer holds,
+    /// per input pixel, `group × kh × kw × oc/group` products.
+    fn transpose_gather_row(
+        g: &Dims,
+        col: &[f32],
+        iy0: usize,
+        rows: usize,
+        oy: usize,
+        yrow: &mut [f32],
+    ) {
+        let mg = g.oc / g.group;
+        let wcols = g.kh * g.kw * mg;
+        let ncol = g.group * wcols;
+        let (s, d) = (g.stride, g.dilation);
+        for ky in 0..g.kh {
+            let t = (oy + g.pads[0]) as isize - (ky * d[0]) as isize;
+            if t < 0 || t as usize % s[0] != 0 {
+                continue;
+            }
+            let iy = t as usize / s[0];
+            if iy < iy0 || iy >= iy0 + rows {
+                continue;
+            }
+            for ix in 0..g.w {
+                let src = &col[((iy - iy0) * g.w + ix) * ncol..][..ncol];
+                for kx in 0..g.kw {
+                    let ox = (ix * s[1] + kx * d[1]) as isize - g.pads[1] as isize;
+                    if ox < 0 || ox >= g.ow as isize {
+                        continue;
+                    }
+                    let dst = &mut yrow[ox as usize * g.oc..][..g.oc];
+                    for grp in 0..g.group {
+                        let from = &src[grp * wcols + (ky * g.kw + kx) * mg..][..mg];
+                        let to = &mut dst[grp * mg..(grp + 1) * mg];
+                        for (o, v) in to.iter_mut().zip(from) {
+                            *o += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

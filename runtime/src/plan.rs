@@ -1,0 +1,381 @@
+//! The executor's plan: what the manifest's `plan` field holds for a CPU
+//! artifact. The x86-64 backend writes it, the executor ([`crate::exec`])
+//! validates it once at load and then walks it for every inference.
+//!
+//! A plan is a list of [`Step`]s run in order. Every tensor a step touches is
+//! a [`Buf`]: a byte range in one of four spaces (the per-inference arena,
+//! the artifact's weights section, an input or an output). Shapes are static
+//! and written into each step; activations are row major in the layout the
+//! step names (NHWC for the convolution family, the IR's own order
+//! elsewhere).
+//!
+//! Invariants (checked by `exec::validate` before anything runs):
+//! - every `Buf` lies inside its space, and a step's buffers are at least as
+//!   long as the step's shapes need;
+//! - outputs of a step live in the arena or in an output, never in weights
+//!   or inputs;
+//! - `Pointwise` kernels name a code blob of the artifact.
+
+use serde::{Deserialize, Serialize};
+
+/// Which memory a [`Buf`] points into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Space {
+    /// The per-inference arena (`arena_size` bytes, 64-byte aligned).
+    Arena,
+    /// The artifact's weights section (read only).
+    Weights,
+    /// The caller's input number `index` (read only).
+    Input,
+    /// The caller's output number `index`.
+    Output,
+}
+
+/// A byte range: `len` bytes at `offset` of a space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Buf {
+    pub space: Space,
+    /// Input or output number; 0 for the arena and the weights.
+    #[serde(default)]
+    pub index: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Convolution geometry shared by the convolution and pooling steps.
+/// Activations are NHWC: `x` is `n × h × w × c`, `y` is `n × oh × ow × oc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConvGeom {
+    pub n: u64,
+    pub h: u64,
+    pub w: u64,
+    pub c: u64,
+    pub oh: u64,
+    pub ow: u64,
+    pub oc: u64,
+    pub kh: u64,
+    pub kw: u64,
+    pub stride: [u64; 2],
+    pub dilation: [u64; 2],
+    /// Top, left, bottom, right.
+    pub pads: [u64; 4],
+    pub group: u64,
+}
+
+/// How a pool reduces its window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKind {
+    Max,
+    /// Average over the window cells inside the input.
+    AvgExcludePad,
+    /// Average over the whole window, padding counted as zeros.
+    AvgIncludePad,
+}
+
+/// What a [`Step::Reduce`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+/// Interpolation of a [`Step::Resize`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResizeMode {
+    /// Source index `floor(dst * in / out)` ("asymmetric" + "floor").
+    Nearest,
+    /// Bilinear with `half_pixel` coordinates.
+    BilinearHalfPixel,
+    /// Bilinear with `align_corners` coordinates.
+    BilinearAlignCorners,
+    /// Bilinear with `asymmetric` coordinates.
+    BilinearAsymmetric,
+}
+
+/// One thing the executor does. Element type is f32 unless the step says
+/// otherwise.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Step {
+    /// `c[m×n] = a[m×k] · B + bias` (then relu), B packed at compile time
+    /// (`kernels::pack_b` layout) in the weights. `lda`/`ldc` are row
+    /// strides in elements.
+    Gemm {
+        a: Buf,
+        b: Buf,
+        bias: Option<Buf>,
+        c: Buf,
+        m: u64,
+        n: u64,
+        k: u64,
+        lda: u64,
+        ldc: u64,
+        relu: bool,
+    },
+    /// Batched product of two activations: for every batch index `i`,
+    /// `c_i[m×n] = a_i[m×k] · b_i[k×n]`. Each operand is addressed by
+    /// `[batch, row, col]` strides in elements (0 broadcasts).
+    MatMul {
+        a: Buf,
+        b: Buf,
+        c: Buf,
+        batch: u64,
+        m: u64,
+        n: u64,
+        k: u64,
+        a_strides: [u64; 3],
+        b_strides: [u64; 3],
+        c_strides: [u64; 3],
+    },
+    /// NHWC convolution; `w` is packed per group as a `(kh·kw·c/group) ×
+    /// (oc/group)` matrix (rows in `kh, kw, c` order) with `pack_b`, groups
+    /// back to back; `bias` has `oc` values.
+    Conv2d {
+        x: Buf,
+        w: Buf,
+        bias: Option<Buf>,
+        y: Buf,
+        geom: ConvGeom,
+        relu: bool,
+    },
+    /// NHWC depthwise convolution (`group == c`, `oc == c · multiplier`);
+    /// `w` is `kh × kw × oc`, row major.
+    DepthwiseConv2d {
+        x: Buf,
+        w: Buf,
+        bias: Option<Buf>,
+        y: Buf,
+        geom: ConvGeom,
+        relu: bool,
+    },
+    /// NHWC transposed convolution; `geom` describes the *forward*
+    /// convolution from `y` back to `x` turned around: `x` is
+    /// `n × h × w × c` (the input), `y` is `n × oh × ow × oc`, `w` is
+    /// `group × (c/group) × kh × kw × (oc/group)` row major; `pads` crop the
+    /// full output.
+    ConvTranspose2d {
+        x: Buf,
+        w: Buf,
+        bias: Option<Buf>,
+        y: Buf,
+        geom: ConvGeom,
+    },
+    /// NHWC pooling over `kh × kw` windows (`c == oc`, `group` unused).
+    Pool {
+        kind: PoolKind,
+        x: Buf,
+        y: Buf,
+        geom: ConvGeom,
+        /// Windows may run past the input's end (`ceil_mode`).
+        ceil_mode: bool,
+    },
+    /// Reduction over the middle axis of `outer × len × inner` into
+    /// `outer × inner` (global average pool in NHWC: `n × hw × c`).
+    Reduce {
+        kind: ReduceKind,
+        x: Buf,
+        y: Buf,
+        outer: u64,
+        len: u64,
+        inner: u64,
+    },
+    /// NHWC resize from `n × h × w × c` to `n × oh × ow × c`.
+    Resize {
+        mode: ResizeMode,
+        x: Buf,
+        y: Buf,
+        n: u64,
+        h: u64,
+        w: u64,
+        c: u64,
+        oh: u64,
+        ow: u64,
+    },
+    /// Strided copy of `elem_size`-byte elements: for every index of
+    /// `shape`, `dst[Σ i·dst_strides] = src[src_start + Σ i·src_strides]`
+    /// (strides and start in elements, relative to the bufs; a source stride
+    /// may be 0 to broadcast or negative for reversed slices). Transposes,
+    /// slices, concatenation pieces, expand, layout changes.
+    Copy {
+        src: Buf,
+        dst: Buf,
+        elem_size: u64,
+        shape: Vec<u64>,
+        src_start: u64,
+        src_strides: Vec<i64>,
+        dst_strides: Vec<u64>,
+    },
+    /// Every `elem_size`-byte element of `dst` set to the low bytes of
+    /// `bits` (little endian): padding, empty tensors.
+    Fill { dst: Buf, elem_size: u64, bits: u64 },
+    /// `out[o, j, i] = data[o, indices[j], i]` for `data` of `outer × axis ×
+    /// inner` elements of `elem_size` bytes and `count` i64 indices
+    /// (negative ones count from the end; out-of-range is an error).
+    Gather {
+        data: Buf,
+        indices: Buf,
+        out: Buf,
+        elem_size: u64,
+        outer: u64,
+        axis: u64,
+        inner: u64,
+        count: u64,
+    },
+    /// Softmax over the last axis of a `rows × cols` matrix (`log` for
+    /// log-softmax).
+    Softmax {
+        x: Buf,
+        y: Buf,
+        rows: u64,
+        cols: u64,
+        log: bool,
+    },
+    /// Layer normalization over the last `cols` elements of each row, then
+    /// `· gamma + beta` (each `cols` long; absent means 1 and 0).
+    LayerNorm {
+        x: Buf,
+        gamma: Option<Buf>,
+        beta: Option<Buf>,
+        y: Buf,
+        rows: u64,
+        cols: u64,
+        epsilon: f32,
+    },
+    /// A kernel the backend generated (Cranelift): `code` names the blob,
+    /// `args` are its tensors in the kernel's order (the last one is the
+    /// output), `rows` the parallel extent the kernel splits over.
+    Pointwise {
+        code: String,
+        args: Vec<Buf>,
+        rows: u64,
+    },
+    /// An op no native kernel covers yet, run by the reference interpreter:
+    /// `air` is a one-op `.air` function whose parameters are `inputs` and
+    /// whose results are `outputs`, in order. Needs the runtime's
+    /// `reference` feature; a runtime without it refuses the artifact at
+    /// load, naming the op.
+    Reference {
+        air: String,
+        inputs: Vec<Buf>,
+        outputs: Vec<Buf>,
+    },
+}
+
+/// The whole plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    /// Human-readable origin of each step (the IR op and its location), for
+    /// `aoc explain` and error messages; same length as `steps`.
+    pub origins: Vec<String>,
+}
+
+impl Step {
+    /// Calls `f` on every buffer of the step with `true` for the ones it
+    /// writes. The executor's validation and the backend's memory planning
+    /// both walk buffers through this one function.
+    pub fn visit_bufs(&mut self, mut f: impl FnMut(&mut Buf, bool)) {
+        match self {
+            Step::Gemm { a, b, bias, c, .. } => {
+                f(a, false);
+                f(b, false);
+                if let Some(bias) = bias {
+                    f(bias, false);
+                }
+                f(c, true);
+            }
+            Step::MatMul { a, b, c, .. } => {
+                f(a, false);
+                f(b, false);
+                f(c, true);
+            }
+            Step::Conv2d { x, w, bias, y, .. }
+            | Step::DepthwiseConv2d { x, w, bias, y, .. }
+            | Step::ConvTranspose2d { x, w, bias, y, .. } => {
+                f(x, false);
+                f(w, false);
+                if let Some(bias) = bias {
+                    f(bias, false);
+                }
+                f(y, true);
+            }
+            Step::Pool { x, y, .. }
+            | Step::Reduce { x, y, .. }
+            | Step::Resize { x, y, .. }
+            | Step::Softmax { x, y, .. } => {
+                f(x, false);
+                f(y, true);
+            }
+            Step::Copy { src, dst, .. } => {
+                f(src, false);
+                f(dst, true);
+            }
+            Step::Fill { dst, .. } => f(dst, true),
+            Step::Gather {
+                data, indices, out, ..
+            } => {
+                f(data, false);
+                f(indices, false);
+                f(out, true);
+            }
+            Step::LayerNorm {
+                x, gamma, beta, y, ..
+            } => {
+                f(x, false);
+                if let Some(g) = gamma {
+                    f(g, false);
+                }
+                if let Some(b) = beta {
+                    f(b, false);
+                }
+                f(y, true);
+            }
+            Step::Pointwise { args, .. } => {
+                let n = args.len();
+                for (i, a) in args.iter_mut().enumerate() {
+                    f(a, i + 1 == n);
+                }
+            }
+            Step::Reference {
+                inputs, outputs, ..
+            } => {
+                for b in inputs {
+                    f(b, false);
+                }
+                for b in outputs {
+                    f(b, true);
+                }
+            }
+        }
+    }
+
+    /// The step's kind as written in the plan (`gemm`, `conv2d`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Step::Gemm { .. } => "gemm",
+            Step::MatMul { .. } => "mat_mul",
+            Step::Conv2d { .. } => "conv2d",
+            Step::DepthwiseConv2d { .. } => "depthwise_conv2d",
+            Step::ConvTranspose2d { .. } => "conv_transpose2d",
+            Step::Pool { .. } => "pool",
+            Step::Reduce { .. } => "reduce",
+            Step::Resize { .. } => "resize",
+            Step::Copy { .. } => "copy",
+            Step::Fill { .. } => "fill",
+            Step::Gather { .. } => "gather",
+            Step::Softmax { .. } => "softmax",
+            Step::LayerNorm { .. } => "layer_norm",
+            Step::Pointwise { .. } => "pointwise",
+            Step::Reference { .. } => "reference",
+        }
+    }
+}
