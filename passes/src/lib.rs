@@ -13,6 +13,7 @@
 //! and statistics come back in the `PipelineReport`); every pass leaves IR the
 //! verifier accepts, which the manager checks in debug builds.
 
+pub mod kernel_expr;
 pub mod egraph;
 pub mod manager;
 #[cfg(test)]

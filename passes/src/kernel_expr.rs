@@ -1,4 +1,5 @@
-//! The description of one generated pointwise kernel: an output shape, the
+//! The description of one generated pointwise kernel (shared by the x86
+//! and PTX backends): an output shape, the
 //! operands with their strides over that shape, and a straight-line
 //! expression computing each output element. The lowering (`lower.rs`)
 //! builds these from the IR's elementwise ops, fused epilogues,
