@@ -1,0 +1,177 @@
+//! End-to-end tests of the x86-64 backend and the CPU runtime: every
+//! example model and the third-party OCR models are compiled for
+//! `x86-64` (baseline code) and for this CPU's best level, loaded by the
+//! runtime from the artifact bytes, run, and compared with the reference
+//! interpreter on the same optimized module (and, for the examples, with
+//! ONNX Runtime's outputs in `expected/`).
+//!
+//! Tolerance: 1e-3 of max(1, max|expected|), the bar; quantized
+//! models must match the interpreter exactly (the integer ops run on the
+//! same arithmetic).
+//!
+//! The OCR models come from `$AOC_MODELS` (default `build/models`, made by
+//! `make real-models`); when absent the case passes with a printed reason.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use aoc_backend_x86::compile::compile;
+use aoc_backend_x86::pointwise::X86Level;
+use aoc_compiler::cpu::CPU_PIPELINE;
+use aoc_compiler::driver::load_model;
+use aoc_compiler::npy::read_npy;
+use aoc_ir::tensor::Tensor;
+use aoc_runtime::artifact::Artifact;
+use aoc_runtime::exec::{Session, SessionOptions};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+fn levels() -> Vec<X86Level> {
+    let mut v = vec![X86Level::Baseline];
+    if X86Level::host() != X86Level::Baseline {
+        v.push(X86Level::host());
+    }
+    v
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = vec![];
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(workspace().join("examples"))
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    for d in dirs.into_iter().filter(|d| d.join("model.air").exists()) {
+        let name = d.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+        for level in levels() {
+            let d = d.clone();
+            trials.push(Trial::test(format!("example_{name}_{}", level.target_name()), move || {
+                run_example(&d, level)
+            }));
+        }
+    }
+    for (key, file, input, shape) in real_models() {
+        trials.push(Trial::test(format!("ocr_{key}_{}", X86Level::host().target_name()), move || {
+            run_real(&file, &input, &shape)
+        }));
+    }
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// (key, file, input name, shape) of the third-party models.
+fn real_models() -> Vec<(String, String, String, Vec<usize>)> {
+    let py = std::env::var_os("AOC_PYTHON").map_or_else(|| workspace().join(".venv/bin/python"), PathBuf::from);
+    let out = Command::new(py).arg(workspace().join("tests/scripts/real_models.py")).arg("list").output();
+    let Ok(out) = out else { return vec![] };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let shape = f.get(3)?.split('x').map(|d| d.parse().ok()).collect::<Option<Vec<usize>>>()?;
+            Some((f[0].to_string(), f[1].to_string(), f[2].to_string(), shape))
+        })
+        .collect()
+}
+
+/// Optimizes the model at `path` with the CPU pipeline; returns the
+/// interpreter's outputs on `inputs` and the runtime's outputs of the
+/// compiled artifact.
+fn compile_and_run(
+    path: &Path,
+    shapes: &[(String, Vec<usize>)],
+    inputs: Vec<Tensor>,
+    level: X86Level,
+) -> Result<(Vec<Tensor>, Vec<Tensor>), Failed> {
+    let mut loaded = load_model(path, shapes)?;
+    let config = aoc_compiler::opt::OptConfig { passes: Some(CPU_PIPELINE.to_string()), ..Default::default() };
+    aoc_compiler::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    let func = loaded.module.entry().ok_or("no entry function")?;
+    let want = aoc_ir::interp::run(func, inputs.clone(), loaded.weights.as_ref()).map_err(|d| d.message)?;
+    let out = compile(func, loaded.weights.as_ref(), level).map_err(|d| d.message)?;
+    let artifact = Artifact::from_bytes(&out.artifact).map_err(|e| e.to_string())?;
+    let session = Session::from_artifact(artifact, &SessionOptions { threads: 2 })?;
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(|t| aoc_ir::bytes::encode(t.ty.elem.storage(), &t.data)).collect();
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+    let outs = session.run(&refs)?;
+    let got = want
+        .iter()
+        .zip(outs)
+        .map(|(w, b)| {
+            let data = aoc_ir::bytes::decode(w.ty.elem.storage(), &b)?;
+            Ok(Tensor { ty: w.ty.clone(), data })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok((want, got))
+}
+
+/// Largest difference scaled by max(1, max|want|).
+fn rel_err(want: &Tensor, got: &Tensor) -> f64 {
+    let (w, g) = (want.to_f64(), got.to_f64());
+    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    w.iter().zip(&g).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale
+}
+
+fn close(what: &str, want: &[Tensor], got: &[Tensor], tol: f64) -> Result<(), Failed> {
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        if w.ty.shape != g.ty.shape {
+            return Err(format!("{what}: output {i} has shape {:?}, expected {:?}", g.ty.shape, w.ty.shape).into());
+        }
+        let e = rel_err(w, g);
+        if e.is_nan() || e > tol {
+            return Err(format!("{what}: output {i} differs by {e:.3e} (tolerance {tol:.0e})").into());
+        }
+    }
+    Ok(())
+}
+
+fn run_example(dir: &Path, level: X86Level) -> Result<(), Failed> {
+    let input = read_npy(&dir.join("input.npy"))?;
+    let loaded = load_model(&dir.join("model.air"), &[])?;
+    let func = loaded.module.entry().ok_or("no entry function")?;
+    let input = aoc_compiler::npy::conform(input, func.ty(func.params()[0]))?;
+    let (want, got) = compile_and_run(&dir.join("model.air"), &[], vec![input], level)?;
+    let quantized = std::fs::read_to_string(dir.join("model.air"))?.contains("quant.");
+    close("runtime vs interpreter", &want, &got, if quantized { 0.0 } else { 1e-3 })?;
+    // And against ONNX Runtime (the first result of each example).
+    let mut expected: Vec<PathBuf> = std::fs::read_dir(dir.join("expected"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    expected.sort();
+    if let Some(e) = expected.first() {
+        let e = read_npy(e)?;
+        // Quantized models: one quantization step of ONNX Runtime, as in onnx_models.rs.
+        let tol = if quantized { 0.1 } else { 1e-3 };
+        close("runtime vs ONNX Runtime", &[e], &got[..1], tol)?;
+    }
+    Ok(())
+}
+
+fn run_real(file: &str, input: &str, shape: &[usize]) -> Result<(), Failed> {
+    let dir = std::env::var_os("AOC_MODELS").map_or_else(|| workspace().join("build/models"), PathBuf::from);
+    let path = dir.join(file);
+    if !path.exists() {
+        println!("skipped: {} is absent (run `make real-models`)", path.display());
+        return Ok(());
+    }
+    let n: usize = shape.iter().product();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let vals: Vec<f64> = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        })
+        .collect();
+    let ty = aoc_ir::types::TensorType::new(shape.to_vec(), aoc_ir::types::Scalar::F32);
+    let x = Tensor::from_f64(ty, vals);
+    let (want, got) =
+        compile_and_run(&path, &[(input.to_string(), shape.to_vec())], vec![x], X86Level::host())?;
+    close("runtime vs interpreter", &want, &got, 1e-3)
+}
