@@ -107,6 +107,10 @@ demo: setup
 	$(AOC) opt $(DEMO)/model.air --passes default --timing --verify-rewrites -o $(DEMO)/model.opt.air
 	$(AOC) run $(DEMO)/model.opt.air --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-opt
 	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-opt --atol 1e-4
+	$(AOC) compile $(DEMO)/model.air --target host -o $(DEMO)/model.aoc
+	$(AOC) run $(DEMO)/model.aoc --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-cpu
+	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-cpu --atol 1e-4
+	$(AOC) bench $(DEMO)/model.aoc --iters 100
 
 # --- Examples' .air files ------------------------------------------------------
 # Each examples/NAME/model.onnx (made by examples/make_examples.py) imported

@@ -796,3 +796,96 @@ fn passes_doc_lists_every_pass() {
         assert!(doc.contains(e.name));
     }
 }
+
+// ------------------------------------------------------------- CPU artifacts
+
+fn example_air() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.air")
+}
+
+#[test]
+fn compile_run_and_bench_an_artifact() {
+    let d = dir("compile_run_bench");
+    let aocf = d.join("m.aoc");
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"x86-64", &"-o", &aocf]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("compiled") && stderr(&o).contains("conv2d"), "{}", stderr(&o));
+    let input = example_air().with_file_name("input.npy");
+    let out = d.join("out");
+    let o = aoc(&[&"run", &aocf, &"--input", &input, &"--output-dir", &out, &"--threads", &"2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (shape, got) = read_f32(&out.join("logits.npy"));
+    let (eshape, want) = read_f32(&example_air().with_file_name("expected").join("logits.npy"));
+    assert_eq!(shape, eshape);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} vs {w}");
+    }
+    let o = aoc(&[&"bench", &aocf, &"--iters", &"3", &"--warmup", &"1", &"--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for key in ["p50_ms", "p99_ms", "mean_ms", "throughput_per_s", "peak_memory_bytes"] {
+        assert!(text.contains(&format!("\"{key}\"")), "bench --json lacks {key}: {text}");
+    }
+    let v: f64 = text
+        .split("\"p50_ms\":")
+        .nth(1)
+        .and_then(|r| r.split([',', '}']).next())
+        .and_then(|n| n.trim().parse().ok())
+        .expect("p50_ms is a number");
+    assert!(v > 0.0);
+}
+
+#[test]
+fn emit_shows_cranelift_ir_and_machine_code() {
+    let d = dir("emit");
+    let clif = d.join("m.clif");
+    let o = aoc(&[&"compile", &example_air(), &"--emit", &"clif", &"-o", &clif]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&clif).unwrap();
+    assert!(text.contains("; step 0:") && text.contains("function"), "{text}");
+    let asm = d.join("m.s");
+    let o = aoc(&[&"compile", &example_air(), &"--emit", &"asm", &"-o", &asm]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&asm).unwrap().contains("; kernel pw0"));
+}
+
+#[test]
+fn compile_rejects_an_unknown_target() {
+    let d = dir("compile_bad_target");
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"x86-65", &"-o", &d.join("m.aoc")]);
+    user_error(&o, &["unknown target `x86-65`", "x86-64-v4"]);
+}
+
+#[test]
+fn corrupt_and_truncated_artifacts_are_errors() {
+    let d = dir("corrupt_artifact");
+    let aocf = d.join("m.aoc");
+    let o = aoc(&[&"compile", &example_air(), &"-o", &aocf]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&aocf).unwrap();
+    let input = example_air().with_file_name("input.npy");
+    let mut flipped = bytes.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    let bad = write(&d, "flipped.aoc", &flipped);
+    let o = aoc(&[&"run", &bad, &"--input", &input]);
+    user_error(&o, &["flipped.aoc", "checksum"]);
+    let short = write(&d, "short.aoc", &bytes[..bytes.len() / 3]);
+    let o = aoc(&[&"bench", &short, &"--iters", &"1"]);
+    user_error(&o, &["short.aoc", "truncated"]);
+}
+
+#[test]
+fn artifact_inputs_are_checked() {
+    let d = dir("artifact_inputs");
+    let aocf = d.join("m.aoc");
+    let o = aoc(&[&"compile", &example_air(), &"-o", &aocf]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let wrong = f32_npy(&d, "x.npy", &[1, 3, 16, 16], &vec![0.5; 3 * 16 * 16]);
+    let o = aoc(&[&"run", &aocf, &"--input", &wrong]);
+    user_error(&o, &["input", "1, 3, 32, 32"]);
+    let o = aoc(&[&"run", &aocf, &"--input", &format!("nope={}", wrong.display())]);
+    user_error(&o, &["unknown input `nope`", "input"]);
+    let o = aoc(&[&"run", &aocf]);
+    user_error(&o, &["missing input"]);
+}
