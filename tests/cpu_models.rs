@@ -61,6 +61,7 @@ fn main() {
             run_real(&file, &input, &shape)
         }));
     }
+    trials.push(Trial::test("one_session_runs_from_several_threads", concurrent_runs));
     libtest_mimic::run(&args, trials).exit();
 }
 
@@ -174,4 +175,38 @@ fn run_real(file: &str, input: &str, shape: &[usize]) -> Result<(), Failed> {
     let (want, got) =
         compile_and_run(&path, &[(input.to_string(), shape.to_vec())], vec![x], X86Level::host())?;
     close("runtime vs interpreter", &want, &got, 1e-3)
+}
+
+/// Several threads run one session at once (each run takes its own arena);
+/// every run must give the single-threaded answer bit for bit.
+fn concurrent_runs() -> Result<(), Failed> {
+    let dir = workspace().join("examples/mobilenet_block");
+    let mut loaded = load_model(&dir.join("model.air"), &[])?;
+    let config = aoc_compiler::opt::OptConfig { passes: Some(CPU_PIPELINE.to_string()), ..Default::default() };
+    aoc_compiler::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    let func = loaded.module.entry().ok_or("no entry function")?;
+    let out = compile(func, loaded.weights.as_ref(), X86Level::host()).map_err(|d| d.message)?;
+    let session = Session::from_artifact(Artifact::from_bytes(&out.artifact)?, &SessionOptions { threads: 2 })?;
+    let n: u64 = session.inputs()[0].shape.iter().product();
+    let inputs: Vec<Vec<u8>> = (0..4)
+        .map(|t| (0..n).flat_map(|i| (((i * 7 + t * 13) % 17) as f32 / 17.0 - 0.5).to_le_bytes()).collect())
+        .collect();
+    let alone: Vec<Vec<Vec<u8>>> = inputs.iter().map(|x| session.run(&[x.as_slice()])).collect::<Result<_, _>>()?;
+    let together: Vec<Vec<Vec<u8>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = inputs
+            .iter()
+            .map(|x| {
+                let session = &session;
+                s.spawn(move || (0..5).map(|_| session.run(&[x.as_slice()])).last().expect("five runs"))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("no panic")).collect::<Result<Vec<_>, _>>()
+    })?;
+    if alone != together {
+        return Err("concurrent runs of one session differ from runs alone".into());
+    }
+    if alone[0] == alone[1] {
+        return Err("different inputs gave the same output: the test cannot tell runs apart".into());
+    }
+    Ok(())
 }
