@@ -13,3 +13,5 @@ pub mod kernels;
 pub mod plan;
 pub mod exec;
 pub mod capi;
+#[cfg(feature = "cuda")]
+pub mod cuda;
