@@ -6,11 +6,19 @@
 //!   pixels are unfolded (im2col) into a small per-thread scratch and
 //!   multiplied by the packed weights with bias and relu fused into the GEMM
 //!   epilogue. Blocks run in parallel in the current rayon pool.
-//! - [`depthwise_conv2d`]: a direct loop, parallel over output rows and
-//!   vectorized over channels (compiled once per instruction-set level).
-//! - [`conv_transpose2d`]: a GEMM of the input pixels by the weights into a
-//!   column buffer (one column per output channel and kernel tap), then a
-//!   gather of those columns into the output, parallel over output rows.
+//!   Convolutions with many narrow groups (fewer than 16 outputs per group)
+//!   run directly instead (`direct.rs`).
+//! - [`depthwise_conv2d`] (`direct.rs`): a direct loop, parallel over output
+//!   rows and vectorized over channels (compiled once per instruction-set
+//!   level).
+//! - [`conv_transpose2d`] (`transpose.rs`): a GEMM of the input pixels by the
+//!   weights into a column buffer (one column per output channel and kernel
+//!   tap), then a gather of those columns into the output, parallel over
+//!   output rows.
+//!
+//! This file also holds what the convolution-family kernels share: the
+//! checked geometry (`Dims`), tap ranges, per-thread scratch and the
+//! `multiversion!` macro.
 //!
 //! Invariants: the functions never panic on bad arguments (they return
 //! [`KernelError`]); slices may be longer than the geometry needs (only the
@@ -25,8 +33,15 @@ use rayon::prelude::*;
 
 use super::KernelError;
 use super::gemm::{GemmError, GemmOptions, gemm};
-use super::pack::{PANEL_WIDTH, PackedB, PackedBRef, pack_b, packed_len};
+use super::pack::{PackedBRef, pack_b, packed_len};
 use crate::plan::ConvGeom;
+
+mod direct;
+mod transpose;
+
+pub use direct::{depthwise_conv2d, depthwise_pack_weights};
+use direct::{grouped_rows, grouped_weights};
+pub use transpose::{conv_transpose2d, conv_transpose2d_pack_weights};
 
 /// Defines a function whose body is compiled three times (AVX-512, AVX2 +
 /// FMA, baseline) and picks the copy for [`super::Isa::best`] at each call,
@@ -177,7 +192,7 @@ impl Dims {
         if self.group == 0 {
             return Err(kerr("group must be at least 1, found 0".into()));
         }
-        if self.c % self.group != 0 || self.oc % self.group != 0 {
+        if !self.c.is_multiple_of(self.group) || !self.oc.is_multiple_of(self.group) {
             return Err(kerr(format!(
                 "channels {} (input) and {} (output) must be multiples of group {}",
                 self.c, self.oc, self.group
@@ -379,12 +394,28 @@ pub fn conv2d(
         }
         return Ok(());
     }
-    if g.group > 1 && mg <= PANEL_WIDTH {
+    if g.group > 1 && mg < super::PANEL_WIDTH {
         // Many narrow groups (ResNeXt-style): per-group GEMMs would spend
         // their time unfolding and packing a few channels at a time.
-        y.par_chunks_mut(g.ow * g.oc)
-            .enumerate()
-            .for_each(|(r, yrow)| grouped_row(&g, x, w_packed, bias, relu, r, yrow));
+        let wt = grouped_weights(&g, w_packed);
+        // First input channel of each output's group.
+        let src_of: Vec<usize> = (0..g.oc).map(|o| o / mg * cg).collect();
+        // Blocks of output rows of one image sharing their expanded input
+        // rows: as many as fit the scratch budget, but enough blocks for
+        // every thread.
+        let erow = g.w * cg * g.oc;
+        let span = (g.kh - 1) * g.dilation[0] + 1;
+        let fit = (SCRATCH_FLOATS / erow.max(1)).saturating_sub(span) / g.stride[0] + 1;
+        let spread = (g.n * g.oh).div_ceil(threads).div_ceil(g.n).max(1);
+        let block = fit.min(spread).min(g.oh).max(1);
+        let image = g.oh * g.ow * g.oc;
+        y.par_chunks_mut(image).enumerate().for_each(|(b, yimg)| {
+            yimg.par_chunks_mut(block * g.ow * g.oc)
+                .enumerate()
+                .for_each(|(i, yrows)| {
+                    grouped_rows(&g, x, &wt, &src_of, bias, relu, (b, i * block), yrows)
+                });
+        });
         return Ok(());
     }
     // Implicit GEMM over blocks of output pixels: enough blocks to occupy
@@ -462,385 +493,6 @@ fn im2col(g: &Dims, x: &[f32], grp: usize, p0: usize, rows: usize, a: &mut [f32]
                 let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
                 let src = xrow + ix * g.c + c0;
                 drow[kx * cg..(kx + 1) * cg].copy_from_slice(&x[src..src + cg]);
-            }
-        }
-    }
-}
-
-multiversion! {
-    /// Output row `r` (flat over `n·oh`) of a grouped convolution whose
-    /// groups have at most 16 output channels, straight from the packed
-    /// weights: group `grp` is one panel whose row `(ky·kw + kx)·cg + ci`
-    /// holds the 16 (zero-padded) weights of input channel `ci` at that tap.
-    /// Four accumulators (by `ci mod 4`) keep independent FMA chains busy.
-    fn grouped_row(
-        g: &Dims,
-        x: &[f32],
-        w_packed: &[f32],
-        bias: Option<&[f32]>,
-        relu: bool,
-        r: usize,
-        yrow: &mut [f32],
-    ) {
-        const P: usize = PANEL_WIDTH;
-        let (cg, mg) = (g.c / g.group, g.oc / g.group);
-        let per = g.kh * g.kw * cg * P;
-        let (b, oy) = (r / g.oh, r % g.oh);
-        let by = g.base(oy, 0);
-        let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
-        for (ox, out) in yrow.chunks_exact_mut(g.oc).enumerate() {
-            let bx = g.base(ox, 1);
-            let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
-            for grp in 0..g.group {
-                let wg = &w_packed[grp * per..(grp + 1) * per];
-                let mut acc = [[0.0f32; P]; 4];
-                for ky in ky0..ky1 {
-                    let iy = (by + (ky * g.dilation[0]) as isize) as usize;
-                    for kx in kx0..kx1 {
-                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
-                        let xs = &x[((b * g.h + iy) * g.w + ix) * g.c + grp * cg..][..cg];
-                        let wt = &wg[(ky * g.kw + kx) * cg * P..][..cg * P];
-                        for (ci, (&xv, wr)) in xs.iter().zip(wt.chunks_exact(P)).enumerate() {
-                            if let Some(wr) = wr.first_chunk::<P>() {
-                                let a = &mut acc[ci % 4];
-                                for j in 0..P {
-                                    a[j] += xv * wr[j];
-                                }
-                            }
-                        }
-                    }
-                }
-                let dst = &mut out[grp * mg..(grp + 1) * mg];
-                for (j, d) in dst.iter_mut().enumerate() {
-                    let mut v = (acc[0][j] + acc[1][j]) + (acc[2][j] + acc[3][j]);
-                    if let Some(bias) = bias {
-                        v += bias[grp * mg + j];
-                    }
-                    *d = if relu { v.max(0.0) } else { v };
-                }
-            }
-        }
-    }
-}
-
-/// Packs depthwise OIHW weights `[oc, 1, kh, kw]` into `kh × kw × oc`
-/// (`Step::DepthwiseConv2d`).
-pub fn depthwise_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, KernelError> {
-    let g = Dims::new(geom)?;
-    let taps = g.kh * g.kw;
-    let need = product("weight", &[g.oc, taps])?;
-    if w_oihw.len() != need {
-        return Err(kerr(format!(
-            "weight [{}, 1, {}, {}] must hold {need} floats, found {}",
-            g.oc,
-            g.kh,
-            g.kw,
-            w_oihw.len()
-        )));
-    }
-    let mut out = vec![0.0f32; need];
-    for o in 0..g.oc {
-        for t in 0..taps {
-            out[t * g.oc + o] = w_oihw[o * taps + t];
-        }
-    }
-    Ok(out)
-}
-
-/// NHWC depthwise convolution (`group == c`, `oc == c · multiplier`; output
-/// channel `o` reads input channel `o / multiplier`) with `w` from
-/// [`depthwise_pack_weights`].
-pub fn depthwise_conv2d(
-    geom: &ConvGeom,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    relu: bool,
-    y: &mut [f32],
-) -> Result<(), KernelError> {
-    let g = Dims::new(geom)?;
-    if g.group != g.c || g.c == 0 || g.oc % g.c != 0 {
-        return Err(kerr(format!(
-            "depthwise convolution needs group == channels and output channels a multiple of them, found group {}, {} input and {} output channels",
-            g.group, g.c, g.oc
-        )));
-    }
-    g.check_conv_out()?;
-    check_len("input", g.x_len, x.len())?;
-    check_len("output", g.y_len, y.len())?;
-    check_len("weight", product("weight", &[g.kh, g.kw, g.oc])?, w.len())?;
-    if let Some(b) = bias {
-        check_len("bias", g.oc, b.len())?;
-    }
-    let row = g.ow * g.oc;
-    if g.y_len == 0 {
-        return Ok(());
-    }
-    y[..g.y_len]
-        .par_chunks_mut(row)
-        .enumerate()
-        .for_each(|(r, yrow)| depthwise_row(&g, x, w, bias, relu, r, yrow));
-    Ok(())
-}
-
-/// Channels per accumulator block: 64 floats stay in registers (4 zmm or
-/// 8 ymm) across the taps of one output pixel.
-const CH: usize = 64;
-
-multiversion! {
-    /// Output row `r` (flat over `n·oh`) of a depthwise convolution.
-    fn depthwise_row(
-        g: &Dims,
-        x: &[f32],
-        w: &[f32],
-        bias: Option<&[f32]>,
-        relu: bool,
-        r: usize,
-        yrow: &mut [f32],
-    ) {
-        let (b, oy) = (r / g.oh, r % g.oh);
-        let (c, oc) = (g.c, g.oc);
-        let mult = oc / c;
-        let by = g.base(oy, 0);
-        let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
-        for (ox, out) in yrow.chunks_exact_mut(oc).enumerate() {
-            let bx = g.base(ox, 1);
-            let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
-            let mut c0 = 0;
-            while c0 < oc {
-                let len = CH.min(oc - c0);
-                let mut acc = [0.0f32; CH];
-                if let Some(bias) = bias {
-                    acc[..len].copy_from_slice(&bias[c0..c0 + len]);
-                }
-                for ky in ky0..ky1 {
-                    let iy = (by + (ky * g.dilation[0]) as isize) as usize;
-                    for kx in kx0..kx1 {
-                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
-                        let xp = &x[((b * g.h + iy) * g.w + ix) * c..][..c];
-                        let wt = &w[(ky * g.kw + kx) * oc + c0..][..len];
-                        if mult == 1 {
-                            let xs = &xp[c0..c0 + len];
-                            if let (Some(xs), Some(ws)) =
-                                (xs.first_chunk::<CH>(), wt.first_chunk::<CH>())
-                            {
-                                for i in 0..CH {
-                                    acc[i] += xs[i] * ws[i];
-                                }
-                            } else {
-                                for i in 0..len {
-                                    acc[i] += xs[i] * wt[i];
-                                }
-                            }
-                        } else {
-                            for i in 0..len {
-                                acc[i] += xp[(c0 + i) / mult] * wt[i];
-                            }
-                        }
-                    }
-                }
-                if relu {
-                    for v in &mut acc[..len] {
-                        *v = v.max(0.0);
-                    }
-                }
-                out[c0..c0 + len].copy_from_slice(&acc[..len]);
-                c0 += len;
-            }
-        }
-    }
-}
-
-/// Rearranges ONNX ConvTranspose weights `[c, oc/group, kh, kw]` into the
-/// layout of `Step::ConvTranspose2d`: `group × (c/group) × kh × kw ×
-/// (oc/group)`, row major (for input channel `i` of group `g`, the row
-/// `g·c/group + i` of a `c × (kh·kw·oc/group)` matrix).
-pub fn conv_transpose2d_pack_weights(
-    geom: &ConvGeom,
-    w_iohw: &[f32],
-) -> Result<Vec<f32>, KernelError> {
-    let g = Dims::new(geom)?;
-    g.check_groups()?;
-    let mg = g.oc / g.group;
-    let taps = g.kh * g.kw;
-    let need = product("weight", &[g.c, mg, taps])?;
-    if w_iohw.len() != need {
-        return Err(kerr(format!(
-            "weight [{}, {mg}, {}, {}] must hold {need} floats, found {}",
-            g.c,
-            g.kh,
-            g.kw,
-            w_iohw.len()
-        )));
-    }
-    let mut out = vec![0.0f32; need];
-    for i in 0..g.c {
-        for j in 0..mg {
-            for t in 0..taps {
-                out[(i * taps + t) * mg + j] = w_iohw[(i * mg + j) * taps + t];
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Column-buffer budget of [`conv_transpose2d`] in floats (4 MiB); a block
-/// has at least one input row.
-const COLUMN_FLOATS: usize = 1 << 20;
-
-/// NHWC transposed convolution (ONNX ConvTranspose): `x` is `n × h × w × c`,
-/// `y` is `n × oh × ow × oc`, `w` from [`conv_transpose2d_pack_weights`].
-/// Input pixel `(iy, ix)` adds `x · w[.., ky, kx, ..]` at output
-/// `(iy·stride + ky·dilation − pad_top, ix·stride + kx·dilation − pad_left)`;
-/// outputs past the full result (ONNX's `output_padding`) get the bias only.
-pub fn conv_transpose2d(
-    geom: &ConvGeom,
-    x: &[f32],
-    w: &[f32],
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) -> Result<(), KernelError> {
-    let g = Dims::new(geom)?;
-    g.check_groups()?;
-    if g.h == 0 || g.w == 0 {
-        return Err(kerr(format!(
-            "input spatial size must be non-zero, found {}x{}",
-            g.h, g.w
-        )));
-    }
-    for dim in 0..2 {
-        let (input, k, out) = ([g.h, g.w][dim], [g.kh, g.kw][dim], [g.oh, g.ow][dim]);
-        let (s, d) = (g.stride[dim], g.dilation[dim]);
-        let full = (input - 1) * s + d * (k - 1) + 1;
-        let lo = full as isize - (g.pads[dim] + g.pads[dim + 2]) as isize;
-        let hi = lo + s.max(d) as isize - 1;
-        if lo < 1 || (out as isize) < lo || (out as isize) > hi {
-            return Err(kerr(format!(
-                "output {} must be between {lo} and {hi} for this geometry, found {out}",
-                ["height", "width"][dim]
-            )));
-        }
-    }
-    check_len("input", g.x_len, x.len())?;
-    check_len("output", g.y_len, y.len())?;
-    let (cg, mg) = (g.c / g.group, g.oc / g.group);
-    let taps = g.kh * g.kw;
-    let wcols = taps * mg;
-    check_len("weight", product("weight", &[g.c, wcols])?, w.len())?;
-    if let Some(b) = bias {
-        check_len("bias", g.oc, b.len())?;
-    }
-    if g.y_len == 0 {
-        return Ok(());
-    }
-    let y = &mut y[..g.y_len];
-    y.par_chunks_mut(g.oc.max(1)).for_each(|px| match bias {
-        Some(b) => px.copy_from_slice(&b[..g.oc]),
-        None => px.fill(0.0),
-    });
-    if g.x_len == 0 {
-        return Ok(());
-    }
-    let packed: Vec<PackedB> = (0..g.group)
-        .map(|grp| {
-            pack_b(
-                cg,
-                wcols,
-                &w[grp * cg * wcols..(grp + 1) * cg * wcols],
-                wcols,
-            )
-        })
-        .collect::<Result<_, _>>()?;
-    let ncol = g.group * wcols;
-    let block = (COLUMN_FLOATS / (g.w * ncol).max(1)).clamp(1, g.h);
-    let mut col = vec![0.0f32; block * g.w * ncol];
-    let threads = rayon::current_num_threads();
-    let opts = GemmOptions {
-        threads,
-        ..Default::default()
-    };
-    let (image, out_row) = (g.oh * g.ow * g.oc, g.ow * g.oc);
-    for b in 0..g.n {
-        let yimg = &mut y[b * image..(b + 1) * image];
-        for iy0 in (0..g.h).step_by(block) {
-            let rows = block.min(g.h - iy0);
-            let pixels = rows * g.w;
-            let x0 = (b * g.h + iy0) * g.w * g.c;
-            for (grp, wg) in packed.iter().enumerate() {
-                gemm(
-                    pixels,
-                    wcols,
-                    cg,
-                    &x[x0 + grp * cg..],
-                    g.c,
-                    wg.as_ref(),
-                    &mut col[grp * wcols..],
-                    ncol,
-                    &opts,
-                )?;
-            }
-            // Output rows these input rows reach.
-            let first = (iy0 * g.stride[0]) as isize - g.pads[0] as isize;
-            let last = ((iy0 + rows - 1) * g.stride[0] + (g.kh - 1) * g.dilation[0]) as isize
-                - g.pads[0] as isize;
-            let oy0 = first.max(0) as usize;
-            let oy1 = ((last + 1).max(0) as usize).min(g.oh);
-            if oy0 >= oy1 {
-                continue;
-            }
-            let col = &col[..];
-            yimg[oy0 * out_row..oy1 * out_row]
-                .par_chunks_mut(out_row)
-                .enumerate()
-                .for_each(|(i, yrow)| {
-                    transpose_gather_row(&g, col, iy0, rows, oy0 + i, yrow);
-                });
-        }
-    }
-    Ok(())
-}
-
-multiversion! {
-    /// Adds to output row `oy` of one image every column-buffer entry (input
-    /// rows `iy0 .. iy0 + rows`) that lands on it; the column buffer holds,
-    /// per input pixel, `group × kh × kw × oc/group` products.
-    fn transpose_gather_row(
-        g: &Dims,
-        col: &[f32],
-        iy0: usize,
-        rows: usize,
-        oy: usize,
-        yrow: &mut [f32],
-    ) {
-        let mg = g.oc / g.group;
-        let wcols = g.kh * g.kw * mg;
-        let ncol = g.group * wcols;
-        let (s, d) = (g.stride, g.dilation);
-        for ky in 0..g.kh {
-            let t = (oy + g.pads[0]) as isize - (ky * d[0]) as isize;
-            if t < 0 || t as usize % s[0] != 0 {
-                continue;
-            }
-            let iy = t as usize / s[0];
-            if iy < iy0 || iy >= iy0 + rows {
-                continue;
-            }
-            for ix in 0..g.w {
-                let src = &col[((iy - iy0) * g.w + ix) * ncol..][..ncol];
-                for kx in 0..g.kw {
-                    let ox = (ix * s[1] + kx * d[1]) as isize - g.pads[1] as isize;
-                    if ox < 0 || ox >= g.ow as isize {
-                        continue;
-                    }
-                    let dst = &mut yrow[ox as usize * g.oc..][..g.oc];
-                    for grp in 0..g.group {
-                        let from = &src[grp * wcols + (ky * g.kw + kx) * mg..][..mg];
-                        let to = &mut dst[grp * mg..(grp + 1) * mg];
-                        for (o, v) in to.iter_mut().zip(from) {
-                            *o += v;
-                        }
-                    }
-                }
             }
         }
     }

@@ -174,8 +174,8 @@ fn conv2d_matches_reference_on_odd_geometries() {
             conv_geom([1, 5, 7, 6], 40, [3, 3], [2, 1], [1, 2], [1, 2, 0, 1], 2),
         ),
         (
-            "groups 2 of 16 outputs, 5 inputs (direct grouped)",
-            conv_geom([2, 6, 5, 10], 32, [3, 3], [1, 2], [1, 1], [1, 1, 1, 0], 2),
+            "groups 2 of 12 outputs, 5 inputs, stride 2 (direct grouped)",
+            conv_geom([2, 9, 5, 10], 24, [3, 3], [2, 2], [1, 1], [1, 1, 1, 0], 2),
         ),
         (
             "32 groups of 4 (ResNeXt-style)",
@@ -329,6 +329,7 @@ fn ref_conv_transpose(g: &ConvGeom, x: &[f32], w: &[f32], bias: Option<&[f32]>) 
 
 /// A transposed-convolution geometry: full output minus pads plus
 /// `output_padding`.
+#[allow(clippy::too_many_arguments)]
 fn convt_geom(
     nhwc: [u64; 4],
     oc: u64,

@@ -16,16 +16,24 @@
 //! - [`copy`]: strided copy (transposes, slices, expand), fill and gather;
 //! - [`norm`]: softmax, layer normalization and the vectorizable f32 exp;
 //! - [`batched`]: batched matmul of two activations over [`gemm()`].
+//! - [`int8`]: the u8×s8→i32 GEMM of quantized operators (AVX-512 VNNI,
+//!   AVX2, scalar) and the requantization epilogue; [`bf16`]: the bf16 GEMM
+//!   (AVX-512 BF16, AVX2, scalar); [`amx`]: their AMX tile levels; the
+//!   private `grouped` module is the packed layout and driver they share.
 //!
 //! Invariants: the public API never panics on bad arguments (it returns
 //! [`GemmError`]); every level computes the same function, so results differ
 //! only by floating-point rounding of the summation order.
 
+pub mod amx;
 pub mod batched;
+pub mod bf16;
 pub mod conv;
 pub mod copy;
 pub mod detect;
 pub mod gemm;
+mod grouped;
+pub mod int8;
 pub mod norm;
 pub mod pack;
 pub mod pool;
@@ -39,6 +47,8 @@ mod scalar;
 
 #[cfg(test)]
 mod conv_tests;
+#[cfg(test)]
+mod int8_tests;
 #[cfg(test)]
 mod misc_tests;
 #[cfg(test)]

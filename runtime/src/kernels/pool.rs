@@ -38,7 +38,7 @@ fn pool_out_size(
         return Some(floor);
     }
     let span = dilation * (k - 1) + 1;
-    let mut out = floor + usize::from((input + pad_begin + pad_end - span) % stride != 0);
+    let mut out = floor + usize::from(!(input + pad_begin + pad_end - span).is_multiple_of(stride));
     if (out - 1) * stride >= input + pad_begin {
         out -= 1;
     }
@@ -393,7 +393,8 @@ mod tests {
     #[test]
     fn pool_matches_reference_with_ceil_mode_pads_and_dilation() {
         // (input nhwc, kernel, stride, dilation, pads).
-        let cases: [([u64; 4], [u64; 2], [u64; 2], [u64; 2], [u64; 4]); 5] = [
+        type Case = ([u64; 4], [u64; 2], [u64; 2], [u64; 2], [u64; 4]);
+        let cases: [Case; 5] = [
             ([1, 5, 7, 3], [3, 3], [2, 2], [1, 1], [1, 0, 1, 1]),
             ([2, 5, 7, 3], [2, 3], [2, 2], [2, 1], [0, 1, 1, 2]),
             ([1, 6, 6, 70], [3, 3], [2, 2], [1, 1], [1; 4]),

@@ -1,0 +1,1 @@
+//! Tests of the int8 and bf16 GEMMs (stub).
