@@ -128,6 +128,22 @@ pub enum Command {
         after_help = "Examples:\n  aoc bench model.aoc\n  aoc bench model.aoc --threads 2 --iters 200 --json"
     )]
     Bench(BenchArgs),
+    /// Show what an .aoc artifact runs: each step's kernel, the op it came from, its buffers.
+    #[command(
+        long_about = "Print an .aoc artifact's target, inputs, outputs and memory, then one line per \
+            plan step: the kernel (gemm, conv2d, pointwise pwN, reference, ...), its shape, and the \
+            IR op (with its ONNX node name) it came from. Steps marked `reference` run on the \
+            reference interpreter because no native kernel covers their op yet.",
+        after_help = "Example:\n  aoc explain model.aoc"
+    )]
+    Explain(ExplainArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// The .aoc artifact.
+    #[arg(value_name = "FILE.aoc")]
+    pub input: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -321,6 +337,7 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Run(a) => cmd_run(a),
         Command::Compile(a) => cmd_compile(a),
         Command::Bench(a) => cmd_bench(a),
+        Command::Explain(a) => crate::cpu::explain(&a.input).and_then(|t| print_stdout(&t)),
     }
 }
 

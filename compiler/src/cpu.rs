@@ -274,3 +274,46 @@ pub fn bench(s: &Session, inputs: &[Vec<u8>], warmup: usize, iters: usize) -> Re
 pub fn output_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{}.npy", name.replace('/', "_")))
 }
+
+/// `aoc explain`: the artifact's plan, one line per step.
+pub fn explain(path: &Path) -> Result<String, String> {
+    use aoc_runtime::plan::Step;
+    let s = load_session(path, 1)?;
+    let m = s.artifact().manifest();
+    let mut out = format!(
+        "{}: target {}, needs [{}]\n  arena {}, weights {}, {} kernels, {} steps\n",
+        path.display(),
+        m.target,
+        m.cpu_features.join(" "),
+        human(m.arena_size),
+        human(s.peak_memory_bytes() - m.arena_size),
+        m.code.len(),
+        s.plan().steps.len()
+    );
+    for i in &m.inputs {
+        out.push_str(&format!("  input  {} {} {:?}\n", i.name, i.dtype, i.shape));
+    }
+    for o in &m.outputs {
+        out.push_str(&format!("  output {} {} {:?}\n", o.name, o.dtype, o.shape));
+    }
+    for (i, (step, origin)) in s.plan().steps.iter().zip(&s.plan().origins).enumerate() {
+        let what = match step {
+            Step::Gemm { m, n, k, relu, .. } => format!("gemm {m}x{n}x{k}{}", if *relu { " +relu" } else { "" }),
+            Step::MatMul { batch, m, n, k, .. } => format!("matmul {batch}x({m}x{n}x{k})"),
+            Step::Conv2d { geom: g, relu, .. } => format!(
+                "conv2d {}x{}x{}x{} -> {}x{}x{} k{}x{} s{} g{}{}",
+                g.n, g.h, g.w, g.c, g.oh, g.ow, g.oc, g.kh, g.kw, g.stride[0], g.group,
+                if *relu { " +relu" } else { "" }
+            ),
+            Step::DepthwiseConv2d { geom: g, .. } => format!("depthwise {}x{}x{} k{}x{} s{}", g.h, g.w, g.c, g.kh, g.kw, g.stride[0]),
+            Step::Pointwise { code, rows, args } => format!("pointwise {code} ({} args, {rows} rows)", args.len()),
+            Step::Reference { air, .. } => {
+                let op = air.lines().find_map(|l| l.split(" = ").nth(1)).and_then(|r| r.split_whitespace().next()).unwrap_or("?");
+                format!("reference {op}")
+            }
+            other => other.kind().to_string(),
+        };
+        out.push_str(&format!("  {i:>4}  {what:<44} <- {origin}\n"));
+    }
+    Ok(out)
+}

@@ -889,3 +889,19 @@ fn artifact_inputs_are_checked() {
     let o = aoc(&[&"run", &aocf]);
     user_error(&o, &["missing input"]);
 }
+
+#[test]
+fn explain_lists_every_step_with_its_origin() {
+    let d = dir("explain");
+    let aocf = d.join("m.aoc");
+    let qdq = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/qdq_cnn/model.air");
+    let o = aoc(&[&"compile", &qdq, &"-o", &aocf]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = aoc(&[&"explain", &aocf]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("input  input f32 [1, 3, 32, 32]"), "{text}");
+    assert!(text.contains("gemm 1x10x64") && text.contains("loc(\"/fc/Gemm\")"), "{text}");
+    // Integer convolutions have no native kernel yet: explain says so.
+    assert!(text.contains("reference quant.conv2d"), "{text}");
+}
