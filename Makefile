@@ -23,7 +23,7 @@ STAMPS       := $(BUILD)/stamps
 NUMPY_VERSION       := 2.4.6
 ONNX_VERSION        := 1.23.2
 ONNXRUNTIME_VERSION := 1.31.1
-PY_PINS := numpy==$(NUMPY_VERSION) onnx==$(ONNX_VERSION) onnxruntime==$(ONNXRUNTIME_VERSION)
+PY_PINS := numpy==$(NUMPY_VERSION) onnx==$(ONNX_VERSION) onnxruntime==$(ONNXRUNTIME_VERSION) nvidia-cuda-nvcc==13.0.88
 VENV_STAMP := $(STAMPS)/venv-numpy$(NUMPY_VERSION)-onnx$(ONNX_VERSION)-ort$(ONNXRUNTIME_VERSION)
 
 NODE_DATA  := $(BUILD)/onnx-node
@@ -93,7 +93,7 @@ $(STAMPS)/real-models: $(VENV_STAMP) tests/scripts/real_models.py
 
 # --- The two commands ----------------------------------------------------------
 
-test: setup node-data real-models
+test: setup llvm node-data real-models
 	AOC_PYTHON=$(PY) AOC_NODE_DATA=$(NODE_DATA) AOC_MODELS=$(MODELS) \
 	  cargo test --workspace
 

@@ -1,1 +1,30 @@
-//! placeholder
+//! The PTX backend: kernel templates → LLVM IR (text) → PTX, through
+//! inkwell and LLVM's NVPTX backend.
+//!
+//! - [`pointwise`]: fused pointwise kernels from
+//!   [`aoc_passes::kernel_expr::PointwiseKernel`] (the description the x86
+//!   backend compiles too);
+//! - [`gemm`]: tensor-core GEMM (f16 inputs, f32 accumulation, `mma.sync`
+//!   m16n8k16, `ldmatrix`, `cp.async` pipeline) with a bias/relu epilogue;
+//! - [`target`]: the architectures (`sm_70` … `sm_90a`) and their features.
+//!
+//! Invariants:
+//! - This is the only crate that links LLVM; it does no I/O and launches
+//!   nothing (the CUDA runtime in `aoc-runtime` loads the PTX).
+//! - Generation is deterministic: the same kernels give the same PTX text.
+//! - Kernels keep the names they are given as PTX `.entry` names; the
+//!   kernel ABIs (argument order, launch geometry) are stated in each
+//!   generator's module doc.
+
+pub use aoc_passes::kernel_expr as expr;
+
+pub mod gemm;
+mod irtext;
+mod llvm;
+pub mod pointwise;
+pub mod target;
+
+pub use gemm::{GemmOut, GemmTile, gemm_f16_llvm, gemm_f16_ptx};
+pub use llvm::ir_to_ptx;
+pub use pointwise::{compile_ptx, pointwise_llvm};
+pub use target::Sm;

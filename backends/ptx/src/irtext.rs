@@ -1,0 +1,145 @@
+//! Writing LLVM IR as text: a function body builder that names SSA values,
+//! and a module assembler that collects intrinsic declarations and helper
+//! functions once however many kernels use them.
+//!
+//! The kernel generators produce text (not inkwell builder calls) because
+//! the text is what `--emit llvm` shows and what a reader debugs with `llc`;
+//! `crate::llvm` parses it back, verifies it and lowers it to PTX.
+//!
+//! Invariants:
+//! - Every value a [`Body`] returns is a fresh SSA name (`%vN`), and every
+//!   label from [`Body::label`] is unique within the body.
+//! - Float constants are written as the hexadecimal bits of the f64 holding
+//!   the exact f32 value ([`f32_lit`]), the only spelling LLVM accepts for
+//!   every f32 (NaN and infinities included).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+/// An f32 constant in LLVM IR syntax.
+pub(crate) fn f32_lit(x: f32) -> String {
+    format!("0x{:016X}", (x as f64).to_bits())
+}
+
+/// The instructions of one function.
+#[derive(Default)]
+pub(crate) struct Body {
+    text: String,
+    next_value: u32,
+    next_label: u32,
+}
+
+impl Body {
+    pub(crate) fn new() -> Body {
+        Body::default()
+    }
+
+    /// Emits `%vN = rhs` and returns `%vN`.
+    pub(crate) fn v(&mut self, rhs: impl AsRef<str>) -> String {
+        let name = format!("%v{}", self.next_value);
+        self.next_value += 1;
+        let _ = writeln!(self.text, "  {name} = {}", rhs.as_ref());
+        name
+    }
+
+    /// Emits an instruction that has no result.
+    pub(crate) fn ins(&mut self, text: impl AsRef<str>) {
+        let _ = writeln!(self.text, "  {}", text.as_ref());
+    }
+
+    /// A fresh label name (without `%`), not yet placed.
+    pub(crate) fn label(&mut self, hint: &str) -> String {
+        self.next_label += 1;
+        format!("{hint}.{}", self.next_label)
+    }
+
+    /// Starts the basic block `label`.
+    pub(crate) fn place(&mut self, label: &str) {
+        let _ = writeln!(self.text, "{label}:");
+    }
+
+    /// `br label %to`
+    pub(crate) fn br(&mut self, to: &str) {
+        self.ins(format!("br label %{to}"));
+    }
+
+    /// `br i1 c, label %t, label %f`
+    pub(crate) fn cond_br(&mut self, c: &str, t: &str, f: &str) {
+        self.ins(format!("br i1 {c}, label %{t}, label %{f}"));
+    }
+
+    pub(crate) fn into_text(self) -> String {
+        self.text
+    }
+}
+
+/// A module being assembled from kernels.
+#[derive(Default)]
+pub(crate) struct ModuleText {
+    /// Intrinsic declarations and external globals, one line each.
+    decls: BTreeSet<String>,
+    /// Internal helper functions by name, each defined once.
+    helpers: BTreeMap<String, String>,
+    /// Kernel definitions, in order.
+    funcs: Vec<String>,
+}
+
+impl ModuleText {
+    pub(crate) fn new() -> ModuleText {
+        ModuleText::default()
+    }
+
+    /// Adds a declaration line (`declare ...` or a global).
+    pub(crate) fn declare(&mut self, line: &str) {
+        self.decls.insert(line.to_string());
+    }
+
+    /// Whether helper `name` is already defined.
+    pub(crate) fn has_helper(&self, name: &str) -> bool {
+        self.helpers.contains_key(name)
+    }
+
+    /// Defines helper `name` (once; a second definition is ignored).
+    pub(crate) fn helper(&mut self, name: &str, text: String) {
+        self.helpers.entry(name.to_string()).or_insert(text);
+    }
+
+    pub(crate) fn func(&mut self, text: String) {
+        self.funcs.push(text);
+    }
+
+    /// The whole module: target triple, declarations, helpers, kernels.
+    pub(crate) fn finish(self) -> String {
+        let mut out = String::from("target triple = \"nvptx64-nvidia-cuda\"\n\n");
+        for d in &self.decls {
+            out.push_str(d);
+            out.push('\n');
+        }
+        for h in self.helpers.values() {
+            out.push('\n');
+            out.push_str(h);
+        }
+        for f in &self.funcs {
+            out.push('\n');
+            out.push_str(f);
+        }
+        out
+    }
+}
+
+/// Whether `name` can name a kernel: a C identifier, so that the PTX
+/// `.entry` keeps exactly this name (LLVM rewrites other characters).
+pub(crate) fn check_entry_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "kernel name must be a C identifier (letters, digits, `_`), found `{name}`"
+        ))
+    }
+}

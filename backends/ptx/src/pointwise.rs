@@ -1,0 +1,429 @@
+//! GPU code for a [`PointwiseKernel`]: LLVM IR text, then PTX.
+//!
+//! Kernel ABI (what the CUDA launcher passes, in this order):
+//! `(ptr operand_0, …, ptr operand_{n-1}, ptr out, i64 n_elements)`, each
+//! pointer a global-memory address, `n_elements` the output's element count
+//! (the kernel computes the elements `0..min(n_elements, Π dims)`). Any
+//! one-dimensional grid and block work: each thread walks a grid-stride
+//! loop over *work items*, [`work_items`] of them.
+//!
+//! Code shape: the flat item index is split into the output's multi-index by
+//! constant division (the outermost non-unit dimension needs none), dotted
+//! with each operand's strides; index arithmetic is 32-bit when every
+//! offset fits, 64-bit otherwise.
+//! - Vector form ([`is_vectorized`]): when the output and every operand the
+//!   expression reads are f32, each such operand's last-dimension stride is 0
+//!   (a splat) or 1 (its other strides then multiples of 4), and the last
+//!   dimension is a multiple of 4, one work item is four consecutive
+//!   elements of one row: 16-byte loads and stores (`ld.global.v4.f32`),
+//!   the expression evaluated per lane. Buffers must then be 16-byte
+//!   aligned (the runtime's arena is).
+//! - Scalar form otherwise: one element per work item, any strides and
+//!   element types.
+//!
+//! Invariants:
+//! - Only expressions the result depends on are emitted, and only operands
+//!   they load are read (an unused operand's pointer may be anything).
+//! - Semantics follow `aoc_passes::kernel_expr` and the x86 backend (see
+//!   `emit.rs` for conversions and NaN rules, `math.rs` for the accuracy of
+//!   exp/log/tanh/erf/pow). Without fast-math flags LLVM writes every f32
+//!   operation with an explicit `.rn` rounding, which also keeps `ptxas`
+//!   from contracting `a * b + c` into a fused multiply-add: each operation
+//!   rounds as it does on the CPU.
+
+use crate::expr::{Expr, PointwiseKernel};
+use crate::irtext::{Body, ModuleText, check_entry_name};
+use crate::llvm::ir_to_ptx;
+use crate::target::Sm;
+
+mod emit;
+pub(crate) mod math;
+
+use emit::Elem;
+
+/// The LLVM IR (text) of a module holding `k` as its only kernel.
+pub fn pointwise_llvm(k: &PointwiseKernel, sm: Sm) -> Result<String, String> {
+    module_llvm(std::slice::from_ref(k), sm)
+}
+
+/// One PTX module with one `.entry` per kernel, named by `PointwiseKernel::name`.
+pub fn compile_ptx(kernels: &[PointwiseKernel], sm: Sm) -> Result<String, String> {
+    let ir = module_llvm(kernels, sm)?;
+    ir_to_ptx(&ir, sm)
+}
+
+/// The LLVM IR (text) of a module holding `kernels`. (The IR does not
+/// depend on `sm` today; the target is applied when lowering to PTX.)
+pub fn module_llvm(kernels: &[PointwiseKernel], _sm: Sm) -> Result<String, String> {
+    let mut m = ModuleText::new();
+    let mut names = std::collections::HashSet::new();
+    for k in kernels {
+        check_entry_name(&k.name)?;
+        if !names.insert(k.name.as_str()) {
+            return Err(format!("two kernels are named `{}`", k.name));
+        }
+        let f = kernel_function(k, &mut m).map_err(|e| format!("kernel {}: {e}", k.name))?;
+        m.func(f);
+    }
+    Ok(m.finish())
+}
+
+/// Whether `k` compiles to the vector form (four f32 elements per work
+/// item); `k` must be valid.
+pub fn is_vectorized(k: &PointwiseKernel) -> bool {
+    let Ok(live) = live_exprs(k) else {
+        return false;
+    };
+    vector_ok(k, &used_operands(k, &live))
+}
+
+/// How many work items the launcher must cover with threads (the grid-stride
+/// loop covers any shortfall, at the cost of parallelism): the element count,
+/// or a quarter of it in the vector form.
+pub fn work_items(k: &PointwiseKernel) -> u64 {
+    let total: u64 = k.dims.iter().product();
+    if is_vectorized(k) { total / 4 } else { total }
+}
+
+/// Which expressions the result depends on; checks every reference.
+fn live_exprs(k: &PointwiseKernel) -> Result<Vec<bool>, String> {
+    if k.exprs.is_empty() || k.result >= k.exprs.len() {
+        return Err(format!(
+            "result must name one of the {} expressions, found {}",
+            k.exprs.len(),
+            k.result
+        ));
+    }
+    for (i, e) in k.exprs.iter().enumerate() {
+        let args: &[usize] = match e {
+            Expr::Load(op) => {
+                if *op >= k.operands.len() {
+                    return Err(format!(
+                        "expression {i} loads operand {op}, but there are {}",
+                        k.operands.len()
+                    ));
+                }
+                &[]
+            }
+            Expr::Const(_) => &[],
+            Expr::Unary(_, a) => &[*a],
+            Expr::Binary(_, a, b) => &[*a, *b],
+            Expr::Select(c, a, b) => &[*c, *a, *b],
+        };
+        if let Some(a) = args.iter().find(|&&a| a >= i) {
+            return Err(format!(
+                "expression {i} uses expression {a}, which is not earlier"
+            ));
+        }
+    }
+    let mut live = vec![false; k.exprs.len()];
+    live[k.result] = true;
+    for i in (0..k.exprs.len()).rev() {
+        if !live[i] {
+            continue;
+        }
+        match k.exprs[i] {
+            Expr::Load(_) | Expr::Const(_) => {}
+            Expr::Unary(_, a) => live[a] = true,
+            Expr::Binary(_, a, b) => {
+                live[a] = true;
+                live[b] = true;
+            }
+            Expr::Select(c, a, b) => {
+                live[c] = true;
+                live[a] = true;
+                live[b] = true;
+            }
+        }
+    }
+    Ok(live)
+}
+
+fn used_operands(k: &PointwiseKernel, live: &[bool]) -> Vec<bool> {
+    let mut used = vec![false; k.operands.len()];
+    for (e, _) in k.exprs.iter().zip(live).filter(|(_, l)| **l) {
+        if let Expr::Load(op) = e {
+            used[*op] = true;
+        }
+    }
+    used
+}
+
+/// The vector-form condition (see the module doc).
+fn vector_ok(k: &PointwiseKernel, used: &[bool]) -> bool {
+    let Some(&cols) = k.dims.last() else {
+        return false;
+    };
+    let last = k.dims.len() - 1;
+    k.out_dtype == aoc_ir::types::Scalar::F32
+        && cols % 4 == 0
+        && cols > 0
+        && k.operands.iter().zip(used).all(|(op, &u)| {
+            !u || (op.dtype == aoc_ir::types::Scalar::F32
+                && op.strides.len() == k.dims.len()
+                && match op.strides[last] {
+                    0 => true,
+                    1 => op.strides[..last].iter().all(|s| s % 4 == 0),
+                    _ => false,
+                })
+        })
+}
+
+/// The generator of one kernel function.
+struct Gen<'a> {
+    b: Body,
+    m: &'a mut ModuleText,
+    k: &'a PointwiseKernel,
+    live: Vec<bool>,
+    used: Vec<bool>,
+    elems: Vec<Elem>,
+    out: Elem,
+    /// `i32` or `i64`: the type of element offsets.
+    idx: &'static str,
+}
+
+/// Checks `k` and writes its kernel function into `m`'s declarations and
+/// returns the definition's text.
+fn kernel_function(k: &PointwiseKernel, m: &mut ModuleText) -> Result<String, String> {
+    if k.dims.is_empty() {
+        return Err("kernel output must have at least one dimension".to_string());
+    }
+    let mut elems = Vec::with_capacity(k.operands.len());
+    for (i, op) in k.operands.iter().enumerate() {
+        if op.strides.len() != k.dims.len() {
+            return Err(format!(
+                "operand {i} must have {} strides, found {}",
+                k.dims.len(),
+                op.strides.len()
+            ));
+        }
+        elems.push(Elem::of(op.dtype).map_err(|e| format!("operand {i}: {e}"))?);
+    }
+    let out = Elem::of(k.out_dtype).map_err(|e| format!("output: {e}"))?;
+    let live = live_exprs(k)?;
+    let used = used_operands(k, &live);
+
+    // 32-bit offsets when the element count and every used operand's
+    // largest offset fit in i32 (GEP sign-extends its index).
+    let total: u128 = k.dims.iter().map(|&d| d as u128).product();
+    let fits = |x: u128| x <= i32::MAX as u128;
+    let idx = if fits(total)
+        && k.operands.iter().zip(&used).all(|(op, &u)| {
+            !u || fits(
+                k.dims
+                    .iter()
+                    .zip(&op.strides)
+                    .map(|(&d, &s)| (d.saturating_sub(1) as u128) * s as u128)
+                    .sum(),
+            )
+        }) {
+        "i32"
+    } else {
+        "i64"
+    };
+    if total > u64::MAX as u128 / 4 {
+        return Err(format!("kernel has too many elements ({total})"));
+    }
+
+    let mut g = Gen {
+        b: Body::new(),
+        m,
+        k,
+        live,
+        used,
+        elems,
+        out,
+        idx,
+    };
+    let params: Vec<String> = (0..k.operands.len())
+        .map(|i| format!("ptr addrspace(1) %a{i}"))
+        .chain(["ptr addrspace(1) %out".to_string(), "i64 %n".to_string()])
+        .collect();
+    g.build(total as u64);
+    Ok(format!(
+        "define ptx_kernel void @{}({}) {{\nentry:\n{}}}\n",
+        k.name,
+        params.join(", "),
+        g.b.into_text()
+    ))
+}
+
+impl Gen<'_> {
+    /// The grid-stride loop around one work item.
+    fn build(&mut self, total: u64) {
+        if total == 0 {
+            self.b.ins("ret void");
+            return;
+        }
+        let vector = vector_ok(self.k, &self.used);
+        for r in ["tid", "ctaid", "ntid", "nctaid"] {
+            self.m
+                .declare(&format!("declare i32 @llvm.nvvm.read.ptx.sreg.{r}.x()"));
+        }
+        self.m.declare("declare i64 @llvm.umin.i64(i64, i64)");
+        let sreg = |g: &mut Self, r: &str| {
+            let x = g.b.v(format!("call i32 @llvm.nvvm.read.ptx.sreg.{r}.x()"));
+            g.b.v(format!("zext i32 {x} to i64"))
+        };
+        let tid = sreg(self, "tid");
+        let ctaid = sreg(self, "ctaid");
+        let ntid = sreg(self, "ntid");
+        let nctaid = sreg(self, "nctaid");
+        let limit = self
+            .b
+            .v(format!("call i64 @llvm.umin.i64(i64 %n, i64 {total})"));
+        let items = if vector {
+            let l3 = self.b.v(format!("add i64 {limit}, 3"));
+            self.b.v(format!("lshr i64 {l3}, 2"))
+        } else {
+            limit
+        };
+        let base = self.b.v(format!("mul i64 {ctaid}, {ntid}"));
+        let start = self.b.v(format!("add i64 {base}, {tid}"));
+        let step = self.b.v(format!("mul i64 {ntid}, {nctaid}"));
+        let any = self.b.v(format!("icmp ult i64 {start}, {items}"));
+        self.b.cond_br(&any, "loop", "exit");
+
+        self.b.place("loop");
+        let phi = self
+            .b
+            .v(format!("phi i64 [ {start}, %entry ], [ %next, %loop ]"));
+        let i = if self.idx == "i32" {
+            self.b.v(format!("trunc i64 {phi} to i32"))
+        } else {
+            phi.clone()
+        };
+        if vector {
+            self.vector_item(&i);
+        } else {
+            self.scalar_item(&i);
+        }
+        // `%next` is named by hand: the phi above refers to it.
+        self.b.ins(format!("%next = add i64 {phi}, {step}"));
+        let more = self.b.v(format!("icmp ult i64 %next, {items}"));
+        self.b.cond_br(&more, "loop", "exit");
+        self.b.place("exit");
+        self.b.ins("ret void");
+    }
+
+    /// Element offsets of the element with flat output index `e`, per used
+    /// operand (`None`: offset 0).
+    fn offsets(&mut self, e: &str) -> Vec<Option<String>> {
+        let k = self.k;
+        let ty = self.idx;
+        let mut offs: Vec<Option<String>> = vec![None; k.operands.len()];
+        let outer = k.dims.iter().position(|&d| d > 1);
+        let mut rem = e.to_string();
+        for d in (0..k.dims.len()).rev() {
+            let dim = k.dims[d];
+            if dim == 1 {
+                continue;
+            }
+            let needed = k
+                .operands
+                .iter()
+                .enumerate()
+                .any(|(i, op)| self.used[i] && op.strides[d] != 0);
+            let idx = if Some(d) == outer {
+                rem.clone()
+            } else {
+                let idx = if needed {
+                    Some(self.b.v(format!("urem {ty} {rem}, {dim}")))
+                } else {
+                    None
+                };
+                rem = self.b.v(format!("udiv {ty} {rem}, {dim}"));
+                match idx {
+                    Some(i) => i,
+                    None => continue,
+                }
+            };
+            for (i, op) in k.operands.iter().enumerate() {
+                let s = op.strides[d];
+                if s == 0 || !self.used[i] {
+                    continue;
+                }
+                let t = if s == 1 {
+                    idx.clone()
+                } else {
+                    self.b.v(format!("mul {ty} {idx}, {s}"))
+                };
+                offs[i] = Some(match &offs[i] {
+                    None => t,
+                    Some(o) => self.b.v(format!("add {ty} {o}, {t}")),
+                });
+            }
+        }
+        offs
+    }
+
+    /// `getelementptr` of element `off` of argument `arg`.
+    fn elem_ptr(&mut self, ty: &str, arg: &str, off: &Option<String>) -> String {
+        match off {
+            None => arg.to_string(),
+            Some(o) => self.b.v(format!(
+                "getelementptr inbounds {ty}, ptr addrspace(1) {arg}, {} {o}",
+                self.idx
+            )),
+        }
+    }
+
+    /// One element: load the used operands, evaluate, store.
+    fn scalar_item(&mut self, e: &str) {
+        let offs = self.offsets(e);
+        let mut vals = vec![None; self.k.operands.len()];
+        for i in 0..self.k.operands.len() {
+            if !self.used[i] {
+                continue;
+            }
+            let el = self.elems[i];
+            let p = self.elem_ptr(el.ll(), &format!("%a{i}"), &offs[i]);
+            vals[i] = Some(self.load(el, &p));
+        }
+        let y = self.exprs(&vals);
+        let p = self.elem_ptr(self.out.ll(), "%out", &Some(e.to_string()));
+        self.store(self.out, &y, &p);
+    }
+
+    /// Four f32 elements `4w..4w+4` of one row.
+    fn vector_item(&mut self, w: &str) {
+        let ty = self.idx;
+        let e = self.b.v(format!("shl {ty} {w}, 2"));
+        let offs = self.offsets(&e);
+        let last = self.k.dims.len() - 1;
+        let n = self.k.operands.len();
+        let mut lanes: Vec<Vec<Option<String>>> = vec![vec![None; n]; 4];
+        for i in 0..n {
+            if !self.used[i] {
+                continue;
+            }
+            let p = self.elem_ptr("float", &format!("%a{i}"), &offs[i]);
+            if self.k.operands[i].strides[last] == 0 {
+                let x = self
+                    .b
+                    .v(format!("load float, ptr addrspace(1) {p}, align 4"));
+                for lane in lanes.iter_mut() {
+                    lane[i] = Some(x.clone());
+                }
+            } else {
+                let v = self
+                    .b
+                    .v(format!("load <4 x float>, ptr addrspace(1) {p}, align 16"));
+                for (l, lane) in lanes.iter_mut().enumerate() {
+                    lane[i] = Some(self.b.v(format!("extractelement <4 x float> {v}, i32 {l}")));
+                }
+            }
+        }
+        let mut acc = "poison".to_string();
+        for (l, vals) in lanes.iter().enumerate() {
+            let y = self.exprs(vals);
+            acc = self.b.v(format!(
+                "insertelement <4 x float> {acc}, float {y}, i32 {l}"
+            ));
+        }
+        let p = self.elem_ptr("float", "%out", &Some(e));
+        self.b.ins(format!(
+            "store <4 x float> {acc}, ptr addrspace(1) {p}, align 16"
+        ));
+    }
+}

@@ -1,0 +1,304 @@
+//! Expression and element emission for GPU pointwise kernels: the loads
+//! that convert an operand's element type to f32, the stores that convert
+//! f32 to the output type, and the expressions of one element. The kernel
+//! skeleton is in the parent module.
+//!
+//! The conversions and the NaN rules match the x86 backend
+//! (`aoc-backend-x86`'s `pointwise/emit.rs`): integers truncate toward zero
+//! and saturate on store (NaN becomes 0), bf16 rounds to nearest even and
+//! keeps NaN quiet, bool stores `x != 0` (NaN is true); `max`/`min` let NaN
+//! from either side win and return the first argument on ties; `relu`
+//! passes NaN and -0.0 through.
+
+use aoc_ir::types::Scalar;
+
+use super::Gen;
+use super::math::{self, MathFn};
+use crate::expr::{Bin, Expr, Un};
+use crate::irtext::f32_lit;
+
+/// An element type a kernel can load or store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Elem {
+    F32,
+    F64,
+    F16,
+    Bf16,
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    /// One byte per element, 0 or 1.
+    Bool,
+}
+
+impl Elem {
+    pub(super) fn of(s: Scalar) -> Result<Elem, String> {
+        Ok(match s {
+            Scalar::F32 => Elem::F32,
+            Scalar::F64 => Elem::F64,
+            Scalar::F16 => Elem::F16,
+            Scalar::BF16 => Elem::Bf16,
+            Scalar::I8 => Elem::I8,
+            Scalar::U8 => Elem::U8,
+            Scalar::I16 => Elem::I16,
+            Scalar::U16 => Elem::U16,
+            Scalar::I32 => Elem::I32,
+            Scalar::U32 => Elem::U32,
+            Scalar::I64 => Elem::I64,
+            Scalar::U64 => Elem::U64,
+            Scalar::I1 => Elem::Bool,
+            Scalar::F8E4M3FN | Scalar::F8E5M2 => {
+                return Err(format!(
+                    "element type {} is not supported by generated gpu kernels",
+                    s.name()
+                ));
+            }
+        })
+    }
+
+    /// The LLVM type of one element in memory.
+    pub(super) fn ll(self) -> &'static str {
+        match self {
+            Elem::F32 => "float",
+            Elem::F64 => "double",
+            Elem::F16 => "half",
+            Elem::Bf16 | Elem::I16 | Elem::U16 => "i16",
+            Elem::I8 | Elem::U8 | Elem::Bool => "i8",
+            Elem::I32 | Elem::U32 => "i32",
+            Elem::I64 | Elem::U64 => "i64",
+        }
+    }
+
+    pub(super) fn size(self) -> u64 {
+        match self {
+            Elem::I8 | Elem::U8 | Elem::Bool => 1,
+            Elem::F16 | Elem::Bf16 | Elem::I16 | Elem::U16 => 2,
+            Elem::F32 | Elem::I32 | Elem::U32 => 4,
+            Elem::F64 | Elem::I64 | Elem::U64 => 8,
+        }
+    }
+}
+
+impl Gen<'_> {
+    fn declare(&mut self, line: &str) {
+        self.m.declare(line);
+    }
+
+    /// Loads one element at `p` (a `ptr addrspace(1)`) as f32.
+    pub(super) fn load(&mut self, e: Elem, p: &str) -> String {
+        let ty = e.ll();
+        let x = self.b.v(format!(
+            "load {ty}, ptr addrspace(1) {p}, align {}",
+            e.size()
+        ));
+        match e {
+            Elem::F32 => x,
+            Elem::F64 => self.b.v(format!("fptrunc double {x} to float")),
+            Elem::F16 => self.b.v(format!("fpext half {x} to float")),
+            Elem::Bf16 => {
+                // bf16 is the top half of an f32.
+                let w = self.b.v(format!("zext i16 {x} to i32"));
+                let w = self.b.v(format!("shl i32 {w}, 16"));
+                self.b.v(format!("bitcast i32 {w} to float"))
+            }
+            Elem::I8 | Elem::I16 | Elem::I32 | Elem::I64 => {
+                self.b.v(format!("sitofp {ty} {x} to float"))
+            }
+            Elem::U8 | Elem::U16 | Elem::U32 | Elem::U64 => {
+                self.b.v(format!("uitofp {ty} {x} to float"))
+            }
+            Elem::Bool => {
+                let nz = self.b.v(format!("icmp ne i8 {x}, 0"));
+                self.b.v(format!("select i1 {nz}, float 1.0, float 0.0"))
+            }
+        }
+    }
+
+    /// Stores f32 `x` at `p` as `e`.
+    pub(super) fn store(&mut self, e: Elem, x: &str, p: &str) {
+        let v = match e {
+            Elem::F32 => x.to_string(),
+            Elem::F64 => self.b.v(format!("fpext float {x} to double")),
+            Elem::F16 => self.b.v(format!("fptrunc float {x} to half")),
+            Elem::Bf16 => {
+                // Round to nearest even on the bits; NaN stays a (quiet) NaN.
+                let bits = self.b.v(format!("bitcast float {x} to i32"));
+                let hi = self.b.v(format!("lshr i32 {bits}, 16"));
+                let lsb = self.b.v(format!("and i32 {hi}, 1"));
+                let bias = self.b.v(format!("add i32 {lsb}, 32767"));
+                let r = self.b.v(format!("add i32 {bits}, {bias}"));
+                let r = self.b.v(format!("lshr i32 {r}, 16"));
+                let quiet = self.b.v(format!("or i32 {hi}, 64"));
+                let nan = self.b.v(format!("fcmp uno float {x}, 0.0"));
+                let h = self.b.v(format!("select i1 {nan}, i32 {quiet}, i32 {r}"));
+                self.b.v(format!("trunc i32 {h} to i16"))
+            }
+            Elem::I8 => self.narrow(x, "i8", -128, 127),
+            Elem::U8 => self.narrow(x, "i8", 0, 255),
+            Elem::I16 => self.narrow(x, "i16", -32768, 32767),
+            Elem::U16 => self.narrow(x, "i16", 0, 65535),
+            Elem::I32 | Elem::U32 | Elem::I64 | Elem::U64 => {
+                let (op, ty) = match e {
+                    Elem::I32 => ("fptosi", "i32"),
+                    Elem::U32 => ("fptoui", "i32"),
+                    Elem::I64 => ("fptosi", "i64"),
+                    _ => ("fptoui", "i64"),
+                };
+                let f = format!("@llvm.{op}.sat.{ty}.f32");
+                self.declare(&format!("declare {ty} {f}(float)"));
+                self.b.v(format!("call {ty} {f}(float {x})"))
+            }
+            Elem::Bool => {
+                // NaN is true, as C and numpy convert it.
+                let nz = self.b.v(format!("fcmp une float {x}, 0.0"));
+                self.b.v(format!("zext i1 {nz} to i8"))
+            }
+        };
+        self.b.ins(format!(
+            "store {} {v}, ptr addrspace(1) {p}, align {}",
+            e.ll(),
+            e.size()
+        ));
+    }
+
+    /// Truncates `x` to an integer clamped to `lo..=hi`, as type `ty`.
+    fn narrow(&mut self, x: &str, ty: &str, lo: i32, hi: i32) -> String {
+        self.declare("declare i32 @llvm.fptosi.sat.i32.f32(float)");
+        self.declare("declare i32 @llvm.smax.i32(i32, i32)");
+        self.declare("declare i32 @llvm.smin.i32(i32, i32)");
+        let t = self
+            .b
+            .v(format!("call i32 @llvm.fptosi.sat.i32.f32(float {x})"));
+        let t = self
+            .b
+            .v(format!("call i32 @llvm.smax.i32(i32 {t}, i32 {lo})"));
+        let t = self
+            .b
+            .v(format!("call i32 @llvm.smin.i32(i32 {t}, i32 {hi})"));
+        self.b.v(format!("trunc i32 {t} to {ty}"))
+    }
+
+    /// Emits the live expressions for one element; `vals[i]` is operand
+    /// `i`'s value (f32). Returns the result's value.
+    pub(super) fn exprs(&mut self, vals: &[Option<String>]) -> String {
+        let k = self.k;
+        let mut v: Vec<Option<String>> = vec![None; k.exprs.len()];
+        for (i, e) in k.exprs.iter().enumerate() {
+            if !self.live[i] {
+                continue;
+            }
+            let get = |j: usize| {
+                v[j].clone()
+                    .expect("live arguments are emitted before their users")
+            };
+            let r = match *e {
+                Expr::Load(op) => vals[op].clone().expect("used operands are loaded"),
+                Expr::Const(c) => f32_lit(c),
+                Expr::Unary(op, a) => {
+                    let a = get(a);
+                    self.unary(op, &a)
+                }
+                Expr::Binary(op, a, b) => {
+                    let (a, b) = (get(a), get(b));
+                    self.binary(op, &a, &b)
+                }
+                Expr::Select(c, a, b) => {
+                    let (c, a, b) = (get(c), get(a), get(b));
+                    let m = self.b.v(format!("fcmp une float {c}, 0.0"));
+                    self.b.v(format!("select i1 {m}, float {a}, float {b}"))
+                }
+            };
+            v[i] = Some(r);
+        }
+        v[k.result].clone().expect("the result is live")
+    }
+
+    /// `call float @llvm.NAME.f32(float x)`, declaring it.
+    fn intrinsic(&mut self, name: &str, x: &str) -> String {
+        self.declare(&format!("declare float @llvm.{name}.f32(float)"));
+        self.b.v(format!("call float @llvm.{name}.f32(float {x})"))
+    }
+
+    fn math(&mut self, f: MathFn, args: &[&str]) -> String {
+        math::define(self.m, f);
+        let args: Vec<String> = args.iter().map(|a| format!("float {a}")).collect();
+        self.b
+            .v(format!("call float {}({})", f.symbol(), args.join(", ")))
+    }
+
+    fn unary(&mut self, op: Un, x: &str) -> String {
+        match op {
+            Un::Neg => self.b.v(format!("fneg float {x}")),
+            Un::Abs => self.intrinsic("fabs", x),
+            Un::Sqrt => self.intrinsic("sqrt", x),
+            Un::Rsqrt => {
+                let s = self.intrinsic("sqrt", x);
+                self.b.v(format!("fdiv float 1.0, {s}"))
+            }
+            Un::Recip => self.b.v(format!("fdiv float 1.0, {x}")),
+            Un::Exp => self.math(MathFn::Exp, &[x]),
+            Un::Log => self.math(MathFn::Log, &[x]),
+            Un::Tanh => self.math(MathFn::Tanh, &[x]),
+            Un::Erf => self.math(MathFn::Erf, &[x]),
+            Un::Sigmoid => {
+                // 1/(1 + e^-x) for x >= 0 and e^x/(1 + e^x) below, so that
+                // e^-|x| never overflows and tiny results keep their
+                // subnormal value instead of becoming 0. NaN takes the
+                // second form and stays NaN.
+                let ax = self.intrinsic("fabs", x);
+                let nax = self.b.v(format!("fneg float {ax}"));
+                let e = self.math(MathFn::Exp, &[&nax]);
+                let d = self.b.v(format!("fadd float 1.0, {e}"));
+                let pos = self.b.v(format!("fcmp oge float {x}, 0.0"));
+                let num = self.b.v(format!("select i1 {pos}, float 1.0, float {e}"));
+                self.b.v(format!("fdiv float {num}, {d}"))
+            }
+            Un::Floor => self.intrinsic("floor", x),
+            Un::Ceil => self.intrinsic("ceil", x),
+            Un::Trunc => self.intrinsic("trunc", x),
+            Un::RoundEven => self.intrinsic("roundeven", x),
+            Un::Relu => {
+                // NaN and -0.0 pass through, as max(x, 0) in the reference.
+                let neg = self.b.v(format!("fcmp olt float {x}, 0.0"));
+                self.b.v(format!("select i1 {neg}, float 0.0, float {x}"))
+            }
+        }
+    }
+
+    fn binary(&mut self, op: Bin, a: &str, b: &str) -> String {
+        let arith = |g: &mut Self, ins: &str| g.b.v(format!("{ins} float {a}, {b}"));
+        match op {
+            Bin::Add => arith(self, "fadd"),
+            Bin::Sub => arith(self, "fsub"),
+            Bin::Mul => arith(self, "fmul"),
+            Bin::Div => arith(self, "fdiv"),
+            Bin::Max | Bin::Min => {
+                // numpy's maximum/minimum: NaN from either side wins, a tie
+                // returns `a`. (An ordered compare is false when `b` is NaN,
+                // which then wins through the first select.)
+                let cc = if op == Bin::Max { "oge" } else { "ole" };
+                let keep_a = self.b.v(format!("fcmp {cc} float {a}, {b}"));
+                let t = self
+                    .b
+                    .v(format!("select i1 {keep_a}, float {a}, float {b}"));
+                let a_nan = self.b.v(format!("fcmp uno float {a}, 0.0"));
+                self.b.v(format!("select i1 {a_nan}, float {a}, float {t}"))
+            }
+            Bin::Pow => self.math(MathFn::Pow, &[a, b]),
+            Bin::Eq | Bin::Lt | Bin::Gt => {
+                let cc = match op {
+                    Bin::Eq => "oeq",
+                    Bin::Lt => "olt",
+                    _ => "ogt",
+                };
+                let m = self.b.v(format!("fcmp {cc} float {a}, {b}"));
+                self.b.v(format!("select i1 {m}, float 1.0, float 0.0"))
+            }
+        }
+    }
+}
