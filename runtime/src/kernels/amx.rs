@@ -93,7 +93,11 @@ fn palette_fits() -> bool {
         let max_rows = p.ecx & 0xFFFF;
         let t = __cpuid_count(0x1E, 0).ebx;
         let (tmul_maxk, tmul_maxn) = (t & 0xFF, (t >> 8) & 0xFFFF);
-        bytes_per_row >= 64 && max_names >= 8 && max_rows >= 16 && tmul_maxk >= 16 && tmul_maxn >= 64
+        bytes_per_row >= 64
+            && max_names >= 8
+            && max_rows >= 16
+            && tmul_maxk >= 16
+            && tmul_maxn >= 64
     })
 }
 
@@ -102,18 +106,45 @@ fn palette_fits() -> bool {
     false
 }
 
+/// Why AMX cannot run in this process (for tests and benchmarks to print),
+/// or `None` when int8 or bf16 tiles can.
+pub fn amx_unavailable_reason() -> Option<String> {
+    if !has_amx_int8() && !has_amx_bf16() {
+        return Some(
+            "the cpu reports no amx-int8 or amx-bf16, or the os does not enable tile state"
+                .to_string(),
+        );
+    }
+    if !palette_fits() {
+        return Some("the cpu's tile palette is smaller than 8 tiles of 16x64 bytes".to_string());
+    }
+    match permission_result() {
+        Ok(()) => None,
+        Err(0) => Some("amx tiles are only enabled on linux".to_string()),
+        Err(errno) => Some(format!(
+            "arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed with errno {errno}"
+        )),
+    }
+}
+
 /// Asks Linux once for the AMX tile data state of this process.
 fn permission() -> bool {
-    static GRANTED: OnceLock<bool> = OnceLock::new();
+    permission_result().is_ok()
+}
+
+fn permission_result() -> Result<(), i64> {
+    static GRANTED: OnceLock<Result<(), i64>> = OnceLock::new();
     *GRANTED.get_or_init(request_permission)
 }
 
+/// `Err(errno)` when refused (`Err(0)`: not Linux; ENOSPC: a thread's sigaltstack is too small
+/// for signal frames with tile data; EINVAL: the kernel predates AMX).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn request_permission() -> bool {
-    const SYS_ARCH_PRCTL: isize = 158;
-    const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
-    const XFEATURE_XTILEDATA: usize = 18;
-    let ret: isize;
+fn request_permission() -> Result<(), i64> {
+    const SYS_ARCH_PRCTL: i64 = 158;
+    const ARCH_REQ_XCOMP_PERM: u64 = 0x1023;
+    const XFEATURE_XTILEDATA: u64 = 18;
+    let ret: i64;
     // SAFETY: arch_prctl(ARCH_REQ_XCOMP_PERM) only changes this process's
     // permitted xsave features; it reads and writes no memory of ours. The
     // syscall clobbers rcx and r11.
@@ -128,12 +159,12 @@ fn request_permission() -> bool {
             options(nostack),
         );
     }
-    ret == 0
+    if ret == 0 { Ok(()) } else { Err(-ret) }
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-fn request_permission() -> bool {
-    false
+fn request_permission() -> Result<(), i64> {
+    Err(0)
 }
 
 /// Rows of a C block (two tiles).
@@ -207,7 +238,7 @@ unsafe fn begin() {
         std::arch::asm!(
             "ldtilecfg [{cfg}]",
             cfg = in(reg) CONFIG.0.as_ptr(),
-            options(nostack, readonly),
+            options(nostack),
         );
     }
 }
@@ -217,59 +248,113 @@ unsafe fn begin() {
 #[cfg(target_arch = "x86_64")]
 unsafe fn end() {
     // SAFETY: the caller guarantees AMX.
-    unsafe { std::arch::asm!("tilerelease", options(nostack, nomem)) };
+    unsafe { std::arch::asm!("tilerelease", options(nostack)) };
 }
 
-/// One depth step (16 groups) of a 32 × 16·NP block:
-/// `tmm{0,2}(,1,3) += tmm{4,5} × tmm6(,7)`, with `$op` = `tdpbusd` (A
-/// unsigned, B signed) or `tdpbf16ps`.
+/// The tile instructions of the kernel, over tiles named by number (all
+/// configured by [`begin`] as 16 rows × 64 bytes). [`Asm`] runs them; the
+/// tests run the same kernel, pointer arithmetic included, on a software
+/// model of the tiles (Intel's pseudocode), since the build machine has no
+/// AMX.
 #[cfg(target_arch = "x86_64")]
-macro_rules! step {
-    ($op:literal, 1, $a0:expr, $a1:expr, $sa:expr, $b0:expr, $b1:expr) => {
-        std::arch::asm!(
-            "tileloadd tmm4, [{a0} + {sa}*1]",
-            "tileloadd tmm5, [{a1} + {sa}*1]",
-            "tileloadd tmm6, [{b0} + {sb}*1]",
-            concat!($op, " tmm0, tmm4, tmm6"),
-            concat!($op, " tmm2, tmm5, tmm6"),
-            a0 = in(reg) $a0,
-            a1 = in(reg) $a1,
-            sa = in(reg) $sa,
-            b0 = in(reg) $b0,
-            sb = in(reg) 64usize,
-            options(nostack, readonly),
-        )
-    };
-    ($op:literal, 2, $a0:expr, $a1:expr, $sa:expr, $b0:expr, $b1:expr) => {
-        std::arch::asm!(
-            "tileloadd tmm4, [{a0} + {sa}*1]",
-            "tileloadd tmm5, [{a1} + {sa}*1]",
-            "tileloadd tmm6, [{b0} + {sb}*1]",
-            "tileloadd tmm7, [{b1} + {sb}*1]",
-            concat!($op, " tmm0, tmm4, tmm6"),
-            concat!($op, " tmm1, tmm4, tmm7"),
-            concat!($op, " tmm2, tmm5, tmm6"),
-            concat!($op, " tmm3, tmm5, tmm7"),
-            a0 = in(reg) $a0,
-            a1 = in(reg) $a1,
-            sa = in(reg) $sa,
-            b0 = in(reg) $b0,
-            b1 = in(reg) $b1,
-            sb = in(reg) 64usize,
-            options(nostack, readonly),
-        )
-    };
+pub(super) trait TileOps {
+    /// `tileloadd tmm{T}, [base + stride]`: row `r` from `base + r·stride`.
+    ///
+    /// # Safety
+    /// 16 rows of 64 bytes readable there.
+    unsafe fn load<const T: usize>(&mut self, base: *const u8, stride: usize);
+    /// `tilestored [base + stride], tmm{T}`.
+    ///
+    /// # Safety
+    /// 16 rows of 64 bytes writable there.
+    unsafe fn store<const T: usize>(&mut self, base: *mut u8, stride: usize);
+    /// `tdpbusd tmm{C}, tmm{A}, tmm{B}` (u8 A × s8 B → i32), or
+    /// `tdpbf16ps` (bf16 pairs → f32) when `BF16`.
+    ///
+    /// # Safety
+    /// The tiles were configured by [`begin`] (real tiles).
+    unsafe fn dot<const BF16: bool, const C: usize, const A: usize, const B: usize>(&mut self);
 }
 
-/// A 32 × 16·NP block of C (i32 for int8, f32 for `BF16`) on tiles.
+/// The real tile instructions. Every block is volatile without memory
+/// options, so the compiler keeps them in program order with respect to
+/// each other and to every memory access (it knows nothing of tiles).
+#[cfg(target_arch = "x86_64")]
+pub(super) struct Asm;
+
+#[cfg(target_arch = "x86_64")]
+impl TileOps for Asm {
+    unsafe fn load<const T: usize>(&mut self, base: *const u8, stride: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            std::arch::asm!(
+                "tileloadd tmm{t}, [{base} + {stride}*1]",
+                t = const T,
+                base = in(reg) base,
+                stride = in(reg) stride,
+                options(nostack),
+            );
+        }
+    }
+    unsafe fn store<const T: usize>(&mut self, base: *mut u8, stride: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            std::arch::asm!(
+                "tilestored [{base} + {stride}*1], tmm{t}",
+                t = const T,
+                base = in(reg) base,
+                stride = in(reg) stride,
+                options(nostack),
+            );
+        }
+    }
+    unsafe fn dot<const BF16: bool, const C: usize, const A: usize, const B: usize>(&mut self) {
+        // SAFETY: forwarded from the caller. Intel operand order: the
+        // destination, then A (rows × depth; unsigned for tdpbusd), then
+        // B (depth groups × columns; signed).
+        unsafe {
+            if BF16 {
+                std::arch::asm!(
+                    "tdpbf16ps tmm{c}, tmm{a}, tmm{b}",
+                    c = const C, a = const A, b = const B,
+                    options(nostack),
+                );
+            } else {
+                std::arch::asm!(
+                    "tdpbusd tmm{c}, tmm{a}, tmm{b}",
+                    c = const C, a = const A, b = const B,
+                    options(nostack),
+                );
+            }
+        }
+    }
+}
+
+/// A 32 × 16·NP block of C (i32 for int8, f32 for `BF16`) on real tiles.
 ///
 /// # Safety
 /// AMX with the configuration of [`begin`] loaded on this thread; `t` as in
-/// `grouped::Tile`, A packed by `pack_a_rows` with `mr = 32`, B panels
-/// holding `16·ceil(groups/16)` rows from `t.b`.
+/// [`tile_with`].
 #[cfg(target_arch = "x86_64")]
 unsafe fn tile<const BF16: bool, const NP: usize>(t: &super::grouped::Tile) {
-    use std::arch::asm;
+    // SAFETY: forwarded from the caller.
+    unsafe { tile_with::<Asm, BF16, NP>(&mut Asm, t) }
+}
+
+/// The block kernel over any [`TileOps`]: tmm0/tmm2 (and tmm1/tmm3 when
+/// NP = 2) start from C or from the column start values (a stride-0 load
+/// repeats one 64-byte row), then each depth step of 16 groups loads A rows
+/// 0–15 (tmm4) and 16–31 (tmm5) and 16 B rows per panel (tmm6, tmm7) and
+/// multiplies; the tiles are stored back to C.
+///
+/// # Safety
+/// `t` as in `grouped::Tile`, A packed by `pack_a_rows` with `mr = 32`
+/// (row stride `16·ceil(groups/16)·4` bytes), the B panels holding
+/// `16·ceil(groups/16)` rows from `t.b`; with real tiles, as for [`tile`].
+pub(super) unsafe fn tile_with<O: TileOps, const BF16: bool, const NP: usize>(
+    ops: &mut O,
+    t: &super::grouped::Tile,
+) {
     let steps = t.groups.div_ceil(16);
     // Row stride of packed A: whole tiles of depth (`pack_a_rows`).
     let sa = steps * 64;
@@ -277,63 +362,40 @@ unsafe fn tile<const BF16: bool, const NP: usize>(t: &super::grouped::Tile) {
     // SAFETY: forwarded from the caller; every tile load and store below
     // covers 16 rows × 64 bytes inside the buffers it names.
     unsafe {
-        let c0 = t.c;
-        let c1 = t.c.add(16 * t.ldc);
+        let c0 = t.c.cast::<u8>();
+        let c1 = t.c.add(16 * t.ldc).cast::<u8>();
         let (lo, hi, ld) = if t.load_c {
             (c0.cast_const(), c1.cast_const(), ldc)
         } else {
-            // Stride 0: every row of the tile is the 16 start values.
-            (t.init, t.init, 0)
+            (t.init.cast::<u8>(), t.init.cast::<u8>(), 0)
         };
-        asm!(
-            "tileloadd tmm0, [{lo} + {ld}*1]",
-            "tileloadd tmm2, [{hi} + {ld}*1]",
-            lo = in(reg) lo,
-            hi = in(reg) hi,
-            ld = in(reg) ld,
-            options(nostack, readonly),
-        );
+        ops.load::<0>(lo, ld);
+        ops.load::<2>(hi, ld);
         if NP == 2 {
-            asm!(
-                "tileloadd tmm1, [{lo} + {ld}*1]",
-                "tileloadd tmm3, [{hi} + {ld}*1]",
-                lo = in(reg) lo.add(16),
-                hi = in(reg) hi.add(16),
-                ld = in(reg) ld,
-                options(nostack, readonly),
-            );
+            ops.load::<1>(lo.add(64), ld);
+            ops.load::<3>(hi.add(64), ld);
         }
         let mut a = t.a;
         let mut b = t.b;
         for _ in 0..steps {
-            // `b1` is past the last panel when NP = 1 (then unused).
-            let (a1, b1) = (a.add(16 * sa), b.wrapping_add(t.bstride));
-            match (BF16, NP) {
-                (false, 1) => step!("tdpbusd", 1, a, a1, sa, b, b1),
-                (false, _) => step!("tdpbusd", 2, a, a1, sa, b, b1),
-                (true, 1) => step!("tdpbf16ps", 1, a, a1, sa, b, b1),
-                (true, _) => step!("tdpbf16ps", 2, a, a1, sa, b, b1),
+            ops.load::<4>(a, sa);
+            ops.load::<5>(a.add(16 * sa), sa);
+            ops.load::<6>(b, 64);
+            ops.dot::<BF16, 0, 4, 6>();
+            ops.dot::<BF16, 2, 5, 6>();
+            if NP == 2 {
+                ops.load::<7>(b.add(t.bstride), 64);
+                ops.dot::<BF16, 1, 4, 7>();
+                ops.dot::<BF16, 3, 5, 7>();
             }
             a = a.add(64);
             b = b.add(16 * 64);
         }
-        asm!(
-            "tilestored [{c0} + {ld}*1], tmm0",
-            "tilestored [{c1} + {ld}*1], tmm2",
-            c0 = in(reg) c0,
-            c1 = in(reg) c1,
-            ld = in(reg) ldc,
-            options(nostack),
-        );
+        ops.store::<0>(c0, ldc);
+        ops.store::<2>(c1, ldc);
         if NP == 2 {
-            asm!(
-                "tilestored [{c0} + {ld}*1], tmm1",
-                "tilestored [{c1} + {ld}*1], tmm3",
-                c0 = in(reg) c0.add(16),
-                c1 = in(reg) c1.add(16),
-                ld = in(reg) ldc,
-                options(nostack),
-            );
+            ops.store::<1>(c0.add(64), ldc);
+            ops.store::<3>(c1.add(64), ldc);
         }
     }
 }

@@ -204,6 +204,31 @@ pub fn gemm_bf16_level(
     c: &mut [f32],
     ldc: usize,
 ) -> Result<(), KernelError> {
+    if !level.is_supported() {
+        return Err(KernelError::new(format!(
+            "bf16 level {level} is not supported by this cpu"
+        )));
+    }
+    // SAFETY: the level is supported.
+    unsafe { run_level(&level_table(level), m, n, k, a, lda, b, c, ldc) }
+}
+
+/// Checks the arguments and runs the product on `lv`.
+///
+/// # Safety
+/// The CPU supports `lv`'s kernels.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run_level(
+    lv: &Level<u16>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[u16],
+    lda: usize,
+    b: PackedBf16Ref<'_>,
+    c: &mut [f32],
+    ldc: usize,
+) -> Result<(), KernelError> {
     if b.k() != k || b.n() != n {
         return Err(KernelError::new(format!(
             "packed b must be {k}x{n}, found {}x{}",
@@ -213,11 +238,6 @@ pub fn gemm_bf16_level(
     }
     check_matrix("a", m, k, a.len(), lda)?;
     check_matrix("c", m, n, c.len(), ldc)?;
-    if !level.is_supported() {
-        return Err(KernelError::new(format!(
-            "bf16 level {level} is not supported by this cpu"
-        )));
-    }
     if m == 0 || n == 0 {
         return Ok(());
     }
@@ -238,7 +258,6 @@ pub fn gemm_bf16_level(
         // store f32 bits.
         unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr().cast(), c.len()) }
     };
-    let lv = level_table(level);
     let problem = Problem {
         m,
         n,
@@ -251,8 +270,8 @@ pub fn gemm_bf16_level(
         c: cu,
         ldc,
     };
-    // SAFETY: level supported, shapes checked above, k > 0.
-    unsafe { grouped::run(&lv, problem) };
+    // SAFETY: the caller guarantees the level; shapes checked above, k > 0.
+    unsafe { grouped::run(lv, problem) };
     Ok(())
 }
 
@@ -360,7 +379,14 @@ unsafe fn bf16_tile<const NP: usize>(t: &grouped::Tile) {
 
 /// A for the AVX2 tile: as `pack_a_groups::<u16>` but each bf16 widened to
 /// its f32 bits, so a row's pair is two `vbroadcastss` loads.
-fn pack_a_f32(mr: usize, a: &[u16], lda: usize, rows: usize, kb: usize, out: &mut Vec<u8>) -> usize {
+fn pack_a_f32(
+    mr: usize,
+    a: &[u16],
+    lda: usize,
+    rows: usize,
+    kb: usize,
+    out: &mut Vec<u8>,
+) -> usize {
     let groups = kb.div_ceil(2);
     let pstride = groups * mr * 8;
     out.clear();

@@ -38,21 +38,24 @@ pub(super) const TILE_GROUPS: usize = 16;
 pub(super) trait Elem: Copy + Sync {
     /// Elements per 4-byte group.
     const G: usize;
-    /// Writes the element's native-endian bytes at the start of `dst`.
-    fn put(self, dst: &mut [u8]);
+    /// Writes the elements' native-endian bytes to `dst`
+    /// (`dst.len() == src.len() · 4 / G`).
+    fn to_bytes(src: &[Self], dst: &mut [u8]);
 }
 
 impl Elem for u8 {
     const G: usize = 4;
-    fn put(self, dst: &mut [u8]) {
-        dst[0] = self;
+    fn to_bytes(src: &[u8], dst: &mut [u8]) {
+        dst.copy_from_slice(src);
     }
 }
 
 impl Elem for u16 {
     const G: usize = 2;
-    fn put(self, dst: &mut [u8]) {
-        dst[..2].copy_from_slice(&self.to_ne_bytes());
+    fn to_bytes(src: &[u16], dst: &mut [u8]) {
+        for (d, s) in dst.chunks_exact_mut(2).zip(src) {
+            d.copy_from_slice(&s.to_ne_bytes());
+        }
     }
 }
 
@@ -80,7 +83,7 @@ pub(super) fn pack_b<T: Elem>(k: usize, n: usize, b: &[T], ldb: usize) -> Vec<u8
         for (j, &v) in b[r * ldb..r * ldb + n].iter().enumerate() {
             let (p, jj) = (j / PANEL, j % PANEL);
             let at = (p * rows + q) * ROW_BYTES + jj * 4 + e * size;
-            v.put(&mut out[at..]);
+            T::to_bytes(&[v], &mut out[at..at + size]);
         }
     }
     out
@@ -201,7 +204,7 @@ unsafe impl Sync for SharedC {}
 /// The CPU supports `lv`'s kernels; `p` was validated (B holds
 /// `ceil(n/16)` panels of `panel_bytes` ≥ `panel_rows(k, G)·64` bytes,
 /// A and C fit their shapes, `k > 0`).
-pub(super) unsafe fn run<T: Elem>(lv: &Level<T>, mut p: Problem<'_, T>) {
+pub(super) unsafe fn run<T: Elem>(lv: &Level<T>, p: Problem<'_, T>) {
     let (m, n) = (p.m, p.n);
     if m == 0 || n == 0 {
         return;
@@ -289,8 +292,8 @@ impl<T: Elem> Job<'_, T> {
                         let cols = tile_cols.min(nb - jr);
                         let panels = cols.div_ceil(PANEL);
                         let kernel = lv.tiles[panels - 1];
-                        let b = p.b[(col / PANEL) * p.panel_bytes + (pc / T::G) * ROW_BYTES..]
-                            .as_ptr();
+                        let b =
+                            p.b[(col / PANEL) * p.panel_bytes + (pc / T::G) * ROW_BYTES..].as_ptr();
                         let init = p.init[col..].as_ptr();
                         for ir in (0..mb).step_by(lv.mr) {
                             let rows = lv.mr.min(mb - ir);
@@ -362,11 +365,10 @@ pub(super) fn pack_a_groups<T: Elem>(
     out.clear();
     out.resize(panels * pstride, 0);
     for i in 0..rows {
-        let (ip, ii) = (i / mr, i % mr);
-        let base = ip * pstride + ii * 4;
-        for (r, &v) in a[i * lda..i * lda + kb].iter().enumerate() {
-            let at = base + (r / T::G) * mr * 4 + (r % T::G) * size;
-            v.put(&mut out[at..]);
+        let base = (i / mr) * pstride + (i % mr) * 4;
+        for (q, g) in a[i * lda..i * lda + kb].chunks(T::G).enumerate() {
+            let at = base + q * mr * 4;
+            T::to_bytes(g, &mut out[at..at + g.len() * size]);
         }
     }
     pstride
@@ -389,10 +391,10 @@ pub(super) fn pack_a_rows<T: Elem>(
     out.clear();
     out.resize(rows.div_ceil(mr) * pstride, 0);
     for i in 0..rows {
-        let row = &mut out[i * stride..(i + 1) * stride];
-        for (r, &v) in a[i * lda..i * lda + kb].iter().enumerate() {
-            v.put(&mut row[r * size..]);
-        }
+        T::to_bytes(
+            &a[i * lda..i * lda + kb],
+            &mut out[i * stride..i * stride + kb * size],
+        );
     }
     pstride
 }

@@ -248,6 +248,45 @@ pub fn gemm_u8s8_level(
     c: &mut [i32],
     ldc: usize,
 ) -> Result<(), KernelError> {
+    if !level.is_supported() {
+        return Err(KernelError::new(format!(
+            "int8 level {level} is not supported by this cpu"
+        )));
+    }
+    // SAFETY: the level is supported.
+    unsafe {
+        run_level(
+            &level_table(level),
+            m,
+            n,
+            k,
+            a,
+            lda,
+            a_zero_point,
+            b,
+            c,
+            ldc,
+        )
+    }
+}
+
+/// Checks the arguments and runs the product on `lv`.
+///
+/// # Safety
+/// The CPU supports `lv`'s kernels.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run_level(
+    lv: &Level<u8>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[u8],
+    lda: usize,
+    a_zero_point: i32,
+    b: PackedS8Ref<'_>,
+    c: &mut [i32],
+    ldc: usize,
+) -> Result<(), KernelError> {
     if b.k() != k || b.n() != n {
         return Err(KernelError::new(format!(
             "packed b must be {k}x{n}, found {}x{}",
@@ -260,11 +299,6 @@ pub fn gemm_u8s8_level(
     if !(0..=255).contains(&a_zero_point) {
         return Err(KernelError::new(format!(
             "zero point of a must be in 0..=255, found {a_zero_point}"
-        )));
-    }
-    if !level.is_supported() {
-        return Err(KernelError::new(format!(
-            "int8 level {level} is not supported by this cpu"
         )));
     }
     if m == 0 || n == 0 {
@@ -291,7 +325,6 @@ pub fn gemm_u8s8_level(
         // store wrapping i32 sums as their bits.
         unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr().cast(), c.len()) }
     };
-    let lv = level_table(level);
     let problem = Problem {
         m,
         n,
@@ -304,8 +337,8 @@ pub fn gemm_u8s8_level(
         c: cu,
         ldc,
     };
-    // SAFETY: level supported, shapes checked above, k > 0.
-    unsafe { grouped::run(&lv, problem) };
+    // SAFETY: the caller guarantees the level; shapes checked above, k > 0.
+    unsafe { grouped::run(lv, problem) };
     Ok(())
 }
 
@@ -414,15 +447,25 @@ unsafe fn vnni_tile<const NP: usize>(t: &grouped::Tile) {
 /// A for the AVX2 tile: as `pack_a_groups` but each u8 widened to a
 /// little-endian u16, so a row's group (4 × i16, 8 bytes) is one 64-bit
 /// broadcast.
-fn pack_a_wide(mr: usize, a: &[u8], lda: usize, rows: usize, kb: usize, out: &mut Vec<u8>) -> usize {
+fn pack_a_wide(
+    mr: usize,
+    a: &[u8],
+    lda: usize,
+    rows: usize,
+    kb: usize,
+    out: &mut Vec<u8>,
+) -> usize {
     let groups = kb.div_ceil(4);
     let pstride = groups * mr * 8;
     out.clear();
     out.resize(rows.div_ceil(mr) * pstride, 0);
     for i in 0..rows {
         let base = (i / mr) * pstride + (i % mr) * 8;
-        for (r, &v) in a[i * lda..i * lda + kb].iter().enumerate() {
-            out[base + (r / 4) * mr * 8 + (r % 4) * 2] = v;
+        for (q, g) in a[i * lda..i * lda + kb].chunks(4).enumerate() {
+            let at = base + q * mr * 8;
+            for (d, &v) in out[at..at + 8].chunks_exact_mut(2).zip(g) {
+                d.copy_from_slice(&u16::from(v).to_ne_bytes());
+            }
         }
     }
     pstride
@@ -504,14 +547,20 @@ unsafe fn scalar_tile(t: &grouped::Tile) {
         .chunks_exact(SCALAR_MR * 4)
         .zip(b.chunks_exact(grouped::ROW_BYTES))
     {
+        // B's group as 4 rows of 16 columns, so the inner loop runs along
+        // columns and vectorizes.
+        let mut bv = [[0i32; PANEL]; 4];
+        for (j, bc) in bg.chunks_exact(4).enumerate() {
+            for (r, &b) in bc.iter().enumerate() {
+                bv[r][j] = i32::from(b as i8);
+            }
+        }
         for (row, ar) in acc.iter_mut().zip(ag.chunks_exact(4)) {
-            for (x, bc) in row.iter_mut().zip(bg.chunks_exact(4)) {
-                let dot: i32 = ar
-                    .iter()
-                    .zip(bc)
-                    .map(|(&a, &b)| i32::from(a) * i32::from(b as i8))
-                    .sum();
-                *x = x.wrapping_add(dot);
+            for (&a, br) in ar.iter().zip(&bv) {
+                let a = i32::from(a);
+                for (x, &b) in row.iter_mut().zip(br) {
+                    *x = x.wrapping_add(a * b);
+                }
             }
         }
     }
@@ -539,10 +588,11 @@ pub enum QuantOut<'a> {
 }
 
 /// `out[i][j] = saturate(round_half_even((acc[i][j] + bias[j]) · scale_j)
-/// + out_zero_point)` for an `m × n` block: the i32 sum plus bias (wrapping)
-/// converted to f32, multiplied in f32 (like ONNX Runtime), rounded half to
-/// even, shifted by the zero point and saturated to the output type. A NaN
-/// product saturates to the type's minimum.
+///     + out_zero_point)` for an `m × n` block, row-major with strides `ld_acc`
+/// and `ldo`. The i32 sum plus bias (wrapping) is converted to f32 and
+/// multiplied in f32 (as ONNX Runtime does), rounded half to even, shifted
+/// by the zero point and saturated to the output type; a NaN product
+/// saturates to the type's minimum.
 #[allow(clippy::too_many_arguments)]
 pub fn requantize_i32(
     m: usize,
@@ -598,7 +648,14 @@ pub fn requantize_i32(
         }
         QuantOut::I8(o) => {
             for i in 0..m {
-                requant_row(&acc[i * ld_acc..], bias, scale, zp, (-128.0, 127.0), &mut row);
+                requant_row(
+                    &acc[i * ld_acc..],
+                    bias,
+                    scale,
+                    zp,
+                    (-128.0, 127.0),
+                    &mut row,
+                );
                 for (d, &q) in o[i * ldo..i * ldo + n].iter_mut().zip(&row) {
                     *d = q as i8;
                 }
@@ -632,9 +689,9 @@ fn requant_row(
             RequantScale::PerTensor(s) => s,
             RequantScale::PerColumn(s) => s[j],
         };
-        // `max` first: a NaN product becomes -LIMIT, i.e. the minimum.
-        let v = (x as f32 * s).max(-LIMIT).min(LIMIT);
+        let v = (x as f32 * s).clamp(-LIMIT, LIMIT);
         let r = (v + MAGIC) - MAGIC;
+        // `max` then `min` (not `clamp`): a NaN becomes `lo`.
         *o = (r + zp).max(lo).min(hi) as i32;
     }
 }
