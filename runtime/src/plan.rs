@@ -146,6 +146,21 @@ pub enum Step {
         geom: ConvGeom,
         relu: bool,
     },
+    /// NHWC Winograd convolution F(`tile`×`tile`, 3×3), `tile` 2 or 4
+    /// (`core.winograd_conv2d`): `geom` is 3×3, stride 1, dilation 1, one
+    /// group; `u` holds the transformed weights `G g Gᵀ` packed per
+    /// transform point (`kernels::winograd::winograd_pack_weights`: for each
+    /// of the `(tile+2)²` points in row-major order, the `c × oc` matrix
+    /// packed by `pack_b`, back to back); `bias` has `oc` values; relu last.
+    WinogradConv2d {
+        x: Buf,
+        u: Buf,
+        bias: Option<Buf>,
+        y: Buf,
+        geom: ConvGeom,
+        tile: u64,
+        relu: bool,
+    },
     /// NHWC depthwise convolution (`group == c`, `oc == c · multiplier`);
     /// `w` is `kh × kw × oc`, row major.
     DepthwiseConv2d {
@@ -308,6 +323,14 @@ impl Step {
                 }
                 f(y, true);
             }
+            Step::WinogradConv2d { x, u, bias, y, .. } => {
+                f(x, false);
+                f(u, false);
+                if let Some(bias) = bias {
+                    f(bias, false);
+                }
+                f(y, true);
+            }
             Step::Pool { x, y, .. }
             | Step::Reduce { x, y, .. }
             | Step::Resize { x, y, .. }
@@ -365,6 +388,7 @@ impl Step {
             Step::MatMul { .. } => "mat_mul",
             Step::Conv2d { .. } => "conv2d",
             Step::DepthwiseConv2d { .. } => "depthwise_conv2d",
+            Step::WinogradConv2d { .. } => "winograd_conv2d",
             Step::ConvTranspose2d { .. } => "conv_transpose2d",
             Step::Pool { .. } => "pool",
             Step::Reduce { .. } => "reduce",

@@ -142,6 +142,16 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             kernels::conv::depthwise_conv2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, *relu, f32s_mut(sp, y)?)
                 .map_err(e)
         }
+        Step::WinogradConv2d { x, u, bias, y, geom, tile, relu } => kernels::winograd::winograd_conv2d(
+            geom,
+            us(*tile),
+            f32s(sp, x)?,
+            f32s(sp, u)?,
+            opt_f32s(sp, bias)?,
+            *relu,
+            f32s_mut(sp, y)?,
+        )
+        .map_err(e),
         Step::ConvTranspose2d { x, w, bias, y, geom } => {
             kernels::conv::conv_transpose2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, f32s_mut(sp, y)?).map_err(e)
         }

@@ -13,6 +13,8 @@
 //!   convolution, and their compile-time weight packing;
 //! - [`pool`]: NHWC max/average pooling and middle-axis reductions;
 //! - [`resize`]: NHWC nearest and bilinear resize;
+//! - [`winograd`]: NHWC Winograd F(2×2, 3×3) / F(4×4, 3×3) convolution
+//!   over per-point GEMMs, and the packing of its transformed weights;
 //! - [`copy`]: strided copy (transposes, slices, expand), fill and gather;
 //! - [`norm`]: softmax, layer normalization and the vectorizable f32 exp;
 //! - [`batched`]: batched matmul of two activations over [`gemm()`].
@@ -38,6 +40,7 @@ pub mod norm;
 pub mod pack;
 pub mod pool;
 pub mod resize;
+pub mod winograd;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -31,6 +31,7 @@ mod nn;
 mod pointwise;
 mod reference;
 mod shape;
+mod winograd;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -462,15 +463,14 @@ impl<'a> Lower<'a> {
             Opcode::Gather => self.lower_gather(op)?,
             Opcode::Expand => self.lower_expand(op)?,
             Opcode::Resize => self.lower_resize(op)?,
-            // Integer compute ops arrive with the quantization work; the
-            // Winograd op is chosen only when the user asks for it on a CPU.
+            Opcode::WinogradConv2d => self.lower_winograd(op)?,
+            // Integer compute ops arrive with the quantization work.
             Opcode::QuantConv2d
             | Opcode::QuantMatMul
             | Opcode::QuantGemm
             | Opcode::QuantAdd
             | Opcode::QuantAvgPool2d
-            | Opcode::QuantGlobalAvgPool
-            | Opcode::WinogradConv2d => false,
+            | Opcode::QuantGlobalAvgPool => false,
         };
         if !done {
             self.lower_reference(op)?;
