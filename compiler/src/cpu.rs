@@ -17,10 +17,9 @@ use aoc_runtime::exec::{Session, SessionOptions};
 use crate::driver::{InputArg, load_model};
 use crate::npy;
 
-/// The pass pipeline `aoc compile` runs for a CPU target. Winograd is left
-/// out until the CPU backend has Winograd kernels (the op would run on the
-/// reference path).
-pub const CPU_PIPELINE: &str = "algebraic,fold-bn,qdq,fuse";
+/// The pass pipeline `aoc compile` runs for a CPU target (the cost model
+/// picks Winograd per layer: the CPU has native Winograd kernels).
+pub const CPU_PIPELINE: &str = "algebraic,fold-bn,qdq,winograd-auto,fuse";
 
 /// Resolves `--target` for the CPU: `host` is the best level this CPU runs.
 pub fn cpu_level(target: &str) -> Option<X86Level> {
