@@ -48,7 +48,7 @@ def main():
         if name == "aoc":
             copy(path, "aoc")
     for name, kind, path in executables(["test", "--release", "-p", "aoc-runtime", "--features", "cuda", "--no-run"]):
-        if kind == "lib":
+        if name == "aoc_runtime":
             copy(path, "runtime_tests")
     for name, kind, path in executables(["test", "--release", "-p", "aoc-backend-x86", "--no-run"]):
         if name == "pointwise":

@@ -133,6 +133,9 @@ pub(crate) struct Lower<'a> {
     pub report: LowerReport,
     /// Origin string of the op being lowered.
     pub origin: String,
+    /// Uses of each value (operands and returns), for peepholes that fold
+    /// an op into its only user.
+    pub uses: HashMap<ValueId, usize>,
 }
 
 /// Lowers `func` (verified, optimized) to a plan.
@@ -150,7 +153,16 @@ pub fn lower(func: &Func, weights: &dyn WeightSource) -> Result<Lowered, Diagnos
         weights_len: 0,
         report: LowerReport::default(),
         origin: String::new(),
+        uses: HashMap::new(),
     };
+    for &op in &func.body.ops {
+        for &v in &func.ops[op].operands {
+            *lw.uses.entry(v).or_default() += 1;
+        }
+    }
+    for &v in func.results() {
+        *lw.uses.entry(v).or_default() += 1;
+    }
     let mut inputs = Vec::new();
     for (i, &p) in func.params().iter().enumerate() {
         let ty = func.ty(p);

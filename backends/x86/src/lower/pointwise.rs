@@ -182,7 +182,38 @@ impl Lower<'_> {
         identity(out.rank())
     }
 
+    /// `relu(x)` where `x` is the output of the step just emitted, a kernel
+    /// with a relu flag, and this is its only use: set the flag instead of
+    /// running another pass over memory.
+    fn fold_relu(&mut self, op: &OpData) -> bool {
+        let x = op.operands[0];
+        if op.opcode != Opcode::Relu || self.uses.get(&x) != Some(&1) {
+            return false;
+        }
+        let Some(Val::Mem { buf, perm }) = self.vals.get(&x).cloned() else { return false };
+        let folded = match self.steps.last_mut() {
+            Some(Step::WinogradConv2d { y, relu, .. } | Step::Conv2d { y, relu, .. } | Step::DepthwiseConv2d { y, relu, .. })
+                if *y == buf && !*relu =>
+            {
+                *relu = true;
+                true
+            }
+            Some(Step::Gemm { c, relu, .. }) if *c == buf && !*relu => {
+                *relu = true;
+                true
+            }
+            _ => false,
+        };
+        if folded {
+            self.define(op.results[0], buf, perm);
+        }
+        folded
+    }
+
     pub(crate) fn lower_pointwise(&mut self, op: &OpData) -> Result<bool, String> {
+        if self.fold_relu(op) {
+            return Ok(true);
+        }
         let r = op.results[0];
         let out_ty = self.ty(r).clone();
         let out_s = out_ty.elem.storage();
