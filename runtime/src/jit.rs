@@ -10,6 +10,12 @@
 //!   checks them against the real layout.
 //! - A [`LoadedKernel`] owns its executable memory, so the entry point stays
 //!   valid for as long as the kernel value lives.
+//! - The table's transcendental functions (`math.rs`, over the lane types of
+//!   `lanes.rs`) are branch-free f32 polynomials with one scalar and one
+//!   `f32x4` entry each. Every entry runs the SSE2 instance, or the AVX+FMA
+//!   instance where the CPU has those (decided once per process), so on a
+//!   given machine the two entries of a function agree lane for lane and a
+//!   kernel's scalar tail matches its vector body.
 //!
 //! The ABI of a kernel, [`KernelFn`]: `(args, row_start, row_end, math)`,
 //! where `args` holds the operands' base pointers and then the output's; the
@@ -18,8 +24,42 @@
 
 use memmap2::{Mmap, MmapMut};
 
+mod lanes;
+mod math;
+
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::{AtomicU8, Ordering};
+
+#[cfg(not(target_arch = "x86_64"))]
+use lanes::Unfused;
+
+/// Four f32 lanes passed by value in one SSE register: on x86-64 SystemV an
+/// `__m128` argument and result travel in `xmm0`, where Cranelift passes
+/// and returns an `f32x4` value, so generated code calls the vector entries
+/// without a trip through memory.
+#[cfg(target_arch = "x86_64")]
+pub type F32x4 = std::arch::x86_64::__m128;
+
+/// Four f32 lanes (other targets run no generated code; the type only keeps
+/// the table's shape).
+#[cfg(not(target_arch = "x86_64"))]
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug)]
+pub struct F32x4(pub [f32; 4]);
+
 /// The math functions Cranelift has no instruction for; generated code calls
-/// them through the pointer it gets as its last argument.
+/// them through the pointer it gets as its last argument. The scalar entries
+/// serve scalar loops and vector tails, the `*4` entries the `f32x4` loops
+/// (one call per vector); a scalar entry returns bit for bit (NaN payloads
+/// aside) what its vector entry returns in each lane. Accuracy: `exp` and
+/// `log` within 4 ulp, `tanh`, `erf` and `sigmoid` within 2e-7 absolute
+/// (see `math.rs`); `pow` is std's.
+// The lint calls `__m128` not FFI-safe because Rust gives SIMD types no C
+// ABI guarantee in general; on x86-64 SystemV (the only target that runs
+// generated code) rustc passes and returns it in `xmm0`, as the psABI's
+// `__m128` and Cranelift's `f32x4` are, and the backend's tests call these
+// entries from generated code.
+#[allow(improper_ctypes_definitions)]
 #[repr(C)]
 pub struct MathTable {
     pub exp: extern "C" fn(f32) -> f32,
@@ -27,6 +67,13 @@ pub struct MathTable {
     pub tanh: extern "C" fn(f32) -> f32,
     pub erf: extern "C" fn(f32) -> f32,
     pub pow: extern "C" fn(f32, f32) -> f32,
+    /// `1 / (1 + exp(-x))`.
+    pub sigmoid: extern "C" fn(f32) -> f32,
+    pub exp4: extern "C" fn(F32x4) -> F32x4,
+    pub log4: extern "C" fn(F32x4) -> F32x4,
+    pub tanh4: extern "C" fn(F32x4) -> F32x4,
+    pub erf4: extern "C" fn(F32x4) -> F32x4,
+    pub sigmoid4: extern "C" fn(F32x4) -> F32x4,
 }
 
 /// Byte offsets of the [`MathTable`] fields (`i32`, as Cranelift's load
@@ -36,6 +83,12 @@ pub const MATH_LOG_OFFSET: i32 = 8;
 pub const MATH_TANH_OFFSET: i32 = 16;
 pub const MATH_ERF_OFFSET: i32 = 24;
 pub const MATH_POW_OFFSET: i32 = 32;
+pub const MATH_SIGMOID_OFFSET: i32 = 40;
+pub const MATH_EXP4_OFFSET: i32 = 48;
+pub const MATH_LOG4_OFFSET: i32 = 56;
+pub const MATH_TANH4_OFFSET: i32 = 64;
+pub const MATH_ERF4_OFFSET: i32 = 72;
+pub const MATH_SIGMOID4_OFFSET: i32 = 80;
 
 /// The table every kernel call gets.
 pub static MATH: MathTable = MathTable {
@@ -44,22 +97,162 @@ pub static MATH: MathTable = MathTable {
     tanh: math_tanh,
     erf: math_erf,
     pow: math_pow,
+    sigmoid: math_sigmoid,
+    exp4: math_exp4,
+    log4: math_log4,
+    tanh4: math_tanh4,
+    erf4: math_erf4,
+    sigmoid4: math_sigmoid4,
 };
 
-extern "C" fn math_exp(x: f32) -> f32 {
-    x.exp()
+/// Which instances of the math functions the entries run: detected on the
+/// first call, then one relaxed load per call.
+#[cfg(target_arch = "x86_64")]
+static INSTANCES: AtomicU8 = AtomicU8::new(UNKNOWN);
+#[cfg(target_arch = "x86_64")]
+const UNKNOWN: u8 = 0;
+/// SSE2 code with separate multiplies and adds (any x86-64).
+#[cfg(target_arch = "x86_64")]
+const PLAIN: u8 = 1;
+/// AVX code with fused multiply-adds.
+#[cfg(target_arch = "x86_64")]
+const FUSED: u8 = 2;
+
+/// Whether the CPU has AVX and FMA, for the fused instances.
+#[cfg(target_arch = "x86_64")]
+fn fused_ok() -> bool {
+    std::arch::is_x86_feature_detected!("avx") && std::arch::is_x86_feature_detected!("fma")
 }
 
-extern "C" fn math_log(x: f32) -> f32 {
-    x.ln()
+/// Records which instances this CPU runs (racing first calls store the
+/// same value).
+#[cfg(target_arch = "x86_64")]
+fn detect_instances() {
+    let level = if fused_ok() { FUSED } else { PLAIN };
+    INSTANCES.store(level, Ordering::Relaxed);
 }
 
-extern "C" fn math_tanh(x: f32) -> f32 {
-    x.tanh()
+/// Defines the scalar and vector entries of functions of [`math`]. Each
+/// runs the function's fused instance where the CPU has AVX and FMA and the
+/// SSE2 one elsewhere, through a tail call after one check, so on one
+/// machine both entries use the same instance and agree lane for lane.
+macro_rules! entries {
+    ($($scalar:ident, $vector:ident => $f:ident;)*) => {
+        $(
+            #[cfg(target_arch = "x86_64")]
+            extern "C" fn $scalar(x: f32) -> f32 {
+                match INSTANCES.load(Ordering::Relaxed) {
+                    // SAFETY: `FUSED` is stored only where the CPU has the
+                    // instances' target features.
+                    FUSED => unsafe { fused::$scalar(x) },
+                    PLAIN => plain::$scalar(x),
+                    _ => first::$scalar(x),
+                }
+            }
+
+            // `__m128` in `xmm0`; see `MathTable`.
+            #[allow(improper_ctypes_definitions)]
+            #[cfg(target_arch = "x86_64")]
+            extern "C" fn $vector(x: F32x4) -> F32x4 {
+                match INSTANCES.load(Ordering::Relaxed) {
+                    // SAFETY: as above.
+                    FUSED => unsafe { fused::$vector(x) },
+                    PLAIN => plain::$vector(x),
+                    _ => first::$vector(x),
+                }
+            }
+
+            #[cfg(not(target_arch = "x86_64"))]
+            extern "C" fn $scalar(x: f32) -> f32 {
+                math::$f(Unfused, x)
+            }
+
+            #[cfg(not(target_arch = "x86_64"))]
+            extern "C" fn $vector(x: F32x4) -> F32x4 {
+                F32x4(x.0.map(|v| math::$f(Unfused, v)))
+            }
+        )*
+
+        /// The first call of an entry: detects the instances, then calls
+        /// the entry again (out of line, so the entries themselves need no
+        /// stack frame).
+        #[cfg(target_arch = "x86_64")]
+        mod first {
+            use super::F32x4;
+
+            $(
+                #[cold]
+                #[inline(never)]
+                pub(super) extern "C" fn $scalar(x: f32) -> f32 {
+                    super::detect_instances();
+                    super::$scalar(x)
+                }
+
+                #[allow(improper_ctypes_definitions)]
+                #[cold]
+                #[inline(never)]
+                pub(super) extern "C" fn $vector(x: F32x4) -> F32x4 {
+                    super::detect_instances();
+                    super::$vector(x)
+                }
+            )*
+        }
+
+        /// The SSE2 instances (kept out of line, so the entries only
+        /// dispatch).
+        #[cfg(target_arch = "x86_64")]
+        mod plain {
+            use super::F32x4;
+            use super::lanes::Unfused;
+            use super::math;
+
+            $(
+                #[inline(never)]
+                pub(super) extern "C" fn $scalar(x: f32) -> f32 {
+                    math::$f(Unfused, x)
+                }
+
+                #[allow(improper_ctypes_definitions)]
+                #[inline(never)]
+                pub(super) extern "C" fn $vector(x: F32x4) -> F32x4 {
+                    math::$f(Unfused, x)
+                }
+            )*
+        }
+
+        /// The instances for CPUs with AVX and FMA (VEX encoding, fused
+        /// multiply-adds).
+        #[cfg(target_arch = "x86_64")]
+        mod fused {
+            use super::F32x4;
+            use super::lanes::Fused;
+            use super::math;
+
+            $(
+                #[target_feature(enable = "avx,fma")]
+                pub(super) extern "C" fn $scalar(x: f32) -> f32 {
+                    // SAFETY: this function runs only where its target
+                    // features, FMA among them, are present.
+                    math::$f(unsafe { Fused::new() }, x)
+                }
+
+                #[allow(improper_ctypes_definitions)]
+                #[target_feature(enable = "avx,fma")]
+                pub(super) extern "C" fn $vector(x: F32x4) -> F32x4 {
+                    // SAFETY: as above.
+                    math::$f(unsafe { Fused::new() }, x)
+                }
+            )*
+        }
+    };
 }
 
-extern "C" fn math_erf(x: f32) -> f32 {
-    erf_f64(x as f64) as f32
+entries! {
+    math_exp, math_exp4 => exp;
+    math_log, math_log4 => log;
+    math_tanh, math_tanh4 => tanh;
+    math_erf, math_erf4 => erf;
+    math_sigmoid, math_sigmoid4 => sigmoid;
 }
 
 extern "C" fn math_pow(x: f32, y: f32) -> f32 {
@@ -85,8 +278,9 @@ const ERF_TAYLOR: [f64; 28] = {
     c
 };
 
-/// The error function in `f64`, accurate to about 1e-11 absolute: ample
-/// for an `f32` result and cheap enough to call per element.
+/// The error function in `f64`, accurate to about 1e-11 absolute: the
+/// reference the fast f32 `erf` of the table is tested against (too slow to
+/// call per element).
 /// - `|x| < 2`: the Maclaurin series above (Horner in `x²`);
 /// - `|x| >= 2`: `1 - erfc(x)`, erfc from its continued fraction
 ///   `exp(-x²)/√π / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...))))` cut at depth
@@ -165,27 +359,29 @@ mod tests {
 
     #[test]
     fn jit_math_offsets_match_layout() {
-        assert_eq!(
-            std::mem::offset_of!(MathTable, exp),
-            MATH_EXP_OFFSET as usize
-        );
-        assert_eq!(
-            std::mem::offset_of!(MathTable, log),
-            MATH_LOG_OFFSET as usize
-        );
-        assert_eq!(
-            std::mem::offset_of!(MathTable, tanh),
-            MATH_TANH_OFFSET as usize
-        );
-        assert_eq!(
-            std::mem::offset_of!(MathTable, erf),
-            MATH_ERF_OFFSET as usize
-        );
-        assert_eq!(
-            std::mem::offset_of!(MathTable, pow),
-            MATH_POW_OFFSET as usize
-        );
-        assert_eq!(std::mem::size_of::<MathTable>(), 40);
+        let fields = [
+            (std::mem::offset_of!(MathTable, exp), MATH_EXP_OFFSET),
+            (std::mem::offset_of!(MathTable, log), MATH_LOG_OFFSET),
+            (std::mem::offset_of!(MathTable, tanh), MATH_TANH_OFFSET),
+            (std::mem::offset_of!(MathTable, erf), MATH_ERF_OFFSET),
+            (std::mem::offset_of!(MathTable, pow), MATH_POW_OFFSET),
+            (
+                std::mem::offset_of!(MathTable, sigmoid),
+                MATH_SIGMOID_OFFSET,
+            ),
+            (std::mem::offset_of!(MathTable, exp4), MATH_EXP4_OFFSET),
+            (std::mem::offset_of!(MathTable, log4), MATH_LOG4_OFFSET),
+            (std::mem::offset_of!(MathTable, tanh4), MATH_TANH4_OFFSET),
+            (std::mem::offset_of!(MathTable, erf4), MATH_ERF4_OFFSET),
+            (
+                std::mem::offset_of!(MathTable, sigmoid4),
+                MATH_SIGMOID4_OFFSET,
+            ),
+        ];
+        for (i, (real, constant)) in fields.into_iter().enumerate() {
+            assert_eq!(real, constant as usize, "field {i}");
+        }
+        assert_eq!(std::mem::size_of::<MathTable>(), 88);
     }
 
     #[test]
@@ -220,10 +416,11 @@ mod tests {
                     s * x,
                     s * want
                 );
+                // The table's f32 erf is within 2e-7 (its contract;
+                // rounding these inputs to f32 moves erf by < 2e-9).
                 let got32 = (MATH.erf)((s * x) as f32) as f64;
-                // Rounding x and the result to f32 costs at most ~2^-23 relative.
                 assert!(
-                    (got32 - s * want).abs() <= 1.2e-7 * want.abs().max(1e-30) + 1e-45,
+                    (got32 - s * want).abs() <= 2e-7,
                     "f32 erf({}) = {got32}, want {}",
                     s * x,
                     s * want
@@ -239,19 +436,30 @@ mod tests {
 
     #[test]
     fn jit_math_table_functions() {
-        // Each result within one f32 rounding of the f64 value.
-        let close = |got: f32, want: f64| (got as f64 - want).abs() <= 6e-8 * want.abs();
+        // Spot checks of the contracts (the sweeps are in `math`'s tests):
+        // exp and log within 4 ulp, the others within 2e-7.
+        let ulp4 = |got: f32, want: f64| (got as f64 - want).abs() <= 4.0 * 1.2e-7 * want.abs();
+        let abs = |got: f32, want: f64| (got as f64 - want).abs() <= 2e-7;
         for x in [-20.0f32, -1.5, -0.25, 0.0, 0.75, 1.0, 3.0, 30.0] {
-            assert!(close((MATH.exp)(x), (x as f64).exp()), "exp({x})");
-            assert!(close((MATH.tanh)(x), (x as f64).tanh()), "tanh({x})");
+            let xd = x as f64;
+            assert!(ulp4((MATH.exp)(x), xd.exp()), "exp({x})");
+            assert!(abs((MATH.tanh)(x), xd.tanh()), "tanh({x})");
+            assert!(abs((MATH.erf)(x), erf_f64(xd)), "erf({x})");
+            assert!(
+                abs((MATH.sigmoid)(x), 1.0 / (1.0 + (-xd).exp())),
+                "sigmoid({x})"
+            );
             if x > 0.0 {
-                assert!(close((MATH.log)(x), (x as f64).ln()), "log({x})");
+                assert!(ulp4((MATH.log)(x), xd.ln()), "log({x})");
                 assert!(
-                    close((MATH.pow)(x, 1.7), (x as f64).powf(1.7f32 as f64)),
+                    (((MATH.pow)(x, 1.7) as f64) - xd.powf(1.7f32 as f64)).abs()
+                        <= 6e-8 * xd.powf(1.7f32 as f64),
                     "pow({x})"
                 );
             }
         }
+        assert_eq!((MATH.exp)(1.0), std::f32::consts::E);
+        assert_eq!((MATH.log)(std::f32::consts::E), 1.0);
         assert_eq!((MATH.pow)(2.0, 10.0), 1024.0);
         assert_eq!((MATH.pow)(9.0, 0.5), 3.0);
         assert_eq!((MATH.log)(0.0), f32::NEG_INFINITY);

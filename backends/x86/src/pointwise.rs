@@ -16,11 +16,16 @@
 //!
 //! Invariants:
 //! - The code is position independent and has no relocations: the math
-//!   functions Cranelift lacks (`exp`, `log`, `tanh`, `erf`, `pow`) are called
-//!   through the table pointer the kernel receives, at the byte offsets
-//!   `aoc_runtime::jit` fixes, and rounding never becomes a libcall (the
-//!   baseline level, without SSE4.1, rounds with a float trick instead).
-//!   [`compile_pointwise`] checks the relocation list is empty.
+//!   functions Cranelift lacks (`exp`, `log`, `tanh`, `erf`, `sigmoid`,
+//!   `pow`) are called through the table pointer the kernel receives, at the
+//!   byte offsets `aoc_runtime::jit` fixes, and rounding never becomes a
+//!   libcall (the baseline level, without SSE4.1, rounds with a float trick
+//!   instead). [`compile_pointwise`] checks the relocation list is empty.
+//! - The vector loop calls the table's `f32x4` entries once per vector (the
+//!   value travels in `xmm0` both ways, SystemV's `__m128` convention); only
+//!   `pow`, which has no vector entry, is called lane by lane. Scalar code
+//!   calls the scalar entries, which return what the vector entries return
+//!   in each lane, so a row's tail matches its vector part.
 //! - `max`/`min`/`relu` follow the reference interpreter: NaN propagates and
 //!   ties return the first argument (so `relu(-0.0)` is `-0.0`), not
 //!   Cranelift's `fmax`, which orders `-0.0 < 0.0`.
@@ -28,7 +33,9 @@
 //!   costs nothing.
 
 use aoc_runtime::jit::{
-    MATH_ERF_OFFSET, MATH_EXP_OFFSET, MATH_LOG_OFFSET, MATH_POW_OFFSET, MATH_TANH_OFFSET,
+    MATH_ERF_OFFSET, MATH_ERF4_OFFSET, MATH_EXP_OFFSET, MATH_EXP4_OFFSET, MATH_LOG_OFFSET,
+    MATH_LOG4_OFFSET, MATH_POW_OFFSET, MATH_SIGMOID_OFFSET, MATH_SIGMOID4_OFFSET, MATH_TANH_OFFSET,
+    MATH_TANH4_OFFSET,
 };
 use cranelift::codegen::Context;
 use cranelift::codegen::control::ControlPlane;
@@ -177,35 +184,62 @@ enum MathFn {
     Log,
     Tanh,
     Erf,
+    Sigmoid,
     Pow,
 }
 
 impl MathFn {
-    const ALL: [MathFn; 5] = [
+    const ALL: [MathFn; 6] = [
         MathFn::Exp,
         MathFn::Log,
         MathFn::Tanh,
         MathFn::Erf,
+        MathFn::Sigmoid,
         MathFn::Pow,
     ];
 
+    /// Index into `Gen::scalar_fns` and `Gen::vector_fns`.
+    fn slot(self) -> usize {
+        self as usize
+    }
+
+    /// Byte offset of the scalar entry in the table.
     fn offset(self) -> i32 {
         match self {
             MathFn::Exp => MATH_EXP_OFFSET,
             MathFn::Log => MATH_LOG_OFFSET,
             MathFn::Tanh => MATH_TANH_OFFSET,
             MathFn::Erf => MATH_ERF_OFFSET,
+            MathFn::Sigmoid => MATH_SIGMOID_OFFSET,
             MathFn::Pow => MATH_POW_OFFSET,
         }
+    }
+
+    /// Byte offset of the `f32x4` entry, if the table has one.
+    fn vector_offset(self) -> Option<i32> {
+        match self {
+            MathFn::Exp => Some(MATH_EXP4_OFFSET),
+            MathFn::Log => Some(MATH_LOG4_OFFSET),
+            MathFn::Tanh => Some(MATH_TANH4_OFFSET),
+            MathFn::Erf => Some(MATH_ERF4_OFFSET),
+            MathFn::Sigmoid => Some(MATH_SIGMOID4_OFFSET),
+            MathFn::Pow => None,
+        }
+    }
+
+    /// Whether the function takes two arguments.
+    fn binary(self) -> bool {
+        self == MathFn::Pow
     }
 
     /// The table function an expression calls, if any.
     fn of(e: &Expr) -> Option<MathFn> {
         match *e {
-            Expr::Unary(Un::Exp | Un::Sigmoid, _) => Some(MathFn::Exp),
+            Expr::Unary(Un::Exp, _) => Some(MathFn::Exp),
             Expr::Unary(Un::Log, _) => Some(MathFn::Log),
             Expr::Unary(Un::Tanh, _) => Some(MathFn::Tanh),
             Expr::Unary(Un::Erf, _) => Some(MathFn::Erf),
+            Expr::Unary(Un::Sigmoid, _) => Some(MathFn::Sigmoid),
             Expr::Binary(Bin::Pow, _, _) => Some(MathFn::Pow),
             Expr::Load(_)
             | Expr::Const(_)
@@ -312,9 +346,11 @@ fn pointwise_function(
         out,
         live,
         used,
-        math: [None; 5],
+        scalar_fns: [None; 6],
+        vector_fns: [None; 6],
         sig_un: None,
         sig_bin: None,
+        sig_vec: None,
     };
     g.build();
     b.seal_all_blocks();
@@ -336,10 +372,14 @@ struct Gen<'a, 'f> {
     live: Vec<bool>,
     /// Operands the live expressions load.
     used: Vec<bool>,
-    /// Math table pointers, loaded once in the entry block (by `MathFn`).
-    math: [Option<Value>; 5],
+    /// Math table pointers, loaded once in the entry block (by
+    /// `MathFn::slot`): the scalar entries and the `f32x4` entries.
+    scalar_fns: [Option<Value>; 6],
+    vector_fns: [Option<Value>; 6],
+    /// `f32 -> f32`, `(f32, f32) -> f32` and `f32x4 -> f32x4`.
     sig_un: Option<SigRef>,
     sig_bin: Option<SigRef>,
+    sig_vec: Option<SigRef>,
 }
 
 impl Gen<'_, '_> {
@@ -362,7 +402,12 @@ impl Gen<'_, '_> {
         let ptrs: Vec<Value> = (0..=n)
             .map(|i| self.b.ins().load(I64, mem(), args, (8 * i) as i32))
             .collect();
-        self.load_math_table(math);
+        let simd = self.simd_ok();
+        // Which loops exist: the f32x4 loop, and scalar code (the scalar
+        // loop, or the vector loop's tail).
+        let vector_loop = simd && cols >= 4;
+        let scalar_code = !simd || cols % 4 != 0;
+        self.load_math_table(math, vector_loop, scalar_code);
 
         // Clamping to the row count keeps a bad range from writing out of
         // bounds.
@@ -390,7 +435,7 @@ impl Gen<'_, '_> {
         let out_bytes = self.b.ins().imul_imm_s(r, cols as i64 * self.out.size());
         let out_ptr = self.b.ins().iadd(ptrs[n], out_bytes);
         let next = self.b.create_block();
-        if self.simd_ok() {
+        if simd {
             self.simd_cols(&row_ptrs, out_ptr, cols, next);
         } else {
             self.scalar_cols(&row_ptrs, out_ptr, cols, next);
@@ -407,31 +452,48 @@ impl Gen<'_, '_> {
         self.b.ins().return_(&[]);
     }
 
-    fn load_math_table(&mut self, math: Value) {
-        for (slot, f) in MathFn::ALL.into_iter().enumerate() {
+    /// Loads the table entries the live expressions call: the vector
+    /// entries if the f32x4 loop exists, the scalar ones if scalar code does
+    /// (or the vector loop needs one lane by lane).
+    fn load_math_table(&mut self, math: Value, vector_loop: bool, scalar_code: bool) {
+        for f in MathFn::ALL {
             let needed = self
                 .k
                 .exprs
                 .iter()
                 .zip(&self.live)
                 .any(|(e, l)| *l && MathFn::of(e) == Some(f));
-            if needed {
-                self.math[slot] = Some(self.b.ins().load(I64, mem(), math, f.offset()));
+            if !needed {
+                continue;
+            }
+            let vector = f.vector_offset().filter(|_| vector_loop);
+            if let Some(off) = vector {
+                self.vector_fns[f.slot()] = Some(self.b.ins().load(I64, mem(), math, off));
+            }
+            if scalar_code || (vector_loop && vector.is_none()) {
+                self.scalar_fns[f.slot()] = Some(self.b.ins().load(I64, mem(), math, f.offset()));
             }
         }
-        let sig = |params: usize| {
+        let sig = |ty: Type, params: usize| {
             let mut s = Signature::new(CallConv::SystemV);
             s.params
-                .extend(std::iter::repeat_n(AbiParam::new(F32), params));
-            s.returns.push(AbiParam::new(F32));
+                .extend(std::iter::repeat_n(AbiParam::new(ty), params));
+            s.returns.push(AbiParam::new(ty));
             s
         };
-        let (un, bin) = (sig(1), sig(2));
-        if self.math[..4].iter().any(Option::is_some) {
-            self.sig_un = Some(self.b.import_signature(un));
+        let loaded = |fns: &[Option<Value>; 6], binary: bool| {
+            MathFn::ALL
+                .iter()
+                .any(|f| f.binary() == binary && fns[f.slot()].is_some())
+        };
+        if loaded(&self.scalar_fns, false) {
+            self.sig_un = Some(self.b.import_signature(sig(F32, 1)));
         }
-        if self.math[4].is_some() {
-            self.sig_bin = Some(self.b.import_signature(bin));
+        if loaded(&self.scalar_fns, true) {
+            self.sig_bin = Some(self.b.import_signature(sig(F32, 2)));
+        }
+        if loaded(&self.vector_fns, false) {
+            self.sig_vec = Some(self.b.import_signature(sig(F32X4, 1)));
         }
     }
 

@@ -2,127 +2,20 @@
 //! hand, compile it with Cranelift for every x86 level, load it with the
 //! runtime's JIT loader, run it and compare with values computed here.
 //! Levels the CPU lacks (AVX-512 on most build machines) are compiled but not
-//! run, and the test says so on stderr.
+//! run, and the test says so on stderr. The math functions' tests are in
+//! `pointwise_math.rs`.
 
-use aoc_backend_x86::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
+mod common;
+
+use aoc_backend_x86::expr::{Bin, Expr, PointwiseKernel, Un};
 use aoc_backend_x86::pointwise::{X86Level, compile_pointwise, pointwise_asm, pointwise_clif};
-use aoc_ir::ops::elementwise::{erf, fmax_nan, fmin_nan};
+use aoc_ir::ops::elementwise::{fmax_nan, fmin_nan};
 use aoc_ir::types::Scalar;
-use aoc_runtime::jit::LoadedKernel;
+use common::*;
 
-/// Little-endian element (de)serialization for test buffers.
-trait Elem: Copy {
-    fn put(self, out: &mut Vec<u8>);
-    fn get(b: &[u8]) -> Self;
-    const SIZE: usize;
-}
-
-macro_rules! elem {
-    ($($t:ty),*) => {$(
-        impl Elem for $t {
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-            fn get(b: &[u8]) -> Self {
-                <$t>::from_le_bytes(b.try_into().unwrap())
-            }
-            const SIZE: usize = std::mem::size_of::<$t>();
-        }
-    )*};
-}
-elem!(f32, f64, i8, u8, i16, u16, i32, u32, i64, u64);
-
-fn bytes<T: Elem>(v: &[T]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for &x in v {
-        x.put(&mut out);
-    }
-    out
-}
-
-fn values<T: Elem>(b: &[u8]) -> Vec<T> {
-    b.chunks_exact(T::SIZE).map(T::get).collect()
-}
-
-type UnaryF64 = fn(f64) -> f64;
 type UnaryF32 = fn(f32) -> f32;
 type BinaryF32 = fn(f32, f32) -> f32;
 type CompareF32 = fn(f32, f32) -> bool;
-
-fn contiguous(dims: &[u64]) -> Vec<u64> {
-    let mut s = vec![1; dims.len()];
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * dims[d + 1];
-    }
-    s
-}
-
-fn kernel(dims: &[u64], operands: &[(Scalar, Vec<u64>)], out_dtype: Scalar) -> PointwiseKernel {
-    PointwiseKernel {
-        name: "test".into(),
-        dims: dims.to_vec(),
-        operands: operands
-            .iter()
-            .map(|(dtype, strides)| Operand {
-                dtype: *dtype,
-                strides: strides.clone(),
-            })
-            .collect(),
-        exprs: vec![],
-        result: 0,
-        out_dtype,
-    }
-}
-
-/// Sets `k.result` to the last pushed expression.
-fn finish(mut k: PointwiseKernel) -> PointwiseKernel {
-    k.result = k.exprs.len() - 1;
-    k
-}
-
-/// Compiles `k` for every level and runs rows `rows` on each level this CPU
-/// has, with `out` as the initial output buffer. Returns each run's output.
-fn run_all(
-    k: &PointwiseKernel,
-    inputs: &[Vec<u8>],
-    out: &[u8],
-    rows: (u64, u64),
-) -> Vec<(X86Level, Vec<u8>)> {
-    let mut results = Vec::new();
-    for level in X86Level::ALL {
-        let code = compile_pointwise(k, level).unwrap_or_else(|e| panic!("{level:?}: {e}"));
-        assert!(!code.is_empty());
-        if level > X86Level::host() {
-            // Cranelift often emits the same code for v4 as for v3; say so,
-            // since then the v3 run covers it.
-            let same = compile_pointwise(k, X86Level::V3).ok().as_ref() == Some(&code);
-            eprintln!("{level:?}: compiled, not run (this CPU lacks it); same code as V3: {same}");
-            continue;
-        }
-        let loaded = LoadedKernel::new(&code).unwrap();
-        let mut ins = inputs.to_vec();
-        let mut out = out.to_vec();
-        let mut args: Vec<*mut u8> = ins.iter_mut().map(|v| v.as_mut_ptr()).collect();
-        args.push(out.as_mut_ptr());
-        // SAFETY: every buffer holds all elements the kernel's strides reach.
-        unsafe { loaded.call(&args, rows.0, rows.1) };
-        results.push((level, out));
-    }
-    assert!(!results.is_empty());
-    results
-}
-
-/// Runs all rows with an f32 output and checks bit-exact equality.
-fn check_f32(k: &PointwiseKernel, inputs: &[Vec<u8>], want: &[f32]) {
-    let rows = k.rows();
-    for (level, out) in run_all(k, inputs, &bytes(&vec![0f32; want.len()]), (0, rows)) {
-        let got: Vec<f32> = values(&out);
-        for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            let same = g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan());
-            assert!(same, "{level:?}: element {i}: got {g:?}, want {w:?}");
-        }
-    }
-}
 
 #[test]
 fn relu_mul_add_broadcast_any_col_count() {
@@ -159,83 +52,6 @@ fn relu_mul_add_broadcast_any_col_count() {
             })
             .collect();
         check_f32(&k, &[bytes(&av), bytes(&bv), bytes(&cv)], &want);
-    }
-}
-
-/// Relative error of `got` against the f64 value `want`.
-fn rel_err(got: f32, want: f64) -> f64 {
-    if got as f64 == want {
-        return 0.0;
-    }
-    ((got as f64 - want) / want.abs().max(1e-30)).abs()
-}
-
-#[test]
-fn math_functions_match_f64_within_1e6() {
-    let unary: [(Un, UnaryF64); 5] = [
-        (Un::Exp, f64::exp),
-        (Un::Log, f64::ln),
-        (Un::Tanh, f64::tanh),
-        (Un::Erf, erf),
-        (Un::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
-    ];
-    let dims = [2u64, 9];
-    let n = 18;
-    // f32 operands take the vector loop, f64 ones the scalar loop.
-    for dtype in [Scalar::F32, Scalar::F64] {
-        for (op, f) in unary {
-            let x: Vec<f32> = if op == Un::Log {
-                (0..n).map(|i| 0.05 + i as f32 * 0.37).collect()
-            } else {
-                (0..n).map(|i| -4.0 + i as f32 * 0.47).collect()
-            };
-            let input = match dtype {
-                Scalar::F32 => bytes(&x),
-                _ => bytes(&x.iter().map(|&v| v as f64).collect::<Vec<_>>()),
-            };
-            let mut k = kernel(&dims, &[(dtype, contiguous(&dims))], Scalar::F32);
-            let a = k.push(Expr::Load(0));
-            k.push(Expr::Unary(op, a));
-            let k = finish(k);
-            for (level, out) in run_all(&k, &[input], &bytes(&vec![0f32; n]), (0, 2)) {
-                for (i, g) in values::<f32>(&out).into_iter().enumerate() {
-                    let want = f(x[i] as f64);
-                    let e = rel_err(g, want);
-                    assert!(
-                        e <= 1e-6,
-                        "{level:?} {op:?}({}) = {g}, want {want} (rel {e})",
-                        x[i]
-                    );
-                }
-            }
-        }
-        // pow(a, b)
-        let a: Vec<f32> = (0..n).map(|i| 0.05 + i as f32 * 0.41).collect();
-        let b: Vec<f32> = (0..n).map(|i| -2.0 + i as f32 * 0.29).collect();
-        let enc = |v: &[f32]| match dtype {
-            Scalar::F32 => bytes(v),
-            _ => bytes(&v.iter().map(|&x| x as f64).collect::<Vec<_>>()),
-        };
-        let mut k = kernel(
-            &dims,
-            &[(dtype, contiguous(&dims)), (dtype, contiguous(&dims))],
-            Scalar::F32,
-        );
-        let (x, y) = (k.push(Expr::Load(0)), k.push(Expr::Load(1)));
-        k.push(Expr::Binary(Bin::Pow, x, y));
-        let k = finish(k);
-        for (level, out) in run_all(&k, &[enc(&a), enc(&b)], &bytes(&vec![0f32; n]), (0, 2)) {
-            for (i, g) in values::<f32>(&out).into_iter().enumerate() {
-                let want = (a[i] as f64).powf(b[i] as f64);
-                let e = rel_err(g, want);
-                assert!(
-                    e <= 1e-6,
-                    "{level:?} pow({}, {}) = {g}, want {want}",
-                    a[i],
-                    b[i]
-                );
-            }
-        }
     }
 }
 

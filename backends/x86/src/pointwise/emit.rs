@@ -227,13 +227,7 @@ impl Gen<'_, '_> {
             Un::Log => self.call(MathFn::Log, &[x]),
             Un::Tanh => self.call(MathFn::Tanh, &[x]),
             Un::Erf => self.call(MathFn::Erf, &[x]),
-            Un::Sigmoid => {
-                let one = self.fconst(ty, 1.0);
-                let nx = self.b.ins().fneg(x);
-                let e = self.call(MathFn::Exp, &[nx]);
-                let d = self.b.ins().fadd(one, e);
-                self.b.ins().fdiv(one, d)
-            }
+            Un::Sigmoid => self.call(MathFn::Sigmoid, &[x]),
             Un::Floor | Un::Ceil | Un::Trunc | Un::RoundEven => self.round(ty, op, x),
             Un::Relu => {
                 // NaN and -0.0 pass through, as max(x, 0) in the reference.
@@ -323,17 +317,27 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// Calls a math table function, lane by lane for vectors.
+    /// Calls a math table function: once for a scalar, once per vector
+    /// through the `f32x4` entry, or lane by lane for a vector of a function
+    /// without one (`pow`).
     fn call(&mut self, f: MathFn, args: &[Value]) -> Value {
-        let slot = MathFn::ALL.iter().position(|&g| g == f).unwrap_or(0);
-        let fptr = self.math[slot].expect("live math functions are loaded");
-        let sig = if args.len() == 1 {
-            self.sig_un
-        } else {
+        let ty = self.b.func.dfg.value_type(args[0]);
+        if ty.is_vector()
+            && let Some(fptr) = self.vector_fns[f.slot()]
+        {
+            let sig = self
+                .sig_vec
+                .expect("the vector signature is imported with the vector entries");
+            let inst = self.b.ins().call_indirect(sig, fptr, args);
+            return self.b.inst_results(inst)[0];
+        }
+        let fptr = self.scalar_fns[f.slot()].expect("live math functions are loaded");
+        let sig = if f.binary() {
             self.sig_bin
+        } else {
+            self.sig_un
         }
         .expect("signatures of live math functions are imported");
-        let ty = self.b.func.dfg.value_type(args[0]);
         if !ty.is_vector() {
             let inst = self.b.ins().call_indirect(sig, fptr, args);
             return self.b.inst_results(inst)[0];
