@@ -51,8 +51,8 @@ def main():
         if name == "aoc_runtime":
             copy(path, "runtime_tests")
     for name, kind, path in executables(["test", "--release", "-p", "aoc-backend-x86", "--no-run"]):
-        if name == "pointwise":
-            copy(path, "pointwise_tests")
+        if name in ("pointwise", "pointwise_math"):
+            copy(path, f"{name}_tests")
     for name, kind, path in executables(["bench", "-p", "aoc-runtime", "--no-run"]):
         if kind == "bench":
             copy(path, f"bench_{name}")
