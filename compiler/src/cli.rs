@@ -482,10 +482,19 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
 fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     use crate::cpu::{CPU_PIPELINE, Emit, compile_cpu, cpu_level};
     let level = cpu_level(&a.target).ok_or_else(|| {
-        format!(
-            "error: unknown target `{}`; CPU targets are x86-64-v4, x86-64-v3, x86-64 and host",
-            a.target
-        )
+        if a.target.starts_with("sm_") {
+            format!(
+                "error: GPU target `{}`: `aoc compile` does not generate GPU artifacts yet (the PTX \
+                 backend's kernels exist in crate aoc-backend-ptx; see docs/backend-ptx.md); CPU targets \
+                 are x86-64-v4, x86-64-v3, x86-64 and host",
+                a.target
+            )
+        } else {
+            format!(
+                "error: unknown target `{}`; CPU targets are x86-64-v4, x86-64-v3, x86-64 and host",
+                a.target
+            )
+        }
     })?;
     let (emit, ext) = match a.emit.as_str() {
         "aoc" => (Emit::Artifact, "aoc"),

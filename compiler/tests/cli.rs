@@ -854,6 +854,8 @@ fn compile_rejects_an_unknown_target() {
     let d = dir("compile_bad_target");
     let o = aoc(&[&"compile", &example_air(), &"--target", &"x86-65", &"-o", &d.join("m.aoc")]);
     user_error(&o, &["unknown target `x86-65`", "x86-64-v4"]);
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_86", &"-o", &d.join("m.aoc")]);
+    user_error(&o, &["GPU target `sm_86`", "not generate GPU artifacts yet"]);
 }
 
 #[test]

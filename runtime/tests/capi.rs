@@ -3,10 +3,11 @@
 //!
 //! How the library is found: the test asks cargo itself
 //! (`cargo build -p aoc-runtime --lib --message-format=json`, the same
-//! cargo and target directory that run this test; cargo has released its
-//! build lock by the time tests run) and takes the `.a` path from cargo's
-//! report. Guessing a file in `target/debug/deps` would be fragile: several
-//! builds of the crate (features, profiles) sit there side by side.
+//! cargo that runs this test) and takes the `.a` path from cargo's report.
+//! It builds into its own target directory (`<target>/tmp/capi-lib`): the
+//! runtime's `staticlib`/`cdylib` outputs carry no hash in their names, so a
+//! build with other features in the shared directory would overwrite the
+//! workspace's `libaoc_runtime.rlib` under the crates that link it.
 //!
 //! Without a C compiler (`cc`) the tests print why and return.
 
@@ -61,8 +62,10 @@ fn scratch(name: &str) -> PathBuf {
 /// Path of `libaoc_runtime.a`, built (or found up to date) by cargo.
 fn static_lib() -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-lib");
     let out = Command::new(cargo)
         .current_dir(repo_root())
+        .env("CARGO_TARGET_DIR", &target)
         .args([
             "build",
             "-p",
