@@ -120,4 +120,61 @@ impl PointwiseKernel {
         self.exprs.push(e);
         self.exprs.len() - 1
     }
+
+    /// Which expressions the result depends on, after checking that every
+    /// reference is in range and points backwards (both backends call this
+    /// before generating code).
+    pub fn live_exprs(&self) -> Result<Vec<bool>, String> {
+        let k = self;
+        if k.exprs.is_empty() || k.result >= k.exprs.len() {
+            return Err(format!(
+                "result must name one of the {} expressions, found {}",
+                k.exprs.len(),
+                k.result
+            ));
+        }
+        for (i, e) in k.exprs.iter().enumerate() {
+            let args: &[usize] = match e {
+                Expr::Load(op) => {
+                    if *op >= k.operands.len() {
+                        return Err(format!(
+                            "expression {i} loads operand {op}, but there are {}",
+                            k.operands.len()
+                        ));
+                    }
+                    &[]
+                }
+                Expr::Const(_) => &[],
+                Expr::Unary(_, a) => &[*a],
+                Expr::Binary(_, a, b) => &[*a, *b],
+                Expr::Select(c, a, b) => &[*c, *a, *b],
+            };
+            if let Some(a) = args.iter().find(|&&a| a >= i) {
+                return Err(format!(
+                    "expression {i} uses expression {a}, which is not earlier"
+                ));
+            }
+        }
+        let mut live = vec![false; k.exprs.len()];
+        live[k.result] = true;
+        for i in (0..k.exprs.len()).rev() {
+            if !live[i] {
+                continue;
+            }
+            match k.exprs[i] {
+                Expr::Load(_) | Expr::Const(_) => {}
+                Expr::Unary(_, a) => live[a] = true,
+                Expr::Binary(_, a, b) => {
+                    live[a] = true;
+                    live[b] = true;
+                }
+                Expr::Select(c, a, b) => {
+                    live[c] = true;
+                    live[a] = true;
+                    live[b] = true;
+                }
+            }
+        }
+        Ok(live)
+    }
 }

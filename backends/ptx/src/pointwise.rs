@@ -71,7 +71,7 @@ pub fn module_llvm(kernels: &[PointwiseKernel], _sm: Sm) -> Result<String, Strin
 /// Whether `k` compiles to the vector form (four f32 elements per work
 /// item); `k` must be valid.
 pub fn is_vectorized(k: &PointwiseKernel) -> bool {
-    let Ok(live) = live_exprs(k) else {
+    let Ok(live) = k.live_exprs() else {
         return false;
     };
     vector_ok(k, &used_operands(k, &live))
@@ -85,59 +85,6 @@ pub fn work_items(k: &PointwiseKernel) -> u64 {
     if is_vectorized(k) { total / 4 } else { total }
 }
 
-/// Which expressions the result depends on; checks every reference.
-fn live_exprs(k: &PointwiseKernel) -> Result<Vec<bool>, String> {
-    if k.exprs.is_empty() || k.result >= k.exprs.len() {
-        return Err(format!(
-            "result must name one of the {} expressions, found {}",
-            k.exprs.len(),
-            k.result
-        ));
-    }
-    for (i, e) in k.exprs.iter().enumerate() {
-        let args: &[usize] = match e {
-            Expr::Load(op) => {
-                if *op >= k.operands.len() {
-                    return Err(format!(
-                        "expression {i} loads operand {op}, but there are {}",
-                        k.operands.len()
-                    ));
-                }
-                &[]
-            }
-            Expr::Const(_) => &[],
-            Expr::Unary(_, a) => &[*a],
-            Expr::Binary(_, a, b) => &[*a, *b],
-            Expr::Select(c, a, b) => &[*c, *a, *b],
-        };
-        if let Some(a) = args.iter().find(|&&a| a >= i) {
-            return Err(format!(
-                "expression {i} uses expression {a}, which is not earlier"
-            ));
-        }
-    }
-    let mut live = vec![false; k.exprs.len()];
-    live[k.result] = true;
-    for i in (0..k.exprs.len()).rev() {
-        if !live[i] {
-            continue;
-        }
-        match k.exprs[i] {
-            Expr::Load(_) | Expr::Const(_) => {}
-            Expr::Unary(_, a) => live[a] = true,
-            Expr::Binary(_, a, b) => {
-                live[a] = true;
-                live[b] = true;
-            }
-            Expr::Select(c, a, b) => {
-                live[c] = true;
-                live[a] = true;
-                live[b] = true;
-            }
-        }
-    }
-    Ok(live)
-}
 
 fn used_operands(k: &PointwiseKernel, live: &[bool]) -> Vec<bool> {
     let mut used = vec![false; k.operands.len()];
@@ -200,7 +147,7 @@ fn kernel_function(k: &PointwiseKernel, m: &mut ModuleText) -> Result<String, St
         elems.push(Elem::of(op.dtype).map_err(|e| format!("operand {i}: {e}"))?);
     }
     let out = Elem::of(k.out_dtype).map_err(|e| format!("output: {e}"))?;
-    let live = live_exprs(k)?;
+    let live = k.live_exprs()?;
     let used = used_operands(k, &live);
 
     // 32-bit offsets when the element count and every used operand's

@@ -250,59 +250,6 @@ impl MathFn {
     }
 }
 
-/// Which expressions the result depends on; checks every reference.
-fn live_exprs(k: &PointwiseKernel) -> Result<Vec<bool>, String> {
-    if k.exprs.is_empty() || k.result >= k.exprs.len() {
-        return Err(format!(
-            "result must name one of the {} expressions, found {}",
-            k.exprs.len(),
-            k.result
-        ));
-    }
-    for (i, e) in k.exprs.iter().enumerate() {
-        let args: &[usize] = match e {
-            Expr::Load(op) => {
-                if *op >= k.operands.len() {
-                    return Err(format!(
-                        "expression {i} loads operand {op}, but there are {}",
-                        k.operands.len()
-                    ));
-                }
-                &[]
-            }
-            Expr::Const(_) => &[],
-            Expr::Unary(_, a) => &[*a],
-            Expr::Binary(_, a, b) => &[*a, *b],
-            Expr::Select(c, a, b) => &[*c, *a, *b],
-        };
-        if let Some(a) = args.iter().find(|&&a| a >= i) {
-            return Err(format!(
-                "expression {i} uses expression {a}, which is not earlier"
-            ));
-        }
-    }
-    let mut live = vec![false; k.exprs.len()];
-    live[k.result] = true;
-    for i in (0..k.exprs.len()).rev() {
-        if !live[i] {
-            continue;
-        }
-        match k.exprs[i] {
-            Expr::Load(_) | Expr::Const(_) => {}
-            Expr::Unary(_, a) => live[a] = true,
-            Expr::Binary(_, a, b) => {
-                live[a] = true;
-                live[b] = true;
-            }
-            Expr::Select(c, a, b) => {
-                live[c] = true;
-                live[a] = true;
-                live[b] = true;
-            }
-        }
-    }
-    Ok(live)
-}
 
 /// Builds the Cranelift function of `k` (checking `k` on the way).
 fn pointwise_function(
@@ -325,7 +272,7 @@ fn pointwise_function(
         elems.push(Elem::of(op.dtype).map_err(|e| format!("operand {i}: {e}"))?);
     }
     let out = Elem::of(k.out_dtype).map_err(|e| format!("output: {e}"))?;
-    let live = live_exprs(k)?;
+    let live = k.live_exprs()?;
     let mut used = vec![false; k.operands.len()];
     for (e, _) in k.exprs.iter().zip(&live).filter(|(_, l)| **l) {
         if let Expr::Load(op) = e {

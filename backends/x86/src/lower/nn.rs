@@ -49,11 +49,32 @@ fn quad(v: &[i64]) -> [u64; 4] {
 fn u(v: usize) -> u64 {
     v as u64
 }
-fn f32s(t: &aoc_ir::tensor::Tensor) -> Vec<f32> {
+pub(crate) fn f32s(t: &aoc_ir::tensor::Tensor) -> Vec<f32> {
     t.to_f64().into_iter().map(|v| v as f32).collect()
 }
-fn is_f32(ty: &TensorType) -> bool {
+pub(crate) fn is_f32(ty: &TensorType) -> bool {
     ty.elem.storage() == Scalar::F32 && ty.elem.quant().is_none()
+}
+
+/// NHWC geometry of a 4-D convolution-like op over input `x`: output
+/// channels and size `out` (`[oc, oh, ow]`), kernel `k`; strides,
+/// dilations, pads and groups from its (completed) attributes.
+fn geom(x: &TensorType, out: [u64; 3], k: [u64; 2], attrs: &Attrs) -> ConvGeom {
+    ConvGeom {
+        n: u(x.shape[0]),
+        c: u(x.shape[1]),
+        h: u(x.shape[2]),
+        w: u(x.shape[3]),
+        oc: out[0],
+        oh: out[1],
+        ow: out[2],
+        kh: k[0],
+        kw: k[1],
+        stride: pair(&ints(attrs, "strides"), 1),
+        dilation: pair(&ints(attrs, "dilations"), 1),
+        pads: quad(&ints(attrs, "pads")),
+        group: int(attrs, "groups", 1) as u64,
+    }
 }
 
 /// A matrix operand: an IR value, or an intermediate buffer in the
@@ -97,6 +118,16 @@ impl Lower<'_> {
         op.operands.iter().chain(&op.results).all(|&v| is_f32(self.ty(v)))
     }
 
+    /// A bias operand as f32 values: `Some(None)` when there is none,
+    /// `None` when it is not a compile-time constant (the caller then
+    /// leaves the op to the reference path).
+    pub(crate) fn const_bias(&self, b: Option<ValueId>) -> Option<Option<Vec<f32>>> {
+        match b {
+            None => Some(None),
+            Some(b) => self.constant(b).map(|t| Some(f32s(&t))),
+        }
+    }
+
     /// Splits a fused op's epilogue: a leading `relu` goes into the kernel.
     fn split_relu(steps: Vec<EpiStep>) -> (bool, Vec<EpiStep>) {
         match steps.first() {
@@ -120,38 +151,17 @@ impl Lower<'_> {
         let has_bias = if fused { boolean(&attrs, "bias") } else { op.operands.len() > 2 };
         let bias_v = has_bias.then(|| op.operands[2]);
         let extras: Vec<ValueId> = op.operands[2 + has_bias as usize..].to_vec();
-        let bias = match bias_v {
-            Some(b) => match self.constant(b) {
-                Some(t) => Some(f32s(&t)),
-                None => return Ok(false),
-            },
-            None => None,
-        };
+        let Some(bias) = self.const_bias(bias_v) else { return Ok(false) };
         let (relu, rest) = Lower::split_relu(epilogue(&attrs)?);
-        let group = int(&attrs, "groups", 1) as u64;
-        let (stride, dilation, pads) =
-            (pair(&ints(&attrs, "strides"), 1), pair(&ints(&attrs, "dilations"), 1), quad(&ints(&attrs, "pads")));
+        let (kh, kw) = (u(wt.shape[2]), u(wt.shape[3]));
+        let mut geom = geom(&xt, [u(wt.shape[0]), 0, 0], [kh, kw], &attrs);
         // The convolution's own output; the epilogue may broadcast it up.
         let out_dim = |i: u64, k: u64, d: u64, s: u64, p0: u64, p1: u64| (i + p0 + p1 - d * (k - 1) - 1) / s + 1;
-        let (kh, kw) = (u(wt.shape[2]), u(wt.shape[3]));
-        let oh = out_dim(u(xt.shape[2]), kh, dilation[0], stride[0], pads[0], pads[2]);
-        let ow = out_dim(u(xt.shape[3]), kw, dilation[1], stride[1], pads[1], pads[3]);
-        let core_ty = TensorType::new(vec![xt.shape[0], wt.shape[0], oh as usize, ow as usize], Scalar::F32);
-        let geom = ConvGeom {
-            n: u(xt.shape[0]),
-            c: u(xt.shape[1]),
-            h: u(xt.shape[2]),
-            w: u(xt.shape[3]),
-            oc: u(wt.shape[0]),
-            oh,
-            ow,
-            kh,
-            kw,
-            stride,
-            dilation,
-            pads,
-            group,
-        };
+        let (stride, dilation, pads) = (geom.stride, geom.dilation, geom.pads);
+        geom.oh = out_dim(geom.h, kh, dilation[0], stride[0], pads[0], pads[2]);
+        geom.ow = out_dim(geom.w, kw, dilation[1], stride[1], pads[1], pads[3]);
+        let group = geom.group;
+        let core_ty = TensorType::new(vec![xt.shape[0], wt.shape[0], geom.oh as usize, geom.ow as usize], Scalar::F32);
         let xb = self.materialize(x, &NHWC)?;
         let y = self.alloc(&core_ty)?;
         let wv = f32s(&wc);
@@ -182,28 +192,9 @@ impl Lower<'_> {
             return Ok(false);
         }
         let Some(wc) = self.constant(w) else { return Ok(false) };
-        let bias = match op.operands.get(2) {
-            Some(&b) => match self.constant(b) {
-                Some(t) => Some(f32s(&t)),
-                None => return Ok(false),
-            },
-            None => None,
-        };
-        let geom = ConvGeom {
-            n: u(xt.shape[0]),
-            c: u(xt.shape[1]),
-            h: u(xt.shape[2]),
-            w: u(xt.shape[3]),
-            oc: u(yt.shape[1]),
-            oh: u(yt.shape[2]),
-            ow: u(yt.shape[3]),
-            kh: u(wt.shape[2]),
-            kw: u(wt.shape[3]),
-            stride: pair(&ints(&attrs, "strides"), 1),
-            dilation: pair(&ints(&attrs, "dilations"), 1),
-            pads: quad(&ints(&attrs, "pads")),
-            group: int(&attrs, "groups", 1) as u64,
-        };
+        let Some(bias) = self.const_bias(op.operands.get(2).copied()) else { return Ok(false) };
+        let out = [u(yt.shape[1]), u(yt.shape[2]), u(yt.shape[3])];
+        let geom = geom(&xt, out, [u(wt.shape[2]), u(wt.shape[3])], &attrs);
         let xb = self.materialize(x, &NHWC)?;
         let y = self.alloc(&yt)?;
         let packed = conv::conv_transpose2d_pack_weights(&geom, &f32s(&wc)).map_err(|e| e.to_string())?;
@@ -548,21 +539,8 @@ impl Lower<'_> {
             _ if boolean(&attrs, "count_include_pad") => PoolKind::AvgIncludePad,
             _ => PoolKind::AvgExcludePad,
         };
-        let geom = ConvGeom {
-            n: u(xt.shape[0]),
-            c: u(xt.shape[1]),
-            h: u(xt.shape[2]),
-            w: u(xt.shape[3]),
-            oc: u(yt.shape[1]),
-            oh: u(yt.shape[2]),
-            ow: u(yt.shape[3]),
-            kh: k[0] as u64,
-            kw: k[1] as u64,
-            stride: pair(&ints(&attrs, "strides"), 1),
-            dilation: [1, 1],
-            pads: quad(&ints(&attrs, "pads")),
-            group: 1,
-        };
+        // Dilations are 1 (checked above) and pools have no groups.
+        let geom = geom(&xt, [u(yt.shape[1]), u(yt.shape[2]), u(yt.shape[3])], [k[0] as u64, k[1] as u64], &attrs);
         let xb = self.materialize(x, &NHWC)?;
         let y = self.alloc(&yt)?;
         self.push(Step::Pool { kind, x: xb, y, geom, ceil_mode: boolean(&attrs, "ceil_mode") });

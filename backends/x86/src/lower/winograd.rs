@@ -10,19 +10,12 @@
 
 use aoc_ir::attr::Attr;
 use aoc_ir::module::OpData;
-use aoc_ir::types::{Scalar, TensorType};
 use aoc_runtime::kernels::winograd::winograd_pack_weights;
 use aoc_runtime::plan::{ConvGeom, Step};
 
+use super::nn::{f32s, is_f32};
 use super::{Lower, NHWC};
 
-fn is_f32(ty: &TensorType) -> bool {
-    ty.elem.storage() == Scalar::F32 && ty.elem.quant().is_none()
-}
-
-fn f32s(t: &aoc_ir::tensor::Tensor) -> Vec<f32> {
-    t.to_f64().into_iter().map(|v| v as f32).collect()
-}
 
 impl Lower<'_> {
     pub(crate) fn lower_winograd(&mut self, op: &OpData) -> Result<bool, String> {
@@ -58,12 +51,8 @@ impl Lower<'_> {
         let Some(uc) = self.constant(u) else {
             return Ok(false);
         };
-        let bias = match op.operands.get(2) {
-            Some(&b) => match self.constant(b) {
-                Some(t) => Some(f32s(&t)),
-                None => return Ok(false),
-            },
-            None => None,
+        let Some(bias) = self.const_bias(op.operands.get(2).copied()) else {
+            return Ok(false);
         };
         let [n, c, h, w] = [xt.shape[0], xt.shape[1], xt.shape[2], xt.shape[3]].map(|v| v as u64);
         let (oc, oh, ow) = (ut.shape[2] as u64, yt.shape[2] as u64, yt.shape[3] as u64);
