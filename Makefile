@@ -3,6 +3,7 @@
 #   make demo    import an example model, verify it, run it in the interpreter,
 #                compare with ONNX Runtime's outputs
 #   make test    everything `cargo test --workspace` needs, then the tests
+#   make gpu-test the GPU suite, on a machine with an NVIDIA GPU (see README)
 #
 # Everything downloaded or generated lives under build/ (and the venv under
 # .venv/); each step leaves a stamp file and runs once. `make clean-build`
@@ -34,13 +35,12 @@ AOC        := target/release/aoc
 DEMO       := $(BUILD)/demo
 EXAMPLE    := examples/resnet_block
 
-# LLVM 22 (for the PTX backend, a later issue). Not a prerequisite of
-# `test` or `demo` yet.
+# LLVM 22: the PTX backend links it statically (a prerequisite of every build).
 LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
 LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu
+.PHONY: help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu gpu-test device-bins bench-gpu
 
 help:
 	@echo 'make demo         import examples/resnet_block, run it, compare with ONNX Runtime'
@@ -51,6 +51,9 @@ help:
 	@echo 'make llvm         install LLVM/MLIR 22 dev packages (apt) if missing'
 	@echo 'make examples-air import every examples/*/model.onnx to model.air + model.safetensors'
 	@echo 'make fuzz         fuzz the .air parser and the ONNX importer, FUZZ_SECONDS each (default 60)'
+	@echo 'make gpu-test     on a GPU machine: every model on the GPU vs the interpreter, CUDA runtime tests'
+	@echo 'make device-bins  build the binaries a GPU machine without cargo runs (build/device/)'
+	@echo 'make bench-gpu    on a GPU machine: aoc vs PyTorch eager/torch.compile and cuBLAS (bench/gpu/run.py)'
 	@echo 'make bench-cpu    build the benchmark models, compare aoc with ONNX Runtime on the CPU (bench/cpu/README.md)'
 	@echo 'make clean-build  remove build/ and .venv/'
 
@@ -97,7 +100,7 @@ test: setup llvm node-data real-models
 	AOC_PYTHON=$(PY) AOC_NODE_DATA=$(NODE_DATA) AOC_MODELS=$(MODELS) \
 	  cargo test --workspace
 
-demo: setup
+demo: setup llvm
 	cargo build --release -p aoc
 	@rm -rf $(DEMO) && mkdir -p $(DEMO)
 	$(AOC) import $(EXAMPLE)/model.onnx -o $(DEMO)/model.air
@@ -111,6 +114,11 @@ demo: setup
 	$(AOC) run $(DEMO)/model.aoc --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-cpu
 	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-cpu --atol 1e-4
 	$(AOC) bench $(DEMO)/model.aoc --iters 100
+	$(AOC) compile $(DEMO)/model.air --target sm_86 -o $(DEMO)/model.sm_86.aoc
+	@if $(AOC) run $(DEMO)/model.sm_86.aoc --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-gpu; then \
+	  $(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-gpu --atol 1e-3; \
+	  $(AOC) bench $(DEMO)/model.sm_86.aoc --iters 100; \
+	else echo "demo: no GPU here, so the sm_86 artifact was compiled but not run"; fi
 
 # --- Examples' .air files ------------------------------------------------------
 # Each examples/NAME/model.onnx (made by examples/make_examples.py) imported
@@ -158,6 +166,33 @@ bench-cpu: $(STAMPS)/bench-models
 $(STAMPS)/bench-models: $(VENV_STAMP) bench/models/build_models.py
 	$(PY) bench/models/build_models.py $(BENCH_MODELS_DIR)
 	@mkdir -p $(STAMPS) && touch $@
+
+# --- GPU ------------------------------------------------------------------------
+# `make gpu-test` on a machine with an NVIDIA GPU and driver: with cargo it
+# builds and runs compiler/tests/gpu.rs (every example and OCR model compiled
+# for sm_86 and sm_90a, fp32 and fp16, run on the GPU against the
+# interpreter) and the runtime's CUDA tests. A GPU machine without cargo
+# runs the binaries `make device-bins` built elsewhere: carry build/device
+# (and examples/, build/models/) there and run `make gpu-test DEVICE=build/device`.
+
+DEVICE ?=
+
+gpu-test:
+ifeq ($(DEVICE),)
+	AOC_MODELS=$(MODELS) cargo test --release -p aoc --test gpu -- --test-threads 1
+	cargo test --release -p aoc-runtime --features cuda,reference cuda
+else
+	AOC_BIN=$(DEVICE)/aoc AOC_ROOT=$(CURDIR) AOC_MODELS=$(MODELS) AOC_TEST_TMP=$(BUILD)/gpu-test $(DEVICE)/gpu_tests --test-threads 1
+	$(DEVICE)/runtime_tests cuda
+endif
+
+device-bins: llvm
+	python3 tests/scripts/device_bins.py --gpu-only
+
+# On the GPU machine (PyTorch there): aoc against PyTorch eager, torch.compile
+# and cuBLAS, same weights, same run. Needs `aoc` built (or DEVICE=...).
+bench-gpu:
+	python3 bench/gpu/run.py --aoc $(if $(DEVICE),$(DEVICE)/aoc,$(AOC)) --out $(BUILD)/bench-gpu/results.json
 
 # --- LLVM 22 -------------------------------------------------------------------
 # Installs llvm-22-dev, libmlir-22-dev and friends from apt when llvm-config

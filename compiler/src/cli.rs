@@ -151,13 +151,16 @@ pub struct CompileArgs {
     /// The .air (or .onnx) file.
     #[arg(value_name = "FILE.air")]
     pub input: PathBuf,
-    /// Target: x86-64-v4, x86-64-v3, x86-64 or host.
+    /// Target: x86-64-v4, x86-64-v3, x86-64, host, or a GPU: sm_70, sm_75, sm_80, sm_86, sm_89, sm_90, sm_90a.
     #[arg(long, value_name = "TARGET", default_value = "host")]
     pub target: String,
-    /// Output file (default: the input's path with .aoc, or .air/.clif/.s for --emit).
+    /// GPU targets: arithmetic of GEMMs and convolutions (fp32, tf32, fp16, bf16).
+    #[arg(long, value_name = "PRECISION", default_value = "fp32")]
+    pub precision: String,
+    /// Output file (default: the input's path with .aoc, or .air/.clif/.s/.ll/.ptx for --emit).
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
-    /// What to write: aoc (the artifact), air, clif or asm.
+    /// What to write: aoc (the artifact), air; CPU: clif or asm; GPU: llvm or ptx.
     #[arg(long, value_name = "KIND", default_value = "aoc")]
     pub emit: String,
     /// The pass pipeline to run before code generation (default: the target's).
@@ -337,7 +340,10 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Run(a) => cmd_run(a),
         Command::Compile(a) => cmd_compile(a),
         Command::Bench(a) => cmd_bench(a),
-        Command::Explain(a) => crate::cpu::explain(&a.input).and_then(|t| print_stdout(&t)),
+        Command::Explain(a) => match crate::gpu::is_gpu_artifact(&a.input)? {
+            Some(art) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
+            None => crate::cpu::explain(&a.input).and_then(|t| print_stdout(&t)),
+        },
     }
 }
 
@@ -456,7 +462,10 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
     let inputs: Vec<InputArg> = a.inputs.iter().map(|s| parse_input_arg(s)).collect();
     let is_artifact = a.input.extension().is_some_and(|e| e == "aoc");
     let outputs = if is_artifact {
-        crate::cpu::run_artifact(&a.input, &inputs, a.threads)?
+        match crate::gpu::is_gpu_artifact(&a.input)? {
+            Some(art) => crate::gpu::run_gpu_artifact(art, &inputs)?,
+            None => crate::cpu::run_artifact(&a.input, &inputs, a.threads)?,
+        }
     } else {
         run_file(&a.input, &inputs, &a.input_shapes)?
     };
@@ -481,27 +490,24 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
 
 fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     use crate::cpu::{CPU_PIPELINE, Emit, compile_cpu, cpu_level};
+    if a.target.starts_with("sm_") {
+        return cmd_compile_gpu(a);
+    }
     let level = cpu_level(&a.target).ok_or_else(|| {
-        if a.target.starts_with("sm_") {
-            format!(
-                "error: GPU target `{}`: `aoc compile` does not generate GPU artifacts yet (the PTX \
-                 backend's kernels exist in crate aoc-backend-ptx; see docs/backend-ptx.md); CPU targets \
-                 are x86-64-v4, x86-64-v3, x86-64 and host",
-                a.target
-            )
-        } else {
-            format!(
-                "error: unknown target `{}`; CPU targets are x86-64-v4, x86-64-v3, x86-64 and host",
-                a.target
-            )
-        }
+        format!(
+            "error: unknown target `{}`; CPU targets are x86-64-v4, x86-64-v3, x86-64 and host, GPU targets sm_70, sm_75, sm_80, sm_86, sm_89, sm_90 and sm_90a",
+            a.target
+        )
     })?;
+    if a.precision != "fp32" {
+        return Err(format!("error: --precision {} is for GPU targets; CPU targets compute in fp32", a.precision));
+    }
     let (emit, ext) = match a.emit.as_str() {
         "aoc" => (Emit::Artifact, "aoc"),
         "air" => (Emit::Air, "opt.air"),
         "clif" => (Emit::Clif, "clif"),
         "asm" => (Emit::Asm, "s"),
-        e => return Err(format!("error: --emit must be aoc, air, clif or asm, found `{e}`")),
+        e => return Err(format!("error: --emit for a CPU target must be aoc, air, clif or asm, found `{e}`")),
     };
     let output = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
     if output == a.input {
@@ -513,14 +519,39 @@ fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
+    use crate::gpu::{GPU_PIPELINE, GpuEmit, compile_gpu};
+    let sm = aoc_backend_ptx::Sm::parse(&a.target).map_err(|e| format!("error: {e}"))?;
+    let precision = aoc_backend_ptx::translate::Precision::parse(&a.precision)
+        .ok_or_else(|| format!("error: --precision must be fp32, tf32, fp16 or bf16, found `{}`", a.precision))?;
+    let (emit, ext) = match a.emit.as_str() {
+        "aoc" => (GpuEmit::Artifact, "aoc"),
+        "air" => (GpuEmit::Air, "opt.air"),
+        "llvm" => (GpuEmit::Llvm, "ll"),
+        "ptx" => (GpuEmit::Ptx, "ptx"),
+        e => return Err(format!("error: --emit for a GPU target must be aoc, air, llvm or ptx, found `{e}`")),
+    };
+    let output = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
+    if output == a.input {
+        return Err(format!("error: the output {} would overwrite the model", output.display()));
+    }
+    let passes = a.passes.as_deref().unwrap_or(GPU_PIPELINE);
+    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, emit, &output)?;
+    eprintln!("{msg}");
+    Ok(())
+}
+
 fn cmd_bench(a: BenchArgs) -> Result<(), String> {
     use crate::cpu::{bench, bind_artifact_inputs, load_session, synthetic_inputs};
     if a.iters == 0 {
         return Err("error: --iters must be at least 1".to_string());
     }
+    if let Some(art) = crate::gpu::is_gpu_artifact(&a.input)? {
+        return cmd_bench_gpu(&a, art);
+    }
     let s = load_session(&a.input, a.threads)?;
     let inputs = if a.inputs.is_empty() {
-        synthetic_inputs(&s)
+        synthetic_inputs(s.inputs())
     } else {
         let args: Vec<InputArg> = a.inputs.iter().map(|x| parse_input_arg(x)).collect();
         bind_artifact_inputs(&s, &args)?
@@ -569,6 +600,51 @@ fn cmd_bench(a: BenchArgs) -> Result<(), String> {
             r.p50_ms,
             r.p99_ms,
             r.mean_ms,
+            r.throughput_per_s,
+            crate::cpu::human(r.peak_memory_bytes)
+        ))
+    }
+}
+
+fn cmd_bench_gpu(a: &BenchArgs, art: aoc_runtime::artifact::Artifact) -> Result<(), String> {
+    use crate::cpu::{bind_inputs, synthetic_inputs};
+    use crate::gpu::{bench_gpu, load_gpu_session, profile_gpu};
+    let s = load_gpu_session(art)?;
+    let inputs = if a.inputs.is_empty() {
+        synthetic_inputs(s.inputs())
+    } else {
+        let args: Vec<InputArg> = a.inputs.iter().map(|x| parse_input_arg(x)).collect();
+        bind_inputs(s.inputs(), &args)?
+    };
+    let (r, dev) = bench_gpu(&s, &inputs, a.warmup, a.iters)?;
+    if a.profile {
+        eprint!("{}", profile_gpu(&s)?);
+    }
+    if a.json {
+        let v = serde_json::json!({
+            "p50_ms": r.p50_ms,
+            "p99_ms": r.p99_ms,
+            "mean_ms": r.mean_ms,
+            "throughput_per_s": r.throughput_per_s,
+            "peak_memory_bytes": r.peak_memory_bytes,
+            "iters": r.iters,
+            "device": s.gpu().name(),
+            "device_p50_ms": dev.p50_ms,
+            "device_p99_ms": dev.p99_ms,
+            "device_mean_ms": dev.mean_ms,
+        });
+        print_stdout(&format!("{v}\n"))
+    } else {
+        print_stdout(&format!(
+            "{} on {}: {} iterations\n  end to end (copies in and out): p50 {:.3} ms  p99 {:.3} ms  mean {:.3} ms\n  device (graph replay): p50 {:.3} ms  p99 {:.3} ms\n  throughput {:.1}/s  peak device memory {}\n",
+            a.input.display(),
+            s.gpu().name(),
+            r.iters,
+            r.p50_ms,
+            r.p99_ms,
+            r.mean_ms,
+            dev.p50_ms,
+            dev.p99_ms,
             r.throughput_per_s,
             crate::cpu::human(r.peak_memory_bytes)
         ))

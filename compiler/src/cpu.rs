@@ -12,6 +12,7 @@ use aoc_backend_x86::compile::{compile, emit_text};
 use aoc_backend_x86::pointwise::X86Level;
 use aoc_ir::tensor::Tensor;
 use aoc_ir::types::{Scalar, TensorType};
+use aoc_runtime::artifact::TensorSpec;
 use aoc_runtime::exec::{Session, SessionOptions};
 
 use crate::driver::{InputArg, load_model};
@@ -127,7 +128,12 @@ pub fn load_session(path: &Path, threads: usize) -> Result<Session, String> {
 /// Binds `.npy` files to a session's inputs (by name, then in order) and
 /// returns their bytes.
 pub fn bind_artifact_inputs(s: &Session, inputs: &[InputArg]) -> Result<Vec<Vec<u8>>, String> {
-    let specs = s.inputs();
+    bind_inputs(s.inputs(), inputs)
+}
+
+/// Binds `.npy` files to an artifact's inputs `specs` (by name, then in
+/// order) and returns their bytes.
+pub fn bind_inputs(specs: &[TensorSpec], inputs: &[InputArg]) -> Result<Vec<Vec<u8>>, String> {
     let mut slots: Vec<Option<Vec<u8>>> = vec![None; specs.len()];
     let mut unnamed = Vec::new();
     let names = || specs.iter().map(|s| format!("{} ({} {:?})", s.name, s.dtype, s.shape)).collect::<Vec<_>>().join(", ");
@@ -185,7 +191,12 @@ pub fn run_artifact(path: &Path, inputs: &[InputArg], threads: usize) -> Result<
     let bytes = bind_artifact_inputs(&s, inputs)?;
     let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
     let outs = s.run(&refs).map_err(|e| format!("error: {}: {e}", path.display()))?;
-    s.outputs()
+    decode_outputs(s.outputs(), outs)
+}
+
+/// Output bytes as tensors of the artifact's output `specs`.
+pub fn decode_outputs(specs: &[TensorSpec], outs: Vec<Vec<u8>>) -> Result<Vec<(String, Tensor)>, String> {
+    specs
         .iter()
         .zip(outs)
         .map(|(spec, b)| {
@@ -198,9 +209,9 @@ pub fn run_artifact(path: &Path, inputs: &[InputArg], threads: usize) -> Result<
 
 /// Deterministic inputs for benchmarks: floats uniform in [-1, 1) from a
 /// fixed seed, integers and booleans zero.
-pub fn synthetic_inputs(s: &Session) -> Vec<Vec<u8>> {
+pub fn synthetic_inputs(specs: &[TensorSpec]) -> Vec<Vec<u8>> {
     let mut state = 0x2545_f491_4f6c_dd1du64;
-    s.inputs()
+    specs
         .iter()
         .map(|spec| {
             let n: u64 = spec.shape.iter().product();
@@ -254,19 +265,25 @@ pub fn bench(s: &Session, inputs: &[Vec<u8>], warmup: usize, iters: usize) -> Re
             times.push(t0.elapsed().as_secs_f64() * 1e3);
         }
     }
+    let batch = s.inputs().first().and_then(|i| i.shape.first().copied()).unwrap_or(1).max(1) as f64;
+    Ok(stats(times, batch, s.peak_memory_bytes(), s.threads()))
+}
+
+/// Percentiles, mean and throughput of `times` (ms, one per inference of
+/// `batch` items).
+pub fn stats(mut times: Vec<f64>, batch: f64, peak_memory_bytes: u64, threads: usize) -> BenchResult {
     times.sort_by(|a, b| a.total_cmp(b));
     let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
     let mean = times.iter().sum::<f64>() / times.len() as f64;
-    let batch = s.inputs().first().and_then(|i| i.shape.first().copied()).unwrap_or(1).max(1) as f64;
-    Ok(BenchResult {
+    BenchResult {
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
         mean_ms: mean,
         throughput_per_s: batch * 1e3 / mean,
-        peak_memory_bytes: s.peak_memory_bytes(),
-        iters,
-        threads: s.threads(),
-    })
+        peak_memory_bytes,
+        iters: times.len(),
+        threads,
+    }
 }
 
 /// `out/NAME.npy` paths for artifact outputs (names may hold `/`).

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod cpu;
 pub mod driver;
+pub mod gpu;
 pub mod npy;
 pub mod onnx;
 pub mod opt;

@@ -8,12 +8,15 @@
 //! - `rules`: the built-in rule families, one file each; `rules_file`: the
 //!   user's rules files.
 //! - `passes`: the built-in passes.
+//! - `lower`: an optimized function to a plan of runtime steps and
+//!   pointwise kernels (shared by the x86 and PTX backends).
 //!
 //! Invariants: only this crate knows egg; it does no I/O (printed IR, timing
 //! and statistics come back in the `PipelineReport`); every pass leaves IR the
 //! verifier accepts, which the manager checks in debug builds.
 
 pub mod kernel_expr;
+pub mod lower;
 pub mod egraph;
 pub mod manager;
 #[cfg(test)]

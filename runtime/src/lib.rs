@@ -1,5 +1,6 @@
 //! aoc-runtime: loads a compiled `.aoc` artifact, validates it, allocates
-//! its arena and runs it (CPU micro-kernels now; CUDA later).
+//! its arena and runs it: CPU artifacts on threads with the micro-kernels
+//! (`exec`), GPU artifacts through CUDA graphs (`cuda`, feature `cuda`).
 //!
 //! Invariants:
 //! - In its default features this crate links neither LLVM nor Cranelift nor
@@ -11,6 +12,7 @@ pub mod artifact;
 pub mod jit;
 pub mod kernels;
 pub mod plan;
+pub mod gpu_plan;
 pub mod exec;
 pub mod capi;
 #[cfg(feature = "cuda")]

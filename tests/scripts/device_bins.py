@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Builds the binaries the GPU machine runs (it has no cargo) and copies
 them, stripped, to build/device/: the release `aoc`, the runtime's unit
-tests (with the `cuda` feature: AVX-512/AMX kernels and GPU tests), the x86
-backend's generated-code tests, and the GEMM benchmarks.
+tests (with the `cuda` feature: AVX-512/AMX kernels and GPU tests), the
+GPU end-to-end tests (compiler/tests/gpu.rs), the x86 backend's
+generated-code tests, and the GEMM benchmarks (`--gpu-only`: the first three).
 
-    python3 tests/scripts/device_bins.py [OUT_DIR]
+    python3 tests/scripts/device_bins.py [OUT_DIR] [--gpu-only]
 
 Then carry `build/device` to the machine and run e.g.
 `build/device/runtime_tests --test-threads 4`.
@@ -16,7 +17,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "device")
+OUT = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith('--') else os.path.join(ROOT, "build", "device")
 
 
 def executables(args):
@@ -38,8 +39,19 @@ def copy(src, name):
     dst = os.path.join(OUT, name)
     shutil.copyfile(src, dst)
     os.chmod(dst, 0o755)
-    subprocess.run(["strip", "--strip-debug", dst], check=False)
+    subprocess.run(["strip", "--strip-all", dst], check=False)
     print(f"{dst}: {os.path.getsize(dst) // 1024} KiB")
+
+
+def pack(names):
+    """build/device-pack/bins.tar.gz with `names` from OUT: the carry limit
+    (64 MiB) is below the binaries' size, not their compressed size. On the
+    machine: `mkdir -p build/device && tar xzf build/device-pack/bins.tar.gz -C build/device`."""
+    dst = os.path.join(os.path.dirname(OUT), "device-pack")
+    os.makedirs(dst, exist_ok=True)
+    tar = os.path.join(dst, "bins.tar.gz")
+    subprocess.run(["tar", "czf", tar, "-C", OUT, *names], check=True)
+    print(f"{tar}: {os.path.getsize(tar) // 1024} KiB")
 
 
 def main():
@@ -50,6 +62,12 @@ def main():
     for name, kind, path in executables(["test", "--release", "-p", "aoc-runtime", "--features", "cuda", "--no-run"]):
         if name == "aoc_runtime":
             copy(path, "runtime_tests")
+    for name, kind, path in executables(["test", "--release", "-p", "aoc", "--test", "gpu", "--no-run"]):
+        if name == "gpu":
+            copy(path, "gpu_tests")
+    if "--gpu-only" in sys.argv:
+        pack(["aoc", "gpu_tests", "runtime_tests"])
+        return
     for name, kind, path in executables(["test", "--release", "-p", "aoc-backend-x86", "--no-run"]):
         if name in ("pointwise", "pointwise_math"):
             copy(path, f"{name}_tests")

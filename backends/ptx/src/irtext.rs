@@ -75,7 +75,7 @@ impl Body {
 
 /// A module being assembled from kernels.
 #[derive(Default)]
-pub(crate) struct ModuleText {
+pub struct ModuleText {
     /// Intrinsic declarations and external globals, one line each.
     decls: BTreeSet<String>,
     /// Internal helper functions by name, each defined once.
@@ -85,7 +85,7 @@ pub(crate) struct ModuleText {
 }
 
 impl ModuleText {
-    pub(crate) fn new() -> ModuleText {
+    pub fn new() -> ModuleText {
         ModuleText::default()
     }
 
@@ -109,7 +109,7 @@ impl ModuleText {
     }
 
     /// The whole module: target triple, declarations, helpers, kernels.
-    pub(crate) fn finish(self) -> String {
+    pub fn finish(self) -> String {
         let mut out = String::from("target triple = \"nvptx64-nvidia-cuda\"\n\n");
         for d in &self.decls {
             out.push_str(d);

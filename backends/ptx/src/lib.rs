@@ -18,12 +18,16 @@
 
 pub use aoc_passes::kernel_expr as expr;
 
+pub mod compile;
 pub mod gemm;
 mod irtext;
+pub mod kernels;
 mod llvm;
 pub mod pointwise;
 pub mod target;
+pub mod translate;
 
+pub use irtext::ModuleText;
 pub use gemm::{GemmOut, GemmTile, gemm_f16_llvm, gemm_f16_ptx};
 pub use llvm::ir_to_ptx;
 pub use pointwise::{compile_ptx, pointwise_llvm};

@@ -68,6 +68,14 @@ pub fn module_llvm(kernels: &[PointwiseKernel], _sm: Sm) -> Result<String, Strin
     Ok(m.finish())
 }
 
+/// Adds `k` as one kernel of `m` (its name must be a C identifier).
+pub fn add_to_module(k: &PointwiseKernel, m: &mut ModuleText) -> Result<(), String> {
+    check_entry_name(&k.name)?;
+    let f = kernel_function(k, m).map_err(|e| format!("kernel {}: {e}", k.name))?;
+    m.func(f);
+    Ok(())
+}
+
 /// Whether `k` compiles to the vector form (four f32 elements per work
 /// item); `k` must be valid.
 pub fn is_vectorized(k: &PointwiseKernel) -> bool {

@@ -7,6 +7,15 @@
 //! test. `AOC_PTX_DUMP_DIR=dir` writes the modules there (for a manual run
 //! on a GPU machine).
 
+#[path = "ptx/kernels_gemm_simt.rs"]
+mod kernels_gemm_simt;
+#[path = "ptx/kernels_gemm_tc.rs"]
+mod kernels_gemm_tc;
+#[path = "ptx/kernels_index.rs"]
+mod kernels_index;
+#[path = "ptx/kernels_rows.rs"]
+mod kernels_rows;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -11,7 +11,7 @@ use aoc_ir::interp::WeightSource;
 use aoc_ir::module::Func;
 use aoc_runtime::artifact::ArtifactWriter;
 
-use crate::lower::{LowerReport, lower};
+use crate::lower::{LowerOptions, LowerReport, lower};
 use crate::pointwise::{X86Level, compile_pointwise, pointwise_asm, pointwise_clif};
 
 /// What `compile` hands back besides the bytes.
@@ -39,7 +39,7 @@ pub fn cpu_features(level: X86Level) -> &'static [&'static str] {
 
 /// Compiles an optimized, verified function into artifact bytes.
 pub fn compile(func: &Func, weights: &dyn WeightSource, level: X86Level) -> Result<CompileOutput, Diagnostic> {
-    let lowered = lower(func, weights)?;
+    let lowered = lower(func, weights, &LowerOptions::CPU)?;
     let err = |m: String| Diagnostic::error(m, func.loc.clone());
     let mut w = ArtifactWriter::new(level.target_name());
     for f in cpu_features(level) {
@@ -77,7 +77,7 @@ pub fn compile(func: &Func, weights: &dyn WeightSource, level: X86Level) -> Resu
 /// What `--emit clif` / `--emit asm` print: every generated kernel's
 /// Cranelift IR or machine code listing, and the plan that calls them.
 pub fn emit_text(func: &Func, weights: &dyn WeightSource, level: X86Level, asm: bool) -> Result<String, Diagnostic> {
-    let lowered = lower(func, weights)?;
+    let lowered = lower(func, weights, &LowerOptions::CPU)?;
     let err = |m: String| Diagnostic::error(m, func.loc.clone());
     let mut out = String::new();
     out.push_str(&format!(

@@ -2,6 +2,6 @@
 //! runtime's micro-kernels) plus pointwise kernels generated with Cranelift,
 //! and packs both with the weights into an `.aoc` artifact.
 pub use aoc_passes::kernel_expr as expr;
-pub mod lower;
+pub use aoc_passes::lower;
 pub mod pointwise;
 pub mod compile;

@@ -7,14 +7,16 @@
 //! error naming what is missing, never a panic (cudarc panics inside
 //! `CudaContext::new` when the library is absent, so we probe first).
 //!
-//! The executor for GPU artifacts (device arena from the memory plan, the
-//! launch plan recorded once into a CUDA graph) builds on this module.
+//! [`GpuSession`] (`exec.rs`) runs GPU artifacts on top of this module.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
 use crate::exec::RuntimeError;
+
+mod exec;
+pub use exec::GpuSession;
 
 /// One GPU, its primary context and a stream.
 pub struct Gpu {

@@ -16,7 +16,7 @@
 //!   corruption, not against a malicious author (as with any shared library).
 
 #[cfg(feature = "reference")]
-mod reference;
+pub(crate) mod reference;
 mod steps;
 
 use std::fmt;
@@ -146,6 +146,12 @@ impl Session {
     pub fn from_artifact(artifact: Artifact, opts: &SessionOptions) -> Result<Session, RuntimeError> {
         let file = artifact.name().to_string();
         let m = artifact.manifest();
+        if m.target.starts_with("sm_") {
+            return Err(RuntimeError::new(format!(
+                "{file}: a GPU artifact ({}); run it with the CUDA executor (`cuda::GpuSession`, runtime feature `cuda`)",
+                m.target
+            )));
+        }
         let plan: Plan = serde_json::from_value(m.plan.clone())
             .map_err(|e| RuntimeError::new(format!("{file}: the plan is not valid: {e}")))?;
         if plan.origins.len() != plan.steps.len() {

@@ -52,19 +52,59 @@ impl Prepared {
     }
 
     pub fn run(&self, i: usize, inputs: &[Buf], outputs: &[Buf], sp: &Spaces) -> Result<(), String> {
+        let ins: Vec<&[u8]> = inputs.iter().map(|b| sp.bytes(b)).collect();
+        let outs = self.run_bytes(i, &ins)?;
+        for (bytes, b) in outs.iter().zip(outputs) {
+            sp.bytes_mut(b).copy_from_slice(bytes);
+        }
+        Ok(())
+    }
+
+    /// Runs reference step `i` on its inputs' bytes; returns its outputs'.
+    pub fn run_bytes(&self, i: usize, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
         let f = self.funcs[i].as_ref().ok_or("internal error: reference step not prepared")?;
         let mut args = Vec::new();
-        for (&p, b) in f.params().iter().zip(inputs) {
+        for (&p, bytes) in f.params().iter().zip(inputs) {
             let ty = f.ty(p).clone();
-            let data = decode(ty.elem.storage(), sp.bytes(b))?;
+            let data = decode(ty.elem.storage(), bytes)?;
             args.push(Tensor { ty, data });
         }
         let outs = run(f, args, &NoWeights).map_err(|d| d.message)?;
-        for (t, b) in outs.iter().zip(outputs) {
-            let bytes = encode(t.ty.elem.storage(), &t.data);
-            sp.bytes_mut(b).copy_from_slice(&bytes);
+        Ok(outs.iter().map(|t| encode(t.ty.elem.storage(), &t.data)).collect())
+    }
+}
+
+/// The host items of a GPU plan, prepared as reference steps.
+#[cfg(feature = "cuda")]
+pub(crate) struct HostSteps {
+    prepared: Prepared,
+    /// For each GPU item, its index among the host steps.
+    index: Vec<Option<usize>>,
+}
+
+#[cfg(feature = "cuda")]
+impl HostSteps {
+    pub fn new(file: &str, plan: &crate::gpu_plan::GpuPlan) -> Result<HostSteps, RuntimeError> {
+        let mut steps = Vec::new();
+        let mut origins = Vec::new();
+        let mut index = Vec::new();
+        for (item, origin) in plan.items.iter().zip(&plan.origins) {
+            if let crate::gpu_plan::GpuItem::Host { step } = item {
+                index.push(Some(steps.len()));
+                steps.push(step.clone());
+                origins.push(origin.clone());
+            } else {
+                index.push(None);
+            }
         }
-        Ok(())
+        let prepared = Prepared::new(file, &Plan { steps, origins })?;
+        Ok(HostSteps { prepared, index })
+    }
+
+    /// Runs GPU item `item` (a host step) on its inputs' bytes.
+    pub fn run(&self, item: usize, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
+        let i = self.index[item].ok_or("internal error: not a host item")?;
+        self.prepared.run_bytes(i, inputs)
     }
 }
 

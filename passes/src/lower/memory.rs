@@ -7,7 +7,7 @@
 //! come from the memory planner's greedy-by-size placement, 64-byte
 //! aligned.
 
-use aoc_passes::memplan::{ALIGN, Lifetime, greedy_by_size};
+use crate::memplan::{ALIGN, Lifetime, greedy_by_size};
 use aoc_runtime::plan::{Plan, Space};
 
 use super::{Home, IoSpec, Lower, Lowered};

@@ -45,7 +45,7 @@ use aoc_ir::tensor::Tensor;
 use aoc_ir::types::{Scalar, TensorType};
 use aoc_runtime::plan::{Buf, Plan, Space, Step};
 
-use crate::expr::PointwiseKernel;
+use crate::kernel_expr::PointwiseKernel;
 
 /// What the lowering produced.
 pub struct Lowered {
@@ -120,6 +120,7 @@ pub(crate) struct VirtualBuf {
 
 /// Lowering state for one function.
 pub(crate) struct Lower<'a> {
+    pub opts: LowerOptions,
     pub func: &'a Func,
     weights_src: &'a dyn WeightSource,
     pub vals: HashMap<ValueId, Val>,
@@ -139,8 +140,36 @@ pub(crate) struct Lower<'a> {
 }
 
 /// Lowers `func` (verified, optimized) to a plan.
-pub fn lower(func: &Func, weights: &dyn WeightSource) -> Result<Lowered, Diagnostic> {
+/// What the target's kernels want from the lowering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LowerOptions {
+    pub weights: WeightForm,
+    /// Lower `core.winograd_conv2d` to `Step::WinogradConv2d` (the CPU has
+    /// the kernel; without it the op runs on the reference path).
+    pub winograd: bool,
+}
+
+/// How constant GEMM and convolution weights are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightForm {
+    /// The CPU micro-kernels' packed panels (`aoc_runtime::kernels::pack_b`).
+    Packed,
+    /// Plain row-major matrices: `Step::Gemm`'s B is `k × n`; `Step::Conv2d`'s
+    /// weights are, per group, the `(kh·kw·cg) × ocg` matrix (rows in
+    /// `kh, kw, c` order), groups back to back (the GPU kernels read these).
+    Plain,
+}
+
+impl LowerOptions {
+    /// The CPU backend's choices.
+    pub const CPU: LowerOptions = LowerOptions { weights: WeightForm::Packed, winograd: true };
+    /// The GPU backend's choices.
+    pub const GPU: LowerOptions = LowerOptions { weights: WeightForm::Plain, winograd: false };
+}
+
+pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {
     let mut lw = Lower {
+        opts: *opts,
         func,
         weights_src: weights,
         vals: HashMap::new(),
@@ -475,7 +504,7 @@ impl<'a> Lower<'a> {
             Opcode::Gather => self.lower_gather(op)?,
             Opcode::Expand => self.lower_expand(op)?,
             Opcode::Resize => self.lower_resize(op)?,
-            Opcode::WinogradConv2d => self.lower_winograd(op)?,
+            Opcode::WinogradConv2d => self.opts.winograd && self.lower_winograd(op)?,
             // Integer compute ops arrive with the quantization work.
             Opcode::QuantConv2d
             | Opcode::QuantMatMul

@@ -11,7 +11,7 @@ use aoc_runtime::kernels::{conv, pack_b};
 use aoc_runtime::plan::{ConvGeom, PoolKind, ReduceKind, ResizeMode, Step};
 
 use super::pointwise::epilogue;
-use super::{Lower, NHWC, Val, identity, logical_strides};
+use super::{Lower, NHWC, Val, WeightForm, identity, logical_strides};
 
 fn ints(attrs: &Attrs, name: &str) -> Vec<i64> {
     match attrs.get(name) {
@@ -136,6 +136,31 @@ impl Lower<'_> {
         }
     }
 
+    /// A constant `k × n` (row major) GEMM operand B in the target's form.
+    fn gemm_weights(&mut self, k: usize, n: usize, b_kn: &[f32]) -> Result<aoc_runtime::plan::Buf, String> {
+        Ok(match self.opts.weights {
+            WeightForm::Packed => {
+                let packed = pack_b(k, n, b_kn, n).map_err(|e| e.to_string())?;
+                self.add_weight_f32("gemm_packed", &[packed.as_slice().len() as u64], packed.as_slice())
+            }
+            WeightForm::Plain => self.add_weight_f32("gemm_b", &[k as u64, n as u64], b_kn),
+        })
+    }
+
+    /// Convolution weights (`oc × cg × kh × kw`) in the target's form.
+    fn conv_weights(&mut self, geom: &ConvGeom, w: &[f32]) -> Result<aoc_runtime::plan::Buf, String> {
+        Ok(match self.opts.weights {
+            WeightForm::Packed => {
+                let packed = conv::conv2d_pack_weights(geom, w).map_err(|e| e.to_string())?;
+                self.add_weight_f32("conv_packed", &[packed.len() as u64], &packed)
+            }
+            WeightForm::Plain => {
+                let plain = conv2d_plain_weights(geom, w);
+                self.add_weight_f32("conv_w", &[plain.len() as u64], &plain)
+            }
+        })
+    }
+
     pub(crate) fn lower_conv(&mut self, op: &OpData) -> Result<bool, String> {
         if !self.all_f32(op) {
             return Ok(false);
@@ -172,8 +197,7 @@ impl Lower<'_> {
             let wb = self.add_weight_f32("dw_filter", &[geom.kh, geom.kw, geom.oc], &packed);
             self.push(Step::DepthwiseConv2d { x: xb, w: wb, bias: bias_buf, y, geom, relu });
         } else {
-            let packed = conv::conv2d_pack_weights(&geom, &wv).map_err(|e| e.to_string())?;
-            let wb = self.add_weight_f32("conv_packed", &[packed.len() as u64], &packed);
+            let wb = self.conv_weights(&geom, &wv)?;
             self.push(Step::Conv2d { x: xb, w: wb, bias: bias_buf, y, geom, relu });
         }
         let (out, perm) = self.epilogue_to(y, &core_ty, &NHWC, &yt, &rest, &extras)?;
@@ -224,8 +248,7 @@ impl Lower<'_> {
             && b_batch.iter().all(|&d| d == 1)
             && a_batch.iter().product::<usize>() == out_batch.iter().product::<usize>()
         {
-            let packed = pack_b(k, n, &f32s(&bc), n).map_err(|e| e.to_string())?;
-            let bb = self.add_weight_f32("gemm_packed", &[packed.as_slice().len() as u64], packed.as_slice());
+            let bb = self.gemm_weights(k, n, &f32s(&bc))?;
             let ab = self.mat_identity(a)?;
             let y = self.alloc(yt)?;
             let bias = bias.map(|v| self.add_weight_f32("bias", &[n as u64], &v));
@@ -412,8 +435,7 @@ impl Lower<'_> {
         } else {
             self.materialize(a, &identity(2))?
         };
-        let packed = pack_b(k, n, &b_kn, n).map_err(|e| e.to_string())?;
-        let bb = self.add_weight_f32("gemm_packed", &[packed.as_slice().len() as u64], packed.as_slice());
+        let bb = self.gemm_weights(k, n, &b_kn)?;
         let bias_buf = bias.map(|v| self.add_weight_f32("bias", &[u(n)], &v));
         let y = self.alloc(&yt)?;
         self.push(Step::Gemm { a: a_buf, b: bb, bias: bias_buf, c: y, m: u(m), n: u(n), k: u(k), lda: u(k), ldc: u(n), relu });
@@ -655,4 +677,29 @@ impl Lower<'_> {
         self.define(op.results[0], y, NHWC.to_vec());
         Ok(true)
     }
+}
+
+/// Convolution weights `oc × cg × kh × kw` as [`WeightForm::Plain`]: per
+/// group `g`, the `(kh·kw·cg) × ocg` matrix whose row `(ky·kw + kx)·cg + ci`,
+/// column `j` is `w[g·ocg + j][ci][ky][kx]`.
+fn conv2d_plain_weights(geom: &ConvGeom, w: &[f32]) -> Vec<f32> {
+    let (kh, kw) = (geom.kh as usize, geom.kw as usize);
+    let group = geom.group as usize;
+    let (cg, ocg) = (geom.c as usize / group, geom.oc as usize / group);
+    let k = kh * kw * cg;
+    let mut out = vec![0.0; group * k * ocg];
+    for g in 0..group {
+        for j in 0..ocg {
+            for ci in 0..cg {
+                for ky in 0..kh {
+                    for kx in 0..kw {
+                        let src = (((g * ocg + j) * cg + ci) * kh + ky) * kw + kx;
+                        let row = (ky * kw + kx) * cg + ci;
+                        out[(g * k + row) * ocg + j] = w[src];
+                    }
+                }
+            }
+        }
+    }
+    out
 }

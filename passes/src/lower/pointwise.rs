@@ -20,7 +20,7 @@ use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
 use aoc_runtime::plan::{Buf, Step};
 
 use super::{Lower, Val, identity, logical_strides};
-use crate::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
+use crate::kernel_expr::{Bin, Expr, Operand, PointwiseKernel, Un};
 
 /// Element types a kernel may load or store.
 fn kernel_type(s: Scalar) -> bool {

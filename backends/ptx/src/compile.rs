@@ -1,0 +1,101 @@
+//! The backend's entry: an optimized function → lowered plan (GPU weight
+//! forms) → launch plan + one PTX module → one `.aoc` artifact for an `sm`.
+//!
+//! Cross-compiling needs no GPU: the PTX is generated here and JIT-compiled
+//! by the driver where the artifact runs (for the GPU at hand, which may be
+//! newer than the target).
+
+use aoc_ir::diag::Diagnostic;
+use aoc_ir::interp::WeightSource;
+use aoc_ir::module::Func;
+use aoc_passes::lower::{LowerOptions, LowerReport, Lowered, lower};
+use aoc_runtime::artifact::ArtifactWriter;
+use aoc_runtime::gpu_plan::{GpuItem, PTX_BLOB};
+
+use crate::llvm::ir_to_ptx;
+use crate::target::Sm;
+use crate::translate::{Precision, Translated, translate};
+
+/// What `compile` hands back besides the bytes.
+pub struct CompileOutput {
+    pub artifact: Vec<u8>,
+    pub report: LowerReport,
+    /// Distinct kernels in the PTX module.
+    pub kernels: usize,
+    pub ptx_bytes: usize,
+    pub arena_bytes: u64,
+    pub launches: usize,
+    /// Items run on the host (ops without a GPU kernel).
+    pub host_items: usize,
+}
+
+fn lowered_and_translated(
+    func: &Func,
+    weights: &dyn WeightSource,
+    sm: Sm,
+    precision: Precision,
+) -> Result<(Lowered, Translated), Diagnostic> {
+    let mut lowered = lower(func, weights, &LowerOptions::GPU)?;
+    let t = translate(&mut lowered, sm, precision).map_err(|m| Diagnostic::error(m, func.loc.clone()))?;
+    Ok((lowered, t))
+}
+
+/// Compiles an optimized, verified function into artifact bytes for `sm`.
+pub fn compile(func: &Func, weights: &dyn WeightSource, sm: Sm, precision: Precision) -> Result<CompileOutput, Diagnostic> {
+    let (lowered, t) = lowered_and_translated(func, weights, sm, precision)?;
+    let err = |m: String| Diagnostic::error(m, func.loc.clone());
+    let ptx = ir_to_ptx(&t.llvm, sm).map_err(err)?;
+    let mut w = ArtifactWriter::new(sm.name());
+    for s in &lowered.inputs {
+        w.input(&s.name, s.dtype.name(), &s.shape);
+    }
+    for s in &lowered.outputs {
+        w.output(&s.name, s.dtype.name(), &s.shape);
+    }
+    w.arena_size(lowered.arena_bytes);
+    let plan = serde_json::to_value(&t.plan).map_err(|e| err(format!("cannot encode the plan: {e}")))?;
+    w.plan(plan);
+    w.add_code(PTX_BLOB, sm.name(), ptx.as_bytes());
+    for b in &lowered.weights {
+        w.add_weight(&b.name, b.dtype.name(), &b.shape, &b.bytes);
+    }
+    let artifact = w.to_bytes().map_err(|e| err(e.to_string()))?;
+    let host_items = t.plan.items.iter().filter(|i| matches!(i, GpuItem::Host { .. })).count();
+    Ok(CompileOutput {
+        artifact,
+        report: lowered.report,
+        kernels: t.kernels,
+        ptx_bytes: ptx.len(),
+        arena_bytes: lowered.arena_bytes,
+        launches: t.plan.items.len() - host_items,
+        host_items,
+    })
+}
+
+/// The whole module as LLVM IR (`ptx == false`) or PTX, headed by the
+/// launch list as comments: what `--emit llvm|ptx` writes.
+pub fn emit_text(func: &Func, weights: &dyn WeightSource, sm: Sm, precision: Precision, ptx: bool) -> Result<String, Diagnostic> {
+    let (_, t) = lowered_and_translated(func, weights, sm, precision)?;
+    let body = if ptx {
+        ir_to_ptx(&t.llvm, sm).map_err(|m| Diagnostic::error(m, func.loc.clone()))?
+    } else {
+        t.llvm.clone()
+    };
+    let c = if ptx { "//" } else { ";" };
+    let mut out = format!(
+        "{c} aoc PTX backend, target {sm}, precision {}: {} items, {} kernels\n",
+        precision.name(),
+        t.plan.items.len(),
+        t.kernels
+    );
+    for (i, (item, o)) in t.plan.items.iter().zip(&t.plan.origins).enumerate() {
+        let what = match item {
+            GpuItem::Launch(l) => format!("launch {} grid={:?} block={:?} smem={}", l.kernel, l.grid, l.block, l.smem),
+            GpuItem::Host { step } => format!("host {}", step.kind()),
+        };
+        out.push_str(&format!("{c} item {i}: {what}  <- {o}\n"));
+    }
+    out.push('\n');
+    out.push_str(&body);
+    Ok(out)
+}

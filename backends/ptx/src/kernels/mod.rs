@@ -1,0 +1,77 @@
+//! Kernel templates for the steps of a lowered plan (`aoc_runtime::plan`):
+//! each generator writes one `ptx_kernel` function into a [`ModuleText`]
+//! with every shape baked in as a constant, and returns the launch
+//! [`Geometry`] it was written for.
+//!
+//! - [`gemm_simt`]: fp32 GEMM, batched matmul and NHWC implicit-GEMM
+//!   convolution on the CUDA cores (shared-memory tiles);
+//! - [`rows`]: row reductions (softmax, layer-norm), axis reductions, pooling;
+//! - [`index`]: index-mapping kernels (strided copy, fill, gather, resize,
+//!   depthwise and transposed convolution).
+//!
+//! Invariants:
+//! - A kernel's parameters are global pointers (`ptr addrspace(1)`), in the
+//!   order its generator's doc states; nothing else is passed at launch, so
+//!   a launch is (name, geometry, pointers).
+//! - Generators are pure and deterministic: the same arguments give the same
+//!   text, so the translator can name a kernel by its arguments and emit it
+//!   once.
+
+pub mod gemm_simt;
+pub mod gemm_tc;
+pub mod index;
+pub mod rows;
+
+/// How a generated kernel must be launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// Dynamic shared memory in bytes.
+    pub smem: u32,
+}
+
+pub use aoc_runtime::plan::ConvGeom;
+
+/// How the `m × k` operand A of a [`GemmSpec`] is addressed, per batch
+/// index `b`, row `i`, column `kk` (all in elements).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AMode {
+    /// `A_b[i][kk] = a[b·batch + i·row + kk·col]` (a stride may be 0).
+    Strided { batch: u64, row: u64, col: u64 },
+    /// Implicit im2col of the NHWC input `x` (`n × h × w × c`) for group
+    /// `b` (the batch index is the group; `batch == geom.group`): row
+    /// `i = (img·oh + oy)·ow + ox`, column `kk = (ky·kw + kx)·cg + ci` with
+    /// `cg = c / group`; the element is
+    /// `x[img][oy·sh − pad_top + ky·dh][ox·sw − pad_left + kx·dw][b·cg + ci]`,
+    /// or 0 where that position is outside the image. Then `m = n·oh·ow`,
+    /// `k = kh·kw·cg`.
+    Conv(ConvGeom),
+}
+
+/// A (batched) matrix product `C_b = A_b · B_b (+ bias_b) (relu)` for
+/// `b < batch`, `A_b` `m × k`, `B_b` `k × n`, `C_b` `m × n`. Covers
+/// `Step::Gemm` (B from the weights, row major), `Step::MatMul` (any
+/// strides) and `Step::Conv2d` (with [`AMode::Conv`]; B is the group's
+/// `(kh·kw·cg) × ocg` weight matrix, C the group's columns of the NHWC
+/// output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmSpec {
+    pub batch: u64,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub a: AMode,
+    /// B's strides in elements: `[batch, row (k), col (n)]`.
+    pub b_strides: [u64; 3],
+    /// C's strides in elements: `[batch, row (m), col (n)]`.
+    pub c_strides: [u64; 3],
+    /// `Some(s)`: a bias vector is passed, `bias[b·s + j]` is added to
+    /// column `j` of batch `b`.
+    pub bias: Option<u64>,
+    pub relu: bool,
+    /// Every pointer passed (A, B, bias, C) is 16-byte aligned, so
+    /// contiguous runs of four f32 may use 16-byte accesses when the strides
+    /// keep them aligned too.
+    pub aligned16: bool,
+}

@@ -1,0 +1,456 @@
+//! A lowered plan (`aoc_passes::lower`) → the GPU launch plan
+//! ([`aoc_runtime::gpu_plan::GpuPlan`]) and one LLVM module holding every
+//! kernel the launches name.
+//!
+//! Each step becomes one launch of a kernel specialized for its shapes
+//! (`kernels::*`), or of the generated pointwise kernel it names; a
+//! `Step::Reference` (an op without a GPU kernel) becomes a host item.
+//! Identical specializations share one kernel: a kernel's name is its
+//! generator's name and a hash of its arguments.
+//!
+//! Precision: `fp32` runs GEMMs and convolutions on the CUDA cores;
+//! `tf32`, `fp16` and `bf16` on tensor cores (sm_80+; activations stay f32
+//! in memory and are rounded while staged, constant weights are stored in
+//! the half type). Everything else computes in f32 at every precision.
+//!
+//! Invariants:
+//! - The launch list runs the steps in plan order; buffers are the plan's.
+//! - Every kernel a launch names is defined exactly once in the module.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+
+use aoc_passes::lower::{Lowered, WeightBlob};
+use aoc_runtime::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
+use aoc_runtime::plan::{Buf, Space, Step};
+
+use crate::expr::PointwiseKernel;
+use crate::irtext::ModuleText;
+use crate::kernels::gemm_tc::{TcPrecision, gemm_tc};
+use crate::kernels::{AMode, GemmSpec, Geometry, gemm_simt, index, rows};
+use crate::pointwise::{add_to_module, is_vectorized, work_items};
+use crate::target::Sm;
+
+/// Arithmetic of GEMMs and convolutions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    Fp32,
+    Tf32,
+    Fp16,
+    Bf16,
+}
+
+impl Precision {
+    pub fn parse(s: &str) -> Option<Precision> {
+        Some(match s {
+            "fp32" => Precision::Fp32,
+            "tf32" => Precision::Tf32,
+            "fp16" => Precision::Fp16,
+            "bf16" => Precision::Bf16,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
+/// What [`translate`] produced.
+pub struct Translated {
+    pub plan: GpuPlan,
+    /// LLVM IR text of the module with every kernel.
+    pub llvm: String,
+    /// Distinct kernels in the module.
+    pub kernels: usize,
+}
+
+struct Tr<'a> {
+    sm: Sm,
+    precision: Precision,
+    m: ModuleText,
+    /// Kernel name → its launch geometry (generated once).
+    made: HashMap<String, Geometry>,
+    pointwise: HashMap<&'a str, &'a PointwiseKernel>,
+    weights: &'a mut Vec<WeightBlob>,
+    /// Weights-section offset of each blob, in order.
+    weight_offsets: Vec<u64>,
+    /// Half-precision copies of f32 weights already made, by offset.
+    halves: HashMap<u64, Buf>,
+    items: Vec<GpuItem>,
+    origins: Vec<String>,
+}
+
+/// FNV-1a of the text: stable across runs and platforms (unlike `std`'s
+/// hasher), so the same model gives the same kernel names.
+fn fnv(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn aligned16(bufs: &[&Buf]) -> bool {
+    bufs.iter().all(|b| b.offset % 16 == 0)
+}
+
+/// f32 → IEEE half bits, round to nearest even (NaN stays NaN, overflow
+/// becomes infinity).
+pub fn f16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let exp = ((b >> 23) & 0xff) as i32;
+    let man = b & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    if e <= 0 {
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x80_0000;
+        let shift = (14 - e) as u32;
+        let half = 1u32 << (shift - 1);
+        let rest = m & ((1 << shift) - 1);
+        let mut r = m >> shift;
+        if rest > half || (rest == half && r & 1 == 1) {
+            r += 1;
+        }
+        return sign | r as u16;
+    }
+    let mut r = ((e as u32) << 10) | (man >> 13);
+    let rest = man & 0x1fff;
+    if rest > 0x1000 || (rest == 0x1000 && r & 1 == 1) {
+        r += 1;
+    }
+    sign | r as u16
+}
+
+/// f32 → bfloat16 bits, round to nearest even, NaN stays a quiet NaN.
+pub fn bf16_bits(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+impl<'a> Tr<'a> {
+    /// Generates kernel `kind` with arguments `key` once; returns its name
+    /// and geometry.
+    fn kernel(
+        &mut self,
+        kind: &str,
+        key: impl Debug,
+        generate: impl FnOnce(&mut ModuleText, &str) -> Result<Geometry, String>,
+    ) -> Result<(String, Geometry), String> {
+        let name = format!("{kind}_{:016x}", fnv(&format!("{key:?}")));
+        if let Some(g) = self.made.get(&name) {
+            return Ok((name, *g));
+        }
+        let g = generate(&mut self.m, &name)?;
+        self.made.insert(name.clone(), g);
+        Ok((name, g))
+    }
+
+    fn launch(&mut self, (kernel, g): (String, Geometry), args: Vec<Arg>, origin: &str) {
+        self.items.push(GpuItem::Launch(Launch { kernel, grid: g.grid, block: g.block, smem: g.smem, args }));
+        self.origins.push(origin.to_string());
+    }
+
+    /// A half-precision copy of the f32 weight at `b` (made once).
+    fn half_weight(&mut self, b: &Buf) -> Result<Buf, String> {
+        if b.space != Space::Weights {
+            return Err("internal error: a GEMM weight operand is not in the weights".to_string());
+        }
+        if let Some(h) = self.halves.get(&b.offset) {
+            return Ok(*h);
+        }
+        let i = self
+            .weight_offsets
+            .iter()
+            .position(|&o| o == b.offset)
+            .ok_or("internal error: a GEMM weight does not start a weight blob")?;
+        let blob = &self.weights[i];
+        let convert: fn(f32) -> u16 = if self.precision == Precision::Bf16 { bf16_bits } else { f16_bits };
+        let bytes: Vec<u8> = blob
+            .bytes
+            .chunks_exact(4)
+            .flat_map(|c| convert(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+            .collect();
+        let dtype = if self.precision == Precision::Bf16 {
+            aoc_ir::types::Scalar::BF16
+        } else {
+            aoc_ir::types::Scalar::F16
+        };
+        let end = self.weight_offsets.last().map_or(0, |&o| o + self.weights.last().unwrap().bytes.len() as u64);
+        let offset = end.div_ceil(64) * 64;
+        let len = bytes.len() as u64;
+        let name = format!("{}.{}", blob.name, self.precision.name());
+        let shape = blob.shape.clone();
+        self.weights.push(WeightBlob { name, dtype, shape, bytes });
+        self.weight_offsets.push(offset);
+        let h = Buf { space: Space::Weights, index: 0, offset, len };
+        self.halves.insert(b.offset, h);
+        Ok(h)
+    }
+
+    /// A GEMM-shaped step: on tensor cores when the precision asks and the
+    /// GPU has them, else on the CUDA cores.
+    fn gemm(&mut self, spec: GemmSpec, a: &Buf, b: &Buf, bias: Option<&Buf>, c: &Buf, b_const: bool, origin: &str) -> Result<(), String> {
+        let tc = match self.precision {
+            Precision::Fp32 => None,
+            Precision::Tf32 => Some(TcPrecision::Tf32),
+            Precision::Fp16 => Some(TcPrecision::F16),
+            Precision::Bf16 => Some(TcPrecision::Bf16),
+        };
+        let tc = tc.filter(|_| self.sm.has_mma_f16());
+        let (b, b_half) = match tc {
+            Some(TcPrecision::F16 | TcPrecision::Bf16) if b_const => (self.half_weight(b)?, true),
+            _ => (*b, false),
+        };
+        let mut spec = spec;
+        let mut bufs = vec![a, &b, c];
+        bufs.extend(bias);
+        spec.aligned16 = aligned16(&bufs);
+        let sm = self.sm;
+        let k = match tc {
+            Some(p) => self.kernel("gemm_tc", (&spec, p, b_half), |m, n| gemm_tc(m, n, &spec, p, b_half, sm))?,
+            None => self.kernel("gemm_f32", &spec, |m, n| gemm_simt::gemm_f32(m, n, &spec))?,
+        };
+        let mut args = vec![Arg::In(*a), Arg::In(b)];
+        args.extend(bias.map(|x| Arg::In(*x)));
+        args.push(Arg::Out(*c));
+        self.launch(k, args, origin);
+        Ok(())
+    }
+
+    fn step(&mut self, step: &Step, origin: &str) -> Result<(), String> {
+        match step {
+            Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu } => {
+                let spec = GemmSpec {
+                    batch: 1,
+                    m: *m,
+                    n: *n,
+                    k: *k,
+                    a: AMode::Strided { batch: 0, row: *lda, col: 1 },
+                    b_strides: [0, *n, 1],
+                    c_strides: [0, *ldc, 1],
+                    bias: bias.map(|_| 0),
+                    relu: *relu,
+                    aligned16: false,
+                };
+                self.gemm(spec, a, b, bias.as_ref(), c, true, origin)
+            }
+            Step::MatMul { a, b, c, batch, m, n, k, a_strides, b_strides, c_strides } => {
+                let spec = GemmSpec {
+                    batch: *batch,
+                    m: *m,
+                    n: *n,
+                    k: *k,
+                    a: AMode::Strided { batch: a_strides[0], row: a_strides[1], col: a_strides[2] },
+                    b_strides: *b_strides,
+                    c_strides: *c_strides,
+                    bias: None,
+                    relu: false,
+                    aligned16: false,
+                };
+                self.gemm(spec, a, b, None, c, b.space == Space::Weights, origin)
+            }
+            Step::Conv2d { x, w, bias, y, geom, relu } => {
+                let g = geom.group.max(1);
+                let (cg, ocg) = (geom.c / g, geom.oc / g);
+                let k = geom.kh * geom.kw * cg;
+                let spec = GemmSpec {
+                    batch: g,
+                    m: geom.n * geom.oh * geom.ow,
+                    n: ocg,
+                    k,
+                    a: AMode::Conv(*geom),
+                    b_strides: [k * ocg, ocg, 1],
+                    c_strides: [ocg, geom.oc, 1],
+                    bias: bias.map(|_| ocg),
+                    relu: *relu,
+                    aligned16: false,
+                };
+                self.gemm(spec, x, w, bias.as_ref(), y, true, origin)
+            }
+            Step::WinogradConv2d { .. } => {
+                Err("internal error: the GPU lowering produced a Winograd step".to_string())
+            }
+            Step::DepthwiseConv2d { x, w, bias, y, geom, relu } => {
+                let (geom, has_bias, relu) = (*geom, bias.is_some(), *relu);
+                let k = self.kernel("dwconv", (&geom, has_bias, relu), |m, n| {
+                    index::depthwise_conv2d(m, n, &geom, has_bias, relu)
+                })?;
+                let mut args = vec![Arg::In(*x), Arg::In(*w)];
+                args.extend(bias.map(Arg::In));
+                args.push(Arg::Out(*y));
+                self.launch(k, args, origin);
+                Ok(())
+            }
+            Step::ConvTranspose2d { x, w, bias, y, geom } => {
+                let (geom, has_bias) = (*geom, bias.is_some());
+                let k = self.kernel("convt", (&geom, has_bias), |m, n| index::conv_transpose2d(m, n, &geom, has_bias))?;
+                let mut args = vec![Arg::In(*x), Arg::In(*w)];
+                args.extend(bias.map(Arg::In));
+                args.push(Arg::Out(*y));
+                self.launch(k, args, origin);
+                Ok(())
+            }
+            Step::Pool { kind, x, y, geom, ceil_mode } => {
+                let (kind, geom, ceil) = (*kind, *geom, *ceil_mode);
+                let k = self.kernel("pool", (kind, &geom, ceil), |m, n| rows::pool(m, n, kind, &geom, ceil))?;
+                self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
+                Ok(())
+            }
+            Step::Reduce { kind, x, y, outer, len, inner } => {
+                let (kind, o, l, i) = (*kind, *outer, *len, *inner);
+                let k = self.kernel("reduce", (kind, o, l, i), |m, n| rows::reduce(m, n, kind, o, l, i))?;
+                self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
+                Ok(())
+            }
+            Step::Resize { mode, x, y, n, h, w, c, oh, ow } => {
+                let p = (*mode, *n, *h, *w, *c, *oh, *ow);
+                let k = self.kernel("resize", p, |m, name| index::resize(m, name, p.0, p.1, p.2, p.3, p.4, p.5, p.6))?;
+                self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
+                Ok(())
+            }
+            Step::Copy { src, dst, elem_size, shape, src_start, src_strides, dst_strides } => {
+                let key = (elem_size, shape, src_start, src_strides, dst_strides);
+                let k = self.kernel("copy", key, |m, n| {
+                    index::copy(m, n, *elem_size, shape, *src_start, src_strides, dst_strides)
+                })?;
+                self.launch(k, vec![Arg::In(*src), Arg::Out(*dst)], origin);
+                Ok(())
+            }
+            Step::Fill { dst, elem_size, bits } => {
+                if *elem_size == 0 || dst.len % elem_size != 0 {
+                    return Err(format!("a fill of {} bytes in {elem_size}-byte elements", dst.len));
+                }
+                let (es, count, bits) = (*elem_size, dst.len / elem_size, *bits);
+                let k = self.kernel("fill", (es, count, bits), |m, n| index::fill(m, n, es, count, bits))?;
+                self.launch(k, vec![Arg::Out(*dst)], origin);
+                Ok(())
+            }
+            Step::Gather { data, indices, out, elem_size, outer, axis, inner, count } => {
+                let p = (*elem_size, *outer, *axis, *inner, *count);
+                let k = self.kernel("gather", p, |m, n| index::gather(m, n, p.0, p.1, p.2, p.3, p.4))?;
+                self.launch(k, vec![Arg::In(*data), Arg::In(*indices), Arg::Out(*out), Arg::Status], origin);
+                Ok(())
+            }
+            Step::Softmax { x, y, rows: r, cols, log } => {
+                let p = (*r, *cols, *log);
+                let k = self.kernel("softmax", p, |m, n| rows::softmax(m, n, p.0, p.1, p.2))?;
+                self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
+                Ok(())
+            }
+            Step::LayerNorm { x, gamma, beta, y, rows: r, cols, epsilon } => {
+                let p = (*r, *cols, epsilon.to_bits(), gamma.is_some(), beta.is_some());
+                let k = self.kernel("layer_norm", p, |m, n| {
+                    rows::layer_norm(m, n, p.0, p.1, f32::from_bits(p.2), p.3, p.4)
+                })?;
+                let mut args = vec![Arg::In(*x)];
+                args.extend(gamma.map(Arg::In));
+                args.extend(beta.map(Arg::In));
+                args.push(Arg::Out(*y));
+                self.launch(k, args, origin);
+                Ok(())
+            }
+            Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
+            Step::Reference { .. } => {
+                self.items.push(GpuItem::Host { step: step.clone() });
+                self.origins.push(origin.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    fn pointwise(&mut self, code: &str, bufs: &[Buf], origin: &str) -> Result<(), String> {
+        let k = *self
+            .pointwise
+            .get(code)
+            .ok_or_else(|| format!("internal error: step names kernel `{code}`, which the lowering did not make"))?;
+        if bufs.len() != k.operands.len() + 1 {
+            return Err(format!("internal error: kernel `{code}` takes {} buffers", k.operands.len() + 1));
+        }
+        // The vector form needs 16-byte aligned buffers; a trailing unit
+        // dimension forces the scalar form where one is not.
+        let mut k = k.clone();
+        if is_vectorized(&k) && !aligned16(&bufs.iter().collect::<Vec<_>>()) {
+            k.name.push_str("_unaligned");
+            k.dims.push(1);
+            for op in &mut k.operands {
+                op.strides.push(0);
+            }
+        }
+        let total: u64 = k.dims.iter().product();
+        let items = work_items(&k);
+        let name = k.name.clone();
+        if !self.made.contains_key(&name) {
+            add_to_module(&k, &mut self.m)?;
+            let block = 256u64;
+            // The kernel strides over the grid; 2^20 blocks is plenty.
+            let grid = items.div_ceil(block).clamp(1, 1 << 20);
+            self.made.insert(name.clone(), Geometry { grid: [grid as u32, 1, 1], block: [block as u32, 1, 1], smem: 0 });
+        }
+        let g = self.made[&name];
+        let mut args: Vec<Arg> = bufs[..bufs.len() - 1].iter().map(|b| Arg::In(*b)).collect();
+        args.push(Arg::Out(bufs[bufs.len() - 1]));
+        args.push(Arg::U64(total));
+        self.launch((name, g), args, origin);
+        Ok(())
+    }
+}
+
+/// Translates `lowered` for `sm` at `precision`. Half-precision weight
+/// copies are appended to `lowered.weights`.
+pub fn translate(lowered: &mut Lowered, sm: Sm, precision: Precision) -> Result<Translated, String> {
+    if precision != Precision::Fp32 && !sm.has_mma_f16() {
+        return Err(format!(
+            "--precision {} needs tensor cores with mma.sync (sm_80 or newer); {sm} has none: use --precision fp32",
+            precision.name()
+        ));
+    }
+    let mut offsets = Vec::new();
+    let mut end = 0u64;
+    for w in &lowered.weights {
+        let o = end.div_ceil(64) * 64;
+        offsets.push(o);
+        end = o + w.bytes.len() as u64;
+    }
+    let kernels = std::mem::take(&mut lowered.kernels);
+    let steps = lowered.plan.steps.clone();
+    let origins = lowered.plan.origins.clone();
+    let mut tr = Tr {
+        sm,
+        precision,
+        m: ModuleText::new(),
+        made: HashMap::new(),
+        pointwise: kernels.iter().map(|k| (k.name.as_str(), k)).collect(),
+        weights: &mut lowered.weights,
+        weight_offsets: offsets,
+        halves: HashMap::new(),
+        items: Vec::new(),
+        origins: Vec::new(),
+    };
+    for (step, origin) in steps.iter().zip(&origins) {
+        tr.step(step, origin).map_err(|e| format!("{origin}: {e}"))?;
+    }
+    let n = tr.made.len();
+    let plan = GpuPlan { items: tr.items, origins: tr.origins };
+    let llvm = tr.m.finish();
+    lowered.kernels = kernels;
+    Ok(Translated { plan, llvm, kernels: n })
+}

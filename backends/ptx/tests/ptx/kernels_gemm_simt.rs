@@ -1,0 +1,693 @@
+//! Tests of `kernels::gemm_simt` (fp32 GEMM and implicit-GEMM convolution
+//! on the CUDA cores): the IR verifies and lowers for every target, ptxas
+//! accepts it without spills, the code has the intended shape (`fma.rn.f32`,
+//! shared-memory tiles, 16-byte global loads where the strides allow them)
+//! and the launch geometry covers the problem.
+//!
+//! `AOC_PTX_DUMP_DIR=dir` also writes `gemm_simt-<sm>.ptx` and
+//! `gemm_simt.cases` (one line per kernel: name, spec, geometry) there, for
+//! a run of the kernels against a reference on a GPU machine.
+
+use aoc_backend_ptx::kernels::gemm_simt::{SimtTile, gemm_f32, gemm_f32_tile, pick_tile};
+use aoc_backend_ptx::kernels::{AMode, ConvGeom, GemmSpec, Geometry};
+use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+
+use super::{assemble, entry, find_ptxas};
+
+/// Row-major `A (m×k) · B (k×n) → C (m×n)`, 16-byte aligned.
+fn dense(m: u64, n: u64, k: u64) -> GemmSpec {
+    GemmSpec {
+        batch: 1,
+        m,
+        n,
+        k,
+        a: AMode::Strided {
+            batch: m * k,
+            row: k,
+            col: 1,
+        },
+        b_strides: [k * n, n, 1],
+        c_strides: [m * n, n, 1],
+        bias: None,
+        relu: false,
+        aligned16: true,
+    }
+}
+
+fn geom(n: u64, hw: u64, c: u64, oc: u64, kk: u64, stride: u64, pad: u64, group: u64) -> ConvGeom {
+    let o = (hw + 2 * pad - kk) / stride + 1;
+    ConvGeom {
+        n,
+        h: hw,
+        w: hw,
+        c,
+        oh: o,
+        ow: o,
+        oc,
+        kh: kk,
+        kw: kk,
+        stride: [stride; 2],
+        dilation: [1; 2],
+        pads: [pad; 4],
+        group,
+    }
+}
+
+/// The product a `Step::Conv2d` lowers to: one batch per group, B the
+/// group's `(kh·kw·cg) × ocg` weights, C the group's output columns.
+fn conv(g: ConvGeom, bias: bool, relu: bool) -> GemmSpec {
+    let (cg, ocg) = (g.c / g.group, g.oc / g.group);
+    let k = g.kh * g.kw * cg;
+    GemmSpec {
+        batch: g.group,
+        m: g.n * g.oh * g.ow,
+        n: ocg,
+        k,
+        a: AMode::Conv(g),
+        b_strides: [k * ocg, ocg, 1],
+        c_strides: [ocg, g.oc, 1],
+        bias: bias.then_some(ocg),
+        relu,
+        aligned16: true,
+    }
+}
+
+/// The specs every target compiles: each load path, guard and epilogue.
+fn cases() -> Vec<(&'static str, GemmSpec)> {
+    let mut v = Vec::new();
+    v.push((
+        "dense_bias_relu",
+        GemmSpec {
+            bias: Some(0),
+            relu: true,
+            ..dense(1000, 600, 300)
+        },
+    ));
+    v.push(("dense_square", dense(2048, 2048, 2048)));
+    v.push((
+        "b_transposed",
+        GemmSpec {
+            b_strides: [0, 1, 264],
+            ..dense(300, 200, 264)
+        },
+    ));
+    v.push((
+        "a_transposed",
+        GemmSpec {
+            a: AMode::Strided {
+                batch: 0,
+                row: 1,
+                col: 256,
+            },
+            ..dense(256, 96, 70)
+        },
+    ));
+    v.push((
+        "batch_broadcast",
+        GemmSpec {
+            batch: 3,
+            a: AMode::Strided {
+                batch: 0,
+                row: 64,
+                col: 1,
+            },
+            b_strides: [64 * 80, 80, 1],
+            c_strides: [100 * 80, 80, 1],
+            bias: Some(80),
+            ..dense(100, 80, 64)
+        },
+    ));
+    v.push((
+        "unaligned_strided",
+        GemmSpec {
+            batch: 2,
+            a: AMode::Strided {
+                batch: 600,
+                row: 15,
+                col: 1,
+            },
+            b_strides: [13 * 31 * 2, 2, 31],
+            c_strides: [37 * 40, 40, 1],
+            bias: Some(29),
+            relu: true,
+            aligned16: false,
+            ..dense(37, 29, 13)
+        },
+    ));
+    v.push((
+        "conv3x3_s2_g2",
+        conv(geom(2, 15, 16, 32, 3, 2, 1, 2), true, true),
+    ));
+    v.push((
+        "conv1x1",
+        conv(geom(2, 14, 64, 32, 1, 1, 0, 1), true, false),
+    ));
+    v.push((
+        "conv1x1_s2",
+        conv(geom(1, 14, 32, 64, 1, 2, 0, 1), false, true),
+    ));
+    v.push((
+        "conv7x7_c3",
+        conv(geom(1, 32, 3, 16, 7, 2, 3, 1), true, true),
+    ));
+    let mut dil = geom(1, 12, 8, 24, 3, 1, 2, 1);
+    dil.dilation = [2, 1];
+    dil.pads = [1, 2, 3, 0];
+    dil.oh = (12 + 1 + 3 - 5) / 1 + 1;
+    dil.ow = (12 + 2 + 0 - 3) / 1 + 1;
+    v.push(("conv_dilated", conv(dil, false, false)));
+    v.push((
+        "m1_bias",
+        GemmSpec {
+            bias: Some(0),
+            ..dense(1, 1000, 512)
+        },
+    ));
+    v.push((
+        "k0_bias_relu",
+        GemmSpec {
+            bias: Some(0),
+            relu: true,
+            ..dense(5, 7, 0)
+        },
+    ));
+    v.push(("m0", dense(0, 7, 3)));
+    v.push(("n0", dense(7, 0, 3)));
+    v.push((
+        "batch0",
+        GemmSpec {
+            batch: 0,
+            ..dense(4, 4, 4)
+        },
+    ));
+    v.push((
+        "batch_70000",
+        GemmSpec {
+            batch: 70000,
+            a: AMode::Strided {
+                batch: 8,
+                row: 4,
+                col: 1,
+            },
+            b_strides: [12, 3, 1],
+            c_strides: [6, 3, 1],
+            aligned16: false,
+            ..dense(2, 3, 4)
+        },
+    ));
+    v
+}
+
+/// Specs whose buffers are too large for a quick GPU run (`huge_` names).
+fn huge_cases() -> Vec<(&'static str, GemmSpec)> {
+    vec![(
+        "huge_offsets",
+        GemmSpec {
+            batch: 2,
+            a: AMode::Strided {
+                batch: 1 << 31,
+                row: 64,
+                col: 1,
+            },
+            ..dense(256, 256, 64)
+        },
+    )]
+}
+
+fn spec_line(name: &str, s: &GemmSpec, g: &Geometry) -> String {
+    let list = |v: &[u64]| {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let a = match s.a {
+        AMode::Strided { batch, row, col } => format!("strided:{}", list(&[batch, row, col])),
+        AMode::Conv(c) => format!(
+            "conv:{}",
+            list(&[
+                c.n,
+                c.h,
+                c.w,
+                c.c,
+                c.oh,
+                c.ow,
+                c.oc,
+                c.kh,
+                c.kw,
+                c.stride[0],
+                c.stride[1],
+                c.dilation[0],
+                c.dilation[1],
+                c.pads[0],
+                c.pads[1],
+                c.pads[2],
+                c.pads[3],
+                c.group,
+            ])
+        ),
+    };
+    format!(
+        "{name} batch={} m={} n={} k={} a={a} b={} c={} bias={} relu={} aligned={} grid={} block={} smem={}",
+        s.batch,
+        s.m,
+        s.n,
+        s.k,
+        list(&s.b_strides),
+        list(&s.c_strides),
+        s.bias.map_or(-1, |x| x as i64),
+        s.relu as u8,
+        s.aligned16 as u8,
+        list(&g.grid.map(u64::from)),
+        list(&g.block.map(u64::from)),
+        g.smem
+    )
+}
+
+/// One module with every case (picked tile) and every candidate tile on a
+/// 16-byte path and a scalar convolution path; the case lines.
+fn module() -> (String, Vec<String>) {
+    let mut m = ModuleText::new();
+    let mut lines = Vec::new();
+    for (name, s) in cases().into_iter().chain(huge_cases()) {
+        let g = gemm_f32(&mut m, name, &s).unwrap_or_else(|e| panic!("{name}: {e}"));
+        lines.push(spec_line(name, &s, &g));
+    }
+    for t in SimtTile::CANDIDATES {
+        let tag = format!("{}x{}x{}_{}x{}_k{}", t.bm, t.bn, t.bk, t.tm, t.tn, t.ks);
+        let specs = [
+            (
+                "dense",
+                GemmSpec {
+                    bias: Some(0),
+                    relu: true,
+                    ..dense(1000, 600, 300)
+                },
+            ),
+            ("conv", conv(geom(2, 15, 6, 32, 3, 2, 1, 2), true, true)),
+        ];
+        for (what, s) in specs {
+            let name = format!("tile_{tag}_{what}");
+            let g = gemm_f32_tile(&mut m, &name, &s, t).unwrap_or_else(|e| panic!("{name}: {e}"));
+            lines.push(spec_line(&name, &s, &g));
+        }
+    }
+    (m.finish(), lines)
+}
+
+/// `(registers, spill bytes)` per entry from a `ptxas -v` report.
+fn ptxas_usage(report: &str) -> Vec<(String, u32, u32)> {
+    let mut out = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut spill = 0;
+    for line in report.lines() {
+        if let Some(i) = line.find("Compiling entry function '") {
+            let rest = &line[i + "Compiling entry function '".len()..];
+            cur = Some(rest[..rest.find('\'').unwrap()].to_string());
+            spill = 0;
+        } else if line.contains("bytes spill stores") {
+            let nums: Vec<u32> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            // "N bytes stack frame, S bytes spill stores, L bytes spill loads"
+            spill = nums[1] + nums[2];
+        } else if let Some(i) = line.find("Used ") {
+            let regs: u32 = line[i + 5..].split(' ').next().unwrap().parse().unwrap();
+            let name = cur.take().expect("a usage line follows an entry line");
+            out.push((name, regs, spill));
+        }
+    }
+    out
+}
+
+#[test]
+fn gemm_simt_ptxas_accepts_every_case() {
+    let ptxas = find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    let dump = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from);
+    let (ir, lines) = module();
+    let names: Vec<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
+    let mut spills = Vec::new();
+    for sm in [Sm::Sm75, Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a] {
+        let ptx = ir_to_ptx(&ir, sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
+        assert!(ptx.contains(&format!(".target {}", sm.name())));
+        for n in &names {
+            assert!(ptx.contains(&format!(".entry {n}(")), "{sm}: no entry {n}");
+        }
+        if let Some(dir) = &dump {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(format!("gemm_simt-{}.ptx", sm.name())), &ptx).unwrap();
+            std::fs::write(dir.join("gemm_simt.cases"), lines.join("\n") + "\n").unwrap();
+        }
+        let Ok(p) = &ptxas else { continue };
+        let report = assemble(p, &ptx, sm, "gemm_simt");
+        let usage = ptxas_usage(&report);
+        assert_eq!(usage.len(), names.len(), "{report}");
+        for (name, regs, spill) in &usage {
+            if *spill > 0 {
+                spills.push(format!(
+                    "{sm} {name}: {regs} registers, {spill} bytes spilled"
+                ));
+            }
+            if sm == Sm::Sm86 || sm == Sm::Sm90 {
+                println!("{sm} {name}: {regs} registers");
+            }
+        }
+    }
+    assert!(spills.is_empty(), "spills:\n{}", spills.join("\n"));
+    // sm_70 lowers too (CUDA 13's ptxas no longer assembles it).
+    ir_to_ptx(&ir, Sm::Sm70).unwrap();
+}
+
+#[test]
+fn gemm_simt_code_shape() {
+    let mut m = ModuleText::new();
+    let main = GemmSpec {
+        bias: Some(0),
+        relu: true,
+        ..dense(4096, 4096, 1024)
+    };
+    let g = gemm_f32(&mut m, "main", &main).unwrap();
+    assert_eq!(pick_tile(&main), SimtTile::CANDIDATES[0]);
+    assert_eq!(g.block, [256, 1, 1]);
+    let scalar = GemmSpec {
+        aligned16: false,
+        ..main
+    };
+    gemm_f32(&mut m, "scalar", &scalar).unwrap();
+    gemm_f32(
+        &mut m,
+        "convs",
+        &conv(geom(1, 56, 3, 64, 7, 2, 3, 1), true, true),
+    )
+    .unwrap();
+    gemm_f32(
+        &mut m,
+        "convv",
+        &conv(geom(1, 56, 64, 64, 3, 1, 1, 1), true, true),
+    )
+    .unwrap();
+    gemm_f32(&mut m, "empty", &dense(0, 4, 4)).unwrap();
+    let ir = m.finish();
+    assert!(ir.contains("\"nvvm.maxntid\"=\"256\""));
+    let ptx = ir_to_ptx(&ir, Sm::Sm86).unwrap();
+    let main = entry(&ptx, "main");
+    // 8 k-steps of an 8×8 register tile, in the loop and in the peeled
+    // last k-tile.
+    assert_eq!(main.matches("fma.rn.f32").count(), 2 * 8 * 64, "{main}");
+    assert!(main.contains("ld.shared.v4.f32") || main.contains("ld.shared.v4.b32"));
+    assert!(main.contains("ld.global.nc.v4"), "16-byte loads of A and B");
+    assert!(main.contains("st.global.v4"), "16-byte stores of C");
+    assert!(main.contains("st.shared.v4"), "B's tile row stored whole");
+    assert!(main.contains("bar.sync"));
+    assert!(main.contains("max.f32"), "relu");
+    assert!(main.contains(".maxntid 256"));
+    assert!(main.contains(".minnctapersm 2"));
+    assert_eq!(main.matches(".param ").count(), 4, "a, b, bias, c");
+    let scalar = entry(&ptx, "scalar");
+    assert!(
+        !scalar.contains(".v4"),
+        "unaligned: no 16-byte global access"
+    );
+    assert!(scalar.contains("fma.rn.f32"));
+    let convs = entry(&ptx, "convs");
+    assert!(
+        !convs.contains("ld.global.nc.v4"),
+        "3 channels: scalar gather"
+    );
+    let convv = entry(&ptx, "convv");
+    assert!(
+        convv.contains("ld.global.nc.v4"),
+        "64 channels: 16-byte gather"
+    );
+    let empty = entry(&ptx, "empty");
+    assert!(!empty.contains("ld.global") && !empty.contains("st.global"));
+}
+
+#[test]
+fn gemm_simt_geometry() {
+    for (name, s) in cases().into_iter().chain(huge_cases()) {
+        let mut m = ModuleText::new();
+        let g = gemm_f32(&mut m, name, &s).unwrap();
+        assert!(g.grid.iter().all(|&x| x >= 1), "{name} {g:?}");
+        if s.batch == 0 || s.m == 0 || s.n == 0 {
+            assert_eq!(g.grid, [1, 1, 1], "{name}");
+            continue;
+        }
+        let t = pick_tile(&s);
+        let tiles = s.m.div_ceil(t.bm as u64) * s.n.div_ceil(t.bn as u64);
+        assert_eq!(
+            g.grid,
+            [tiles as u32, 1, s.batch.min(65535) as u32],
+            "{name}"
+        );
+        assert_eq!(g.block, [t.threads(), 1, 1], "{name}");
+        assert_eq!(g.smem, t.smem_bytes(), "{name}");
+        assert!(g.smem <= 48 * 1024);
+    }
+    // Dynamic shared memory: two buffers of 8 k-rows of (128+4) + (128+4)
+    // floats.
+    assert_eq!(SimtTile::CANDIDATES[0].smem_bytes(), 2 * 8 * 264 * 4);
+    for t in SimtTile::CANDIDATES {
+        t.check().unwrap();
+        assert_eq!(t.threads(), 256);
+    }
+}
+
+#[test]
+fn gemm_simt_tile_choice() {
+    let bm_bn = |s: GemmSpec| {
+        let t = pick_tile(&s);
+        (t.bm, t.bn)
+    };
+    // Large products take the big tile.
+    assert_eq!(bm_bn(dense(4096, 4096, 4096)), (128, 128));
+    // ResNet-50's first 3×3 stage at batch 1: 3136 × 64 outputs; the
+    // tile must not be wider than 64 columns, and gives ≥ 2 blocks/SM.
+    let r = pick_tile(&conv(geom(1, 56, 64, 64, 3, 1, 1, 1), false, true));
+    assert!(r.bn <= 64, "{r:?}");
+    // m = 1: the row-vector tile.
+    assert_eq!(bm_bn(dense(1, 1000, 2048)).0, 16);
+    // Transformer projections at batch 1, seq 128: enough blocks.
+    for n in [768, 3072] {
+        let t = pick_tile(&dense(128, n, 768));
+        let blocks = 128u64.div_ceil(t.bm as u64) * (n as u64).div_ceil(t.bn as u64);
+        assert!(blocks >= 96, "{n}: {t:?} gives {blocks} blocks");
+    }
+}
+
+#[test]
+fn gemm_simt_rejects_bad_specs() {
+    let mut m = ModuleText::new();
+    let e = gemm_f32(&mut m, "bad-name", &dense(4, 4, 4)).unwrap_err();
+    assert!(e.contains("C identifier"), "{e}");
+    let mut s = conv(geom(1, 8, 8, 8, 3, 1, 1, 1), false, false);
+    s.m += 1;
+    let e = gemm_f32(&mut m, "c", &s).unwrap_err();
+    assert!(e.contains("m = n·oh·ow = 64"), "{e}");
+    let s = GemmSpec {
+        batch: 2,
+        ..conv(geom(1, 8, 8, 8, 3, 1, 1, 1), false, false)
+    };
+    let e = gemm_f32(&mut m, "c", &s).unwrap_err();
+    assert!(e.contains("group"), "{e}");
+    let bad = SimtTile {
+        bm: 48,
+        bn: 64,
+        bk: 8,
+        tm: 4,
+        tn: 4,
+        ks: 1,
+    };
+    assert!(gemm_f32_tile(&mut m, "t", &dense(4, 4, 4), bad).is_err());
+}
+
+// TEMPORARY (tuning): every candidate tile on realistic shapes.
+fn tune_shapes() -> Vec<(&'static str, GemmSpec)> {
+    let mut v = vec![
+        ("sq4096", dense(4096, 4096, 4096)),
+        ("sq1024", dense(1024, 1024, 1024)),
+        ("sq2048", dense(2048, 2048, 2048)),
+        (
+            "r50_3x3_56_b1",
+            conv(geom(1, 56, 64, 64, 3, 1, 1, 1), true, true),
+        ),
+        (
+            "r50_3x3_56_b32",
+            conv(geom(32, 56, 64, 64, 3, 1, 1, 1), true, true),
+        ),
+        (
+            "r50_1x1_56_b1",
+            conv(geom(1, 56, 64, 256, 1, 1, 0, 1), true, true),
+        ),
+        (
+            "r50_7x7_b1",
+            conv(geom(1, 224, 3, 64, 7, 2, 3, 1), true, true),
+        ),
+        (
+            "r50_7x7_b32",
+            conv(geom(32, 224, 3, 64, 7, 2, 3, 1), true, true),
+        ),
+        (
+            "r50_3x3_7_b1",
+            conv(geom(1, 7, 512, 512, 3, 1, 1, 1), true, true),
+        ),
+        (
+            "r50_3x3_14_b1",
+            conv(geom(1, 14, 256, 256, 3, 1, 1, 1), true, true),
+        ),
+        (
+            "r50_3x3_14_b32",
+            conv(geom(32, 14, 256, 256, 3, 1, 1, 1), true, true),
+        ),
+        (
+            "bert_qkv_b1",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(128, 2304, 768)
+            },
+        ),
+        (
+            "bert_o_b1",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(128, 768, 768)
+            },
+        ),
+        (
+            "bert_ff1_b1",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(128, 3072, 768)
+            },
+        ),
+        (
+            "bert_ff2_b1",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(128, 768, 3072)
+            },
+        ),
+        (
+            "bert_ff1_b32",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(4096, 3072, 768)
+            },
+        ),
+        (
+            "bert_o_b32",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(4096, 768, 768)
+            },
+        ),
+        (
+            "fc_m1",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(1, 1000, 2048)
+            },
+        ),
+        (
+            "fc_m32",
+            GemmSpec {
+                bias: Some(0),
+                ..dense(32, 1000, 2048)
+            },
+        ),
+        ("gemv_768", dense(1, 768, 768)),
+    ];
+    v.push((
+        "attn_qk_b1",
+        GemmSpec {
+            batch: 12,
+            a: AMode::Strided {
+                batch: 128 * 64,
+                row: 64,
+                col: 1,
+            },
+            b_strides: [128 * 64, 1, 64],
+            c_strides: [128 * 128, 128, 1],
+            ..dense(128, 128, 64)
+        },
+    ));
+    v.push((
+        "attn_pv_b1",
+        GemmSpec {
+            batch: 12,
+            a: AMode::Strided {
+                batch: 128 * 128,
+                row: 128,
+                col: 1,
+            },
+            b_strides: [128 * 64, 64, 1],
+            c_strides: [128 * 64, 64, 1],
+            ..dense(128, 64, 128)
+        },
+    ));
+    v
+}
+
+#[test]
+fn gemm_simt_tune_dump() {
+    let Some(dir) = std::env::var_os("AOC_GEMM_SIMT_TUNE").map(std::path::PathBuf::from) else {
+        return;
+    };
+    let mut m = ModuleText::new();
+    let mut lines = Vec::new();
+    for (shape, s) in tune_shapes() {
+        for t in SimtTile::CANDIDATES {
+            let name = format!(
+                "tune_{shape}__{}x{}x{}_{}x{}_k{}",
+                t.bm, t.bn, t.bk, t.tm, t.tn, t.ks
+            );
+            let g = gemm_f32_tile(&mut m, &name, &s, t).unwrap();
+            lines.push(spec_line(&name, &s, &g));
+        }
+        let p = pick_tile(&s);
+        lines.push(format!("#pick {shape} {}x{}", p.bm, p.bn));
+    }
+    let ptx = ir_to_ptx(&m.finish(), Sm::Sm90).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("gemm_simt_tune-sm_90.ptx"), &ptx).unwrap();
+    std::fs::write(dir.join("gemm_simt_tune.cases"), lines.join("\n") + "\n").unwrap();
+    if let Ok(p) = find_ptxas() {
+        let report = assemble(&p, &ptx, Sm::Sm90, "gemm_simt_tune");
+        for (name, regs, spill) in ptxas_usage(&report) {
+            println!("{name}: {regs} registers, {spill} spilled");
+        }
+    }
+}
+
+#[test]
+fn gemm_simt_tmp_exp() {
+    if std::env::var_os("AOC_EXP").is_none() {
+        return;
+    }
+    let t = SimtTile::CANDIDATES[0];
+    let mut m = ModuleText::new();
+    let base = dense(1000, 600, 300);
+    let vars = [
+        ("all", GemmSpec { bias: Some(0), relu: true, ..base }),
+        ("nobias", GemmSpec { bias: None, relu: true, ..base }),
+        ("norelu", GemmSpec { bias: Some(0), relu: false, ..base }),
+        ("plain", base),
+        ("mtail", dense(1000, 640, 304)),
+        ("ntail", dense(1024, 600, 304)),
+        ("ktail", dense(1024, 640, 300)),
+        ("none", GemmSpec { bias: Some(0), relu: true, ..dense(1024, 640, 304) }),
+    ];
+    for (n, s) in vars {
+        gemm_f32_tile(&mut m, n, &s, t).unwrap();
+    }
+    let ptx = ir_to_ptx(&m.finish(), Sm::Sm86).unwrap();
+    std::fs::write("/tmp/exp.ptx", &ptx).unwrap();
+    let report = assemble(&find_ptxas().unwrap(), &ptx, Sm::Sm86, "exp");
+    for (name, regs, spill) in ptxas_usage(&report) {
+        println!("{name}: {regs} registers, {spill} spilled");
+    }
+}

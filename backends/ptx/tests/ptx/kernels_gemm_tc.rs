@@ -1,0 +1,493 @@
+//! `kernels::gemm_tc`: the tensor-core GEMM / implicit-GEMM convolution in
+//! f16, bf16 and tf32. Checks that every spec shape gives IR that LLVM
+//! accepts and PTX that ptxas assembles for sm_80 … sm_90a, that the PTX
+//! uses the intended instructions, the launch geometry of edge shapes, the
+//! refusals, and that the main tiles do not spill. `AOC_PTX_DUMP_DIR=dir`
+//! also writes the sm_90 modules and a manifest of their specs there (for a
+//! run on a GPU).
+
+use aoc_backend_ptx::kernels::gemm_tc::{TcPrecision, TcTile, choose_tile, gemm_tc, gemm_tc_tile};
+use aoc_backend_ptx::kernels::{AMode, ConvGeom, GemmSpec, Geometry};
+use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+
+const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
+
+/// A row-major `m×k · k×n` product, batch 1, packed and aligned.
+fn dense(m: u64, n: u64, k: u64) -> GemmSpec {
+    GemmSpec {
+        batch: 1,
+        m,
+        n,
+        k,
+        a: AMode::Strided {
+            batch: 0,
+            row: k,
+            col: 1,
+        },
+        b_strides: [0, n, 1],
+        c_strides: [0, n, 1],
+        bias: Some(0),
+        relu: true,
+        aligned16: true,
+    }
+}
+
+/// The NHWC convolution of `x: n×h×w×c` into `oc` channels as a gemm.
+#[allow(clippy::too_many_arguments)]
+fn conv(n: u64, hw: u64, c: u64, oc: u64, k: u64, stride: u64, pad: u64, group: u64) -> GemmSpec {
+    let o = (hw + 2 * pad - k) / stride + 1;
+    let geom = ConvGeom {
+        n,
+        h: hw,
+        w: hw,
+        c,
+        oh: o,
+        ow: o,
+        oc,
+        kh: k,
+        kw: k,
+        stride: [stride, stride],
+        dilation: [1, 1],
+        pads: [pad, pad, pad, pad],
+        group,
+    };
+    let (cg, ocg) = (c / group, oc / group);
+    GemmSpec {
+        batch: group,
+        m: n * o * o,
+        n: ocg,
+        k: k * k * cg,
+        a: AMode::Conv(geom),
+        b_strides: [k * k * cg * ocg, ocg, 1],
+        c_strides: [ocg, oc, 1],
+        bias: Some(ocg),
+        relu: true,
+        aligned16: true,
+    }
+}
+
+/// Named specs covering the addressing paths; `b_half` where B is weights.
+fn specs() -> Vec<(&'static str, GemmSpec, bool)> {
+    let mut v = vec![
+        ("dense", dense(300, 200, 136), true),
+        ("big", dense(1024, 1024, 1024), true),
+        ("bert_qkv", dense(128, 2304, 768), true),
+        ("classifier", dense(1, 1000, 2048), true),
+    ];
+    let mut s = dense(37, 50, 19);
+    s.a = AMode::Strided {
+        batch: 0,
+        row: 21,
+        col: 1,
+    };
+    s.b_strides = [0, 53, 1];
+    s.c_strides = [0, 55, 1];
+    s.aligned16 = false;
+    s.bias = None;
+    s.relu = false;
+    v.push(("ragged", s, true));
+    // Attention scores Q·Kᵀ: B is K read column-wise; 12 heads.
+    let mut s = dense(128, 128, 64);
+    s.batch = 12;
+    s.a = AMode::Strided {
+        batch: 128 * 64,
+        row: 64,
+        col: 1,
+    };
+    s.b_strides = [128 * 64, 1, 64];
+    s.c_strides = [128 * 128, 128, 1];
+    s.bias = None;
+    s.relu = false;
+    v.push(("qk", s, false));
+    // P·V with a broadcast A (batch stride 0) and a transposed-A layout.
+    let mut s = dense(40, 24, 33);
+    s.batch = 3;
+    s.a = AMode::Strided {
+        batch: 0,
+        row: 1,
+        col: 40,
+    };
+    s.b_strides = [33 * 24, 24, 1];
+    s.c_strides = [40 * 24, 24, 1];
+    s.bias = Some(24);
+    v.push(("broadcast", s, false));
+    // B with neither unit stride (scalar loads).
+    let mut s = dense(20, 12, 10);
+    s.b_strides = [0, 3, 30];
+    v.push(("strided_b", s, false));
+    v.push(("conv3x3_s2_g2", conv(2, 9, 32, 64, 3, 2, 1, 2), true));
+    v.push(("conv7x7_stem", conv(1, 32, 3, 64, 7, 2, 3, 1), true));
+    v.push(("conv1x1", conv(2, 7, 64, 256, 1, 1, 0, 1), true));
+    v.push(("conv3x3_cg4", conv(1, 8, 8, 16, 3, 1, 1, 2), true));
+    let mut s = dense(5, 7, 9);
+    s.relu = false;
+    v.push(("norelu", s, true));
+    // Partial 8-element chunks: A rows (k = 18), B rows (n = 13), B
+    // columns (k = 18), half B rows through cp.async (n = 13).
+    let mut s = dense(37, 13, 18);
+    s.a = AMode::Strided {
+        batch: 0,
+        row: 20,
+        col: 1,
+    };
+    s.b_strides = [0, 16, 1];
+    v.push(("tails", s, false));
+    s.b_strides = [0, 1, 20];
+    v.push(("tails_kvec", s, false));
+    let mut s = dense(20, 13, 16);
+    s.b_strides = [0, 16, 1];
+    v.push(("async_tail", s, true));
+    let mut s = dense(20, 12, 16);
+    s.b_strides = [0, 12, 1];
+    v.push(("b_vec4", s, false));
+    let mut s = dense(30, 20, 40);
+    s.b_strides = [0, 1, 40];
+    s.aligned16 = false;
+    v.push(("kfast_b", s, false));
+    // Dilation, stride and asymmetric padding per axis, kh ≠ kw.
+    let geom = ConvGeom {
+        n: 2,
+        h: 11,
+        w: 9,
+        c: 16,
+        oh: 5,
+        ow: 8,
+        oc: 24,
+        kh: 3,
+        kw: 2,
+        stride: [2, 1],
+        dilation: [2, 3],
+        pads: [0, 1, 2, 1],
+        group: 1,
+    };
+    let mut s = conv(2, 9, 16, 24, 3, 1, 1, 1);
+    s.a = AMode::Conv(geom);
+    s.m = 2 * 5 * 8;
+    s.k = 3 * 2 * 16;
+    s.b_strides = [0, 24, 1];
+    v.push(("conv_dilated", s, true));
+    let mut s = conv(1, 6, 16, 16, 3, 1, 1, 2);
+    s.aligned16 = false;
+    v.push(("conv_unaligned", s, true));
+    v.push(("k0", dense(16, 16, 0), true));
+    v.push(("m0", dense(0, 16, 16), true));
+    v.push(("n0", dense(16, 0, 16), true));
+    let mut s = dense(8, 8, 8);
+    s.batch = 70000;
+    s.a = AMode::Strided {
+        batch: 64,
+        row: 8,
+        col: 1,
+    };
+    s.b_strides = [64, 8, 1];
+    s.c_strides = [64, 8, 1];
+    s.bias = Some(8);
+    v.push(("many_batches", s, true));
+    v
+}
+
+fn prec_name(p: TcPrecision) -> &'static str {
+    match p {
+        TcPrecision::F16 => "f16",
+        TcPrecision::Bf16 => "bf16",
+        TcPrecision::Tf32 => "tf32",
+    }
+}
+
+/// One module per precision holding every spec; the geometries by name.
+fn module(p: TcPrecision, sm: Sm) -> (String, Vec<(String, GemmSpec, bool, Geometry)>) {
+    let mut m = ModuleText::new();
+    let mut out = Vec::new();
+    for (what, s, half) in specs() {
+        let half = half && p != TcPrecision::Tf32;
+        let name = format!("tc_{}_{what}", prec_name(p));
+        let g = gemm_tc(&mut m, &name, &s, p, half, sm).unwrap_or_else(|e| panic!("{name}: {e}"));
+        out.push((name, s, half, g));
+    }
+    (m.finish(), out)
+}
+
+#[test]
+fn gemm_tc_assembles_for_every_precision_and_sm() {
+    let ptxas = super::find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    let dump = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from);
+    for p in TcPrecision::ALL {
+        for sm in SMS {
+            let (ir, kernels) = module(p, sm);
+            let ptx = ir_to_ptx(&ir, sm).unwrap_or_else(|e| panic!("{p:?} {sm}: {e}"));
+            assert_eq!(ptx.matches(".visible .entry ").count(), kernels.len());
+            let mma = match p {
+                TcPrecision::F16 => "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                TcPrecision::Bf16 => "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                TcPrecision::Tf32 => "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
+            };
+            for (name, s, half, _) in &kernels {
+                let body = super::entry(&ptx, name);
+                if s.m == 0 || s.n == 0 {
+                    assert!(!body.contains("mma.sync"), "{name}: {body}");
+                    continue;
+                }
+                if s.k > 0 {
+                    assert!(body.contains(mma), "{name}: {body}");
+                    assert!(body.contains("ldmatrix.sync.aligned.m8n8.x4"), "{name}");
+                    assert!(body.contains("bar.sync") || body.contains("barrier.sync"));
+                }
+                let cvt = match p {
+                    TcPrecision::F16 => "cvt.rn.f16",
+                    TcPrecision::Bf16 => "cvt.rn.bf16",
+                    TcPrecision::Tf32 => "cvt.rna.tf32.f32",
+                };
+                if s.k > 0 {
+                    assert!(body.contains(cvt), "{name}: no {cvt}");
+                }
+                // 16-byte loads of A: packed rows and 8- or 4-channel
+                // pixels; none at all for the 3-channel stem with half B.
+                let vec = body.contains("ld.global.nc.v4");
+                for wide in [
+                    "_dense",
+                    "_qk",
+                    "_conv3x3_s2_g2",
+                    "_conv1x1",
+                    "_conv3x3_cg4",
+                ] {
+                    assert!(!name.ends_with(wide) || vec, "{name}");
+                }
+                if name.ends_with("_conv7x7_stem") && p != TcPrecision::Tf32 {
+                    assert!(!vec, "{name}");
+                }
+                let [_, sk, sn] = s.b_strides;
+                let aligned_half_b = *half && s.aligned16 && sn == 1 && sk % 8 == 0 && s.k > 0;
+                assert_eq!(body.contains("cp.async"), aligned_half_b, "{name}");
+            }
+            if let (Some(dir), Sm::Sm90) = (&dump, sm) {
+                std::fs::create_dir_all(dir).unwrap();
+                let base = format!("gemm_tc_{}", prec_name(p));
+                std::fs::write(dir.join(format!("{base}.ptx")), &ptx).unwrap();
+                let lines: Vec<String> = kernels
+                    .iter()
+                    .map(|(n, s, h, g)| manifest_line(n, p, s, *h, g))
+                    .collect();
+                std::fs::write(dir.join(format!("{base}.txt")), lines.join("\n") + "\n").unwrap();
+            }
+            if let Ok(x) = &ptxas {
+                super::assemble(x, &ptx, sm, &format!("gemm_tc_{}", prec_name(p)));
+            }
+        }
+    }
+}
+
+/// One line a GPU check can parse: `key=value` fields separated by spaces.
+fn manifest_line(name: &str, p: TcPrecision, s: &GemmSpec, half: bool, g: &Geometry) -> String {
+    let a = match s.a {
+        AMode::Strided { batch, row, col } => format!("a=strided:{batch}:{row}:{col}"),
+        AMode::Conv(c) => format!(
+            "a=conv:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}",
+            c.n,
+            c.h,
+            c.w,
+            c.c,
+            c.oh,
+            c.ow,
+            c.oc,
+            c.kh,
+            c.kw,
+            c.stride[0],
+            c.stride[1],
+            c.dilation[0],
+            c.dilation[1],
+            c.pads[0],
+            c.pads[1],
+            c.pads[2],
+            c.pads[3],
+            c.group
+        ),
+    };
+    let [bb, bk, bn] = s.b_strides;
+    let [cb, cr, cc] = s.c_strides;
+    format!(
+        "name={name} prec={} half={} batch={} m={} n={} k={} {a} b={bb}:{bk}:{bn} c={cb}:{cr}:{cc} bias={} relu={} grid={}:{}:{} block={} smem={}",
+        prec_name(p),
+        half as u8,
+        s.batch,
+        s.m,
+        s.n,
+        s.k,
+        s.bias.map_or("none".to_string(), |b| b.to_string()),
+        s.relu as u8,
+        g.grid[0],
+        g.grid[1],
+        g.grid[2],
+        g.block[0],
+        g.smem
+    )
+}
+
+#[test]
+fn gemm_tc_geometry() {
+    let mut m = ModuleText::new();
+    let sm = Sm::Sm86;
+    let g = gemm_tc(
+        &mut m,
+        "g_big",
+        &dense(2048, 2048, 2048),
+        TcPrecision::F16,
+        true,
+        sm,
+    );
+    let g = g.unwrap();
+    assert_eq!(g.grid, [256, 1, 1]);
+    assert_eq!(g.block, [256, 1, 1]);
+    assert_eq!(g.smem, 2 * (128 * 40 * 2 + 32 * 136 * 2));
+    // tf32 elements are 4 bytes; still under sm_86's 99 KiB.
+    let g = gemm_tc(
+        &mut m,
+        "g_tf32",
+        &dense(2048, 2048, 2048),
+        TcPrecision::Tf32,
+        false,
+        sm,
+    );
+    assert_eq!(g.unwrap().smem, 2 * (128 * 36 * 4 + 32 * 136 * 4));
+    for t in TcTile::ALL {
+        for p in TcPrecision::ALL {
+            t.check(p).unwrap();
+            assert!(t.smem_bytes(p) <= 99 * 1024);
+        }
+    }
+    // Empty products return at once.
+    for (name, s) in [
+        ("g_m0", dense(0, 8, 8)),
+        ("g_n0", dense(8, 0, 8)),
+        (
+            "g_b0",
+            GemmSpec {
+                batch: 0,
+                ..dense(8, 8, 8)
+            },
+        ),
+    ] {
+        let g = gemm_tc(&mut m, name, &s, TcPrecision::Bf16, true, sm).unwrap();
+        assert_eq!((g.grid, g.smem), ([1, 1, 1], 0), "{name}");
+    }
+    // k = 0: bias (and relu) only, but a real launch.
+    let g = gemm_tc(
+        &mut m,
+        "g_k0",
+        &dense(100, 100, 0),
+        TcPrecision::F16,
+        true,
+        sm,
+    )
+    .unwrap();
+    assert!(g.grid[0] >= 1 && g.smem > 0);
+    // Batches beyond grid.z loop.
+    let mut s = dense(8, 8, 8);
+    s.batch = 200_000;
+    let g = gemm_tc(&mut m, "g_batches", &s, TcPrecision::F16, true, sm).unwrap();
+    assert_eq!(g.grid, [1, 1, 65535]);
+    // Tiles by shape: big GEMMs 128×128, BERT's 128×768 and m = 1 the
+    // latency tile, n = 64 128×64.
+    assert_eq!(choose_tile(&dense(4096, 4096, 4096)), TcTile::ALL[0]);
+    assert_eq!(choose_tile(&dense(128, 768, 768)), TcTile::ALL[3]);
+    assert_eq!(choose_tile(&dense(1, 1000, 2048)), TcTile::ALL[3]);
+    let c = conv(32, 56, 64, 64, 3, 1, 1, 1);
+    assert_eq!(choose_tile(&c), TcTile::ALL[1]);
+    let g = gemm_tc(&mut m, "g_conv", &c, TcPrecision::F16, true, sm).unwrap();
+    assert_eq!(g.grid, [(32 * 56 * 56 / 128) as u32, 1, 1]);
+    let ir = m.finish();
+    ir_to_ptx(&ir, sm).unwrap();
+}
+
+#[test]
+fn gemm_tc_refuses_what_it_cannot_do() {
+    let mut m = ModuleText::new();
+    let s = dense(64, 64, 64);
+    for sm in [Sm::Sm70, Sm::Sm75] {
+        let e = gemm_tc(&mut m, "r_old", &s, TcPrecision::F16, true, sm).unwrap_err();
+        assert!(e.contains(sm.name()) && e.contains("sm_80"), "{e}");
+    }
+    let e = gemm_tc(&mut m, "r_tf32", &s, TcPrecision::Tf32, true, Sm::Sm86).unwrap_err();
+    assert!(e.contains("tf32"), "{e}");
+    let e = gemm_tc(&mut m, "bad name", &s, TcPrecision::F16, true, Sm::Sm86).unwrap_err();
+    assert!(e.contains("kernel name"), "{e}");
+    let mut c = conv(1, 8, 16, 16, 3, 1, 1, 2);
+    c.k += 1;
+    let e = gemm_tc(&mut m, "r_conv", &c, TcPrecision::F16, true, Sm::Sm86).unwrap_err();
+    assert!(e.contains("does not match its geometry"), "{e}");
+    let e = gemm_tc(
+        &mut m,
+        "r_big",
+        &dense(1 << 31, 8, 8),
+        TcPrecision::F16,
+        true,
+        Sm::Sm86,
+    );
+    assert!(e.unwrap_err().contains("too large"));
+    let huge = dense(1 << 30, 1 << 26, 8);
+    let e = gemm_tc(&mut m, "r_grid", &huge, TcPrecision::F16, true, Sm::Sm86);
+    assert!(e.unwrap_err().contains("more than a grid holds"));
+    let bad = TcTile {
+        bm: 48,
+        ..TcTile::ALL[0]
+    };
+    let e = gemm_tc_tile(&mut m, "r_tile", &s, TcPrecision::F16, true, Sm::Sm86, bad);
+    assert!(e.unwrap_err().contains("unsupported"));
+}
+
+/// The main tiles on the main paths: ptxas reports no spill stores or
+/// loads; prints the register counts.
+#[test]
+fn gemm_tc_main_tiles_do_not_spill() {
+    let Ok(ptxas) = super::find_ptxas() else {
+        println!("skipping: no ptxas");
+        return;
+    };
+    let big = dense(4096, 4096, 4096);
+    let rn50 = conv(32, 56, 64, 64, 3, 1, 1, 1);
+    let mut qk = dense(128, 128, 64);
+    qk.b_strides = [0, 1, 64];
+    for sm in [Sm::Sm86, Sm::Sm90] {
+        let mut m = ModuleText::new();
+        let mut names = Vec::new();
+        for p in TcPrecision::ALL {
+            let half = p != TcPrecision::Tf32;
+            for (ti, t) in TcTile::ALL.iter().enumerate() {
+                for (what, s, h) in [
+                    ("dense", &big, half),
+                    ("conv", &rn50, half),
+                    ("qk", &qk, false),
+                ] {
+                    let name = format!("s_{}_{what}_t{ti}", prec_name(p));
+                    gemm_tc_tile(&mut m, &name, s, p, h, sm, *t).unwrap();
+                    names.push(name);
+                }
+            }
+        }
+        let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+        let report = super::assemble(&ptxas, &ptx, sm, "gemm_tc_spills");
+        let mut current = String::new();
+        for line in report.lines() {
+            if let Some(i) = line.find("Compiling entry function '") {
+                let rest = &line[i + 26..];
+                current = rest[..rest.find('\'').unwrap()].to_string();
+            }
+            if line.contains("spill stores") {
+                assert!(
+                    line.contains(" 0 bytes spill stores, 0 bytes spill loads"),
+                    "{sm} {current}: {line}"
+                );
+            }
+            if let Some(i) = line.find("Used ") {
+                println!("{sm} {current}: {}", &line[i..]);
+            }
+        }
+        assert_eq!(
+            report.matches("spill stores").count(),
+            names.len(),
+            "{report}"
+        );
+    }
+}

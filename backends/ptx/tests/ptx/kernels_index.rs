@@ -1,0 +1,1013 @@
+//! Tests of the index-mapping kernels (`kernels::index`).
+//!
+//! Besides the text checks (the IR lowers for every target, `ptxas`
+//! accepts it, the PTX has the vector and shared-memory accesses intended),
+//! every kernel is *run*: there is no GPU here, so the generated LLVM IR is
+//! compiled for the host by LLVM's JIT, with the special registers and the
+//! barrier replaced by host functions, and every thread of the returned
+//! geometry is executed (the threads of a block as OS threads when the
+//! kernel has barriers, so shared memory and barriers behave as on the GPU).
+//! This is the host model of each kernel's thread → element mapping, taken
+//! from the kernel itself rather than written a second time. Results are
+//! compared with a naive implementation of the step's semantics (copy,
+//! fill, gather) or with the CPU kernels of `aoc_runtime` (resize and the
+//! convolutions), on buffers surrounded by guard bytes (an out-of-bounds
+//! write changes them; an out-of-bounds read brings their NaN-like pattern
+//! into the output), both 16-byte aligned and misaligned, so both the
+//! vector and the element paths run.
+
+use std::cell::{Cell, RefCell};
+use std::sync::{Arc, Barrier, Once};
+
+use aoc_backend_ptx::kernels::Geometry;
+use aoc_backend_ptx::kernels::index::{self, CopyForm, copy_plan};
+use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+use aoc_runtime::plan::{ConvGeom, ResizeMode};
+use inkwell::OptimizationLevel;
+use inkwell::context::Context;
+use inkwell::memory_buffer::MemoryBuffer;
+use inkwell::passes::PassBuilderOptions;
+use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
+
+use super::{assemble, entry, find_ptxas};
+
+thread_local! {
+    static TID: Cell<u32> = const { Cell::new(0) };
+    static CTAID: Cell<u32> = const { Cell::new(0) };
+    static BARRIER: RefCell<Option<Arc<Barrier>>> = const { RefCell::new(None) };
+}
+
+extern "C" fn sim_tid() -> u32 {
+    TID.with(|t| t.get())
+}
+
+extern "C" fn sim_ctaid() -> u32 {
+    CTAID.with(|t| t.get())
+}
+
+extern "C" fn sim_barrier(_: i32) {
+    let b = BARRIER.with(|b| b.borrow().clone());
+    b.expect("a barrier outside a block run").wait();
+}
+
+/// The generated module rewritten for the host: no target triple, generic
+/// address spaces, host functions for the GPU's registers and barrier.
+/// Shared memory becomes an external global, so that the optimizer keeps
+/// its accesses on their side of the (opaque) barrier calls.
+fn host_ir(ir: &str) -> String {
+    ir.lines()
+        .filter(|l| !l.starts_with("target triple"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("ptx_kernel ", "")
+        .replace("internal addrspace(3) global", "global")
+        .replace("addrspace(1)", "addrspace(0)")
+        .replace("addrspace(3)", "addrspace(0)")
+        .replace("@llvm.nvvm.read.ptx.sreg.", "@sim.")
+        .replace("@llvm.nvvm.barrier.cta.sync.aligned.all", "@sim.barrier")
+}
+
+/// A device buffer: `len` bytes at `misalign` bytes past a 16-byte
+/// boundary, between guard bytes.
+struct Mem {
+    raw: Vec<u128>,
+    start: usize,
+    len: usize,
+}
+
+const GUARD: usize = 64;
+const POISON: u8 = 0xEE;
+
+impl Mem {
+    fn new(data: &[u8], misalign: usize) -> Mem {
+        let start = GUARD + misalign;
+        let total = start + data.len() + GUARD;
+        let mut m = Mem {
+            raw: vec![u128::from_le_bytes([POISON; 16]); total.div_ceil(16)],
+            start,
+            len: data.len(),
+        };
+        m.bytes_mut().copy_from_slice(data);
+        m
+    }
+
+    fn all(&self) -> &[u8] {
+        // SAFETY: the Vec's storage is plain bytes of this length.
+        unsafe { std::slice::from_raw_parts(self.raw.as_ptr() as *const u8, self.raw.len() * 16) }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.all()[self.start..self.start + self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let (s, n) = (self.start, self.len);
+        // SAFETY: as in `all`.
+        let all = unsafe {
+            std::slice::from_raw_parts_mut(self.raw.as_mut_ptr() as *mut u8, self.raw.len() * 16)
+        };
+        &mut all[s..s + n]
+    }
+
+    fn ptr(&mut self) -> usize {
+        self.bytes_mut().as_mut_ptr() as usize
+    }
+
+    /// Panics when a guard byte changed.
+    fn check_guards(&self, what: &str) {
+        let all = self.all();
+        let outside = all[..self.start]
+            .iter()
+            .chain(&all[self.start + self.len..]);
+        assert!(
+            outside.into_iter().all(|&b| b == POISON),
+            "{what}: write out of bounds"
+        );
+    }
+
+    fn f32s(&self) -> Vec<f32> {
+        self.bytes()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+}
+
+fn f32_bytes(x: &[f32]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Pseudo-random bytes (an LCG), seeded.
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 33) as u8
+        })
+        .collect()
+}
+
+/// Pseudo-random f32 values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    noise(4 * n, seed)
+        .chunks_exact(4)
+        .map(|b| {
+            (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// JIT-compiles `ir` (a whole module) for the host and hands `f` a runner
+/// of its kernels: `run(name, geometry, buffers)` executes every thread.
+fn with_jit(ir: &str, f: impl FnOnce(&dyn Fn(&str, Geometry, &mut [&mut Mem]))) {
+    static NATIVE: Once = Once::new();
+    NATIVE.call_once(|| Target::initialize_native(&InitializationConfig::default()).unwrap());
+    let context = Context::create();
+    let text = host_ir(ir);
+    let buf = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), "sim");
+    let module = context
+        .create_module_from_ir(buf)
+        .unwrap_or_else(|e| panic!("host ir does not parse: {}\n{text}", e.to_string_lossy()));
+    module
+        .verify()
+        .unwrap_or_else(|e| panic!("{}", e.to_string_lossy()));
+    // Optimized as on the GPU path, so that what the optimizer may assume
+    // (`noalias`, `inbounds`) is exercised too.
+    let triple = TargetMachine::get_default_triple();
+    let target = Target::from_triple(&triple).unwrap();
+    let tm = target
+        .create_target_machine(
+            &triple,
+            "x86-64",
+            "",
+            OptimizationLevel::Default,
+            RelocMode::Default,
+            CodeModel::JITDefault,
+        )
+        .unwrap();
+    module.set_triple(&triple);
+    module.set_data_layout(&tm.get_target_data().get_data_layout());
+    module
+        .run_passes("default<O2>", &tm, PassBuilderOptions::create())
+        .unwrap();
+    let ee = module
+        .create_jit_execution_engine(OptimizationLevel::Default)
+        .unwrap();
+    let hooks: [(&str, usize); 3] = [
+        ("sim.tid.x", sim_tid as *const () as usize),
+        ("sim.ctaid.x", sim_ctaid as *const () as usize),
+        ("sim.barrier", sim_barrier as *const () as usize),
+    ];
+    for (name, addr) in hooks {
+        if let Some(func) = module.get_function(name) {
+            ee.add_global_mapping(&func, addr);
+        }
+    }
+    let run = |name: &str, g: Geometry, bufs: &mut [&mut Mem]| {
+        let def = text
+            .find(&format!(" @{name}("))
+            .expect("the kernel is defined");
+        let body = &text[def..][..text[def..].find("\n}").unwrap_or(0)];
+        let barriers = body.contains("@sim.barrier(");
+        assert!(
+            g.grid[0] >= 1 && g.block[0] >= 1 && g.block[0] <= 1024,
+            "{name}: {g:?}"
+        );
+        assert_eq!((g.grid[1], g.grid[2], g.block[1], g.block[2]), (1, 1, 1, 1));
+        let addr = ee.get_function_address(name).unwrap();
+        let ptrs: Vec<usize> = bufs.iter_mut().map(|b| b.ptr()).collect();
+        let call = move |tid: u32, ctaid: u32| {
+            TID.with(|t| t.set(tid));
+            CTAID.with(|t| t.set(ctaid));
+            type P = *mut u8;
+            let p = |i: usize| ptrs[i] as P;
+            // SAFETY: the kernel takes exactly `ptrs.len()` pointers.
+            unsafe {
+                match ptrs.len() {
+                    1 => std::mem::transmute::<usize, extern "C" fn(P)>(addr)(p(0)),
+                    2 => std::mem::transmute::<usize, extern "C" fn(P, P)>(addr)(p(0), p(1)),
+                    3 => {
+                        std::mem::transmute::<usize, extern "C" fn(P, P, P)>(addr)(p(0), p(1), p(2))
+                    }
+                    4 => std::mem::transmute::<usize, extern "C" fn(P, P, P, P)>(addr)(
+                        p(0),
+                        p(1),
+                        p(2),
+                        p(3),
+                    ),
+                    n => panic!("{n} kernel parameters"),
+                }
+            }
+        };
+        for ctaid in 0..g.grid[0] {
+            if barriers {
+                let bar = Arc::new(Barrier::new(g.block[0] as usize));
+                std::thread::scope(|s| {
+                    for tid in 0..g.block[0] {
+                        let (bar, call) = (bar.clone(), call.clone());
+                        s.spawn(move || {
+                            BARRIER.with(|b| *b.borrow_mut() = Some(bar));
+                            call(tid, ctaid);
+                        });
+                    }
+                });
+            } else {
+                for tid in 0..g.block[0] {
+                    call(tid, ctaid);
+                }
+            }
+        }
+        for (i, b) in bufs.iter().enumerate() {
+            b.check_guards(&format!("{name} buffer {i}"));
+        }
+    };
+    f(&run);
+}
+
+/// Whether a PTX kernel body has a 16-byte global load.
+fn loads16(body: &str) -> bool {
+    body.contains("ld.global.v4")
+        || body.contains("ld.global.nc.v4")
+        || body.contains("ld.global.nc.v2.b64")
+}
+
+/// Whether a PTX kernel body has a 16-byte global store.
+fn stores16(body: &str) -> bool {
+    body.contains("st.global.v4") || body.contains("st.global.v2.b64")
+}
+
+/// The PTX for every target, assembled by `ptxas` when there is one (for
+/// every target but sm_70, which CUDA 13's `ptxas` no longer knows);
+/// returns the sm_86 PTX.
+fn lower_everywhere(ir: &str, what: &str) -> String {
+    let ptxas = find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    let mut ptx86 = String::new();
+    for sm in Sm::ALL {
+        let ptx = ir_to_ptx(ir, sm).unwrap_or_else(|e| panic!("{what} for {sm}: {e}\n{ir}"));
+        if let (Ok(p), true) = (&ptxas, sm != Sm::Sm70) {
+            assemble(p, &ptx, sm, what);
+        }
+        if sm == Sm::Sm86 {
+            ptx86 = ptx;
+        }
+    }
+    ptx86
+}
+
+// ---------------------------------------------------------------- copy
+
+struct CopyCase {
+    name: &'static str,
+    es: u64,
+    shape: Vec<u64>,
+    start: u64,
+    src: Vec<i64>,
+    dst: Vec<u64>,
+}
+
+fn cc(
+    name: &'static str,
+    es: u64,
+    shape: &[u64],
+    start: u64,
+    src: &[i64],
+    dst: &[u64],
+) -> CopyCase {
+    CopyCase {
+        name,
+        es,
+        shape: shape.to_vec(),
+        start,
+        src: src.to_vec(),
+        dst: dst.to_vec(),
+    }
+}
+
+/// Row-major strides of `shape`, permuted: `perm[d]` is the source
+/// dimension that destination dimension `d` reads.
+fn dense(shape: &[u64]) -> Vec<u64> {
+    let mut s = vec![1u64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// A transpose case: the source is dense `src_shape`; the destination is
+/// dense in `perm` order.
+fn permute(name: &'static str, es: u64, src_shape: &[u64], perm: &[usize]) -> CopyCase {
+    let ss = dense(src_shape);
+    let shape: Vec<u64> = perm.iter().map(|&p| src_shape[p]).collect();
+    let src: Vec<i64> = perm.iter().map(|&p| ss[p] as i64).collect();
+    cc(name, es, &shape, 0, &src, &dense(&shape))
+}
+
+fn copy_cases() -> Vec<CopyCase> {
+    vec![
+        cc("cp_rank0", 4, &[], 3, &[], &[]),
+        cc("cp_ones", 2, &[1, 1, 1], 5, &[7, 3, 1], &[1, 1, 1]),
+        cc("cp_flat", 4, &[1000], 0, &[1], &[1]),
+        cc("cp_odd", 4, &[7], 2, &[1], &[1]),
+        cc("cp_slice_f16", 2, &[3, 10], 4, &[16, 1], &[10, 1]),
+        permute("cp_heads", 4, &[1, 128, 12, 64], &[0, 2, 1, 3]),
+        permute("cp_heads_f16", 2, &[1, 24, 6, 32], &[0, 2, 1, 3]),
+        permute("cp_t2d", 4, &[40, 50], &[1, 0]),
+        permute("cp_t2d_i8", 1, &[33, 70], &[1, 0]),
+        permute("cp_t2d_f16", 2, &[17, 45], &[1, 0]),
+        permute("cp_t2d_f64", 8, &[36, 20], &[1, 0]),
+        permute("cp_t3d", 4, &[3, 40, 50], &[0, 2, 1]),
+        permute("cp_nchw_nhwc", 4, &[2, 3, 20, 20], &[0, 2, 3, 1]),
+        permute("cp_rank6", 4, &[2, 3, 1, 4, 5, 2], &[5, 3, 0, 2, 4, 1]),
+        cc("cp_reverse", 4, &[100], 99, &[-1], &[1]),
+        cc("cp_reverse_rows", 4, &[5, 64], 4 * 64, &[-64, 1], &[64, 1]),
+        // Tiled transpose with the source running backwards along q.
+        cc("cp_t2d_rev", 4, &[20, 30], 19, &[-1, 20], &[30, 1]),
+        cc("cp_splat", 4, &[6, 32], 0, &[1, 0], &[32, 1]),
+        cc("cp_splat_i8", 1, &[3, 48], 1, &[1, 0], &[48, 1]),
+        cc("cp_splat_f16", 2, &[5, 24], 0, &[1, 0], &[24, 1]),
+        cc("cp_splat_f64", 8, &[4, 6], 0, &[1, 0], &[6, 1]),
+        cc("cp_expand", 4, &[8, 64], 0, &[0, 1], &[64, 1]),
+        cc("cp_dst_stride0", 4, &[3, 4], 0, &[4, 1], &[0, 1]),
+        cc("cp_overlap", 4, &[2, 3], 0, &[3, 1], &[1, 1]),
+        cc("cp_gaps", 4, &[10, 3], 0, &[3, 1], &[8, 2]),
+        cc("cp_empty", 4, &[3, 0, 2], 0, &[0, 0, 0], &[0, 0, 0]),
+        cc("cp_elem3", 3, &[4, 5], 0, &[1, 4], &[5, 1]),
+        cc("cp_elem16", 16, &[6, 3], 0, &[3, 1], &[3, 1]),
+        cc("cp_elem12_t", 12, &[20, 18], 0, &[1, 20], &[18, 1]),
+    ]
+}
+
+/// Source elements a case reads (one past the largest offset).
+fn copy_extent(c: &CopyCase) -> (usize, usize) {
+    if c.shape.contains(&0) {
+        return (0, 0);
+    }
+    let (mut hi, mut dhi) = (c.start as i64, 0u64);
+    for d in 0..c.shape.len() {
+        let n = c.shape[d] - 1;
+        hi += (n as i64 * c.src[d]).max(0);
+        dhi += n * c.dst[d];
+    }
+    (hi as usize + 1, dhi as usize + 1)
+}
+
+/// The step's semantics, in row-major index order.
+fn naive_copy(c: &CopyCase, src: &[u8], dst: &mut [u8]) {
+    let es = c.es as usize;
+    let total: u64 = c.shape.iter().product();
+    for flat in 0..total {
+        let (mut rem, mut s, mut d) = (flat, c.start as i64, 0u64);
+        for k in (0..c.shape.len()).rev() {
+            let i = rem % c.shape[k];
+            rem /= c.shape[k];
+            s += i as i64 * c.src[k];
+            d += i * c.dst[k];
+        }
+        let (s, d) = (s as usize * es, d as usize * es);
+        dst[d..d + es].copy_from_slice(&src[s..s + es]);
+    }
+}
+
+#[test]
+fn copy_plans_pick_the_intended_forms() {
+    let form = |c: &CopyCase| {
+        copy_plan(c.es, &c.shape, c.start, &c.src, &c.dst)
+            .unwrap()
+            .form
+    };
+    let cases = copy_cases();
+    let by = |n: &str| cases.iter().find(|c| c.name == n).unwrap();
+    assert_eq!(form(by("cp_heads")), CopyForm::Runs { chunk: 16 });
+    assert_eq!(form(by("cp_heads_f16")), CopyForm::Runs { chunk: 16 });
+    assert_eq!(form(by("cp_flat")), CopyForm::Runs { chunk: 16 });
+    assert_eq!(form(by("cp_slice_f16")), CopyForm::Runs { chunk: 4 });
+    assert_eq!(form(by("cp_odd")), CopyForm::Elements);
+    assert_eq!(form(by("cp_t2d")), CopyForm::Transpose { q: 0 });
+    assert_eq!(form(by("cp_t2d_rev")), CopyForm::Transpose { q: 0 });
+    assert_eq!(form(by("cp_t3d")), CopyForm::Transpose { q: 1 });
+    assert_eq!(form(by("cp_nchw_nhwc")), CopyForm::Elements);
+    assert_eq!(form(by("cp_splat")), CopyForm::Runs { chunk: 16 });
+    assert_eq!(form(by("cp_splat_f64")), CopyForm::Runs { chunk: 16 });
+    assert_eq!(form(by("cp_expand")), CopyForm::Runs { chunk: 16 });
+    assert_eq!(form(by("cp_overlap")), CopyForm::Sequential);
+    assert_eq!(form(by("cp_empty")), CopyForm::Empty);
+    assert_eq!(form(by("cp_rank0")), CopyForm::Elements);
+    // 16-byte elements move as two 8-byte units, merged into one run.
+    let p = copy_plan(16, &[6, 3], 0, &[3, 1], &[3, 1]).unwrap();
+    assert_eq!(
+        (p.unit, p.form, p.dims.len()),
+        (8, CopyForm::Runs { chunk: 16 }, 1)
+    );
+    // The transformer transpose: 12 × 128 runs of 64 floats, 4 per thread.
+    let p = copy_plan(
+        4,
+        &[1, 12, 128, 64],
+        0,
+        &[98304, 64, 768, 1],
+        &[98304, 8192, 64, 1],
+    )
+    .unwrap();
+    assert_eq!(p.dims.len(), 3);
+    assert_eq!(p.geometry().grid[0], (12 * 128 * 64 / 4 / 256) as u32);
+    assert_eq!(p.index, "i32");
+    // A dimension written at stride 0 keeps its last index.
+    let p = copy_plan(4, &[3, 4], 0, &[4, 1], &[0, 1]).unwrap();
+    assert_eq!((p.start, p.dims.len()), (8, 1));
+    // Huge: 64-bit offsets, the grid capped (a grid-stride loop does the rest).
+    let p = copy_plan(4, &[70000, 40000], 0, &[1, 70000], &[40000, 1]).unwrap();
+    assert_eq!(p.index, "i64");
+    assert_eq!(p.form, CopyForm::Transpose { q: 0 });
+    let p = copy_plan(1, &[1 << 24, 1 << 24], 0, &[1, 0], &[1 << 24, 1]).unwrap();
+    assert_eq!(p.geometry().grid[0], (1u32 << 31) - 1);
+    // Errors.
+    let e = copy_plan(4, &[3], 1, &[-1], &[1]).unwrap_err();
+    assert!(e.contains("before the start of the source"), "{e}");
+    let e = copy_plan(0, &[3], 0, &[1], &[1]).unwrap_err();
+    assert!(e.contains("element size must be at least 1"), "{e}");
+    let e = copy_plan(4, &[3, 2], 0, &[1], &[1, 1]).unwrap_err();
+    assert!(e.contains("needs 2 source and destination strides"), "{e}");
+    assert!(copy_plan(4, &[1 << 40, 1 << 40], 0, &[1, 1], &[1 << 40, 1]).is_err());
+}
+
+#[test]
+fn copy_kernels_run_like_the_step() {
+    let cases = copy_cases();
+    let mut m = ModuleText::new();
+    let mut geoms = Vec::new();
+    for c in &cases {
+        geoms.push(index::copy(&mut m, c.name, c.es, &c.shape, c.start, &c.src, &c.dst).unwrap());
+    }
+    let ir = m.finish();
+    with_jit(&ir, |run| {
+        for (c, &g) in cases.iter().zip(&geoms) {
+            let (ns, nd) = copy_extent(c);
+            let es = c.es as usize;
+            let src = noise(ns * es, 7);
+            let init = noise(nd * es, 9);
+            let mut want = init.clone();
+            naive_copy(c, &src, &mut want);
+            for (ms, md) in [(0, 0), (es % 16, 0), (0, es % 16), (8, 8)] {
+                let mut s = Mem::new(&src, ms);
+                let mut d = Mem::new(&init, md);
+                run(c.name, g, &mut [&mut s, &mut d]);
+                assert!(d.bytes() == &want[..], "{} (misaligned {ms}, {md})", c.name);
+            }
+        }
+    });
+}
+
+#[test]
+fn copy_ptx_assembles_and_vectorizes() {
+    let mut m = ModuleText::new();
+    for c in copy_cases() {
+        index::copy(&mut m, c.name, c.es, &c.shape, c.start, &c.src, &c.dst).unwrap();
+    }
+    let big = [70000, 40000];
+    index::copy(&mut m, "cp_huge", 4, &big, 0, &[1, 70000], &[40000, 1]).unwrap();
+    let e = index::copy(&mut m, "cp-bad", 4, &[1], 0, &[1], &[1]).unwrap_err();
+    assert!(e.contains("C identifier"), "{e}");
+    let ptx = lower_everywhere(&m.finish(), "index_copy");
+    for name in [
+        "cp_heads",
+        "cp_heads_f16",
+        "cp_flat",
+        "cp_splat",
+        "cp_splat_i8",
+        "cp_expand",
+    ] {
+        let body = entry(&ptx, name);
+        assert!(stores16(body), "{name}: {body}");
+    }
+    for name in ["cp_heads", "cp_heads_f16", "cp_flat", "cp_expand"] {
+        assert!(loads16(entry(&ptx, name)), "{name}");
+    }
+    for name in ["cp_t2d", "cp_t3d", "cp_huge"] {
+        let body = entry(&ptx, name);
+        assert!(
+            body.contains("ld.shared") && body.contains("st.shared"),
+            "{name}"
+        );
+        assert!(
+            body.contains("bar.sync") || body.contains("barrier.sync"),
+            "{name}"
+        );
+    }
+    assert!(!entry(&ptx, "cp_nchw_nhwc").contains(".v4"));
+    assert!(entry(&ptx, "cp_heads").contains(".maxntid 256"));
+}
+
+// ---------------------------------------------------------------- fill
+
+#[test]
+fn fill_kernels_run_like_the_step() {
+    let cases: Vec<(u64, u64, u64)> = vec![
+        (4, 0, 7),
+        (4, 1, 0x3f80_0000),
+        (4, 37, 0xdead_beef),
+        (1, 5, 0xab),
+        (1, 1000, 0x5a),
+        (2, 77, 0x1234_3c00),
+        (8, 9, 0x0102_0304_0506_0708),
+        (3, 11, 0xffab_cdef),
+        (7, 4, 0x0011_2233_4455_6677),
+    ];
+    let mut m = ModuleText::new();
+    let mut geoms = Vec::new();
+    for (i, &(es, count, bits)) in cases.iter().enumerate() {
+        geoms.push(index::fill(&mut m, &format!("fill{i}"), es, count, bits).unwrap());
+    }
+    assert!(
+        index::fill(&mut m, "fill_bad", 9, 1, 0)
+            .unwrap_err()
+            .contains("between 1 and 8")
+    );
+    let ir = m.finish();
+    let ptx = lower_everywhere(&ir, "index_fill");
+    assert!(stores16(entry(&ptx, "fill4")));
+    with_jit(&ir, |run| {
+        for (i, (&(es, count, bits), &g)) in cases.iter().zip(&geoms).enumerate() {
+            let elem = &bits.to_le_bytes()[..es as usize];
+            let want: Vec<u8> = elem
+                .iter()
+                .copied()
+                .cycle()
+                .take((es * count) as usize)
+                .collect();
+            // Misaligned pointers, but elements naturally aligned.
+            for mis in [0, es as usize % 16, 1 << es.trailing_zeros().min(3)] {
+                let mut d = Mem::new(&noise(want.len(), 3), mis);
+                run(&format!("fill{i}"), g, &mut [&mut d]);
+                assert!(
+                    d.bytes() == &want[..],
+                    "fill{i} es {es} count {count} misaligned {mis}"
+                );
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------- gather
+
+#[test]
+fn gather_kernels_run_like_the_step() {
+    // (elem size, outer, axis, inner, indices)
+    let cases: Vec<(u64, u64, u64, u64, Vec<i64>)> = vec![
+        (4, 1, 300, 768, vec![0, 299, -1, 17, -300, 5]),
+        (4, 3, 7, 1, vec![6, -7, 0, 3]),
+        (2, 2, 5, 3, vec![4, -2]),
+        (8, 2, 4, 2, vec![1, 3, -4]),
+        (1, 1, 9, 20, vec![8, 0]),
+        (4, 2, 6, 4, vec![0, 6, -7, 2, i64::MIN, i64::MAX]),
+        (4, 0, 5, 4, vec![1, 9]),
+        (4, 2, 0, 4, vec![0]),
+        (4, 2, 5, 4, vec![]),
+    ];
+    let mut m = ModuleText::new();
+    let mut geoms = Vec::new();
+    for (i, (es, outer, axis, inner, idx)) in cases.iter().enumerate() {
+        let g = index::gather(
+            &mut m,
+            &format!("ga{i}"),
+            *es,
+            *outer,
+            *axis,
+            *inner,
+            idx.len() as u64,
+        );
+        geoms.push(g.unwrap());
+    }
+    let bert = index::gather(&mut m, "ga_bert", 4, 1, 30522, 768, 128).unwrap();
+    assert_eq!(bert.grid[0], 128 * 768 / 4 / 256);
+    let ir = m.finish();
+    let ptx = lower_everywhere(&ir, "index_gather");
+    for name in ["ga0", "ga_bert"] {
+        let body = entry(&ptx, name);
+        assert!(loads16(body) && stores16(body), "{name}: {body}");
+    }
+    with_jit(&ir, |run| {
+        for (i, ((es, outer, axis, inner, idx), &g)) in cases.iter().zip(&geoms).enumerate() {
+            let (es, outer, axis, inner) = (
+                *es as usize,
+                *outer as usize,
+                *axis as usize,
+                *inner as usize,
+            );
+            let row = inner * es;
+            let data = noise(outer * axis * row, i as u64);
+            let ib: Vec<u8> = idx.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut want = vec![0u8; outer * idx.len() * row];
+            let mut bad = false;
+            for o in 0..outer {
+                for (j, &x) in idx.iter().enumerate() {
+                    let n = if x < 0 {
+                        x as i128 + axis as i128
+                    } else {
+                        x as i128
+                    };
+                    let dst = &mut want[(o * idx.len() + j) * row..][..row];
+                    if n < 0 || n >= axis as i128 {
+                        bad = true;
+                        continue;
+                    }
+                    dst.copy_from_slice(&data[(o * axis + n as usize) * row..][..row]);
+                }
+            }
+            if outer * row == 0 {
+                bad = idx.iter().any(|&x| x < -(axis as i64) || x >= axis as i64);
+            }
+            for mis in [0, es % 16] {
+                let mut d = Mem::new(&data, mis);
+                let mut ix = Mem::new(&ib, 0);
+                let mut out = Mem::new(&noise(want.len(), 5), mis);
+                let mut status = Mem::new(&[0; 4], 0);
+                run(
+                    &format!("ga{i}"),
+                    g,
+                    &mut [&mut d, &mut ix, &mut out, &mut status],
+                );
+                assert!(out.bytes() == &want[..], "ga{i} misaligned {mis}");
+                assert_eq!(status.bytes(), &[bad as u8, 0, 0, 0], "ga{i} status");
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------- resize
+
+const MODES: [ResizeMode; 4] = [
+    ResizeMode::Nearest,
+    ResizeMode::BilinearHalfPixel,
+    ResizeMode::BilinearAlignCorners,
+    ResizeMode::BilinearAsymmetric,
+];
+
+#[test]
+fn resize_kernels_match_the_cpu() {
+    // ([n, h, w, c], oh, ow)
+    let shapes: [([u64; 4], u64, u64); 5] = [
+        ([2, 5, 7, 3], 9, 4),
+        ([1, 3, 4, 16], 7, 11),
+        ([1, 4, 3, 2], 1, 6),
+        ([1, 2, 3, 4], 1, 5000),
+        ([1, 0, 3, 4], 0, 5),
+    ];
+    let mut m = ModuleText::new();
+    let mut runs = Vec::new();
+    for (s, &(shape, oh, ow)) in shapes.iter().enumerate() {
+        for (mi, &mode) in MODES.iter().enumerate() {
+            let name = format!("rs{s}_{mi}");
+            let [n, h, w, c] = shape;
+            let g = index::resize(&mut m, &name, mode, n, h, w, c, oh, ow).unwrap();
+            runs.push((name, mode, shape, oh, ow, g));
+        }
+    }
+    let e = index::resize(&mut m, "rs_bad", ResizeMode::Nearest, 1, 0, 2, 1, 2, 4).unwrap_err();
+    assert!(e.contains("cannot be resized"), "{e}");
+    let ir = m.finish();
+    let ptx = lower_everywhere(&ir, "index_resize");
+    assert!(loads16(entry(&ptx, "rs1_1")) && stores16(entry(&ptx, "rs1_1")));
+    assert!(!entry(&ptx, "rs0_1").contains(".v4"));
+    // Axes longer than the table limit compute their taps in f64.
+    assert!(entry(&ptx, "rs3_1").contains("div.rn.f64"));
+    with_jit(&ir, |run| {
+        for (name, mode, [n, h, w, c], oh, ow, g) in &runs {
+            let us = |v: &u64| *v as usize;
+            let x = values(us(n) * us(h) * us(w) * us(c), 11);
+            let mut want = vec![0.0f32; us(n) * us(oh) * us(ow) * us(c)];
+            aoc_runtime::kernels::resize::resize(
+                *mode,
+                us(n),
+                us(h),
+                us(w),
+                us(c),
+                us(oh),
+                us(ow),
+                &x,
+                &mut want,
+            )
+            .unwrap();
+            for mis in [0, 4] {
+                let mut xm = Mem::new(&f32_bytes(&x), mis);
+                let mut ym = Mem::new(&noise(4 * want.len(), 1), mis);
+                run(name, *g, &mut [&mut xm, &mut ym]);
+                let got = ym.f32s();
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{name} {mode:?} misaligned {mis}: {got:?} vs {want:?}"
+                );
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------- convolutions
+
+#[allow(clippy::too_many_arguments)]
+fn geom(
+    n: u64,
+    h: u64,
+    w: u64,
+    c: u64,
+    oc: u64,
+    k: [u64; 2],
+    s: u64,
+    d: u64,
+    pads: [u64; 4],
+    group: u64,
+) -> ConvGeom {
+    let out = |i: u64, k: u64, pb: u64, pe: u64| (i + pb + pe - (d * (k - 1) + 1)) / s + 1;
+    ConvGeom {
+        n,
+        h,
+        w,
+        c,
+        oh: out(h, k[0], pads[0], pads[2]),
+        ow: out(w, k[1], pads[1], pads[3]),
+        oc,
+        kh: k[0],
+        kw: k[1],
+        stride: [s, s],
+        dilation: [d, d],
+        pads,
+        group,
+    }
+}
+
+#[test]
+fn depthwise_kernels_match_the_cpu() {
+    // (geometry, bias, relu)
+    let cases = [
+        (geom(2, 7, 6, 8, 8, [3, 3], 1, 1, [1; 4], 8), true, true),
+        (
+            geom(1, 9, 8, 6, 6, [3, 3], 2, 1, [1, 1, 0, 0], 6),
+            false,
+            false,
+        ),
+        (geom(1, 5, 5, 4, 8, [3, 3], 1, 1, [1; 4], 4), true, false),
+        (geom(1, 6, 5, 2, 8, [3, 3], 2, 1, [1; 4], 2), false, true),
+        (
+            geom(1, 5, 6, 3, 9, [3, 2], 1, 2, [2, 1, 2, 1], 3),
+            true,
+            true,
+        ),
+        (
+            geom(1, 10, 9, 12, 12, [5, 5], 2, 1, [2; 4], 12),
+            true,
+            false,
+        ),
+        (geom(0, 4, 4, 4, 4, [3, 3], 1, 1, [1; 4], 4), true, false),
+    ];
+    let mut m = ModuleText::new();
+    let mut geoms = Vec::new();
+    for (i, (g, bias, relu)) in cases.iter().enumerate() {
+        geoms.push(index::depthwise_conv2d(&mut m, &format!("dw{i}"), g, *bias, *relu).unwrap());
+    }
+    let mut bad = cases[0].0;
+    bad.oh += 1;
+    assert!(index::depthwise_conv2d(&mut m, "dw_bad", &bad, false, false).is_err());
+    bad = cases[0].0;
+    bad.group = 1;
+    assert!(index::depthwise_conv2d(&mut m, "dw_bad", &bad, false, false).is_err());
+    let ir = m.finish();
+    let ptx = lower_everywhere(&ir, "index_depthwise");
+    assert!(loads16(entry(&ptx, "dw0")) && stores16(entry(&ptx, "dw0")));
+    assert!(stores16(entry(&ptx, "dw2")));
+    assert!(!entry(&ptx, "dw1").contains(".v4"));
+    assert!(
+        !entry(&ptx, "dw0").contains("fma.rn"),
+        "depthwise adds products as the CPU does"
+    );
+    with_jit(&ir, |run| {
+        for (i, ((g, bias, relu), &geo)) in cases.iter().zip(&geoms).enumerate() {
+            let us = |v: u64| v as usize;
+            let x = values(us(g.n * g.h * g.w * g.c), 1);
+            let w = values(us(g.kh * g.kw * g.oc), 2);
+            let b = values(us(g.oc), 3);
+            let mut want = vec![0.0f32; us(g.n * g.oh * g.ow * g.oc)];
+            let bs = bias.then_some(&b[..]);
+            aoc_runtime::kernels::conv::depthwise_conv2d(g, &x, &w, bs, *relu, &mut want).unwrap();
+            for mis in [0, 4] {
+                let mut xm = Mem::new(&f32_bytes(&x), mis);
+                let mut wm = Mem::new(&f32_bytes(&w), mis);
+                let mut bm = Mem::new(&f32_bytes(&b), mis);
+                let mut ym = Mem::new(&noise(4 * want.len(), 4), mis);
+                if *bias {
+                    run(
+                        &format!("dw{i}"),
+                        geo,
+                        &mut [&mut xm, &mut wm, &mut bm, &mut ym],
+                    );
+                } else {
+                    run(&format!("dw{i}"), geo, &mut [&mut xm, &mut wm, &mut ym]);
+                }
+                let got = ym.f32s();
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "dw{i} misaligned {mis}: {got:?} vs {want:?}");
+            }
+        }
+    });
+}
+
+/// Transposed-convolution geometry: input `h × w`, output sized for the
+/// pads (crops) plus `extra` (ONNX's output padding).
+#[allow(clippy::too_many_arguments)]
+fn tgeom(
+    n: u64,
+    h: u64,
+    w: u64,
+    c: u64,
+    oc: u64,
+    k: u64,
+    s: u64,
+    d: u64,
+    pads: [u64; 4],
+    extra: u64,
+    group: u64,
+) -> ConvGeom {
+    let out = |i: u64, pb: u64, pe: u64| (i - 1) * s + d * (k - 1) + 1 - pb - pe + extra;
+    ConvGeom {
+        n,
+        h,
+        w,
+        c,
+        oh: out(h, pads[0], pads[2]),
+        ow: out(w, pads[1], pads[3]),
+        oc,
+        kh: k,
+        kw: k,
+        stride: [s, s],
+        dilation: [d, d],
+        pads,
+        group,
+    }
+}
+
+#[test]
+fn conv_transpose_kernels_match_the_cpu() {
+    let cases = [
+        (tgeom(1, 4, 5, 4, 8, 3, 2, 1, [1, 1, 1, 1], 1, 2), true),
+        (tgeom(2, 3, 3, 6, 6, 4, 2, 1, [1, 1, 1, 1], 0, 2), false),
+        (tgeom(1, 3, 4, 4, 16, 2, 2, 1, [0; 4], 0, 1), true),
+        (tgeom(1, 4, 4, 3, 3, 3, 1, 2, [2, 1, 0, 1], 0, 3), true),
+        (tgeom(1, 2, 3, 8, 12, 3, 3, 1, [0, 2, 1, 0], 2, 1), false),
+    ];
+    let mut m = ModuleText::new();
+    let mut geoms = Vec::new();
+    for (i, (g, bias)) in cases.iter().enumerate() {
+        geoms.push(index::conv_transpose2d(&mut m, &format!("ct{i}"), g, *bias).unwrap());
+    }
+    let mut bad = cases[0].0;
+    bad.oh += 5;
+    let e = index::conv_transpose2d(&mut m, "ct_bad", &bad, false).unwrap_err();
+    assert!(e.contains("output height must be between"), "{e}");
+    bad = cases[0].0;
+    bad.group = 3;
+    assert!(index::conv_transpose2d(&mut m, "ct_bad", &bad, false).is_err());
+    let ir = m.finish();
+    let ptx = lower_everywhere(&ir, "index_conv_transpose");
+    assert!(loads16(entry(&ptx, "ct0")) && stores16(entry(&ptx, "ct0")));
+    assert!(entry(&ptx, "ct0").contains("fma.rn.f32"));
+    assert!(!entry(&ptx, "ct1").contains(".v4"));
+    with_jit(&ir, |run| {
+        for (i, ((g, bias), &geo)) in cases.iter().zip(&geoms).enumerate() {
+            let us = |v: u64| v as usize;
+            let x = values(us(g.n * g.h * g.w * g.c), 1);
+            let w = values(us(g.kh * g.kw * g.c * g.oc / g.group), 2);
+            let b = values(us(g.oc), 3);
+            let mut want = vec![0.0f32; us(g.n * g.oh * g.ow * g.oc)];
+            let bs = bias.then_some(&b[..]);
+            aoc_runtime::kernels::conv::conv_transpose2d(g, &x, &w, bs, &mut want).unwrap();
+            for mis in [0, 4] {
+                let mut xm = Mem::new(&f32_bytes(&x), mis);
+                let mut wm = Mem::new(&f32_bytes(&w), mis);
+                let mut bm = Mem::new(&f32_bytes(&b), mis);
+                let mut ym = Mem::new(&noise(4 * want.len(), 4), mis);
+                if *bias {
+                    run(
+                        &format!("ct{i}"),
+                        geo,
+                        &mut [&mut xm, &mut wm, &mut bm, &mut ym],
+                    );
+                } else {
+                    run(&format!("ct{i}"), geo, &mut [&mut xm, &mut wm, &mut ym]);
+                }
+                for (j, (a, b)) in ym.f32s().iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "ct{i} misaligned {mis} [{j}]: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn huge_shapes_get_64_bit_offsets_and_capped_grids() {
+    let mut m = ModuleText::new();
+    let cap = (1u32 << 31) - 1;
+    let g = index::fill(&mut m, "big_fill", 4, 1 << 42, 0).unwrap();
+    assert_eq!(g.grid[0], cap);
+    let g = index::gather(&mut m, "big_gather", 4, 1, 10, 1 << 30, 1 << 12).unwrap();
+    assert_eq!(g.grid[0], cap);
+    let g = index::resize(
+        &mut m,
+        "big_resize",
+        ResizeMode::BilinearHalfPixel,
+        1,
+        2,
+        2,
+        4,
+        1 << 17,
+        1 << 17,
+    )
+    .unwrap();
+    assert_eq!(g.grid[0], 1 << 26);
+    let dw = geom(64, 1024, 1024, 256, 256, [3, 3], 1, 1, [1; 4], 256);
+    let g = index::depthwise_conv2d(&mut m, "big_dw", &dw, true, true).unwrap();
+    assert_eq!(g.grid[0], 1 << 24);
+    let ct = tgeom(8, 512, 512, 64, 64, 4, 2, 1, [1; 4], 0, 1);
+    index::conv_transpose2d(&mut m, "big_ct", &ct, false).unwrap();
+    let ir = m.finish();
+    for name in ["big_fill", "big_gather", "big_resize", "big_dw", "big_ct"] {
+        let start = ir.find(&format!("@{name}(")).unwrap();
+        let body = &ir[start..][..ir[start..].find("\n}").unwrap()];
+        assert!(
+            body.contains(" i64 ") && !body.contains("urem i32"),
+            "{name} uses 32-bit offsets"
+        );
+    }
+    let ptx = ir_to_ptx(&ir, Sm::Sm86).unwrap();
+    // Taps in f64 (the scale is a power of two: the division is a product).
+    assert!(entry(&ptx, "big_resize").contains("cvt.rmi.f64.f64"));
+    // Empty shapes: a kernel that returns at once, grid 1.
+    let mut m = ModuleText::new();
+    assert_eq!(index::fill(&mut m, "e0", 4, 0, 0).unwrap().grid, [1, 1, 1]);
+    assert_eq!(
+        index::gather(&mut m, "e1", 4, 0, 3, 0, 0).unwrap().grid,
+        [1, 1, 1]
+    );
+    assert_eq!(
+        index::copy(&mut m, "e2", 4, &[0], 0, &[1], &[1])
+            .unwrap()
+            .grid,
+        [1, 1, 1]
+    );
+    let ptx = ir_to_ptx(&m.finish(), Sm::Sm86).unwrap();
+    assert!(!entry(&ptx, "e0").contains("st.global"));
+}

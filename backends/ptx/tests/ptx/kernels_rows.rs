@@ -1,0 +1,409 @@
+//! `kernels::rows`: softmax, layer norm, reductions and pooling. Each
+//! module must lower to PTX and assemble for sm_75 … sm_90a; the tests also
+//! check the launch geometry covers every row/output and that the PTX uses
+//! the instructions each strategy is built on (warp shuffles, shared memory
+//! and barriers, NaN-propagating max).
+
+use aoc_backend_ptx::kernels::{ConvGeom, Geometry, rows};
+use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+use aoc_runtime::plan::{PoolKind, ReduceKind};
+
+use super::{assemble, entry, find_ptxas};
+
+const SMS: [Sm; 5] = [Sm::Sm75, Sm::Sm80, Sm::Sm86, Sm::Sm90, Sm::Sm90a];
+
+/// Lowers `ir` for every architecture, assembles it where a `ptxas` is
+/// found, and returns the sm_86 PTX.
+fn lower_all(ir: &str, what: &str) -> String {
+    let ptxas = find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    let mut ptx86 = String::new();
+    for sm in SMS {
+        let ptx = ir_to_ptx(ir, sm).unwrap_or_else(|e| panic!("{what} for {sm}: {e}\n{ir}"));
+        assert!(ptx.contains(&format!(".target {}", sm.name())));
+        if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR") {
+            let dir = std::path::PathBuf::from(dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("{what}-{}.ptx", sm.name())), &ptx).unwrap();
+        }
+        if let Ok(p) = &ptxas {
+            assemble(p, &ptx, sm, what);
+        }
+        if sm == Sm::Sm86 {
+            ptx86 = ptx;
+        }
+    }
+    ptx86
+}
+
+fn check_block(g: &Geometry, what: &str) {
+    let [bx, by, bz] = g.block;
+    assert!(
+        (1..=1024).contains(&bx) && by == 1 && bz == 1,
+        "{what}: {g:?}"
+    );
+    assert!(
+        g.grid[0] >= 1 && g.grid[1] == 1 && g.grid[2] == 1,
+        "{what}: {g:?}"
+    );
+    assert_eq!(g.smem, 0, "{what}");
+}
+
+/// Rows of at most 1024 columns get `min(32, next_pow2(cols))` lanes each,
+/// longer rows a block each: the grid must cover every row, and no more
+/// than one block's worth beyond.
+fn check_rows_geometry(g: &Geometry, rows: u64, cols: u64, what: &str) {
+    check_block(g, what);
+    let (grid, block) = (g.grid[0] as u64, g.block[0] as u64);
+    if rows == 0 || cols == 0 {
+        assert_eq!((grid, block), (1, 1), "{what}");
+        return;
+    }
+    assert_eq!(block % 32, 0, "{what}: shuffles need whole warps");
+    if cols <= 1024 {
+        let lanes = cols.next_power_of_two().min(32);
+        let per_block = block / lanes;
+        assert!(block <= 256, "{what}");
+        assert!(grid * per_block >= rows, "{what}: {g:?}");
+        assert!((grid - 1) * per_block < rows, "{what}: {g:?}");
+    } else {
+        assert_eq!(grid, rows, "{what}");
+        assert!(block >= 128, "{what}");
+    }
+}
+
+const SHAPES: [(u64, u64); 9] = [
+    (1, 1),
+    (3, 31),
+    (12 * 128, 128),
+    (5, 768),
+    (1, 1024),
+    (2, 5000),
+    (3, 20000),
+    (0, 128),
+    (4, 0),
+];
+
+#[test]
+fn softmax_lowers_and_covers_rows() {
+    let mut m = ModuleText::new();
+    let mut gens = Vec::new();
+    for (rows, cols) in SHAPES {
+        for log in [false, true] {
+            let name = format!("softmax_{rows}x{cols}_{}", if log { "log" } else { "lin" });
+            let geom = rows::softmax(&mut m, &name, rows, cols, log).unwrap();
+            check_rows_geometry(&geom, rows, cols, &name);
+            gens.push((name, rows, cols));
+        }
+    }
+    let ir = m.finish();
+    let ptx = lower_all(&ir, "rows_softmax");
+    for (name, rows, cols) in &gens {
+        let body = entry(&ptx, name);
+        assert_eq!(body.matches(".param .u64").count(), 2, "{name}");
+        if *rows == 0 || *cols == 0 {
+            assert!(!body.contains("ld.global"), "{name}: {body}");
+            continue;
+        }
+        assert!(body.contains("ex2.approx"), "{name}");
+        // One lane per row has nothing to shuffle.
+        let shuffles = *cols > 1;
+        assert_eq!(body.contains("shfl.sync.bfly"), shuffles, "{name}");
+        let block_row = *cols > 1024;
+        assert_eq!(body.contains("bar.sync"), block_row, "{name}");
+        assert_eq!(body.contains("st.shared"), block_row, "{name}");
+    }
+    // Register rows read x once: 128 columns are 4 loads per lane, unrolled.
+    let b = entry(&ptx, "softmax_1536x128_lin");
+    assert_eq!(b.matches("ld.global").count(), 4, "{b}");
+    // 20000 columns do not fit in registers: three passes, each a loop.
+    let b = entry(&ptx, "softmax_3x20000_lin");
+    assert!(b.matches("ld.global").count() >= 3, "{b}");
+}
+
+#[test]
+fn layer_norm_lowers_and_covers_rows() {
+    let mut m = ModuleText::new();
+    let mut gens = Vec::new();
+    for (i, (rows, cols)) in SHAPES.into_iter().enumerate() {
+        for (gamma, beta) in [(true, true), (true, false), (false, true), (false, false)] {
+            let name = format!("ln{i}_{}{}", u8::from(gamma), u8::from(beta));
+            let geom = rows::layer_norm(&mut m, &name, rows, cols, 1e-5, gamma, beta).unwrap();
+            check_rows_geometry(&geom, rows, cols, &name);
+            gens.push((
+                name,
+                2 + usize::from(gamma) + usize::from(beta),
+                rows * cols,
+            ));
+        }
+    }
+    let ptx = lower_all(&m.finish(), "rows_layer_norm");
+    for (name, params, n) in &gens {
+        let body = entry(&ptx, name);
+        assert_eq!(body.matches(".param .u64").count(), *params, "{name}");
+        if *n > 0 {
+            assert!(body.contains("sqrt.rn.f32"), "{name}");
+        }
+    }
+    let b = entry(&ptx, "ln3_11");
+    // 768 columns: 24 values per lane, read once; gamma and beta per column.
+    assert_eq!(b.matches("ld.global").count(), 3 * 24, "{b}");
+    assert!(b.contains("shfl.sync.bfly"), "{b}");
+    assert!(!b.contains("bar.sync"), "{b}");
+}
+
+#[test]
+fn reduce_lowers_and_covers_outputs() {
+    const KINDS: [ReduceKind; 4] = [
+        ReduceKind::Sum,
+        ReduceKind::Mean,
+        ReduceKind::Max,
+        ReduceKind::Min,
+    ];
+    // (outer, len, inner): runs over the last axis (lanes, a block per
+    // output, loops), global average pools at batch 1 (len split over
+    // threads) and 32 (a thread per output), empty and single reductions.
+    let shapes: [(u64, u64, u64); 14] = [
+        (4, 0, 1),
+        (4, 1, 1),
+        (6, 31, 1),
+        (100, 1000, 1),
+        (3, 4000, 1),
+        (3, 5000, 1),
+        (4096, 5000, 1),
+        (1, 49, 2048),
+        (32, 49, 2048),
+        (2, 0, 2048),
+        (2, 1, 2048),
+        (3, 100, 2),
+        (1, 7, 3),
+        (0, 5, 5),
+    ];
+    let mut m = ModuleText::new();
+    let mut gens = Vec::new();
+    for (outer, len, inner) in shapes {
+        for kind in KINDS {
+            let name = format!("reduce_{kind:?}_{outer}x{len}x{inner}").to_lowercase();
+            let geom = rows::reduce(&mut m, &name, kind, outer, len, inner).unwrap();
+            check_block(&geom, &name);
+            let (grid, block) = (geom.grid[0] as u64, geom.block[0] as u64);
+            let outputs = outer * inner;
+            let split = split_ways(outputs, len, inner);
+            if outputs == 0 {
+                assert_eq!((grid, block), (1, 1), "{name}");
+            } else if len == 0 || (inner > 1 && split == 1) {
+                // A thread per output.
+                assert_eq!((grid, block), (outputs.div_ceil(256), 256), "{name}");
+            } else if inner == 1 {
+                if len > 1024 && outer < 2048 {
+                    assert_eq!((grid, block), (outer, 512), "{name}");
+                } else {
+                    check_rows_geometry(&geom, outer, len.min(1024), &name);
+                }
+            } else {
+                // Blocks of bx × by threads cover `bx` outputs of one `o`,
+                // each summing every `by`-th of the `len` values.
+                let bx = inner.next_power_of_two().min(256 / split);
+                assert_eq!(
+                    (grid, block),
+                    (outer * inner.div_ceil(bx), bx * split),
+                    "{name}"
+                );
+            }
+            gens.push((name, kind, outer, len, inner, split, geom));
+        }
+    }
+    let ptx = lower_all(&m.finish(), "rows_reduce");
+    for (name, kind, outer, len, inner, split, geom) in &gens {
+        let body = entry(&ptx, name);
+        assert_eq!(body.matches(".param .u64").count(), 2, "{name}");
+        if outer * inner == 0 {
+            assert!(!body.contains("st.global"), "{name}");
+            continue;
+        }
+        if *len == 0 {
+            assert!(!body.contains("ld.global"), "{name}");
+            continue;
+        }
+        let lanes = *inner == 1 && *len > 1;
+        assert_eq!(body.contains("shfl.sync.bfly"), lanes, "{name}");
+        let block_row = *inner == 1 && geom.block[0] == 512;
+        let split = *inner > 1 && *split > 1;
+        assert_eq!(body.contains("bar.sync"), split || block_row, "{name}");
+        // (One value needs no combining: `maximum(-inf, x)` folds to x.)
+        if *kind == ReduceKind::Max && *len > 1 {
+            assert!(body.contains("max.NaN.f32"), "{name}: NaN must propagate");
+        }
+        if *kind == ReduceKind::Mean && *len > 1 {
+            assert!(body.contains("div.rn.f32"), "{name}");
+        }
+    }
+    // The global average pool at batch 1: 2048 outputs, `len` split 8 ways
+    // over blocks of 32 × 8 threads.
+    let g = gens
+        .iter()
+        .find(|g| g.0 == "reduce_mean_1x49x2048")
+        .unwrap()
+        .6;
+    assert_eq!((g.grid[0], g.block[0]), (64, 256));
+    assert!(entry(&ptx, "reduce_mean_1x49x2048").contains("ld.shared"));
+}
+
+/// How many ways a reduction with `inner > 1` splits `len` (the module
+/// doc's rule): doubling while there are fewer than 2^16 partial results
+/// and each thread keeps at least 4 values, up to 64.
+fn split_ways(outputs: u64, len: u64, inner: u64) -> u64 {
+    let mut by = 1;
+    while inner > 1 && by < 64 && outputs * by < 1 << 16 && by * 8 <= len {
+        by *= 2;
+    }
+    by
+}
+
+#[test]
+fn rows_reject_shapes_past_memory_and_bad_names() {
+    let mut m = ModuleText::new();
+    let e = rows::reduce(&mut m, "r", ReduceKind::Sum, u64::MAX, 2, 1).unwrap_err();
+    assert!(e.contains("too large"), "{e}");
+    let e = rows::softmax(&mut m, "s", u64::MAX / 4, 2, false).unwrap_err();
+    assert!(e.contains("more than 2^31-1 blocks"), "{e}");
+    let e = rows::softmax(&mut m, "s-1", 1, 1, false).unwrap_err();
+    assert!(e.contains("C identifier"), "{e}");
+}
+
+fn geom(
+    nhwc: [u64; 4],
+    ohw: [u64; 2],
+    k: [u64; 2],
+    stride: [u64; 2],
+    dilation: [u64; 2],
+    pads: [u64; 4],
+) -> ConvGeom {
+    ConvGeom {
+        n: nhwc[0],
+        h: nhwc[1],
+        w: nhwc[2],
+        c: nhwc[3],
+        oh: ohw[0],
+        ow: ohw[1],
+        oc: nhwc[3],
+        kh: k[0],
+        kw: k[1],
+        stride,
+        dilation,
+        pads,
+        group: 1,
+    }
+}
+
+#[test]
+fn pool_lowers_and_covers_outputs() {
+    // (geometry, ceil_mode): ResNet's stem max pool, a ceil-mode window
+    // that runs past the padding, dilation with uneven pads, a global
+    // 7×7 average, an empty batch.
+    let cases = [
+        (
+            geom([2, 112, 112, 64], [56, 56], [3, 3], [2, 2], [1, 1], [1; 4]),
+            false,
+        ),
+        (
+            geom([1, 1, 5, 1], [1, 3], [1, 3], [1, 2], [1, 1], [0, 0, 0, 1]),
+            true,
+        ),
+        (
+            geom([2, 5, 7, 3], [3, 4], [2, 3], [2, 2], [2, 1], [0, 1, 1, 2]),
+            true,
+        ),
+        (
+            geom([2, 5, 7, 3], [2, 4], [2, 3], [2, 2], [2, 1], [0, 1, 1, 2]),
+            false,
+        ),
+        (
+            geom([1, 7, 7, 2048], [1, 1], [7, 7], [1, 1], [1, 1], [0; 4]),
+            false,
+        ),
+        (
+            geom([0, 8, 8, 4], [4, 4], [2, 2], [2, 2], [1, 1], [0; 4]),
+            false,
+        ),
+    ];
+    let kinds = [
+        PoolKind::Max,
+        PoolKind::AvgExcludePad,
+        PoolKind::AvgIncludePad,
+    ];
+    let mut m = ModuleText::new();
+    let mut gens = Vec::new();
+    for (i, (g, ceil)) in cases.iter().enumerate() {
+        for kind in kinds {
+            let name = format!("pool{i}_{kind:?}").to_lowercase();
+            let geo = rows::pool(&mut m, &name, kind, g, *ceil).unwrap();
+            check_block(&geo, &name);
+            let total = g.n * g.oh * g.ow * g.c;
+            if total == 0 {
+                assert_eq!((geo.grid[0], geo.block[0]), (1, 1), "{name}");
+            } else {
+                assert_eq!(geo.block[0], 256, "{name}");
+                assert_eq!(geo.grid[0] as u64, total.div_ceil(256), "{name}");
+            }
+            gens.push((name, kind, total));
+        }
+    }
+    let ptx = lower_all(&m.finish(), "rows_pool");
+    for (name, kind, total) in &gens {
+        let body = entry(&ptx, name);
+        assert_eq!(body.matches(".param .u64").count(), 2, "{name}");
+        if *total == 0 {
+            assert!(!body.contains("st.global"), "{name}");
+            continue;
+        }
+        assert_eq!(
+            body.contains("max.NaN.f32"),
+            *kind == PoolKind::Max,
+            "{name}"
+        );
+        assert_eq!(
+            body.contains("div.rn.f32"),
+            *kind != PoolKind::Max,
+            "{name}"
+        );
+        assert!(
+            !body.contains("shfl") && !body.contains("bar.sync"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn pool_checks_its_geometry() {
+    let mut m = ModuleText::new();
+    // 6×6, 3×3 windows, stride 2: 2×2 outputs, 3×3 with ceil_mode.
+    let g = geom([1, 6, 6, 2], [2, 2], [3, 3], [2, 2], [1, 1], [0; 4]);
+    assert!(rows::pool(&mut m, "p0", PoolKind::Max, &g, false).is_ok());
+    let e = rows::pool(&mut m, "p1", PoolKind::Max, &g, true).unwrap_err();
+    assert_eq!(
+        e,
+        "pool output size must be 3x3 for this geometry, found 2x2"
+    );
+    let e = rows::pool(&mut m, "p2", PoolKind::Max, &ConvGeom { oc: 3, ..g }, false).unwrap_err();
+    assert_eq!(e, "pool output channels must equal the input's 2, found 3");
+    let e = rows::pool(&mut m, "p3", PoolKind::Max, &ConvGeom { kh: 9, ..g }, false).unwrap_err();
+    assert!(e.contains("larger than the padded input"), "{e}");
+    let e = rows::pool(
+        &mut m,
+        "p4",
+        PoolKind::Max,
+        &ConvGeom {
+            stride: [0, 1],
+            ..g
+        },
+        false,
+    )
+    .unwrap_err();
+    assert!(e.contains("must be non-zero"), "{e}");
+    // Only the valid kernel was written.
+    let ir = m.finish();
+    assert!(ir.contains("@p0(") && !ir.contains("@p1("), "{ir}");
+}

@@ -1,0 +1,207 @@
+//! `aoc compile` for GPU targets (`sm_70` … `sm_90a`) and `aoc run` /
+//! `aoc bench` / `aoc explain` on GPU artifacts: the driver's side of the
+//! PTX backend and the CUDA executor.
+//!
+//! Compiling needs no GPU (the PTX is JIT-compiled by the driver where the
+//! artifact runs); running needs the NVIDIA driver and a GPU at least as new
+//! as the target, and says which is missing otherwise.
+
+use std::path::Path;
+use std::time::Instant;
+
+use aoc_backend_ptx::Sm;
+use aoc_backend_ptx::compile::{compile, emit_text};
+use aoc_backend_ptx::translate::Precision;
+use aoc_ir::tensor::Tensor;
+use aoc_runtime::artifact::Artifact;
+use aoc_runtime::cuda::GpuSession;
+use aoc_runtime::gpu_plan::GpuItem;
+
+use crate::cpu::{BenchResult, bind_inputs, decode_outputs, human, stats};
+use crate::driver::{InputArg, load_model};
+
+/// The pass pipeline `aoc compile` runs for a GPU target (no Winograd: the
+/// GPU lowering runs 3×3 convolutions as implicit GEMMs on tensor cores).
+pub const GPU_PIPELINE: &str = "algebraic,fold-bn,qdq,fuse";
+
+/// What `--emit` may be for a GPU target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuEmit {
+    Artifact,
+    Air,
+    Llvm,
+    Ptx,
+}
+
+/// The cost model's name for `sm` (the roofline knows sm_80/86 and sm_90).
+fn cost_target(sm: Sm) -> &'static str {
+    if sm.capability() >= 90 { "sm_90" } else { "sm_86" }
+}
+
+/// `aoc compile` for a GPU target; returns the summary for stderr.
+pub fn compile_gpu(
+    input: &Path,
+    input_shapes: &[(String, Vec<usize>)],
+    sm: Sm,
+    precision: Precision,
+    passes: &str,
+    emit: GpuEmit,
+    output: &Path,
+) -> Result<String, String> {
+    let t0 = Instant::now();
+    let mut loaded = load_model(input, input_shapes)?;
+    let config = crate::opt::OptConfig {
+        passes: Some(passes.to_string()),
+        target: cost_target(sm).to_string(),
+        ..Default::default()
+    };
+    crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    let write = |bytes: &[u8]| std::fs::write(output, bytes).map_err(|e| format!("error: cannot write {}: {e}", output.display()));
+    if emit == GpuEmit::Air {
+        write(aoc_ir::print::print_module(&loaded.module).as_bytes())?;
+        return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
+    }
+    let func = loaded
+        .module
+        .entry()
+        .ok_or_else(|| format!("error: {} has no function to compile", input.display()))?;
+    if matches!(emit, GpuEmit::Llvm | GpuEmit::Ptx) {
+        let text = emit_text(func, loaded.weights.as_ref(), sm, precision, emit == GpuEmit::Ptx)
+            .map_err(|d| loaded.render(&[d]))?;
+        write(text.as_bytes())?;
+        return Ok(format!("wrote {}", output.display()));
+    }
+    let out = compile(func, loaded.weights.as_ref(), sm, precision).map_err(|d| loaded.render(&[d]))?;
+    write(&out.artifact)?;
+    let r = &out.report;
+    let steps: Vec<String> = r.steps.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let mut msg = format!(
+        "compiled {} for {sm} ({}) in {:.2} s: {} launches of {} kernels ({}), PTX {}, weights {}, arena {} (unshared {}), {} layout copies\nwrote {} ({})",
+        input.display(),
+        precision.name(),
+        t0.elapsed().as_secs_f64(),
+        out.launches,
+        out.kernels,
+        steps.join(", "),
+        human(out.ptx_bytes as u64),
+        human(r.weight_bytes),
+        human(out.arena_bytes),
+        human(r.unshared_bytes),
+        r.layout_copies,
+        output.display(),
+        human(out.artifact.len() as u64),
+    );
+    if !r.reference_ops.is_empty() {
+        let ops: Vec<String> = r.reference_ops.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+        msg.push_str(&format!(
+            "\nnote: {} op kinds have no GPU kernel yet and run on the host's reference interpreter between launches ({} host steps): {}",
+            r.reference_ops.len(),
+            out.host_items,
+            ops.join(", ")
+        ));
+    }
+    Ok(msg)
+}
+
+/// Whether the artifact at `path` is for a GPU (its target is `sm_*`).
+pub fn is_gpu_artifact(path: &Path) -> Result<Option<Artifact>, String> {
+    let a = Artifact::open(path).map_err(|e| format!("error: {e}"))?;
+    Ok(if a.manifest().target.starts_with("sm_") { Some(a) } else { None })
+}
+
+pub fn load_gpu_session(a: Artifact) -> Result<GpuSession, String> {
+    GpuSession::from_artifact(a, 0).map_err(|e| format!("error: {e}"))
+}
+
+/// `aoc run FILE.aoc` for a GPU artifact.
+pub fn run_gpu_artifact(a: Artifact, inputs: &[InputArg]) -> Result<Vec<(String, Tensor)>, String> {
+    let name = a.name().to_string();
+    let s = load_gpu_session(a)?;
+    let bytes = bind_inputs(s.inputs(), inputs)?;
+    let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
+    let outs = s.run(&refs).map_err(|e| format!("error: {name}: {e}"))?;
+    decode_outputs(s.outputs(), outs)
+}
+
+/// `aoc bench` for a GPU artifact: each inference end to end (inputs in,
+/// graph replay, outputs out), plus the device time of the replays alone
+/// (CUDA events) in `device`.
+pub fn bench_gpu(s: &GpuSession, inputs: &[Vec<u8>], warmup: usize, iters: usize) -> Result<(BenchResult, BenchResult), String> {
+    let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..warmup + iters {
+        let t0 = Instant::now();
+        s.run(&refs).map_err(|e| format!("error: {e}"))?;
+        if i >= warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let device = s.time_replays(iters).map_err(|e| format!("error: {e}"))?;
+    let batch = s.inputs().first().and_then(|i| i.shape.first().copied()).unwrap_or(1).max(1) as f64;
+    let peak = s.peak_memory_bytes();
+    Ok((stats(times, batch, peak, 0), stats(device, batch, peak, 0)))
+}
+
+/// The `--profile` breakdown of a GPU artifact: device time per kernel kind
+/// and the slowest launches.
+pub fn profile_gpu(s: &GpuSession) -> Result<String, String> {
+    let t = s.profile_items().map_err(|e| format!("error: {e}"))?;
+    let plan = s.plan();
+    let kind = |i: usize| -> String {
+        let k = plan.items[i].kind();
+        k.rsplit_once('_').map_or(k, |(head, tail)| if tail.len() == 16 { head } else { k }).to_string()
+    };
+    let mut by_kind: Vec<(String, f64, usize)> = vec![];
+    for (i, &ms) in t.iter().enumerate() {
+        let k = kind(i);
+        match by_kind.iter_mut().find(|(n, _, _)| *n == k) {
+            Some(e) => {
+                e.1 += ms;
+                e.2 += 1;
+            }
+            None => by_kind.push((k, ms, 1)),
+        }
+    }
+    by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut out = String::new();
+    for (k, ms, n) in by_kind {
+        out.push_str(&format!("  {k:<18} {n:>4} launches {ms:>9.3} ms\n"));
+    }
+    let mut order: Vec<usize> = (0..t.len()).collect();
+    order.sort_by(|&a, &b| t[b].total_cmp(&t[a]));
+    for &i in order.iter().take(8) {
+        out.push_str(&format!("  slowest: item {i} {} {:.3} ms  <- {}\n", plan.items[i].kind(), t[i], plan.origins[i]));
+    }
+    Ok(out)
+}
+
+/// `aoc explain` for a GPU artifact (needs no GPU).
+pub fn explain_gpu(path: &Path, a: &Artifact) -> Result<String, String> {
+    let m = a.manifest();
+    let plan: aoc_runtime::gpu_plan::GpuPlan =
+        serde_json::from_value(m.plan.clone()).map_err(|e| format!("error: {}: the GPU plan is not valid: {e}", path.display()))?;
+    let w = a.weights_range();
+    let mut out = format!(
+        "{}: target {}\n  arena {}, weights {}, PTX {}, {} items\n",
+        path.display(),
+        m.target,
+        human(m.arena_size),
+        human((w.end - w.start) as u64),
+        human(a.code(aoc_runtime::gpu_plan::PTX_BLOB).map(|c| c.len() as u64).unwrap_or(0)),
+        plan.items.len()
+    );
+    for i in &m.inputs {
+        out.push_str(&format!("  input  {} {} {:?}\n", i.name, i.dtype, i.shape));
+    }
+    for o in &m.outputs {
+        out.push_str(&format!("  output {} {} {:?}\n", o.name, o.dtype, o.shape));
+    }
+    for (i, (item, origin)) in plan.items.iter().zip(&plan.origins).enumerate() {
+        let what = match item {
+            GpuItem::Launch(l) => format!("{} grid {:?} block {}", l.kernel, l.grid, l.block[0]),
+            GpuItem::Host { step } => format!("host {}", step.kind()),
+        };
+        out.push_str(&format!("  {i:>4}  {what:<52} <- {origin}\n"));
+    }
+    Ok(out)
+}

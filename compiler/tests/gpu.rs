@@ -1,0 +1,360 @@
+//! End-to-end tests of the GPU path through the user's commands:
+//! `aoc compile --target sm_*` for every example model and the OCR models,
+//! and, where a GPU exists, `aoc run` of the artifact compared with
+//! `aoc run` of the model on the reference interpreter.
+//!
+//! - `compile_*` (everywhere): every example compiles for every GPU target;
+//!   the PTX inside the artifact assembles with `ptxas` for that target
+//!   (skipped with a printed reason when no ptxas is found: `AOC_PTXAS`,
+//!   `PATH`, or the `nvidia-cuda-nvcc` wheel in `.venv`; CUDA 13's ptxas no
+//!   longer targets sm_70, whose PTX is only generated).
+//! - `fp16_build_uses_tensor_cores`: an fp16 build of a conv model has f16
+//!   `mma.sync` in its PTX.
+//! - `gpu_*` (on a GPU; skipped with the reason elsewhere): artifacts built
+//!   for sm_86 and sm_90a, fp32 and fp16, against the interpreter: 1e-3 of
+//!   max(1, max|expected|) for fp32, 1e-2 for fp16 (one quantization step,
+//!   0.1, for the quantized example).
+//! - `no_gpu_is_a_clear_error` (without a GPU): `aoc run` of a GPU artifact
+//!   fails with exit code 1 and says what is missing.
+//!
+//! On the GPU machine (no cargo there) the binary runs from the repository
+//! root with `AOC_BIN` naming a prebuilt `aoc` (see `make gpu-test`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use aoc_compiler::npy::read_npy;
+use aoc_ir::tensor::Tensor;
+use libtest_mimic::{Arguments, Failed, Trial};
+
+const TARGETS: [&str; 7] = ["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"];
+
+fn root() -> PathBuf {
+    std::env::var_os("AOC_ROOT").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("compiler/ has a parent").to_path_buf(),
+        PathBuf::from,
+    )
+}
+
+fn aoc() -> PathBuf {
+    std::env::var_os("AOC_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_aoc")), PathBuf::from)
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let base = std::env::var_os("AOC_TEST_TMP")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
+    let d = base.join("gpu").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Why GPU runs are skipped here, or `None` when a GPU is present.
+fn no_gpu() -> Option<String> {
+    aoc_runtime::cuda::Gpu::open(0).err().map(|e| e.to_string())
+}
+
+/// A model: its file, its inputs (`NAME=PATH` for `aoc run`), its
+/// `--input-shape` flags, and whether it is quantized.
+#[derive(Clone)]
+struct Model {
+    name: String,
+    file: PathBuf,
+    inputs: Vec<String>,
+    shapes: Vec<String>,
+    quantized: bool,
+}
+
+fn models() -> Vec<Model> {
+    let mut out = vec![];
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("examples"))
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    for d in dirs.into_iter().filter(|d| d.join("model.air").exists()) {
+        let text = std::fs::read_to_string(d.join("model.air")).unwrap_or_default();
+        out.push(Model {
+            name: d.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default(),
+            file: d.join("model.air"),
+            inputs: vec![d.join("input.npy").display().to_string()],
+            shapes: vec![],
+            quantized: text.contains("quant."),
+        });
+    }
+    out
+}
+
+/// The OCR models (`make real-models`), each with a seeded random input.
+fn ocr_models() -> Vec<Model> {
+    let dir = std::env::var_os("AOC_MODELS").map_or_else(|| root().join("build/models"), PathBuf::from);
+    let list = [
+        ("det", "ch_PP-OCRv4_det_infer.onnx", "x", [1usize, 3, 160, 160]),
+        ("rec", "ch_PP-OCRv4_rec_infer.onnx", "x", [1, 3, 48, 160]),
+        ("cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "x", [1, 3, 48, 192]),
+    ];
+    list.iter()
+        .filter(|(_, f, _, _)| dir.join(f).exists())
+        .map(|(key, f, input, shape)| Model {
+            name: format!("ocr_{key}"),
+            file: dir.join(f),
+            inputs: vec![format!("{input}=@random:{}", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))],
+            shapes: vec![format!("{input}={}", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))],
+            quantized: false,
+        })
+        .collect()
+}
+
+fn run(args: &[&str]) -> Result<String, Failed> {
+    let out = Command::new(aoc()).args(args).output().map_err(|e| format!("cannot run {}: {e}", aoc().display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "aoc {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+fn compile(m: &Model, target: &str, precision: &str, out: &Path) -> Result<String, Failed> {
+    let mut args = vec![
+        "compile".to_string(),
+        m.file.display().to_string(),
+        "--target".into(),
+        target.into(),
+        "--precision".into(),
+        precision.into(),
+        "-o".into(),
+        out.display().to_string(),
+    ];
+    for s in &m.shapes {
+        args.push("--input-shape".into());
+        args.push(s.clone());
+    }
+    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    run(&refs)
+}
+
+/// A `ptxas`, or why there is none.
+fn find_ptxas() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("AOC_PTXAS") {
+        return Ok(p.into());
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        if let Some(p) = std::env::split_paths(&path).map(|d| d.join("ptxas")).find(|p| p.is_file()) {
+            return Ok(p);
+        }
+    }
+    let lib = root().join(".venv/lib");
+    for py in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
+        let p = py.path().join("site-packages/nvidia/cu13/bin/ptxas");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err("no ptxas (set AOC_PTXAS, put it on PATH, or `make setup` for the nvidia-cuda-nvcc wheel)".into())
+}
+
+fn check_compiles(m: &Model, target: &str) -> Result<(), Failed> {
+    let d = scratch(&format!("compile_{}_{target}", m.name));
+    let art = d.join("model.aoc");
+    compile(m, target, "fp32", &art)?;
+    let a = aoc_runtime::artifact::Artifact::open(&art)?;
+    if a.manifest().target != target {
+        return Err(format!("the artifact's target is {}, expected {target}", a.manifest().target).into());
+    }
+    let ptx = a.code(aoc_runtime::gpu_plan::PTX_BLOB)?;
+    let text = std::str::from_utf8(ptx)?;
+    let want_target = format!(".target {target}");
+    if !text.contains(&want_target) {
+        return Err(format!("the PTX does not say `{want_target}`").into());
+    }
+    if target == "sm_70" {
+        return Ok(());
+    }
+    let ptxas = match find_ptxas() {
+        Ok(p) => p,
+        Err(why) => {
+            println!("skipped ptxas: {why}");
+            return Ok(());
+        }
+    };
+    let src = d.join("module.ptx");
+    std::fs::write(&src, ptx)?;
+    let out = Command::new(&ptxas)
+        .arg(format!("-arch={target}"))
+        .arg(&src)
+        .arg("-o")
+        .arg(d.join("module.cubin"))
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("ptxas -arch={target} rejected the PTX:\n{}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    Ok(())
+}
+
+/// Writes seeded random inputs for `@random:DIMS` entries; returns the
+/// `--input` arguments.
+fn materialize_inputs(m: &Model, d: &Path) -> Result<Vec<String>, Failed> {
+    let mut out = vec![];
+    for (i, spec) in m.inputs.iter().enumerate() {
+        let Some((name, dims)) = spec.split_once("=@random:") else {
+            out.push(spec.clone());
+            continue;
+        };
+        let shape: Vec<usize> = dims.split('x').map(|v| v.parse()).collect::<Result<_, _>>()?;
+        let n: usize = shape.iter().product();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let vals: Vec<f64> = (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 11) as f64 / (1u64 << 53) as f64
+            })
+            .collect();
+        let t = Tensor::from_f64(aoc_ir::types::TensorType::new(shape, aoc_ir::types::Scalar::F32), vals);
+        let p = d.join(format!("input{i}.npy"));
+        aoc_compiler::npy::write_npy(&p, &t)?;
+        out.push(format!("{name}={}", p.display()));
+    }
+    Ok(out)
+}
+
+fn run_to_dir(file: &Path, inputs: &[String], shapes: &[String], dir: &Path) -> Result<(), Failed> {
+    let mut args = vec!["run".to_string(), file.display().to_string()];
+    for i in inputs {
+        args.push("--input".into());
+        args.push(i.clone());
+    }
+    for s in shapes {
+        args.push("--input-shape".into());
+        args.push(s.clone());
+    }
+    args.push("--output-dir".into());
+    args.push(dir.display().to_string());
+    let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    run(&refs).map(|_| ())
+}
+
+fn outputs(dir: &Path) -> Result<Vec<(String, Tensor)>, Failed> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| Ok((p.file_name().unwrap().to_string_lossy().to_string(), read_npy(&p)?)))
+        .collect()
+}
+
+fn check_on_gpu(m: &Model, target: &str, precision: &str) -> Result<(), Failed> {
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let d = scratch(&format!("gpu_{}_{target}_{precision}", m.name));
+    let inputs = materialize_inputs(m, &d)?;
+    let art = d.join("model.aoc");
+    compile(m, target, precision, &art)?;
+    let (want_dir, got_dir) = (d.join("want"), d.join("got"));
+    run_to_dir(&m.file, &inputs, &m.shapes, &want_dir)?;
+    run_to_dir(&art, &inputs, &[], &got_dir)?;
+    let (want, got) = (outputs(&want_dir)?, outputs(&got_dir)?);
+    if want.len() != got.len() {
+        return Err(format!("{} outputs, expected {}", got.len(), want.len()).into());
+    }
+    let tol = match (m.quantized, precision) {
+        (true, _) => 0.1,
+        (false, "fp32") => 1e-3,
+        _ => 1e-2,
+    };
+    for ((wn, w), (gn, g)) in want.iter().zip(&got) {
+        if wn != gn || w.ty.shape != g.ty.shape {
+            return Err(format!("output {gn} {:?} does not match {wn} {:?}", g.ty.shape, w.ty.shape).into());
+        }
+        let (wv, gv) = (w.to_f64(), g.to_f64());
+        let scale = wv.iter().fold(1.0f64, |a, v| a.max(v.abs()));
+        let err = wv.iter().zip(&gv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale;
+        println!("{wn}: max error {err:.2e} of {scale:.3} (tolerance {tol:.0e})");
+        if err.is_nan() || gv.iter().any(|v| v.is_nan()) != wv.iter().any(|v| v.is_nan()) || err > tol {
+            return Err(format!("output {wn} differs by {err:.3e} (tolerance {tol:.0e})").into());
+        }
+    }
+    Ok(())
+}
+
+fn fp16_uses_tensor_cores() -> Result<(), Failed> {
+    let m = models().into_iter().find(|m| m.name == "resnet_block").ok_or("examples/resnet_block is missing")?;
+    let d = scratch("fp16_mma");
+    let out = d.join("model.ptx");
+    run(&[
+        "compile",
+        &m.file.display().to_string(),
+        "--target",
+        "sm_86",
+        "--precision",
+        "fp16",
+        "--emit",
+        "ptx",
+        "-o",
+        &out.display().to_string(),
+    ])?;
+    let ptx = std::fs::read_to_string(&out)?;
+    if !ptx.contains("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") {
+        return Err("the fp16 build has no f16 mma.sync".into());
+    }
+    // And fp32 has none.
+    run(&["compile", &m.file.display().to_string(), "--target", "sm_86", "--emit", "ptx", "-o", &out.display().to_string()])?;
+    if std::fs::read_to_string(&out)?.contains("mma.sync") {
+        return Err("the fp32 build uses mma.sync".into());
+    }
+    Ok(())
+}
+
+fn no_gpu_is_a_clear_error() -> Result<(), Failed> {
+    if no_gpu().is_none() {
+        println!("skipped: this machine has a GPU");
+        return Ok(());
+    }
+    let m = models().into_iter().next().ok_or("no example models")?;
+    let d = scratch("no_gpu");
+    let art = d.join("model.aoc");
+    compile(&m, "sm_86", "fp32", &art)?;
+    let out = Command::new(aoc()).args(["run", &art.display().to_string(), "--input", &m.inputs[0]]).output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() != Some(1) || !(err.contains("no NVIDIA driver") || err.contains("reports no GPU")) {
+        return Err(format!("expected exit 1 naming the missing driver or GPU, got {}: {err}", out.status).into());
+    }
+    Ok(())
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let mut trials = vec![];
+    for m in models() {
+        for t in TARGETS {
+            let m = m.clone();
+            trials.push(Trial::test(format!("compile_{}_{t}", m.name), move || check_compiles(&m, t)));
+        }
+    }
+    let all: Vec<Model> = models().into_iter().chain(ocr_models()).collect();
+    for m in &all {
+        if m.name.starts_with("ocr_") {
+            for t in ["sm_86", "sm_90a"] {
+                let m = m.clone();
+                trials.push(Trial::test(format!("compile_{}_{t}", m.name), move || check_compiles(&m, t)));
+            }
+        }
+        for t in ["sm_86", "sm_90a"] {
+            for p in ["fp32", "fp16"] {
+                let m = m.clone();
+                trials.push(Trial::test(format!("gpu_{}_{t}_{p}", m.name), move || check_on_gpu(&m, t, p)));
+            }
+        }
+    }
+    trials.push(Trial::test("fp16_build_uses_tensor_cores", fp16_uses_tensor_cores));
+    trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
+    libtest_mimic::run(&args, trials).exit();
+}

@@ -1,0 +1,506 @@
+//! The executor for GPU artifacts: [`GpuSession`].
+//!
+//! At load: open the GPU and check the artifact's `sm` against it, load the
+//! PTX module (the driver JIT-compiles it; its compute cache keeps the
+//! result), resolve every launch's kernel, allocate one device arena, the
+//! weights (uploaded once), device inputs and outputs, pinned host staging
+//! buffers and the status word, then record each maximal run of launches
+//! into a CUDA graph. Per inference: inputs are copied in through the
+//! pinned buffers, the graphs are replayed (host items, ops without a GPU
+//! kernel, run in between on the reference interpreter), outputs are copied
+//! back, and the status word is checked.
+//!
+//! Invariants:
+//! - Every pointer a kernel receives is the base of a device allocation
+//!   plus a `Buf` offset that validation proved inside it; allocations are
+//!   256-byte aligned (the driver's guarantee), so the compiler's alignment
+//!   assumptions hold.
+//! - One inference at a time per session (a mutex guards the buffers the
+//!   graphs point into); several sessions may run at once.
+//! - Driver failures come back as `RuntimeError`s naming the step; nothing
+//!   here panics on a bad artifact.
+
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::result;
+use cudarc::driver::sys;
+use cudarc::driver::{CudaFunction, CudaGraph, CudaModule, CudaStream};
+
+use super::Gpu;
+use crate::artifact::{Artifact, DType, TensorSpec, tensor_bytes};
+use crate::exec::RuntimeError;
+use crate::gpu_plan::{Arg, GpuItem, GpuPlan, Launch, PTX_BLOB, SpaceSizes};
+use crate::plan::{Buf, Space};
+
+/// Device memory from `cuMemAlloc`, freed on drop.
+struct DeviceMem {
+    ptr: sys::CUdeviceptr,
+}
+
+impl DeviceMem {
+    fn new(gpu: &Gpu, len: usize, what: &str) -> Result<DeviceMem, RuntimeError> {
+        // A zero-length allocation is refused by the driver; keep one byte so
+        // every space has a valid base pointer.
+        let ptr = unsafe { result::malloc_sync(len.max(1)) }.map_err(|e| {
+            RuntimeError::new(format!(
+                "out of device memory: cannot allocate {len} bytes for {what} on {} ({e:?})",
+                gpu.name()
+            ))
+        })?;
+        Ok(DeviceMem { ptr })
+    }
+}
+
+impl Drop for DeviceMem {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `malloc_sync` and is freed once.
+        let _ = unsafe { result::free_sync(self.ptr) };
+    }
+}
+
+/// Page-locked host memory, freed on drop.
+struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Pinned {
+    fn new(len: usize) -> Result<Pinned, RuntimeError> {
+        let ptr = unsafe { result::malloc_host(len.max(1), 0) }
+            .map_err(|e| RuntimeError::new(format!("cannot allocate {len} bytes of pinned host memory: {e:?}")))?;
+        Ok(Pinned { ptr: ptr as *mut u8, len })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes were allocated at `ptr`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = unsafe { result::free_host(self.ptr as *mut c_void) };
+    }
+}
+
+/// What one inference replays, in order.
+enum Segment {
+    /// Items `items` recorded as one graph.
+    Graph { graph: CudaGraph, items: std::ops::Range<usize> },
+    /// Item `i`, a host step.
+    Host(usize),
+}
+
+/// Buffers and graphs of a session: everything a run touches.
+struct State {
+    weights: DeviceMem,
+    arena: DeviceMem,
+    inputs: Vec<DeviceMem>,
+    outputs: Vec<DeviceMem>,
+    status: DeviceMem,
+    host_in: Vec<Pinned>,
+    host_out: Vec<Pinned>,
+    segments: Vec<Segment>,
+}
+
+// SAFETY: the raw pointers and graph handles are only used under the
+// session's mutex, with the context bound to the calling thread.
+unsafe impl Send for State {}
+
+/// A loaded GPU artifact, ready to run.
+pub struct GpuSession {
+    gpu: Gpu,
+    launcher: Launcher,
+    artifact: Artifact,
+    plan: GpuPlan,
+    _module: Arc<CudaModule>,
+    input_bytes: Vec<u64>,
+    output_bytes: Vec<u64>,
+    state: Mutex<State>,
+    #[cfg(feature = "reference")]
+    host: crate::exec::reference::HostSteps,
+}
+
+fn spec_bytes(file: &str, what: &str, s: &TensorSpec) -> Result<u64, RuntimeError> {
+    let dt = DType::parse(&s.dtype)
+        .ok_or_else(|| RuntimeError::new(format!("{file}: {what} `{}` has unknown dtype {}", s.name, s.dtype)))?;
+    tensor_bytes(dt, &s.shape).ok_or_else(|| RuntimeError::new(format!("{file}: {what} `{}` is too large", s.name)))
+}
+
+fn drv(what: String) -> impl FnOnce(result::DriverError) -> RuntimeError {
+    move |e| RuntimeError::new(format!("{what}: {e:?}"))
+}
+
+/// The stream and the kernels of a session's launches.
+struct Launcher {
+    stream: Arc<CudaStream>,
+    /// The kernel of each launch item (`None` for host items).
+    funcs: Vec<Option<CudaFunction>>,
+}
+
+/// The device address of `b`.
+fn ptr(st: &State, b: &Buf) -> u64 {
+    let base = match b.space {
+        Space::Arena => st.arena.ptr,
+        Space::Weights => st.weights.ptr,
+        Space::Input => st.inputs[b.index as usize].ptr,
+        Space::Output => st.outputs[b.index as usize].ptr,
+    };
+    base + b.offset
+}
+
+
+impl Launcher {
+    /// Enqueues launch item `i` on the session's stream.
+    fn launch(&self, plan: &GpuPlan, st: &State, i: usize, l: &Launch) -> Result<(), RuntimeError> {
+        let f = self.funcs[i].as_ref().expect("launch items have a function");
+        let mut values: Vec<u64> = l
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::In(b) | Arg::Out(b) => ptr(st, b),
+                Arg::Status => st.status.ptr,
+                Arg::U64(v) => *v,
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+        // SAFETY: validation proved every pointer inside its allocation; the
+        // kernel's parameter list is device pointers in this order (the
+        // compiler wrote both); the driver copies `params` at the call.
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                (l.grid[0], l.grid[1], l.grid[2]),
+                (l.block[0], l.block[1], l.block[2]),
+                l.smem,
+                self.stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(drv(format!("launching {} (item {i}, {})", l.kernel, plan.origins[i])))
+    }
+
+    /// Records every maximal run of launches into a graph.
+    fn record(&self, plan: &GpuPlan, st: &State) -> Result<Vec<Segment>, RuntimeError> {
+        let mut segments = Vec::new();
+        let mut i = 0;
+        let items = &plan.items;
+        while i < items.len() {
+            if let GpuItem::Host { .. } = items[i] {
+                segments.push(Segment::Host(i));
+                i += 1;
+                continue;
+            }
+            let start = i;
+            self.stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(drv("cannot start recording a CUDA graph".into()))?;
+            let mut failed = None;
+            while i < items.len() {
+                let GpuItem::Launch(l) = &items[i] else { break };
+                if let Err(e) = self.launch(plan, st, i, l) {
+                    failed = Some(e);
+                    break;
+                }
+                i += 1;
+            }
+            let graph = self
+                .stream
+                .end_capture(sys::CUgraphInstantiate_flags(0))
+                .map_err(drv("cannot instantiate the CUDA graph".into()))?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            let graph = graph.ok_or_else(|| RuntimeError::new("the CUDA graph recorded nothing"))?;
+            segments.push(Segment::Graph { graph, items: start..i });
+        }
+        Ok(segments)
+    }
+
+}
+
+impl GpuSession {
+    /// Opens, validates and loads the GPU artifact at `path` on GPU 0.
+    pub fn load(path: &std::path::Path) -> Result<GpuSession, RuntimeError> {
+        let artifact = Artifact::open(path).map_err(|e| RuntimeError::new(e.to_string()))?;
+        GpuSession::from_artifact(artifact, 0)
+    }
+
+    /// Loads an already validated artifact on GPU `ordinal`.
+    pub fn from_artifact(artifact: Artifact, ordinal: usize) -> Result<GpuSession, RuntimeError> {
+        let file = artifact.name().to_string();
+        let m = artifact.manifest().clone();
+        if !m.target.starts_with("sm_") {
+            return Err(RuntimeError::new(format!(
+                "{file}: a CPU artifact ({}); run it with the CPU executor",
+                m.target
+            )));
+        }
+        let plan: GpuPlan = serde_json::from_value(m.plan.clone())
+            .map_err(|e| RuntimeError::new(format!("{file}: the GPU plan is not valid: {e}")))?;
+        let input_bytes: Vec<u64> =
+            m.inputs.iter().map(|s| spec_bytes(&file, "input", s)).collect::<Result<_, _>>()?;
+        let output_bytes: Vec<u64> =
+            m.outputs.iter().map(|s| spec_bytes(&file, "output", s)).collect::<Result<_, _>>()?;
+        let w = artifact.weights_range();
+        let sizes = SpaceSizes {
+            arena: m.arena_size,
+            weights: (w.end - w.start) as u64,
+            inputs: input_bytes.clone(),
+            outputs: output_bytes.clone(),
+        };
+        plan.validate(&sizes).map_err(|e| RuntimeError::new(format!("{file}: {e}")))?;
+        #[cfg(not(feature = "reference"))]
+        if let Some(i) = plan.items.iter().position(|it| matches!(it, GpuItem::Host { .. })) {
+            return Err(RuntimeError::new(format!(
+                "{file}: item {i} ({}) runs on the reference interpreter, and this runtime was built without the `reference` feature",
+                plan.origins[i]
+            )));
+        }
+        #[cfg(feature = "reference")]
+        let host = crate::exec::reference::HostSteps::new(&file, &plan)?;
+
+        let gpu = Gpu::open(ordinal)?;
+        gpu.check_target(&m.target)?;
+        gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
+        let ptx = artifact.code(PTX_BLOB).map_err(|e| RuntimeError::new(e.to_string()))?;
+        let ptx = std::str::from_utf8(ptx)
+            .map_err(|_| RuntimeError::new(format!("{file}: the PTX module is not UTF-8 text")))?;
+        let module = gpu.load_ptx(ptx)?;
+        let mut funcs = Vec::new();
+        let mut by_name: std::collections::HashMap<&str, CudaFunction> = Default::default();
+        for item in &plan.items {
+            let GpuItem::Launch(l) = item else {
+                funcs.push(None);
+                continue;
+            };
+            if !by_name.contains_key(l.kernel.as_str()) {
+                let f = gpu.function(&module, &l.kernel)?;
+                by_name.insert(&l.kernel, f);
+            }
+            let f = by_name[l.kernel.as_str()].clone();
+            if l.smem > 48 * 1024 {
+                f.set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    l.smem as i32,
+                )
+                .map_err(drv(format!("{} needs {} bytes of shared memory", l.kernel, l.smem)))?;
+            }
+            funcs.push(Some(f));
+        }
+        let stream = gpu.context().new_stream().map_err(drv("cannot create a CUDA stream".into()))?;
+
+        let weights = DeviceMem::new(&gpu, w.end - w.start, "the weights")?;
+        unsafe { result::memcpy_htod_sync(weights.ptr, &artifact.as_bytes()[w.clone()]) }
+            .map_err(drv("cannot upload the weights".into()))?;
+        let arena = DeviceMem::new(&gpu, m.arena_size as usize, "the arena")?;
+        let mut inputs = Vec::new();
+        let mut host_in = Vec::new();
+        for (s, &n) in m.inputs.iter().zip(&input_bytes) {
+            inputs.push(DeviceMem::new(&gpu, n as usize, &format!("input `{}`", s.name))?);
+            host_in.push(Pinned::new(n as usize)?);
+        }
+        let mut outputs = Vec::new();
+        let mut host_out = Vec::new();
+        for (s, &n) in m.outputs.iter().zip(&output_bytes) {
+            outputs.push(DeviceMem::new(&gpu, n as usize, &format!("output `{}`", s.name))?);
+            host_out.push(Pinned::new(n as usize)?);
+        }
+        let status = DeviceMem::new(&gpu, 4, "the status word")?;
+        let mut state = State {
+            weights,
+            arena,
+            inputs,
+            outputs,
+            status,
+            host_in,
+            host_out,
+            segments: Vec::new(),
+        };
+        let launcher = Launcher { stream, funcs };
+        state.segments = launcher.record(&plan, &state)?;
+        Ok(GpuSession {
+            gpu,
+            launcher,
+            artifact,
+            plan,
+            _module: module,
+            input_bytes,
+            output_bytes,
+            state: Mutex::new(state),
+            #[cfg(feature = "reference")]
+            host,
+        })
+    }
+
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    pub fn inputs(&self) -> &[TensorSpec] {
+        &self.artifact.manifest().inputs
+    }
+
+    pub fn outputs(&self) -> &[TensorSpec] {
+        &self.artifact.manifest().outputs
+    }
+
+    pub fn plan(&self) -> &GpuPlan {
+        &self.plan
+    }
+
+    pub fn artifact(&self) -> &Artifact {
+        &self.artifact
+    }
+
+    /// Device bytes one inference uses: arena, weights, inputs and outputs.
+    pub fn peak_memory_bytes(&self) -> u64 {
+        let w = self.artifact.weights_range();
+        self.artifact.manifest().arena_size
+            + (w.end - w.start) as u64
+            + self.input_bytes.iter().sum::<u64>()
+            + self.output_bytes.iter().sum::<u64>()
+    }
+
+    fn check_inputs(&self, inputs: &[&[u8]]) -> Result<(), RuntimeError> {
+        if inputs.len() != self.input_bytes.len() {
+            return Err(RuntimeError::new(format!(
+                "expected {} inputs, got {}",
+                self.input_bytes.len(),
+                inputs.len()
+            )));
+        }
+        for (i, (x, &n)) in inputs.iter().zip(&self.input_bytes).enumerate() {
+            if x.len() as u64 != n {
+                return Err(RuntimeError::new(format!(
+                    "input {i} (`{}`) has {} bytes, expected {n}",
+                    self.inputs()[i].name,
+                    x.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays the segments (no input or output copies).
+    fn replay(&self, st: &State) -> Result<(), RuntimeError> {
+        for seg in &st.segments {
+            match seg {
+                Segment::Graph { graph, items } => graph.launch().map_err(drv(format!(
+                    "replaying items {}..{} ({})",
+                    items.start, items.end, self.plan.origins[items.start]
+                )))?,
+                Segment::Host(i) => self.run_host(st, *i)?,
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(feature = "reference")]
+    fn run_host(&self, st: &State, i: usize) -> Result<(), RuntimeError> {
+        let GpuItem::Host { step: crate::plan::Step::Reference { inputs, outputs, .. } } = &self.plan.items[i] else {
+            return Err(RuntimeError::new(format!("internal error: item {i} is not a host step")));
+        };
+        let cu = self.launcher.stream.cu_stream();
+        let mut host: Vec<Vec<u8>> = inputs.iter().map(|b| vec![0u8; b.len as usize]).collect();
+        for (b, h) in inputs.iter().zip(&mut host) {
+            unsafe { result::memcpy_dtoh_async(h.as_mut_slice(), ptr(st, b), cu) }
+                .map_err(drv(format!("copying item {i}'s inputs to the host")))?;
+        }
+        self.launcher.stream.synchronize().map_err(drv(format!("waiting for item {i}'s inputs")))?;
+        let refs: Vec<&[u8]> = host.iter().map(|h| h.as_slice()).collect();
+        let outs = self
+            .host
+            .run(i, &refs)
+            .map_err(|e| RuntimeError::new(format!("item {i} ({}): {e}", self.plan.origins[i])))?;
+        for (b, o) in outputs.iter().zip(&outs) {
+            unsafe { result::memcpy_htod_sync(ptr(st, b), o.as_slice()) }
+                .map_err(drv(format!("copying item {i}'s outputs to the device")))?;
+        }
+        Ok(())
+    }
+
+    #[cfg(not(feature = "reference"))]
+    fn run_host(&self, _st: &State, i: usize) -> Result<(), RuntimeError> {
+        Err(RuntimeError::new(format!("item {i} needs the `reference` feature")))
+    }
+
+    /// Runs one inference: `inputs[i]` holds input `i`'s bytes (row major,
+    /// little endian, exactly the manifest's size); returns each output's.
+    pub fn run(&self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        self.check_inputs(inputs)?;
+        let mut guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
+        let st = &mut *guard;
+        self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
+        let cu = self.launcher.stream.cu_stream();
+        for (i, x) in inputs.iter().enumerate() {
+            st.host_in[i].as_mut_slice().copy_from_slice(x);
+            unsafe { result::memcpy_htod_async(st.inputs[i].ptr, st.host_in[i].as_slice(), cu) }
+                .map_err(drv(format!("copying input {i} to the device")))?;
+        }
+        unsafe { result::memset_d8_async(st.status.ptr, 0, 4, cu) }.map_err(drv("clearing the status word".into()))?;
+        self.replay(st)?;
+        for i in 0..st.outputs.len() {
+            let src = st.outputs[i].ptr;
+            unsafe { result::memcpy_dtoh_async(st.host_out[i].as_mut_slice(), src, cu) }
+                .map_err(drv(format!("copying output {i} to the host")))?;
+        }
+        let mut status = [0u8; 4];
+        unsafe { result::memcpy_dtoh_async(&mut status[..], st.status.ptr, cu) }
+            .map_err(drv("reading the status word".into()))?;
+        self.launcher.stream.synchronize().map_err(drv("running the plan".into()))?;
+        if u32::from_le_bytes(status) != 0 {
+            return Err(RuntimeError::new(
+                "an index input is out of range (a gather read past its axis); the outputs are not valid",
+            ));
+        }
+        Ok(st.host_out.iter().map(|p| p.as_slice().to_vec()).collect())
+    }
+
+    /// Device time of `iters` replays (inputs already on the device from
+    /// the last `run`), one CUDA-event measurement per replay, in ms.
+    pub fn time_replays(&self, iters: usize) -> Result<Vec<f64>, RuntimeError> {
+        let guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
+        self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
+        let ctx = self.gpu.context();
+        let start = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
+        let end = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            start.record(&self.launcher.stream).map_err(drv("recording an event".into()))?;
+            self.replay(&guard)?;
+            end.record(&self.launcher.stream).map_err(drv("recording an event".into()))?;
+            end.synchronize().map_err(drv("waiting for a replay".into()))?;
+            times.push(start.elapsed_ms(&end).map_err(drv("reading an event".into()))? as f64);
+        }
+        Ok(times)
+    }
+
+    /// Device time of each item, launched one by one (not from the graph),
+    /// in ms: the `--profile` breakdown.
+    pub fn profile_items(&self) -> Result<Vec<f64>, RuntimeError> {
+        let guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
+        self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
+        let ctx = self.gpu.context();
+        let start = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
+        let end = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
+        let mut times = Vec::new();
+        for (i, item) in self.plan.items.iter().enumerate() {
+            start.record(&self.launcher.stream).map_err(drv("recording an event".into()))?;
+            match item {
+                GpuItem::Launch(l) => self.launcher.launch(&self.plan, &guard, i, l)?,
+                GpuItem::Host { .. } => self.run_host(&guard, i)?,
+            }
+            end.record(&self.launcher.stream).map_err(drv("recording an event".into()))?;
+            end.synchronize().map_err(drv(format!("running item {i}")))?;
+            times.push(start.elapsed_ms(&end).map_err(drv("reading an event".into()))? as f64);
+        }
+        Ok(times)
+    }
+}
