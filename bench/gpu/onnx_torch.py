@@ -40,8 +40,14 @@ class OnnxModule(torch.nn.Module):
         self.dtype = dtype
         self.channels_last = channels_last
         self.names = {}
+        # Small integer constants (Reshape shapes, Clip bounds) as Python
+        # values, so torch.compile sees static shapes instead of reading
+        # tensors (a graph break and a recompile per distinct value).
+        self.consts = {}
         for i, init in enumerate(g.initializer):
             arr = numpy_helper.to_array(init)
+            if arr.size <= 8:
+                self.consts[init.name] = arr.reshape(-1).tolist()
             t = torch.from_numpy(np.ascontiguousarray(arr)).to(device)
             if t.is_floating_point():
                 t = t.to(dtype)
@@ -71,6 +77,16 @@ class OnnxModule(torch.nn.Module):
             return getattr(self, self.names[n])
 
         for op, ins, outs, a in self.nodes:
+            if op == "Reshape" and ins[1] in self.consts:
+                x = get(ins[0])
+                shape = [x.shape[i] if v == 0 else int(v) for i, v in enumerate(self.consts[ins[1]])]
+                env[outs[0]] = x.reshape(shape)
+                continue
+            if op == "Clip":
+                lo = self.consts.get(ins[1], [None])[0] if len(ins) > 1 and ins[1] else None
+                hi = self.consts.get(ins[2], [None])[0] if len(ins) > 2 and ins[2] else None
+                env[outs[0]] = torch.clamp(get(ins[0]), lo, hi)
+                continue
             x = [get(n) for n in ins]
             env[outs[0]] = self._run(op, x, a)
         res = tuple(env[o] for o in self.outputs)

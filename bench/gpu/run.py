@@ -114,7 +114,7 @@ def gemm_model(n, outdir):
     if os.path.exists(path):
         return path
     from onnx import TensorProto, helper, numpy_helper
-    b = np.random.default_rng(n).standard_normal((n, n), dtype=np.float32) / np.sqrt(n)
+    b = (np.random.default_rng(n).standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     g = helper.make_graph(
         [helper.make_node("MatMul", ["x", "B"], ["y"])], f"gemm{n}",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],

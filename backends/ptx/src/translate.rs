@@ -101,51 +101,6 @@ fn aligned16(bufs: &[&Buf]) -> bool {
     bufs.iter().all(|b| b.offset % 16 == 0)
 }
 
-/// f32 → IEEE half bits, round to nearest even (NaN stays NaN, overflow
-/// becomes infinity).
-pub fn f16_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let exp = ((b >> 23) & 0xff) as i32;
-    let man = b & 0x7f_ffff;
-    if exp == 0xff {
-        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = 1u32 << (shift - 1);
-        let rest = m & ((1 << shift) - 1);
-        let mut r = m >> shift;
-        if rest > half || (rest == half && r & 1 == 1) {
-            r += 1;
-        }
-        return sign | r as u16;
-    }
-    let mut r = ((e as u32) << 10) | (man >> 13);
-    let rest = man & 0x1fff;
-    if rest > 0x1000 || (rest == 0x1000 && r & 1 == 1) {
-        r += 1;
-    }
-    sign | r as u16
-}
-
-/// f32 → bfloat16 bits, round to nearest even, NaN stays a quiet NaN.
-pub fn bf16_bits(x: f32) -> u16 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        return ((b >> 16) | 0x40) as u16;
-    }
-    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
-}
-
 impl<'a> Tr<'a> {
     /// Generates kernel `kind` with arguments `key` once; returns its name
     /// and geometry.
@@ -183,7 +138,12 @@ impl<'a> Tr<'a> {
             .position(|&o| o == b.offset)
             .ok_or("internal error: a GEMM weight does not start a weight blob")?;
         let blob = &self.weights[i];
-        let convert: fn(f32) -> u16 = if self.precision == Precision::Bf16 { bf16_bits } else { f16_bits };
+        // Round to nearest even (NaN stays NaN, overflow goes to infinity).
+        let convert: fn(f32) -> u16 = if self.precision == Precision::Bf16 {
+            |x| half::bf16::from_f32(x).to_bits()
+        } else {
+            |x| half::f16::from_f32(x).to_bits()
+        };
         let bytes: Vec<u8> = blob
             .bytes
             .chunks_exact(4)

@@ -469,8 +469,8 @@ impl GpuSession {
         let guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
         self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
         let ctx = self.gpu.context();
-        let start = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
-        let end = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
+        let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
+        let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
         let mut times = Vec::with_capacity(iters);
         for _ in 0..iters {
             start.record(&self.launcher.stream).map_err(drv("recording an event".into()))?;
@@ -488,8 +488,8 @@ impl GpuSession {
         let guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
         self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
         let ctx = self.gpu.context();
-        let start = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
-        let end = ctx.new_event(None).map_err(drv("cannot create an event".into()))?;
+        let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
+        let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
         let mut times = Vec::new();
         for (i, item) in self.plan.items.iter().enumerate() {
             start.record(&self.launcher.stream).map_err(drv("recording an event".into()))?;

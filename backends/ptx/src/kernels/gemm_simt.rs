@@ -7,42 +7,55 @@
 //! Σ_kk A_b[i][kk]·B_b[kk][j] (+ bias[b·s + j])`, then `max(x, 0)` with
 //! relu, for `b < batch`, `i < m`, `j < n`; no other element of `c` is
 //! written (C may be a strided view inside a larger tensor).
-//! Launch: block `(threads, 1, 1)`, grid `(tiles_m · tiles_n, 1,
-//! min(batch, 65535))` for a `bm × bn` [`SimtTile`] (a block with `z` runs
-//! batches `z, z + 65535, …`), dynamic shared memory
-//! [`SimtTile::smem_bytes`]. An empty product (batch, m or n zero) is a
-//! kernel that returns at once, launched as one block.
+//! Launch: block `(256, 1, 1)` ([`SimtTile::threads`]), grid
+//! `(tiles_m · tiles_n, 1, min(batch, 65535))` for the `bm × bn` tile
+//! [`pick_tile`] chooses (a block at `z` runs batches `z, z + 65535, …`),
+//! dynamic shared memory [`SimtTile::smem_bytes`] (≤ 48 KiB). An empty
+//! product (batch, m or n zero) is a kernel that returns at once, launched
+//! as one block of 32.
 //!
 //! Code shape: a block computes a `bm × bn` tile of C, each thread a
-//! `tm × tn` register tile whose rows (columns) are groups of up to four
-//! consecutive ones, `4·threads_m` (`4·threads_n`) apart, so that the
-//! compute loop reads them from shared memory with 16-byte loads free of
-//! bank conflicts. K advances by `bk`: the next k-tile is loaded from global
-//! memory into registers while the current one is multiplied out of shared
-//! memory (`fma.rn.f32`), then stored into the other of two shared buffers;
-//! one barrier per k-tile. Both operands sit in shared memory k-major
+//! `tm × tn` register tile whose rows (columns) come in groups of up to
+//! four consecutive ones, so that the inner loop reads them from shared
+//! memory with conflict-free 16-byte loads and does `tm·tn` `fma.rn.f32`
+//! per k. K advances by `bk`: the next k-tile is loaded from global memory
+//! into registers while the current one is multiplied out of shared
+//! memory, then stored into the other of two shared buffers (one barrier
+//! per k-tile; the loop does two k-tiles per iteration so that buffer
+//! offsets are constants). Both operands sit in shared memory k-major
 //! (`[kk][row]`, `[kk][col]`, rows padded by 4 floats against bank
-//! conflicts of the transposing stores). Global loads are 16 bytes wide
-//! where the strides keep four consecutive elements contiguous and aligned
-//! (`spec.aligned16`, unit stride along k or along the rows/columns, extents
-//! and other strides multiples of 4), scalar otherwise; every load is
-//! guarded (out-of-range and padding elements read as zero through a
-//! clamped address, so no branch), and the guards the shape makes
-//! unnecessary are not emitted. Blocks are ordered in groups of 8 row tiles
-//! so that concurrently running blocks share rows of A and columns of B in
-//! the L2 cache.
+//! conflicts of the transposing stores). Small tiles split each k-tile
+//! among `ks` thread groups whose sums meet in shared memory at the end,
+//! which keeps 4×4 register tiles (and 256 threads) on small outputs.
+//!
+//! Loads: 16 bytes wide where four consecutive elements are contiguous and
+//! aligned (`spec.aligned16`, unit stride along k or along the rows /
+//! columns, extents and other strides multiples of 4), scalar otherwise,
+//! with consecutive threads along the smaller stride. Out-of-range and
+//! padding elements read as zero through a clamped address (no branch);
+//! guards the shape makes unnecessary are not emitted, and the partial
+//! k-tile is the first one, so only the prologue checks k. The
+//! convolution gather keeps per loaded row the offset of its top-left tap
+//! and derives each column's tap offset once per k-tile.
+//!
+//! Epilogue: accumulators start from the bias, so the end is relu and
+//! guarded (16-byte where C allows) stores. Blocks are ordered in groups
+//! of 8 row tiles so that blocks running together share A and B in L2.
 //!
 //! Invariants:
 //! - Everything is a constant; only the pointers are passed.
-//! - Offsets are i32 when every offset the kernel can form for an element
-//!   in range fits, i64 otherwise; an out-of-range element's offset is
+//! - Offsets are i32 when every index the kernel forms for an element in
+//!   range fits, i64 otherwise; an out-of-range element's offset is
 //!   replaced by 0 before the address is formed.
 //! - Relu is `max(x, 0)` with Rust's `f32::max` NaN rule, as the CPU
 //!   kernels: NaN becomes 0 (`llvm.maxnum` → `max.f32`).
+//! - The summation order is fixed (bias, then k ascending per group, then
+//!   groups in order): results are deterministic, and differ from the CPU
+//!   kernels' by rounding only.
 
 use std::collections::HashMap;
 
-use super::{AMode, GemmSpec, Geometry};
+use super::{AMode, ConvGeom, GemmSpec, Geometry};
 use crate::irtext::{Body, ModuleText, check_entry_name};
 
 /// Row tiles per group of the block order (L2 reuse).
@@ -51,6 +64,12 @@ const GROUP_M: u64 = 8;
 const MAX_Z: u64 = 65535;
 /// Multiprocessors of the GPU the tile choice aims at (H200).
 const SMS: u64 = 132;
+/// fp32 TFLOP/s of each [`SimtTile::CANDIDATES`] tile on a 4096³ product
+/// on an H200 (cuBLAS: 51), measured with the kernels of this file: the
+/// relative throughput of a multiprocessor full of such blocks. 2×2, 2×4
+/// and 4×2 register tiles without k split (16.9, 21.0, 23.4) lost to the
+/// k-split tiles on every shape measured, so they are not candidates.
+const RATES: [f64; 7] = [47.0, 43.0, 40.5, 33.0, 30.4, 28.0, 26.8];
 
 const DECLS: &[&str] = &[
     "@aoc_smem = external addrspace(3) global [0 x i8], align 16",
@@ -90,16 +109,13 @@ const fn tile(bm: u32, bn: u32, bk: u32, tm: u32, tn: u32, ks: u32) -> SimtTile 
 
 impl SimtTile {
     /// The tiles [`pick_tile`] chooses from; all have 256 threads.
-    pub const CANDIDATES: [SimtTile; 10] = [
+    pub const CANDIDATES: [SimtTile; 7] = [
         tile(128, 128, 8, 8, 8, 1),
         tile(128, 64, 16, 8, 4, 1),
         tile(64, 128, 16, 4, 8, 1),
         tile(64, 64, 16, 4, 4, 1),
-        tile(64, 32, 32, 4, 2, 1),
-        tile(32, 64, 32, 2, 4, 1),
-        tile(32, 32, 32, 2, 2, 1),
-        tile(64, 32, 32, 4, 4, 2),
         tile(32, 64, 32, 4, 4, 2),
+        tile(64, 32, 32, 4, 4, 2),
         tile(32, 32, 32, 4, 4, 4),
     ];
 
@@ -194,23 +210,14 @@ impl SimtTile {
     }
 }
 
-/// The convolution gather of A, resolved.
+/// The convolution gather of A: the geometry, the group's channel count,
+/// output pixels per image, and whether a tap can fall above/left or
+/// below/right of the image (else that check is not emitted).
 #[derive(Clone, Copy)]
 struct ConvA {
-    h: u64,
-    w: u64,
-    c: u64,
+    g: ConvGeom,
     cg: u64,
     ohw: u64,
-    ow: u64,
-    kw: u64,
-    taps: u64,
-    sh: u64,
-    sw: u64,
-    dh: u64,
-    dw: u64,
-    pt: u64,
-    pl: u64,
     check_y: bool,
     check_x: bool,
 }
@@ -271,16 +278,18 @@ impl Problem {
                     );
                 }
                 let cg = g.c / g.group;
-                let (mm, kk) = (g.n * g.oh * g.ow, g.kh * g.kw * cg);
-                if (mm, kk) != (s.m, s.k) {
+                let w = u128::from;
+                let (mm, kk) = (w(g.n) * w(g.oh) * w(g.ow), w(g.kh) * w(g.kw) * w(cg));
+                if (mm, kk) != (w(s.m), w(s.k)) {
                     return Err(format!(
                         "gemm_f32: a convolution needs m = n·oh·ow = {mm} and k = kh·kw·c/group = {kk}, found m {}, k {}",
                         s.m, s.k
                     ));
                 }
-                let (pt, pl) = (g.pads[0], g.pads[1]);
-                let span_y = (g.oh - 1) * g.stride[0] + (g.kh - 1) * g.dilation[0];
-                let span_x = (g.ow - 1) * g.stride[1] + (g.kw - 1) * g.dilation[1];
+                let [pt, pl, ..] = g.pads;
+                // The last tap's coordinate past the first one's.
+                let span_y = w(g.oh - 1) * w(g.stride[0]) + w(g.kh - 1) * w(g.dilation[0]);
+                let span_x = w(g.ow - 1) * w(g.stride[1]) + w(g.kw - 1) * w(g.dilation[1]);
                 if g.h == 0 || g.w == 0 {
                     // Every element of A is padding.
                     k = 0;
@@ -292,22 +301,11 @@ impl Problem {
                     ASrc::Strided(norm([cg, g.c, 1], [s.batch, s.m, s.k]))
                 } else {
                     ASrc::Conv(ConvA {
-                        h: g.h,
-                        w: g.w,
-                        c: g.c,
+                        g,
                         cg,
                         ohw: g.oh * g.ow,
-                        ow: g.ow,
-                        kw: g.kw,
-                        taps: g.kh * g.kw,
-                        sh: g.stride[0],
-                        sw: g.stride[1],
-                        dh: g.dilation[0],
-                        dw: g.dilation[1],
-                        pt,
-                        pl,
-                        check_y: pt > 0 || span_y >= g.h + pt,
-                        check_x: pl > 0 || span_x >= g.w + pl,
+                        check_y: pt > 0 || span_y >= w(g.h) + w(pt),
+                        check_x: pl > 0 || span_x >= w(g.w) + w(pl),
                     })
                 }
             }
@@ -326,61 +324,61 @@ impl Problem {
         }))
     }
 
-    /// Whether every offset the kernel forms fits in i32 (bounds of valid
-    /// elements, plus the tile overhang of the row, column and k indices).
-    fn fits_i32(&self, t: &SimtTile) -> bool {
+    /// The largest magnitude of an index the kernel forms for an element
+    /// in range: offsets of valid elements, the tile overhang of the row,
+    /// column and k indices, convolution coordinates.
+    fn max_index(&self, t: &SimtTile) -> u128 {
         let (bt, m, n, k) = (self.batch, self.m, self.n, self.k.max(1));
+        let w = u128::from;
         let mut big: Vec<u128> = vec![
             last(self.b, [bt, k, n]),
             last(self.c, [bt, m, n]),
-            u128::from(bt),
-            u128::from(m + u64::from(t.bm)),
-            u128::from(n + u64::from(t.bn)),
-            u128::from(k + u64::from(t.bk)),
+            w(bt),
+            w(m) + w(t.bm.into()),
+            w(n) + w(t.bn.into()),
+            w(k) + w(t.bk.into()),
         ];
         if let Some(s) = self.bias {
             big.push(last([s, 0, 1], [bt, 1, n]));
         }
         match self.a {
             ASrc::Strided(s) => big.push(last(s, [bt, m, k])),
-            ASrc::Conv(g) => {
-                let x_len = u128::from(m / g.ohw) * u128::from(g.h * g.w * g.c);
-                let tap = u128::from(((g.taps / g.kw) * g.dh * g.w + g.kw * g.dw) * g.c);
-                big.extend([x_len, tap, u128::from(g.pt + g.pl + g.ohw * (g.sh + g.sw))]);
+            ASrc::Conv(a) => {
+                let g = a.g;
+                let pixel = w(g.h) * w(g.w) * w(g.c);
+                let taps =
+                    (w(g.kh) * w(g.dilation[0]) * w(g.w) + w(g.kw) * w(g.dilation[1])) * w(g.c);
+                let corner =
+                    w(g.pads[0]) + w(g.pads[1]) + w(a.ohw) * (w(g.stride[0]) + w(g.stride[1]));
+                big.extend([w(g.n) * pixel, taps, corner * w(g.w) * w(g.c)]);
             }
         }
-        big.iter().all(|&v| v < (1 << 31) - 1)
+        big.into_iter().max().unwrap_or(0)
     }
 }
 
-/// The tile [`gemm_f32`] uses for `spec`: the most efficient candidate
-/// whose grid still fills the GPU (≥ 2 blocks per multiprocessor) without
-/// much padding waste, else the one with the most blocks.
+/// The tile [`gemm_f32`] uses for `spec`: the candidate that minimizes
+/// `⌈blocks / SMs⌉ · bm · bn / rate`, the output area the busiest
+/// multiprocessor computes over the rate the tile reaches when the GPU is
+/// full ([`RATES`]). Large products take the big register tiles; small
+/// ones the k-split tiles that give more blocks; padding waste counts
+/// through the block count.
 pub fn pick_tile(spec: &GemmSpec) -> SimtTile {
     let (m, n, batch) = (spec.m.max(1), spec.n.max(1), spec.batch.max(1));
-    let blocks =
-        |t: &SimtTile| m.div_ceil(u64::from(t.bm)) * n.div_ceil(u64::from(t.bn)) * batch.min(MAX_Z);
-    let waste = |t: &SimtTile| {
-        let (pm, pn) = (
-            m.next_multiple_of(u64::from(t.bm)),
-            n.next_multiple_of(u64::from(t.bn)),
-        );
-        (pm * pn) as f64 / (m * n) as f64
+    let cost = |(t, rate): (&SimtTile, &f64)| {
+        let blocks = u128::from(m.div_ceil(u64::from(t.bm)))
+            * u128::from(n.div_ceil(u64::from(t.bn)))
+            * u128::from(batch);
+        blocks.div_ceil(u128::from(SMS)) as f64 * f64::from(t.bm * t.bn) / rate
     };
-    let usable = SimtTile::CANDIDATES
-        .iter()
-        .filter(|t| t.tm > 1 || m <= 16)
-        .copied()
-        .collect::<Vec<_>>();
-    for t in &usable {
-        if blocks(t) >= 2 * SMS && waste(t) <= 1.3 {
-            return *t;
+    let mut best = (SimtTile::CANDIDATES[0], f64::INFINITY);
+    for c in SimtTile::CANDIDATES.iter().zip(&RATES) {
+        let x = cost(c);
+        if x < best.1 {
+            best = (*c.0, x);
         }
     }
-    *usable
-        .iter()
-        .max_by_key(|t| (blocks(t), u64::MAX - (waste(t) * 1000.0) as u64))
-        .expect("candidates exist")
+    best.0
 }
 
 /// Appends the kernel `@{name}` computing `spec` with the tile
@@ -421,7 +419,11 @@ pub fn gemm_f32_tile(
             blocks, p.batch
         ));
     }
-    let it = if p.fits_i32(&tile) { "i32" } else { "i64" };
+    let it = match p.max_index(&tile) {
+        x if x < (1 << 31) - 1 => "i32",
+        x if x < 1 << 62 => "i64",
+        _ => return Err("gemm_f32: the operands are too large to index".into()),
+    };
     for d in DECLS {
         m.declare(d);
     }
@@ -432,10 +434,15 @@ pub fn gemm_f32_tile(
         it,
     };
     let body = g.kernel();
+    // A scalar convolution gather keeps three values per loaded row
+    // (offset, top-left input corner) in registers; under the caps of
+    // `min_blocks` that spills, so ptxas gets a free hand there.
+    let scalar_conv = matches!(p.a, ASrc::Conv(_)) && !g.operands()[0].vec;
+    let min_blocks = if scalar_conv { 1 } else { tile.min_blocks() };
     m.func(format!(
         "define ptx_kernel void @{name}({params}) \"nvvm.maxntid\"=\"{}\" \"nvvm.minctasm\"=\"{}\" {{\nentry:\n{body}}}\n",
         tile.threads(),
-        tile.min_blocks(),
+        min_blocks,
     ));
     Ok(Geometry {
         grid: [blocks as u32, 1, p.batch.min(MAX_Z) as u32],
@@ -544,7 +551,7 @@ impl Gen<'_> {
                 }
             }
             ASrc::Conv(g) => {
-                let v = p.aligned16 && g.cg % 4 == 0 && g.c % 4 == 0;
+                let v = p.aligned16 && g.cg % 4 == 0 && g.g.c % 4 == 0;
                 (v, true, [0; 3], Some(g))
             }
         };
@@ -885,16 +892,17 @@ impl Gen<'_> {
                     let o = self.mulc(&gd, op.strides[1]);
                     (self.add(&batch_off, &o), String::new(), String::new())
                 }
-                Some(g) => {
+                Some(a) => {
+                    let g = a.g;
                     // Row gd = (img·oh + oy)·ow + ox.
-                    let img = self.v(format!("udiv {it} {gd}, {}", g.ohw));
-                    let pix = self.v(format!("urem {it} {gd}, {}", g.ohw));
+                    let img = self.v(format!("udiv {it} {gd}, {}", a.ohw));
+                    let pix = self.v(format!("urem {it} {gd}, {}", a.ohw));
                     let oy = self.v(format!("udiv {it} {pix}, {}", g.ow));
                     let ox = self.v(format!("urem {it} {pix}, {}", g.ow));
-                    let iy0 = self.mulc(&oy, g.sh);
-                    let iy0 = self.v(format!("sub {it} {iy0}, {}", g.pt));
-                    let ix0 = self.mulc(&ox, g.sw);
-                    let ix0 = self.v(format!("sub {it} {ix0}, {}", g.pl));
+                    let iy0 = self.mulc(&oy, g.stride[0]);
+                    let iy0 = self.v(format!("sub {it} {iy0}, {}", g.pads[0]));
+                    let ix0 = self.mulc(&ox, g.stride[1]);
+                    let ix0 = self.v(format!("sub {it} {ix0}, {}", g.pads[1]));
                     let ib = self.mulc(&img, g.h * g.w * g.c);
                     let pos = self.mulc(&iy0, g.w);
                     let pos = self.add(&pos, &ix0);
@@ -930,16 +938,17 @@ impl Gen<'_> {
                     let kv = kcheck.then(|| self.v(format!("icmp sge {it} {kk}, 0")));
                     let x = match op.conv {
                         None => (self.mulc(&kk, op.strides[2]), "0".into(), "0".into(), kv),
-                        Some(g) if g.taps == 1 => (kk, "0".into(), "0".into(), kv),
-                        Some(g) => {
-                            let tap = self.v(format!("udiv {it} {kk}, {}", g.cg));
-                            let tc = self.mulc(&tap, g.cg);
+                        Some(a) if a.g.kh * a.g.kw == 1 => (kk, "0".into(), "0".into(), kv),
+                        Some(a) => {
+                            let g = a.g;
+                            let tap = self.v(format!("udiv {it} {kk}, {}", a.cg));
+                            let tc = self.mulc(&tap, a.cg);
                             let ci = self.v(format!("sub {it} {kk}, {tc}"));
                             let ky = self.v(format!("udiv {it} {tap}, {}", g.kw));
                             let kyw = self.mulc(&ky, g.kw);
                             let kx = self.v(format!("sub {it} {tap}, {kyw}"));
-                            let dy = self.mulc(&ky, g.dh);
-                            let dx = self.mulc(&kx, g.dw);
+                            let dy = self.mulc(&ky, g.dilation[0]);
+                            let dx = self.mulc(&kx, g.dilation[1]);
                             let o = self.mulc(&dy, g.w);
                             let o = self.add(&o, &dx);
                             let o = self.mulc(&o, g.c);
@@ -952,14 +961,14 @@ impl Gen<'_> {
             };
             let (koff, dy, dx, kv) = term;
             let mut conds = vec![s.valid.clone(), kv];
-            if let Some(g) = op.conv {
-                if g.check_y {
+            if let Some(a) = op.conv {
+                if a.check_y {
                     let iy = self.add(&s.iy0, &dy);
-                    conds.push(Some(self.v(format!("icmp ult {it} {iy}, {}", g.h))));
+                    conds.push(Some(self.v(format!("icmp ult {it} {iy}, {}", a.g.h))));
                 }
-                if g.check_x {
+                if a.check_x {
                     let ix = self.add(&s.ix0, &dx);
-                    conds.push(Some(self.v(format!("icmp ult {it} {ix}, {}", g.w))));
+                    conds.push(Some(self.v(format!("icmp ult {it} {ix}, {}", a.g.w))));
                 }
             }
             let valid = self.and_all(&conds);
