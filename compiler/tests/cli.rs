@@ -854,8 +854,41 @@ fn compile_rejects_an_unknown_target() {
     let d = dir("compile_bad_target");
     let o = aoc(&[&"compile", &example_air(), &"--target", &"x86-65", &"-o", &d.join("m.aoc")]);
     user_error(&o, &["unknown target `x86-65`", "x86-64-v4"]);
-    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_86", &"-o", &d.join("m.aoc")]);
-    user_error(&o, &["GPU target `sm_86`", "not generate GPU artifacts yet"]);
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_87", &"-o", &d.join("m.aoc")]);
+    user_error(&o, &["unknown gpu target `sm_87`", "sm_86"]);
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_86", &"--precision", &"fp8", &"-o", &d.join("m.aoc")]);
+    user_error(&o, &["--precision must be fp32, tf32, fp16 or bf16", "fp8"]);
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_75", &"--precision", &"fp16", &"-o", &d.join("m.aoc")]);
+    user_error(&o, &["--precision fp16 needs tensor cores", "sm_75"]);
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"host", &"--precision", &"fp16", &"-o", &d.join("m.aoc")]);
+    user_error(&o, &["--precision fp16 is for GPU targets"]);
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_86", &"--emit", &"clif", &"-o", &d.join("m.clif")]);
+    user_error(&o, &["--emit for a GPU target must be aoc, air, llvm or ptx"]);
+}
+
+/// A GPU artifact is built without a GPU; `explain` reads it without one;
+/// `--emit llvm|ptx` write the module with the launch list.
+#[test]
+fn compile_for_a_gpu_explain_and_emit() {
+    let d = dir("compile_gpu");
+    let art = d.join("m.aoc");
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_86", &"-o", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("for sm_86 (fp32)"), "{}", stderr(&o));
+    let o = aoc(&[&"explain", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(text.contains("target sm_86") && text.contains("gemm_f32_") && text.contains("<- core."), "{text}");
+    let ll = d.join("m.ll");
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_90a", &"--emit", &"llvm", &"-o", &ll]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&ll).unwrap();
+    assert!(text.contains("; item 0: launch ") && text.contains("define ptx_kernel void @"), "{text}");
+    let ptx = d.join("m.ptx");
+    let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_90a", &"--precision", &"bf16", &"--emit", &"ptx", &"-o", &ptx]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    assert!(text.contains(".target sm_90a") && text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "{text}");
 }
 
 #[test]

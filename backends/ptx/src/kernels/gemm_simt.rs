@@ -170,19 +170,23 @@ impl SimtTile {
                 t.tm, t.tn
             ));
         }
-        if t.bm == 0 || t.bn == 0 || t.bm % (4 * t.tm) != 0 || t.bn % (4 * t.tn) != 0 {
+        if t.bm == 0
+            || t.bn == 0
+            || !t.bm.is_multiple_of(4 * t.tm)
+            || !t.bn.is_multiple_of(4 * t.tn)
+        {
             return Err(format!(
                 "bm and bn must be positive multiples of 4·tm and 4·tn, found {}x{}",
                 t.bm, t.bn
             ));
         }
         let threads = t.threads();
-        if threads % 32 != 0 || threads > 1024 {
+        if !threads.is_multiple_of(32) || threads > 1024 {
             return Err(format!(
                 "a block must have a multiple of 32 threads up to 1024, found {threads}"
             ));
         }
-        if t.bk == 0 || t.bk % 4 != 0 || t.ks == 0 || t.bk % t.ks != 0 {
+        if t.bk == 0 || !t.bk.is_multiple_of(4) || t.ks == 0 || !t.bk.is_multiple_of(t.ks) {
             return Err(format!(
                 "bk must be a positive multiple of 4 and of ks = {}, found {}",
                 t.ks, t.bk
@@ -191,8 +195,8 @@ impl SimtTile {
         for d in [t.bm, t.bn] {
             for vw in [1, 4] {
                 let units = d * t.bk / vw;
-                let rows_ok = threads % (d / vw) == 0 && threads % (t.bk / vw) == 0;
-                if units % threads != 0 || !rows_ok {
+                let rows_ok = threads.is_multiple_of(d / vw) && threads.is_multiple_of(t.bk / vw);
+                if !units.is_multiple_of(threads) || !rows_ok {
                     return Err(format!(
                         "a {d}x{} operand tile does not split evenly among {threads} threads",
                         t.bk
@@ -649,7 +653,6 @@ impl Gen<'_> {
         let sa = self.slots(&opa, &tid, &i0w, &batw);
         let sb = self.slots(&opb, &tid, &j0w, &batw);
 
-        let nacc = (t.tm * t.tn) as usize;
         let ktiles = p.k.div_ceil(u64::from(t.bk));
         let sf = t.stage_floats();
         let cols = self.columns(&tx, &j0w, ntx, wb);
@@ -684,10 +687,9 @@ impl Gen<'_> {
                     .ins("%kp = phi i32 [ 0, %kpre ], [ %kp.next, %kloop ]");
                 let mut phis = Vec::new();
                 let mut next = Vec::new();
-                for i in 0..nacc {
+                for (i, x) in init.iter().enumerate() {
                     self.b.ins(format!(
-                        "%acc.{i} = phi float [ {}, %kpre ], [ %accn.{i}, %kloop ]",
-                        init[i]
+                        "%acc.{i} = phi float [ {x}, %kpre ], [ %accn.{i}, %kloop ]"
                     ));
                     phis.push(format!("%acc.{i}"));
                     next.push(format!("%accn.{i}"));
@@ -881,7 +883,7 @@ impl Gen<'_> {
             let kl = self.widen(&kl);
             let dw = self.widen(&d);
             let gd = self.add(d0, &dw);
-            let valid = if op.extent % u64::from(op.dim) != 0 {
+            let valid = if !op.extent.is_multiple_of(u64::from(op.dim)) {
                 Some(self.v(format!("icmp ult {} {gd}, {}", self.it, op.extent)))
             } else {
                 None
@@ -1075,12 +1077,12 @@ impl Gen<'_> {
         for kk in 0..t.bk / t.ks {
             let a = self.frag(&pa, kk * t.pitch_a(), t.tm, wa, wa * nty);
             let bv = self.frag(&pb, kk * t.pitch_b(), t.tn, wb, wb * ntx);
-            for r in 0..t.tm as usize {
-                for c in 0..t.tn as usize {
+            for (r, ar) in a.iter().enumerate() {
+                for (c, bc) in bv.iter().enumerate() {
                     let i = r * t.tn as usize + c;
                     let rhs = format!(
-                        "call float @llvm.fma.f32(float {}, float {}, float {})",
-                        a[r], bv[c], acc[i]
+                        "call float @llvm.fma.f32(float {ar}, float {bc}, float {})",
+                        acc[i]
                     );
                     acc[i] = match names {
                         Some(n) if kk == t.bk / t.ks - 1 => {

@@ -109,12 +109,15 @@ const fn tile(bm: u32, bn: u32, bk: u32, warps_m: u32, warps_n: u32) -> TcTile {
 }
 
 impl TcTile {
-    /// The tiles [`choose_tile`] picks from: 128×128 with 8 warps of
-    /// 64×32, 128×64 and 64×64 with 4 warps, all with k steps of 32; and
-    /// for too few blocks (latency-bound: few rows, or small products)
-    /// 16×64 with k steps of 128, 4 warps of 16×16, which keeps more
-    /// loads in flight per block and takes a quarter of the k iterations.
-    pub const ALL: [TcTile; 4] = [
+    /// The tiles [`choose_tile`] picks from: 128×256 with 8 warps of
+    /// 64×64, 128×128 with 8 warps of 64×32, 128×64 and 64×64 with 4
+    /// warps, all with k steps of 32; and for too few blocks
+    /// (latency-bound: few rows, or small products) 16×64 with k steps of
+    /// 128, 4 warps of 16×16, which keeps more loads in flight per block
+    /// and takes a quarter of the k iterations. The last is always the
+    /// latency tile.
+    pub const ALL: [TcTile; 5] = [
+        tile(128, 256, 32, 2, 4),
         tile(128, 128, 32, 2, 4),
         tile(128, 64, 32, 2, 2),
         tile(64, 64, 32, 2, 2),
@@ -141,13 +144,39 @@ impl TcTile {
         self.bm * self.pa(p) * p.size()
     }
 
-    fn stage_bytes(&self, p: TcPrecision) -> u32 {
-        self.a_bytes(p) + self.bk * self.pb(p) * p.size()
+    fn b_bytes(&self, p: TcPrecision) -> u32 {
+        self.bk * self.pb(p) * p.size()
     }
 
-    /// Dynamic shared memory of a kernel with this tile, in bytes.
+    fn stage_bytes(&self, p: TcPrecision) -> u32 {
+        self.a_bytes(p) + self.b_bytes(p)
+    }
+
+    /// Stages of the `cp.async` ring of half B ([`Layout::Ring`]): 4 for
+    /// the throughput tiles (k steps of 32), so three B tiles are in
+    /// flight while one is multiplied; none for the latency tile, which
+    /// keeps two stages of A and B.
+    fn ring(&self) -> u32 {
+        if self.bk <= 32 { RING } else { 0 }
+    }
+
+    /// Shared memory of each layout.
+    fn layout_bytes(&self, p: TcPrecision, l: Layout) -> u32 {
+        match l {
+            Layout::Pairs => 2 * self.stage_bytes(p),
+            Layout::Ring => 2 * self.a_bytes(p) + self.ring() * self.b_bytes(p),
+        }
+    }
+
+    /// Dynamic shared memory of a kernel with this tile, in bytes: the
+    /// most it takes on any path (a kernel's [`Geometry`] gives its own).
     pub fn smem_bytes(&self, p: TcPrecision) -> u32 {
-        2 * self.stage_bytes(p)
+        let ring = if self.ring() > 0 && p != TcPrecision::Tf32 {
+            self.layout_bytes(p, Layout::Ring)
+        } else {
+            0
+        };
+        self.layout_bytes(p, Layout::Pairs).max(ring)
     }
 
     /// Checks the tile is one the generator handles.
@@ -179,6 +208,23 @@ impl TcTile {
     }
 }
 
+/// Stages of the half-B ring ([`TcTile::ring`]).
+const RING: u32 = 4;
+
+/// How shared memory is laid out and filled, per kernel.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Layout {
+    /// Two stages, each A then B; the k-tile after the current one is
+    /// loaded (into registers or with `cp.async`) while the current one is
+    /// multiplied.
+    Pairs,
+    /// Two stages of A (through registers, as in `Pairs`), then a ring of
+    /// [`TcTile::ring`] B stages filled with `cp.async` that many k-tiles
+    /// ahead less one: for half B with 16-byte rows under a tile with a
+    /// ring.
+    Ring,
+}
+
 /// Blocks that fill a large GPU once (an H200 has 132 multiprocessors).
 const ENOUGH_BLOCKS: u64 = 132;
 
@@ -192,7 +238,8 @@ pub fn choose_tile(spec: &GemmSpec) -> TcTile {
     let blocks = |t: &TcTile| {
         spec.m.div_ceil(t.bm as u64) * spec.n.div_ceil(t.bn as u64) * spec.batch.max(1)
     };
-    TcTile::ALL[..3]
+    let (latency, throughput) = TcTile::ALL.split_last().unwrap();
+    throughput
         .iter()
         .copied()
         .find(|t| {
@@ -202,7 +249,7 @@ pub fn choose_tile(spec: &GemmSpec) -> TcTile {
                 && t.bn as u64 <= spec.n.next_multiple_of(64)
                 && blocks(t) >= ENOUGH_BLOCKS
         })
-        .unwrap_or(TcTile::ALL[3])
+        .unwrap_or(*latency)
 }
 
 /// Appends kernel `name` computing `spec` on the tensor cores in `prec`
@@ -255,12 +302,14 @@ pub fn gemm_tc_tile(
             spec.m, spec.n, t.bm, t.bn
         ));
     }
+    let mut smem = 0;
     let body = if empty {
         "  ret void\n".to_string()
     } else {
         declare(m, prec);
         let mut g = Gen::new(spec, prec, b_half, t);
         g.kernel();
+        smem = t.layout_bytes(prec, g.layout);
         g.b.into_text()
     };
     m.func(format!(
@@ -278,7 +327,7 @@ pub fn gemm_tc_tile(
         Geometry {
             grid: [tiles as u32, 1, spec.batch.min(MAX_Z) as u32],
             block: [t.threads(), 1, 1],
-            smem: t.smem_bytes(prec),
+            smem,
         }
     })
 }
@@ -331,6 +380,7 @@ fn declare(m: &mut ModuleText, p: TcPrecision) {
         "declare void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3), ptr addrspace(1), i32)",
         "declare void @llvm.nvvm.cp.async.commit.group()",
         "declare void @llvm.nvvm.cp.async.wait.all()",
+        "declare void @llvm.nvvm.cp.async.wait.group(i32 immarg)",
         "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)",
         "declare { i32, i32, i32, i32 } @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16(ptr addrspace(3))",
         "declare { i32, i32, i32, i32 } @llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16(ptr addrspace(3))",
@@ -480,6 +530,7 @@ struct Gen<'a> {
     amap: Map,
     bmap: Map,
     bpath: Path,
+    layout: Layout,
     /// Per-thread chunk positions of A and B.
     apos: Vec<Pos>,
     bpos: Vec<Pos>,
@@ -501,6 +552,11 @@ struct Gen<'a> {
 impl<'a> Gen<'a> {
     fn new(s: &'a GemmSpec, p: TcPrecision, b_half: bool, t: TcTile) -> Gen<'a> {
         let (amap, bmap, bpath) = plan(s, &t, b_half);
+        let layout = if bpath == Path::Async && t.ring() > 0 {
+            Layout::Ring
+        } else {
+            Layout::Pairs
+        };
         Gen {
             b: Body::new(),
             s,
@@ -510,6 +566,7 @@ impl<'a> Gen<'a> {
             amap,
             bmap,
             bpath,
+            layout,
             apos: Vec::new(),
             bpos: Vec::new(),
             aslot: Vec::new(),

@@ -34,6 +34,7 @@ fn dense(m: u64, n: u64, k: u64) -> GemmSpec {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn geom(n: u64, hw: u64, c: u64, oc: u64, kk: u64, stride: u64, pad: u64, group: u64) -> ConvGeom {
     let o = (hw + 2 * pad - kk) / stride + 1;
     ConvGeom {
@@ -74,87 +75,88 @@ fn conv(g: ConvGeom, bias: bool, relu: bool) -> GemmSpec {
 
 /// The specs every target compiles: each load path, guard and epilogue.
 fn cases() -> Vec<(&'static str, GemmSpec)> {
-    let mut v = Vec::new();
-    v.push((
-        "dense_bias_relu",
-        GemmSpec {
-            bias: Some(0),
-            relu: true,
-            ..dense(1000, 600, 300)
-        },
-    ));
-    v.push(("dense_square", dense(2048, 2048, 2048)));
-    v.push((
-        "b_transposed",
-        GemmSpec {
-            b_strides: [0, 1, 264],
-            ..dense(300, 200, 264)
-        },
-    ));
-    v.push((
-        "a_transposed",
-        GemmSpec {
-            a: AMode::Strided {
-                batch: 0,
-                row: 1,
-                col: 256,
+    let mut v = vec![
+        (
+            "dense_bias_relu",
+            GemmSpec {
+                bias: Some(0),
+                relu: true,
+                ..dense(1000, 600, 300)
             },
-            ..dense(256, 96, 70)
-        },
-    ));
-    v.push((
-        "batch_broadcast",
-        GemmSpec {
-            batch: 3,
-            a: AMode::Strided {
-                batch: 0,
-                row: 64,
-                col: 1,
+        ),
+        ("dense_square", dense(2048, 2048, 2048)),
+        (
+            "b_transposed",
+            GemmSpec {
+                b_strides: [0, 1, 264],
+                ..dense(300, 200, 264)
             },
-            b_strides: [64 * 80, 80, 1],
-            c_strides: [100 * 80, 80, 1],
-            bias: Some(80),
-            ..dense(100, 80, 64)
-        },
-    ));
-    v.push((
-        "unaligned_strided",
-        GemmSpec {
-            batch: 2,
-            a: AMode::Strided {
-                batch: 600,
-                row: 15,
-                col: 1,
+        ),
+        (
+            "a_transposed",
+            GemmSpec {
+                a: AMode::Strided {
+                    batch: 0,
+                    row: 1,
+                    col: 256,
+                },
+                ..dense(256, 96, 70)
             },
-            b_strides: [13 * 31 * 2, 2, 31],
-            c_strides: [37 * 40, 40, 1],
-            bias: Some(29),
-            relu: true,
-            aligned16: false,
-            ..dense(37, 29, 13)
-        },
-    ));
-    v.push((
-        "conv3x3_s2_g2",
-        conv(geom(2, 15, 16, 32, 3, 2, 1, 2), true, true),
-    ));
-    v.push((
-        "conv1x1",
-        conv(geom(2, 14, 64, 32, 1, 1, 0, 1), true, false),
-    ));
-    v.push((
-        "conv1x1_s2",
-        conv(geom(1, 14, 32, 64, 1, 2, 0, 1), false, true),
-    ));
-    v.push((
-        "conv7x7_c3",
-        conv(geom(1, 32, 3, 16, 7, 2, 3, 1), true, true),
-    ));
+        ),
+        (
+            "batch_broadcast",
+            GemmSpec {
+                batch: 3,
+                a: AMode::Strided {
+                    batch: 0,
+                    row: 64,
+                    col: 1,
+                },
+                b_strides: [64 * 80, 80, 1],
+                c_strides: [100 * 80, 80, 1],
+                bias: Some(80),
+                ..dense(100, 80, 64)
+            },
+        ),
+        (
+            "unaligned_strided",
+            GemmSpec {
+                batch: 2,
+                a: AMode::Strided {
+                    batch: 600,
+                    row: 15,
+                    col: 1,
+                },
+                b_strides: [13 * 31 * 2, 2, 31],
+                c_strides: [37 * 40, 40, 1],
+                bias: Some(29),
+                relu: true,
+                aligned16: false,
+                ..dense(37, 29, 13)
+            },
+        ),
+        (
+            "conv3x3_s2_g2",
+            conv(geom(2, 15, 16, 32, 3, 2, 1, 2), true, true),
+        ),
+        (
+            "conv1x1",
+            conv(geom(2, 14, 64, 32, 1, 1, 0, 1), true, false),
+        ),
+        (
+            "conv1x1_s2",
+            conv(geom(1, 14, 32, 64, 1, 2, 0, 1), false, true),
+        ),
+        (
+            "conv7x7_c3",
+            conv(geom(1, 32, 3, 16, 7, 2, 3, 1), true, true),
+        ),
+    ];
     let mut dil = geom(1, 12, 8, 24, 3, 1, 2, 1);
     dil.dilation = [2, 1];
     dil.pads = [1, 2, 3, 0];
-    dil.oh = (12 + 1 + 3 - 5) / 1 + 1;
-    dil.ow = (12 + 2 + 0 - 3) / 1 + 1;
+    // Stride 1: padded extent − window span + 1.
+    (dil.oh, dil.ow) = (12 + 1 + 3 - 5 + 1, 12 + 2 - 3 + 1);
     v.push(("conv_dilated", conv(dil, false, false)));
     v.push((
         "m1_bias",
@@ -554,24 +556,4 @@ fn gemm_simt_rejects_bad_specs() {
         ks: 1,
     };
     assert!(gemm_f32_tile(&mut m, "t", &dense(4, 4, 4), bad).is_err());
-}
-
-// TEMPORARY: perf dump of the measured shapes with the picked tiles.
-#[test]
-fn gemm_simt_perf_dump() {
-    let Some(dir) = std::env::var_os("AOC_GEMM_SIMT_TUNE").map(std::path::PathBuf::from) else {
-        return;
-    };
-    let mut m = ModuleText::new();
-    let mut lines = Vec::new();
-    for (i, (what, s, _)) in measured().into_iter().enumerate() {
-        let name = format!("tune_s{i}_{}__pick", what.replace([' ', '^'], "_"));
-        let g = gemm_f32(&mut m, &name, &s).unwrap();
-        lines.push(spec_line(&name, &s, &g));
-        let t = pick_tile(&s);
-        lines.push(format!("#pick s{i}_{} {}x{}_k{}", what.replace([' ', '^'], "_"), t.bm, t.bn, t.ks));
-    }
-    let ptx = ir_to_ptx(&m.finish(), Sm::Sm90).unwrap();
-    std::fs::write(dir.join("gemm_simt_tune-sm_90.ptx"), &ptx).unwrap();
-    std::fs::write(dir.join("gemm_simt_tune.cases"), lines.join("\n") + "\n").unwrap();
 }

@@ -491,3 +491,51 @@ fn gemm_tc_main_tiles_do_not_spill() {
         );
     }
 }
+
+/// Large products for timing on a GPU: with `AOC_PTX_DUMP_DIR` the sm_90
+/// module and its manifest go there as `perf.*` (each spec is also checked
+/// against a reference where the product is small enough). Here they must
+/// compile and assemble.
+#[test]
+fn gemm_tc_perf_dump() {
+    let mut m = ModuleText::new();
+    let mut lines = Vec::new();
+    let sm = Sm::Sm90;
+    for (name, s, p) in perf_specs() {
+        let g = gemm_tc(&mut m, &name, &s, p, true, sm).unwrap();
+        lines.push(manifest_line(&name, p, &s, true, &g));
+    }
+    let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    if let Ok(x) = super::find_ptxas() {
+        super::assemble(&x, &ptx, sm, "gemm_tc_perf");
+    }
+    if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("perf.ptx"), &ptx).unwrap();
+        std::fs::write(dir.join("perf.txt"), lines.join("\n") + "\n").unwrap();
+    }
+}
+
+/// Square GEMMs, ResNet-50 (batch 32) convolutions and BERT's FFN.
+fn perf_specs() -> Vec<(String, GemmSpec, TcPrecision)> {
+    let mut v = Vec::new();
+    for (n, p) in [
+        (4096, TcPrecision::F16),
+        (4096, TcPrecision::Bf16),
+        (8192, TcPrecision::F16),
+    ] {
+        let mut s = dense(n, n, n);
+        s.bias = None;
+        s.relu = false;
+        v.push((format!("perf_{}_{n}", prec_name(p)), s, p));
+    }
+    let f16 = TcPrecision::F16;
+    v.push(("perf_rn50_3x3_56".into(), conv(32, 56, 64, 64, 3, 1, 1, 1), f16));
+    v.push(("perf_rn50_1x1_56".into(), conv(32, 56, 64, 256, 1, 1, 0, 1), f16));
+    v.push(("perf_rn50_3x3_28".into(), conv(32, 28, 128, 128, 3, 1, 1, 1), f16));
+    v.push(("perf_rn50_3x3_14".into(), conv(32, 14, 256, 256, 3, 1, 1, 1), f16));
+    v.push(("perf_rn50_1x1_7".into(), conv(32, 7, 512, 2048, 1, 1, 0, 1), f16));
+    v.push(("perf_bert_ffn1".into(), dense(4096, 3072, 768), f16));
+    v.push(("check_1024".into(), dense(1024, 1024, 1024), f16));
+    v
+}

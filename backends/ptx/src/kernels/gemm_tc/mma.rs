@@ -1,7 +1,7 @@
 //! The kernel skeleton (batch loop, k-tile pipeline) and the tensor-core
 //! work: fragments from shared memory, `mma.sync`, and the epilogue.
 
-use super::{Gen, MAX_Z, Path, TcPrecision};
+use super::{Gen, Layout, MAX_Z, Path, TcPrecision};
 
 impl Gen<'_> {
     pub(super) fn kernel(&mut self) {
@@ -45,8 +45,10 @@ impl Gen<'_> {
             self.ins(format!("store float 0.0, ptr {p}, align 4"));
         }
         let ktiles = s.k.div_ceil(t.bk as u64);
-        if ktiles > 0 {
-            self.mainloop(ktiles, &ktp);
+        match (ktiles > 0, self.layout) {
+            (false, _) => {}
+            (true, Layout::Pairs) => self.mainloop(ktiles, &ktp),
+            (true, Layout::Ring) => self.mainloop_ring(ktiles, &ktp),
         }
         self.epilogue();
         if looped {
@@ -68,8 +70,9 @@ impl Gen<'_> {
     /// tile t, store the prefetched tile, barrier.
     fn mainloop(&mut self, ktiles: u64, ktp: &str) {
         let sb = self.t.stage_bytes(self.p);
-        self.fetch("0", "0");
-        self.stage("0");
+        let ab = self.t.a_bytes(self.p);
+        self.fetch("0", &ab.to_string());
+        self.stage("0", &ab.to_string());
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
         self.ins(format!("store i32 0, ptr {ktp}, align 4"));
         self.b.br("loop");
@@ -81,15 +84,17 @@ impl Gen<'_> {
         let noff = self.v(format!("mul i32 {noff}, {sb}"));
         let coff = self.v(format!("and i32 {kt}, 1"));
         let coff = self.v(format!("mul i32 {coff}, {sb}"));
+        let nboff = self.v(format!("add i32 {noff}, {ab}"));
+        let cboff = self.v(format!("add i32 {coff}, {ab}"));
         self.b.cond_br(&has, "pre", "mma");
         self.b.place("pre");
-        self.fetch(&nk, &noff);
+        self.fetch(&nk, &nboff);
         self.b.br("mma");
         self.b.place("mma");
-        self.compute(&coff);
+        self.compute(&coff, &cboff);
         self.b.cond_br(&has, "put", "next");
         self.b.place("put");
-        self.stage(&noff);
+        self.stage(&noff, &nboff);
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
         self.b.br("next");
         self.b.place("next");
@@ -98,8 +103,75 @@ impl Gen<'_> {
         self.b.place("epilogue");
     }
 
-    /// The MMAs of one k-tile on the stage at `stage_off`.
-    fn compute(&mut self, stage_off: &str) {
+    /// [`Layout::Ring`]: A tiles at bytes 0 and `ab`, B stage `j` at
+    /// `2·ab + j·bb`. The prologue starts B tiles `0 .. ring-1` (one
+    /// `cp.async` group each, empty past k) and stages A tile 0; k-tile `t`
+    /// then: barrier (tile `t` is visible; every warp is done with tile
+    /// `t-1`, whose B stage and the other A tile are free), `cp.async` of
+    /// B tile `t+ring-1` into the stage of tile `t-1` (a group, empty past
+    /// k), global loads of A tile `t+1`, the MMAs of tile `t`, A tile
+    /// `t+1` converted into the other A tile, and a wait until at most
+    /// `ring-2` groups are pending (this thread's copies of B tile `t+1`
+    /// have landed).
+    fn mainloop_ring(&mut self, ktiles: u64, ktp: &str) {
+        let (t, p) = (self.t, self.p);
+        let (ab, bb, ring) = (t.a_bytes(p), t.b_bytes(p), t.ring());
+        let b0 = 2 * ab;
+        for j in 0..ring - 1 {
+            if (j as u64) < ktiles {
+                self.fetch_b(&j.to_string(), &(b0 + j * bb).to_string());
+            }
+            self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+        }
+        self.fetch_a("0");
+        self.stage_a("0");
+        let wait = format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", ring - 2);
+        self.ins(&wait);
+        self.ins(format!("store i32 0, ptr {ktp}, align 4"));
+        self.b.br("loop");
+        self.b.place("loop");
+        let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
+        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
+        let nk = self.v(format!("add i32 {kt}, 1"));
+        let has = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
+        let far = self.v(format!("add i32 {kt}, {}", ring - 1));
+        let has_far = self.v(format!("icmp ult i32 {far}, {ktiles}"));
+        let fslot = self.v(format!("urem i32 {far}, {ring}"));
+        let fslot = self.v(format!("mul i32 {fslot}, {bb}"));
+        let fboff = self.v(format!("add i32 {fslot}, {b0}"));
+        self.b.cond_br(&has_far, "ring", "ring.end");
+        self.b.place("ring");
+        self.fetch_b(&far, &fboff);
+        self.b.br("ring.end");
+        self.b.place("ring.end");
+        self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+        let noff = self.v(format!("and i32 {nk}, 1"));
+        let noff = self.v(format!("mul i32 {noff}, {ab}"));
+        let coff = self.v(format!("and i32 {kt}, 1"));
+        let coff = self.v(format!("mul i32 {coff}, {ab}"));
+        let cslot = self.v(format!("urem i32 {kt}, {ring}"));
+        let cslot = self.v(format!("mul i32 {cslot}, {bb}"));
+        let cboff = self.v(format!("add i32 {cslot}, {b0}"));
+        self.b.cond_br(&has, "pre", "mma");
+        self.b.place("pre");
+        self.fetch_a(&nk);
+        self.b.br("mma");
+        self.b.place("mma");
+        self.compute(&coff, &cboff);
+        self.b.cond_br(&has, "put", "next");
+        self.b.place("put");
+        self.stage_a(&noff);
+        self.ins(&wait);
+        self.b.br("next");
+        self.b.place("next");
+        self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
+        self.b.cond_br(&has, "loop", "epilogue");
+        self.b.place("epilogue");
+    }
+
+    /// The MMAs of one k-tile: A at byte `a_off`, B at byte `b_off` of
+    /// shared memory.
+    fn compute(&mut self, a_off: &str, b_off: &str) {
         let (t, p) = (self.t, self.p);
         let (mi, ni) = self.frags();
         let (es, pa, pb) = (p.size(), t.pa(p), t.pb(p));
@@ -119,7 +191,7 @@ impl Gen<'_> {
         let abase = self.v(format!("mul i32 {arow}, {}", pa * es));
         let half16 = self.v(format!("shl i32 {l16}, 4"));
         let abase = self.v(format!("add i32 {abase}, {half16}"));
-        let abase = self.v(format!("add i32 {abase}, {stage_off}"));
+        let abase = self.v(format!("add i32 {abase}, {a_off}"));
         let bcol0 = self.v(format!("mul i32 {wn}, {wcols}"));
         let bbase = if p == TcPrecision::Tf32 {
             // b0 = B[k = q][n = g], b1 = B[k = q + 4][n = g].
@@ -137,8 +209,7 @@ impl Gen<'_> {
             self.v(format!("add i32 {o}, {n8}"))
         };
         let bbase = self.v(format!("mul i32 {bbase}, {es}"));
-        let bbase = self.v(format!("add i32 {bbase}, {}", t.a_bytes(p)));
-        let bbase = self.v(format!("add i32 {bbase}, {stage_off}"));
+        let bbase = self.v(format!("add i32 {bbase}, {b_off}"));
         let smem = |g: &mut Self, base: &str, off: u32| {
             let o = g.v(format!("add i32 {base}, {off}"));
             g.v(format!(

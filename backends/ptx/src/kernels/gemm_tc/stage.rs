@@ -100,9 +100,20 @@ impl Gen<'_> {
         }
     }
 
-    /// Starts k-tile `kt`: global loads of staged chunks into their slots,
-    /// `cp.async` of half B into the stage at `stage_off`.
-    pub(super) fn fetch(&mut self, kt: &str, stage_off: &str) {
+    /// Starts k-tile `kt` ([`Layout::Pairs`](super::Layout)): global
+    /// loads of staged chunks into their slots, `cp.async` of half B into
+    /// the B tile at byte `b_off` of shared memory.
+    pub(super) fn fetch(&mut self, kt: &str, b_off: &str) {
+        self.fetch_a(kt);
+        self.fetch_b(kt, b_off);
+        if self.bpath == Path::Async {
+            self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+        }
+    }
+
+    /// Global loads of this thread's A chunks of k-tile `kt` into their
+    /// slots.
+    pub(super) fn fetch_a(&mut self, kt: &str) {
         let k0 = self.v(format!("mul i32 {kt}, {}", self.t.bk));
         for i in 0..self.apos.len() {
             let v = self.load_a(i, &k0);
@@ -110,18 +121,21 @@ impl Gen<'_> {
             let ty = self.chunk_ty(true);
             self.ins(format!("store {ty} {v}, ptr {slot}, align 16"));
         }
+    }
+
+    /// B chunks of k-tile `kt`: `cp.async` (not committed) into the B tile
+    /// at byte `b_off`, or global loads into their slots.
+    pub(super) fn fetch_b(&mut self, kt: &str, b_off: &str) {
+        let k0 = self.v(format!("mul i32 {kt}, {}", self.t.bk));
         for i in 0..self.bpos.len() {
             if self.bpath == Path::Async {
-                self.async_b(i, &k0, stage_off);
+                self.async_b(i, &k0, b_off);
             } else {
                 let v = self.load_b(i, &k0);
                 let slot = self.bslot[i].clone();
                 let ty = self.chunk_ty(false);
                 self.ins(format!("store {ty} {v}, ptr {slot}, align 16"));
             }
-        }
-        if self.bpath == Path::Async {
-            self.ins("call void @llvm.nvvm.cp.async.commit.group()");
         }
     }
 
@@ -286,9 +300,9 @@ impl Gen<'_> {
         self.v(format!("phi {vty} [ {xf}, %{lf} ], [ {x}, %{lp} ]"))
     }
 
-    /// `cp.async` of half-B chunk `i` of k-tile `k0` into the stage at
-    /// `stage_off`: 16 bytes, fewer at the n edge, none past k.
-    fn async_b(&mut self, i: usize, k0: &str, stage_off: &str) {
+    /// `cp.async` of half-B chunk `i` of k-tile `k0` into the B tile at
+    /// byte `b_off`: 16 bytes, fewer at the n edge, none past k.
+    fn async_b(&mut self, i: usize, k0: &str, b_off: &str) {
         let s = self.s;
         let r = self.bpos[i].r.clone();
         let c = self.bpos[i].c.clone();
@@ -308,40 +322,47 @@ impl Gen<'_> {
         let src = self.v(format!(
             "getelementptr i16, ptr addrspace(1) %p1, i64 {off}"
         ));
-        let dst = self.b_smem(stage_off, &r, &c);
+        let dst = self.b_smem(b_off, &r, &c);
         let call = format!(
             "call void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3) {dst}, ptr addrspace(1) {src}, i32 {bytes})"
         );
         self.guarded(self.bpos[i].exists.clone(), |g| g.ins(call));
     }
 
-    fn a_smem(&mut self, stage_off: &str, r: &str, c: &str) -> String {
+    fn a_smem(&mut self, a_off: &str, r: &str, c: &str) -> String {
         let pa = self.t.pa(self.p);
-        self.smem_at(stage_off, 0, pa, r, c)
+        self.smem_at(a_off, pa, r, c)
     }
 
-    fn b_smem(&mut self, stage_off: &str, r: &str, c: &str) -> String {
-        let (pb, ab) = (self.t.pb(self.p), self.t.a_bytes(self.p));
-        self.smem_at(stage_off, ab, pb, r, c)
+    fn b_smem(&mut self, b_off: &str, r: &str, c: &str) -> String {
+        let pb = self.t.pb(self.p);
+        self.smem_at(b_off, pb, r, c)
     }
 
-    /// Shared address of element (r, c) of a region at byte `region` of the
-    /// stage at `stage_off`, rows `pitch` elements apart.
-    fn smem_at(&mut self, stage_off: &str, region: u32, pitch: u32, r: &str, c: &str) -> String {
+    /// Shared address of element (r, c) of the tile at byte `tile_off`,
+    /// rows `pitch` elements apart.
+    fn smem_at(&mut self, tile_off: &str, pitch: u32, r: &str, c: &str) -> String {
         let es = self.p.size();
         let o = self.v(format!("mul i32 {r}, {pitch}"));
         let o = self.v(format!("add i32 {o}, {c}"));
         let o = self.v(format!("mul i32 {o}, {es}"));
-        let o = self.v(format!("add i32 {o}, {}", region));
-        let o = self.v(format!("add i32 {o}, {stage_off}"));
+        let o = self.v(format!("add i32 {o}, {tile_off}"));
         self.v(format!(
             "getelementptr inbounds i8, ptr addrspace(3) @aoc_smem, i32 {o}"
         ))
     }
 
-    /// Converts the staged chunks and stores them into the stage at
-    /// `stage_off`; waits for this thread's `cp.async` copies.
-    pub(super) fn stage(&mut self, stage_off: &str) {
+    /// Converts the staged chunks and stores them into the A tile at byte
+    /// `a_off` and the B tile at byte `b_off`; waits for this thread's
+    /// `cp.async` copies.
+    pub(super) fn stage(&mut self, a_off: &str, b_off: &str) {
+        self.stage_a(a_off);
+        self.stage_b(b_off);
+    }
+
+    /// Converts this thread's A chunks and stores them into the A tile at
+    /// byte `a_off`.
+    pub(super) fn stage_a(&mut self, a_off: &str) {
         for i in 0..self.apos.len() {
             let ty = self.chunk_ty(true);
             let slot = self.aslot[i].clone();
@@ -349,12 +370,17 @@ impl Gen<'_> {
             let (r, c) = (self.apos[i].r.clone(), self.apos[i].c.clone());
             let w = self.amap.w;
             let y = self.convert(&x, w);
-            let dst = self.a_smem(stage_off, &r, &c);
+            let dst = self.a_smem(a_off, &r, &c);
             let st = self.p.ty();
             let al = (w * self.p.size()).min(16);
             let text = format!("store <{w} x {st}> {y}, ptr addrspace(3) {dst}, align {al}");
             self.guarded(self.apos[i].exists.clone(), |g| g.ins(text));
         }
+    }
+
+    /// Stores this thread's staged B chunks (converted for f32 B) into the
+    /// B tile at byte `b_off`, or waits for its `cp.async` copies.
+    fn stage_b(&mut self, b_off: &str) {
         if self.bpath == Path::Async {
             self.ins("call void @llvm.nvvm.cp.async.wait.all()");
             return;
@@ -377,14 +403,14 @@ impl Gen<'_> {
                     // Along k: one element per shared row.
                     for e in 0..w {
                         let re = g.v(format!("add i32 {r}, {e}"));
-                        let dst = g.b_smem(stage_off, &re, &c);
+                        let dst = g.b_smem(b_off, &re, &c);
                         let z = g.v(format!("extractelement <{w} x {st}> {y}, i32 {e}"));
                         g.ins(format!(
                             "store {st} {z}, ptr addrspace(3) {dst}, align {es}"
                         ));
                     }
                 } else {
-                    let dst = g.b_smem(stage_off, &r, &c);
+                    let dst = g.b_smem(b_off, &r, &c);
                     let al = (w * es).min(16);
                     g.ins(format!(
                         "store <{w} x {st}> {y}, ptr addrspace(3) {dst}, align {al}"

@@ -1,0 +1,235 @@
+//! `Step::Pool`: NHWC max and average pooling, one thread per output
+//! element (channel fastest) in a grid-stride loop.
+//!
+//! Invariants:
+//! - The output size must be the CPU's (`pool_out_size`, with its
+//!   `ceil_mode` rule); other geometries are refused.
+//! - Only taps inside the input are read: each window's tap ranges are
+//!   computed first, so padding never wins a max (which propagates NaN) and
+//!   nothing is read out of bounds.
+//! - An average divides by the taps inside the input (`AvgExcludePad`) or
+//!   inside the explicitly padded extent (`AvgIncludePad`; cells that
+//!   `ceil_mode` adds are never counted).
+//! - Arithmetic is 32-bit when every index and coordinate stays below
+//!   2^30, 64-bit below 2^62; larger geometries are refused.
+
+use aoc_runtime::plan::{ConvGeom, PoolKind};
+
+use crate::kernels::Geometry;
+use super::kernel::{Kernel, Op, flat_geometry};
+use crate::irtext::ModuleText;
+
+/// A pool's output size along one dimension (the CPU's rule): the
+/// convolution formula, rounded up with `ceil_mode`, where a last window
+/// starting past the input and the leading padding is dropped.
+fn pool_out_size(
+    input: u64,
+    k: u64,
+    stride: u64,
+    dilation: u64,
+    pb: u64,
+    pe: u64,
+    ceil: bool,
+) -> Option<u64> {
+    let span = dilation.checked_mul(k - 1)?.checked_add(1)?;
+    let padded = input.checked_add(pb)?.checked_add(pe)?;
+    let room = padded.checked_sub(span)?;
+    let floor = room / stride + 1;
+    if !ceil {
+        return Some(floor);
+    }
+    let mut out = floor + u64::from(!room.is_multiple_of(stride));
+    if (out - 1) * stride >= input + pb {
+        out -= 1;
+    }
+    Some(out)
+}
+
+/// NHWC pooling of `x` (`n × h × w × c`) into `y` (`n × oh × ow × c`) over
+/// `kh × kw` windows: window `(oy, ox)` covers the taps
+/// `(oy·sh − pad_top + ky·dh, ox·sw − pad_left + kx·dw)`; only taps inside
+/// the input are read (padding never wins a max; max propagates NaN); an
+/// average divides by the taps inside the input (`AvgExcludePad`) or inside
+/// the explicitly padded extent (`AvgIncludePad`; cells `ceil_mode` adds
+/// are never counted). `geom.oc == geom.c`, `group` is unused, and
+/// `oh`/`ow` must be the sizes `ceil_mode` gives. Parameters `(x, y)`.
+pub fn pool(
+    m: &mut ModuleText,
+    name: &str,
+    kind: PoolKind,
+    geom: &ConvGeom,
+    ceil_mode: bool,
+) -> Result<Geometry, String> {
+    let g = *geom;
+    let mut k = Kernel::new(m, name)?;
+    if g.c != g.oc {
+        return Err(format!(
+            "pool output channels must equal the input's {}, found {}",
+            g.c, g.oc
+        ));
+    }
+    if g.kh == 0 || g.kw == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
+        return Err(format!(
+            "pool window {}x{}, strides {:?} and dilations {:?} must be non-zero",
+            g.kh, g.kw, g.stride, g.dilation
+        ));
+    }
+    // Per dimension (H, W): input, window, output, stride, dilation, pads.
+    let dims = [(g.h, g.kh, g.oh, 0), (g.w, g.kw, g.ow, 1)];
+    let dim = |&(i, kk, o, d): &(u64, u64, u64, usize)| {
+        (
+            i,
+            kk,
+            o,
+            g.stride[d],
+            g.dilation[d],
+            g.pads[d],
+            g.pads[d + 2],
+        )
+    };
+    let want: Vec<Option<u64>> = dims
+        .iter()
+        .map(|d| {
+            let (i, kk, _, s, dl, p0, p1) = dim(d);
+            pool_out_size(i, kk, s, dl, p0, p1, ceil_mode)
+        })
+        .collect();
+    match (want[0], want[1]) {
+        (Some(eh), Some(ew)) if (eh, ew) == (g.oh, g.ow) => {}
+        (Some(eh), Some(ew)) => {
+            return Err(format!(
+                "pool output size must be {eh}x{ew} for this geometry, found {}x{}",
+                g.oh, g.ow
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "the pool window ({}x{}, dilation {:?}) is larger than the padded input ({}x{} with pads {:?})",
+                g.kh, g.kw, g.dilation, g.h, g.w, g.pads
+            ));
+        }
+    }
+    let big = || format!("pool of {geom:?} is too large");
+    let prod = |v: &[u64]| v.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+    let total = prod(&[g.n, g.oh, g.ow, g.c]).ok_or_else(big)?;
+    let x_len = prod(&[g.n, g.h, g.w, g.c]).ok_or_else(big)?;
+    if total == 0 {
+        return Ok(k.empty(2));
+    }
+    // 32-bit arithmetic when every index and intermediate coordinate (at
+    // most a window's reach past the padded extent) stays far below 2^31;
+    // 64-bit while they stay far below 2^63.
+    let reach = dims.iter().map(|d| {
+        let (i, kk, o, s, dl, p0, p1) = dim(d);
+        o as u128 * s as u128 + kk as u128 * dl as u128 + (i + p0 + p1) as u128
+    });
+    let most = reach
+        .chain([total as u128, x_len as u128])
+        .max()
+        .unwrap_or(0);
+    let ty = match most {
+        m if m < 1 << 30 => "i32",
+        m if m < 1 << 62 => "i64",
+        _ => return Err(format!("pool of {geom:?} is too large")),
+    };
+    let (x, y) = ("%p0", "%p1");
+    let op = match kind {
+        PoolKind::Max => Op::Max,
+        PoolKind::AvgExcludePad | PoolKind::AvgIncludePad => Op::Sum,
+    };
+    k.grid_stride(total, |k, q64| {
+        let q = if ty == "i32" {
+            k.v(format!("trunc i64 {q64} to i32"))
+        } else {
+            q64.to_string()
+        };
+        let ch = k.v(format!("urem {ty} {q}, {}", g.c));
+        let r = k.v(format!("udiv {ty} {q}, {}", g.c));
+        let ox = k.v(format!("urem {ty} {r}, {}", g.ow));
+        let r = k.v(format!("udiv {ty} {r}, {}", g.ow));
+        let oy = k.v(format!("urem {ty} {r}, {}", g.oh));
+        let img = k.v(format!("udiv {ty} {r}, {}", g.oh));
+        // First tap's coordinates (may be negative).
+        let sy = k.v(format!("mul {ty} {oy}, {}", g.stride[0]));
+        let by = k.v(format!("sub {ty} {sy}, {}", g.pads[0]));
+        let sx = k.v(format!("mul {ty} {ox}, {}", g.stride[1]));
+        let bx = k.v(format!("sub {ty} {sx}, {}", g.pads[1]));
+        let (ky0, ky1) = taps(k, ty, &by, g.dilation[0], g.kh, g.h);
+        let (kx0, kx1) = taps(k, ty, &bx, g.dilation[1], g.kw, g.w);
+        let acc = k.for_range(ty, &ky0, &ky1, "1", &[op.identity()], |k, ky, a| {
+            let dy = k.v(format!("mul {ty} {ky}, {}", g.dilation[0]));
+            let iy = k.v(format!("add {ty} {by}, {dy}"));
+            let ih = k.v(format!("mul {ty} {img}, {}", g.h));
+            let row = k.v(format!("add {ty} {ih}, {iy}"));
+            let row = k.v(format!("mul {ty} {row}, {}", g.w));
+            let a0 = a[0].clone();
+            k.for_range(ty, &kx0, &kx1, "1", &[a0], |k, kx, a| {
+                let dx = k.v(format!("mul {ty} {kx}, {}", g.dilation[1]));
+                let ix = k.v(format!("add {ty} {bx}, {dx}"));
+                let cell = k.v(format!("add {ty} {row}, {ix}"));
+                let cc = k.v(format!("mul {ty} {cell}, {}", g.c));
+                let off = k.v(format!("add {ty} {cc}, {ch}"));
+                let v = k.load(x, ty, &off);
+                vec![k.combine(op, &a[0], &v)]
+            })
+        });
+        let res = match kind {
+            PoolKind::Max => acc[0].clone(),
+            PoolKind::AvgExcludePad | PoolKind::AvgIncludePad => {
+                let (ny, nx) = if kind == PoolKind::AvgExcludePad {
+                    let ny = k.v(format!("sub {ty} {ky1}, {ky0}"));
+                    let nx = k.v(format!("sub {ty} {kx1}, {kx0}"));
+                    (ny, nx)
+                } else {
+                    // Taps below `in + pad_end` (none lies before the
+                    // leading padding): the CPU's tap range over the
+                    // padded extent, whose first tap is always 0.
+                    let ny = padded_taps(k, ty, &by, g.dilation[0], g.kh, g.h + g.pads[2]);
+                    let nx = padded_taps(k, ty, &bx, g.dilation[1], g.kw, g.w + g.pads[3]);
+                    (ny, nx)
+                };
+                let cnt = k.v(format!("mul {ty} {ny}, {nx}"));
+                let cf = k.v(format!("uitofp {ty} {cnt} to float"));
+                k.v(format!("fdiv float {}, {cf}", acc[0]))
+            }
+        };
+        k.store(&res, y, ty, &q);
+    });
+    k.finish(2);
+    Ok(flat_geometry(total))
+}
+
+/// The taps `t` in `0..kk` whose coordinate `base + t·d` lies in
+/// `0..len`, as a half-open range `(lo, hi)` with `lo ≤ hi` (the CPU's
+/// `tap_range`); `base` is signed.
+fn taps(k: &mut Kernel, ty: &str, base: &str, d: u64, kk: u64, len: u64) -> (String, String) {
+    let neg = k.v(format!("icmp slt {ty} {base}, 0"));
+    // lo = ⌈−base / d⌉ when base < 0.
+    let nb = k.v(format!("sub {ty} 0, {base}"));
+    let lo = ceil_div(k, ty, &nb, d);
+    let lo = k.v(format!("select i1 {neg}, {ty} {lo}, {ty} 0"));
+    let lo = k.umin(ty, &lo, &kk.to_string());
+    let hi = padded_taps(k, ty, base, d, kk, len);
+    let hi = k.call2(&format!("umax.{ty}"), ty, &hi, &lo);
+    (lo, hi)
+}
+
+/// `min(kk, ⌈(end − base) / d⌉)` when `base < end`, else 0: the taps
+/// `t < kk` whose coordinate `base + t·d` is below `end`.
+fn padded_taps(k: &mut Kernel, ty: &str, base: &str, d: u64, kk: u64, end: u64) -> String {
+    let inside = k.v(format!("icmp slt {ty} {base}, {end}"));
+    let room = k.v(format!("sub {ty} {end}, {base}"));
+    let n = ceil_div(k, ty, &room, d);
+    let n = k.v(format!("select i1 {inside}, {ty} {n}, {ty} 0"));
+    k.umin(ty, &n, &kk.to_string())
+}
+
+/// `⌈a / d⌉` for a non-negative `a` (any value where the caller discards
+/// the result).
+fn ceil_div(k: &mut Kernel, ty: &str, a: &str, d: u64) -> String {
+    if d == 1 {
+        return a.to_string();
+    }
+    let t = k.v(format!("add {ty} {a}, {}", d - 1));
+    k.v(format!("udiv {ty} {t}, {d}"))
+}
