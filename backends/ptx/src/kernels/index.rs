@@ -67,6 +67,11 @@
 //! helpers every generator shares; `copy`, `fill`, `gather`, `resize` and
 //! `conv` (depthwise and transposed convolution) hold one step's generator
 //! each.
+//!
+//! [`copy`]: fn@copy
+//! [`fill`]: fn@fill
+//! [`gather`]: fn@gather
+//! [`resize`]: fn@resize
 
 mod builder;
 mod conv;

@@ -52,6 +52,9 @@
 //! `row` maps rows to threads and provides the row-wide loads, reductions
 //! and stores; `norm` (softmax, layer norm), `reduce` and `pool` hold the
 //! generators.
+//!
+//! [`reduce`]: fn@reduce
+//! [`pool`]: fn@pool
 
 mod kernel;
 mod norm;

@@ -22,8 +22,8 @@
 
 use std::fmt::Write as _;
 
-use crate::kernels::Geometry;
 use crate::irtext::{Body, ModuleText};
+use crate::kernels::Geometry;
 
 pub(super) const BLOCK: u64 = 256;
 const MAX_GRID: u64 = (1 << 31) - 1;

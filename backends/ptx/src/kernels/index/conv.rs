@@ -3,10 +3,11 @@
 //! geometry checks they share.
 //!
 //! Invariants:
-//! - A geometry is checked before any code is written: a non-zero kernel,
-//!   strides and dilations of at least 1, spatial values within u32, tensor
-//!   sizes within [`product`]'s limit, and output sizes that the forward
-//!   (depthwise) or transposed formula allows.
+//! - A geometry is checked before any code is written: a non-zero window,
+//!   strides and dilations of at least 1, spatial sizes, window, strides,
+//!   dilations and pads within u32, tensor sizes within [`product`]'s
+//!   limit, and output sizes that the forward (depthwise) or transposed
+//!   formula allows.
 //! - Depthwise adds the `x·w` products in the CPU's tap order `(ky, kx)`
 //!   with a separate multiply and add (identical results); a tap outside the
 //!   input reads pixel 0 (a valid address) and its product is dropped by a
@@ -20,9 +21,9 @@
 
 use aoc_runtime::plan::ConvGeom;
 
-use crate::kernels::Geometry;
 use super::builder::{BLOCK, K, fty, index_type, launch, product, zero};
 use crate::irtext::{ModuleText, check_entry_name};
+use crate::kernels::Geometry;
 
 /// `(input + pads − span) / stride + 1`, or `None` when the window does not
 /// fit (the CPU's `conv_out_size`).

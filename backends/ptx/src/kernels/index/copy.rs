@@ -20,9 +20,9 @@
 //! - Source offsets may run backwards (negative strides), but
 //!   [`copy_plan`] refuses any that reach before the start of the source.
 
-use crate::kernels::Geometry;
 use super::builder::{BLOCK, K, LIMIT, chunk_ty, index_type, launch, unit_of};
 use crate::irtext::{ModuleText, check_entry_name};
+use crate::kernels::Geometry;
 
 /// Side of a transpose tile (elements); a block is `TILE × 8` threads.
 const TILE: u64 = 32;
@@ -35,7 +35,8 @@ pub struct CopyDim {
     pub dst: u64,
 }
 
-/// How a copy kernel maps threads to units (see the module doc).
+/// How a copy kernel maps threads to units (see the `kernels::index`
+/// module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyForm {
     Empty,
@@ -99,8 +100,8 @@ impl CopyPlan {
     }
 }
 
-/// Plans `Step::Copy` (see the module doc); errors for arguments the step
-/// does not allow.
+/// Plans `Step::Copy` (see the `kernels::index` module doc); errors for
+/// arguments the step does not allow.
 pub fn copy_plan(
     elem_size: u64,
     shape: &[u64],

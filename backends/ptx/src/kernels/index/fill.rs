@@ -1,16 +1,17 @@
 //! `Step::Fill`: every element of `dst` set to one bit pattern.
 //!
 //! Invariants:
-//! - Power-of-two element sizes store the pattern repeated in 16-byte
-//!   vectors, then the tail's elements, but only after a run-time test that
-//!   `dst` is 16-byte aligned; otherwise (and for 3-, 5-, 6- and 7-byte
-//!   elements, stored byte by byte) an item is one element, stored at the
-//!   element's natural alignment, which is all the contract promises.
+//! - Power-of-two element sizes: an item is a 16-byte store of the pattern
+//!   repeated (then one of the tail's elements), taken only after a
+//!   run-time test that `dst` is 16-byte aligned; otherwise an item is one
+//!   element stored at its natural alignment, all the contract promises.
+//! - Other element sizes (3, 5, 6 or 7 bytes) store an element byte by
+//!   byte.
 //! - A `count` of 0 gives a kernel that returns at once (grid 1).
 
-use crate::kernels::Geometry;
 use super::builder::{BLOCK, K, chunk_ty, index_type, launch, product};
 use crate::irtext::{ModuleText, check_entry_name};
+use crate::kernels::Geometry;
 
 /// `Step::Fill` of `count` elements: every `elem_size`-byte element (1 to
 /// 8) of `dst` set to the low bytes of `bits`, little endian. Parameters

@@ -13,9 +13,9 @@
 //!   only checked, as the CPU checks them.
 //! - Source offsets are i64 whatever `ix` is: they come from a 64-bit index.
 
-use crate::kernels::Geometry;
 use super::builder::{BLOCK, K, chunk_ty, index_type, launch, product, unit_of, zero};
 use crate::irtext::{ModuleText, check_entry_name};
+use crate::kernels::Geometry;
 
 /// `Step::Gather`: `out[o, j, i] = data[o, indices[j], i]` for `data` of
 /// `outer × axis × inner` elements of `elem_size` bytes and `count` i64

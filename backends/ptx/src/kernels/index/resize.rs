@@ -16,9 +16,9 @@
 
 use aoc_runtime::plan::ResizeMode;
 
-use crate::kernels::Geometry;
 use super::builder::{BLOCK, K, fty, index_type, launch, product};
 use crate::irtext::{ModuleText, check_entry_name, f32_lit};
+use crate::kernels::Geometry;
 
 /// Axes with more outputs compute their resize taps on the GPU.
 const TABLE_MAX: u64 = 4096;

@@ -18,8 +18,8 @@
 
 use aoc_runtime::plan::ReduceKind;
 
-use crate::kernels::Geometry;
 use crate::irtext::{Body, ModuleText, check_entry_name, f32_lit};
+use crate::kernels::Geometry;
 
 pub(super) const WARP: u64 = 32;
 /// Threads per block of the kernels over many independent rows/outputs.

@@ -12,10 +12,10 @@
 //! - Softmax uses two reduction slots, layer norm three (one for the mean,
 //!   two for the deviations' sums).
 
-use crate::kernels::Geometry;
 use super::kernel::{Kernel, Op};
 use super::row::{Elem, RowPlan};
 use crate::irtext::{ModuleText, f32_lit};
+use crate::kernels::Geometry;
 use crate::pointwise::math::{self, MathFn};
 
 /// Softmax (`log`: log-softmax) over each `cols`-long row of the row-major

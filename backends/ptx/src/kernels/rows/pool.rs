@@ -15,9 +15,9 @@
 
 use aoc_runtime::plan::{ConvGeom, PoolKind};
 
-use crate::kernels::Geometry;
 use super::kernel::{Kernel, Op, flat_geometry};
 use crate::irtext::ModuleText;
+use crate::kernels::Geometry;
 
 /// A pool's output size along one dimension (the CPU's rule): the
 /// convolution formula, rounded up with `ceil_mode`, where a last window

@@ -14,10 +14,10 @@
 
 use aoc_runtime::plan::ReduceKind;
 
-use crate::kernels::Geometry;
 use super::kernel::{BLOCK, Kernel, Op, flat_geometry};
 use super::row::{LANE_ROW_MAX, RowPlan};
 use crate::irtext::{ModuleText, f32_lit};
+use crate::kernels::Geometry;
 
 /// Unrolled values per thread of a reduction (longer runs loop).
 const REDUCE_REGS: u64 = 8;

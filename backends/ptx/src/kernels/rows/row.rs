@@ -19,8 +19,8 @@
 //! - A value derived from an element ([`Kernel::memo`]) is computed once
 //!   for a held element and once per pass for a streamed one.
 
-use crate::kernels::Geometry;
 use super::kernel::{BLOCK, GRID_MAX, Kernel, Op, WARP};
+use crate::kernels::Geometry;
 
 /// Rows up to this long get a lane group (at most a warp) each.
 pub(super) const LANE_ROW_MAX: u64 = 1024;
@@ -173,12 +173,7 @@ impl Kernel<'_> {
 
     /// Reduces `vals` over the row group into every thread of it, using
     /// cross-warp slots `slot..` of a block-wide row.
-    fn reduce_group(
-        &mut self,
-        r: &Rows,
-        vals: &[(Op, String)],
-        slot: u64,
-    ) -> Vec<String> {
+    fn reduce_group(&mut self, r: &Rows, vals: &[(Op, String)], slot: u64) -> Vec<String> {
         let ops: Vec<Op> = vals.iter().map(|(o, _)| *o).collect();
         let mut vs: Vec<String> = vals.iter().map(|(_, v)| v.clone()).collect();
         self.butterfly(&ops, &mut vs, r.plan.g.min(WARP));
