@@ -157,6 +157,12 @@ pub struct CompileArgs {
     /// GPU targets: arithmetic of GEMMs and convolutions (fp32, tf32, fp16, bf16).
     #[arg(long, value_name = "PRECISION", default_value = "fp32")]
     pub precision: String,
+    /// GPU targets: choose each GEMM's tile by timing the candidates on this machine's GPU.
+    #[arg(long)]
+    pub tune: bool,
+    /// Where --tune remembers its winners (default: ~/.cache/aoc/tune.json).
+    #[arg(long, value_name = "FILE")]
+    pub tune_cache: Option<PathBuf>,
     /// Output file (default: the input's path with .aoc, or .air/.clif/.s/.ll/.ptx for --emit).
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
@@ -502,6 +508,9 @@ fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     if a.precision != "fp32" {
         return Err(format!("error: --precision {} is for GPU targets; CPU targets compute in fp32", a.precision));
     }
+    if a.tune {
+        return Err("error: --tune is for GPU targets".to_string());
+    }
     let (emit, ext) = match a.emit.as_str() {
         "aoc" => (Emit::Artifact, "aoc"),
         "air" => (Emit::Air, "opt.air"),
@@ -536,7 +545,9 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
         return Err(format!("error: the output {} would overwrite the model", output.display()));
     }
     let passes = a.passes.as_deref().unwrap_or(GPU_PIPELINE);
-    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, emit, &output)?;
+    let cache = a.tune_cache.clone().unwrap_or_else(crate::gpu::default_tune_cache);
+    let tune = (a.tune && emit == GpuEmit::Artifact).then_some(cache.as_path());
+    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, emit, &output, tune)?;
     eprintln!("{msg}");
     Ok(())
 }

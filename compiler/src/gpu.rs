@@ -6,15 +6,16 @@
 //! artifact runs); running needs the NVIDIA driver and a GPU at least as new
 //! as the target, and says which is missing otherwise.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use aoc_backend_ptx::Sm;
 use aoc_backend_ptx::compile::{compile, emit_text};
-use aoc_backend_ptx::translate::Precision;
+use aoc_backend_ptx::translate::{Precision, TuneCandidate, Tuner};
 use aoc_ir::tensor::Tensor;
 use aoc_runtime::artifact::Artifact;
-use aoc_runtime::cuda::GpuSession;
+use aoc_runtime::cuda::{GpuSession, KernelTrial, time_kernel};
 use aoc_runtime::gpu_plan::GpuItem;
 
 use crate::cpu::{BenchResult, bind_inputs, decode_outputs, human, stats};
@@ -38,7 +39,92 @@ fn cost_target(sm: Sm) -> &'static str {
     if sm.capability() >= 90 { "sm_90" } else { "sm_86" }
 }
 
+/// `--tune`: measures each GEMM's candidate tiles on GPU 0 and remembers
+/// the winners in a JSON file keyed by (target, kind, shapes, precision),
+/// so a later compile of the same shapes measures nothing.
+pub struct GpuTuner {
+    gpu: aoc_runtime::cuda::Gpu,
+    cache_path: PathBuf,
+    cache: BTreeMap<String, String>,
+    pub measured: usize,
+    pub cached: usize,
+}
+
+/// The default tuning cache: `$XDG_CACHE_HOME/aoc/tune.json`, else
+/// `$HOME/.cache/aoc/tune.json`.
+pub fn default_tune_cache() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("aoc/tune.json")
+}
+
+impl GpuTuner {
+    /// Opens GPU 0 (tuning measures on the GPU that runs the compiler) and
+    /// reads the cache (a missing file is an empty cache).
+    pub fn open(cache_path: PathBuf) -> Result<GpuTuner, String> {
+        let gpu = aoc_runtime::cuda::Gpu::open(0).map_err(|e| format!("error: --tune needs a GPU: {e}"))?;
+        let cache = match std::fs::read_to_string(&cache_path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| format!("error: {}: not a tuning cache: {e}", cache_path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(format!("error: cannot read {}: {e}", cache_path.display())),
+        };
+        Ok(GpuTuner { gpu, cache_path, cache, measured: 0, cached: 0 })
+    }
+
+    pub fn gpu_name(&self) -> &str {
+        self.gpu.name()
+    }
+
+    pub fn save(&self) -> Result<(), String> {
+        if let Some(dir) = self.cache_path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("error: cannot create {}: {e}", dir.display()))?;
+        }
+        let text = serde_json::to_string_pretty(&self.cache).map_err(|e| format!("error: {e}"))?;
+        std::fs::write(&self.cache_path, text).map_err(|e| format!("error: cannot write {}: {e}", self.cache_path.display()))
+    }
+}
+
+impl Tuner for GpuTuner {
+    fn pick(&mut self, key: &str, candidates: &[TuneCandidate]) -> Result<usize, String> {
+        let key = format!("{} | {key}", self.gpu.name());
+        if let Some(label) = self.cache.get(&key)
+            && let Some(i) = candidates.iter().position(|c| &c.label == label)
+        {
+            self.cached += 1;
+            return Ok(i);
+        }
+        let mut best = (f64::INFINITY, 0);
+        for (i, c) in candidates.iter().enumerate() {
+            let trial = KernelTrial {
+                ptx: &c.ptx,
+                kernel: &c.kernel,
+                grid: c.geometry.grid,
+                block: c.geometry.block,
+                smem: c.geometry.smem,
+                arg_bytes: &c.arg_bytes,
+            };
+            // A candidate the GPU cannot run (e.g. too much shared memory)
+            // is skipped, not fatal.
+            if let Ok(ms) = time_kernel(&self.gpu, &trial, 5)
+                && ms < best.0
+            {
+                best = (ms, i);
+            }
+        }
+        if best.0.is_infinite() {
+            return Err(format!("no candidate kernel ran for {key}"));
+        }
+        self.measured += 1;
+        self.cache.insert(key, candidates[best.1].label.clone());
+        Ok(best.1)
+    }
+}
+
 /// `aoc compile` for a GPU target; returns the summary for stderr.
+#[allow(clippy::too_many_arguments)]
 pub fn compile_gpu(
     input: &Path,
     input_shapes: &[(String, Vec<usize>)],
@@ -47,6 +133,7 @@ pub fn compile_gpu(
     passes: &str,
     emit: GpuEmit,
     output: &Path,
+    tune: Option<&Path>,
 ) -> Result<String, String> {
     let t0 = Instant::now();
     let mut loaded = load_model(input, input_shapes)?;
@@ -71,8 +158,23 @@ pub fn compile_gpu(
         write(text.as_bytes())?;
         return Ok(format!("wrote {}", output.display()));
     }
-    let out = compile(func, loaded.weights.as_ref(), sm, precision).map_err(|d| loaded.render(&[d]))?;
+    let mut tuner = tune.map(|p| GpuTuner::open(p.to_path_buf())).transpose()?;
+    let out = compile(func, loaded.weights.as_ref(), sm, precision, tuner.as_mut().map(|t| t as &mut dyn Tuner))
+        .map_err(|d| loaded.render(&[d]))?;
     write(&out.artifact)?;
+    let tuned = match &tuner {
+        Some(t) => {
+            t.save()?;
+            format!(
+                "\ntuned on {}: {} GEMM shapes measured, {} from the cache {}",
+                t.gpu_name(),
+                t.measured,
+                t.cached,
+                tune.map(|p| p.display().to_string()).unwrap_or_default()
+            )
+        }
+        None => String::new(),
+    };
     let r = &out.report;
     let steps: Vec<String> = r.steps.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let mut msg = format!(
@@ -91,6 +193,7 @@ pub fn compile_gpu(
         output.display(),
         human(out.artifact.len() as u64),
     );
+    msg.push_str(&tuned);
     if !r.reference_ops.is_empty() {
         let ops: Vec<String> = r.reference_ops.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
         msg.push_str(&format!(

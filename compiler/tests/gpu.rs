@@ -313,6 +313,60 @@ fn fp16_uses_tensor_cores() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `--tune` times every GEMM's tiles on the GPU, caches the winners, and a
+/// second compile of the same model measures nothing; the tuned artifact
+/// computes what the untuned one does.
+fn tune_measures_once_and_stays_correct() -> Result<(), Failed> {
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let m = models().into_iter().find(|m| m.name == "resnet_block").ok_or("examples/resnet_block is missing")?;
+    let d = scratch("tune");
+    let (art, cache) = (d.join("model.aoc"), d.join("tune.json"));
+    let args = |p: &str| {
+        vec![
+            "compile".to_string(),
+            m.file.display().to_string(),
+            "--target".into(),
+            "sm_90".into(),
+            "--precision".into(),
+            p.into(),
+            "--tune".into(),
+            "--tune-cache".into(),
+            cache.display().to_string(),
+            "-o".into(),
+            art.display().to_string(),
+        ]
+    };
+    for p in ["fp32", "fp16"] {
+        let a = args(p);
+        let first = run(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>())?;
+        if !first.contains("GEMM shapes measured, 0 from the cache") || first.contains(" 0 GEMM shapes measured") {
+            return Err(format!("the first tuned compile should measure: {first}").into());
+        }
+        let second = run(&a.iter().map(|s| s.as_str()).collect::<Vec<_>>())?;
+        if !second.contains(": 0 GEMM shapes measured") {
+            return Err(format!("the second tuned compile should use the cache: {second}").into());
+        }
+        let (want_dir, got_dir) = (d.join(format!("want_{p}")), d.join(format!("got_{p}")));
+        run_to_dir(&m.file, &m.inputs, &[], &want_dir)?;
+        run_to_dir(&art, &m.inputs, &[], &got_dir)?;
+        for ((_, w), (n, g)) in outputs(&want_dir)?.iter().zip(&outputs(&got_dir)?) {
+            let (wv, gv) = (w.to_f64(), g.to_f64());
+            let scale = wv.iter().fold(1.0f64, |a, v| a.max(v.abs()));
+            let err = wv.iter().zip(&gv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale;
+            let tol = if p == "fp32" { 1e-3 } else { 1e-2 };
+            if !(err <= tol) {
+                return Err(format!("tuned {p}: output {n} differs by {err:.3e}").into());
+            }
+        }
+    }
+    let cached: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cache)?)?;
+    println!("{} cached winners", cached.as_object().map_or(0, |o| o.len()));
+    Ok(())
+}
+
 fn no_gpu_is_a_clear_error() -> Result<(), Failed> {
     if no_gpu().is_none() {
         println!("skipped: this machine has a GPU");
@@ -321,6 +375,13 @@ fn no_gpu_is_a_clear_error() -> Result<(), Failed> {
     let m = models().into_iter().next().ok_or("no example models")?;
     let d = scratch("no_gpu");
     let art = d.join("model.aoc");
+    let tuned = Command::new(aoc())
+        .args(["compile", &m.file.display().to_string(), "--target", "sm_86", "--tune", "-o", &art.display().to_string()])
+        .output()?;
+    let err = String::from_utf8_lossy(&tuned.stderr);
+    if tuned.status.code() != Some(1) || !err.contains("--tune needs a GPU") {
+        return Err(format!("--tune without a GPU: expected exit 1 naming it, got {}: {err}", tuned.status).into());
+    }
     compile(&m, "sm_86", "fp32", &art)?;
     let out = Command::new(aoc()).args(["run", &art.display().to_string(), "--input", &m.inputs[0]]).output()?;
     let err = String::from_utf8_lossy(&out.stderr);
@@ -356,5 +417,6 @@ fn main() {
     }
     trials.push(Trial::test("fp16_build_uses_tensor_cores", fp16_uses_tensor_cores));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
+    trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -14,7 +14,7 @@ use aoc_runtime::gpu_plan::{GpuItem, PTX_BLOB};
 
 use crate::llvm::ir_to_ptx;
 use crate::target::Sm;
-use crate::translate::{Precision, Translated, translate};
+use crate::translate::{Precision, Translated, Tuner, translate_tuned};
 
 /// What `compile` hands back besides the bytes.
 pub struct CompileOutput {
@@ -34,15 +34,23 @@ fn lowered_and_translated(
     weights: &dyn WeightSource,
     sm: Sm,
     precision: Precision,
+    tuner: Option<&mut dyn Tuner>,
 ) -> Result<(Lowered, Translated), Diagnostic> {
     let mut lowered = lower(func, weights, &LowerOptions::GPU)?;
-    let t = translate(&mut lowered, sm, precision).map_err(|m| Diagnostic::error(m, func.loc.clone()))?;
+    let t = translate_tuned(&mut lowered, sm, precision, tuner).map_err(|m| Diagnostic::error(m, func.loc.clone()))?;
     Ok((lowered, t))
 }
 
-/// Compiles an optimized, verified function into artifact bytes for `sm`.
-pub fn compile(func: &Func, weights: &dyn WeightSource, sm: Sm, precision: Precision) -> Result<CompileOutput, Diagnostic> {
-    let (lowered, t) = lowered_and_translated(func, weights, sm, precision)?;
+/// Compiles an optimized, verified function into artifact bytes for `sm`;
+/// with a `tuner`, each GEMM's tile is chosen by measurement.
+pub fn compile(
+    func: &Func,
+    weights: &dyn WeightSource,
+    sm: Sm,
+    precision: Precision,
+    tuner: Option<&mut dyn Tuner>,
+) -> Result<CompileOutput, Diagnostic> {
+    let (lowered, t) = lowered_and_translated(func, weights, sm, precision, tuner)?;
     let err = |m: String| Diagnostic::error(m, func.loc.clone());
     let ptx = ir_to_ptx(&t.llvm, sm).map_err(err)?;
     let mut w = ArtifactWriter::new(sm.name());
@@ -75,7 +83,7 @@ pub fn compile(func: &Func, weights: &dyn WeightSource, sm: Sm, precision: Preci
 /// The whole module as LLVM IR (`ptx == false`) or PTX, headed by the
 /// launch list as comments: what `--emit llvm|ptx` writes.
 pub fn emit_text(func: &Func, weights: &dyn WeightSource, sm: Sm, precision: Precision, ptx: bool) -> Result<String, Diagnostic> {
-    let (_, t) = lowered_and_translated(func, weights, sm, precision)?;
+    let (_, t) = lowered_and_translated(func, weights, sm, precision, None)?;
     let body = if ptx {
         ir_to_ptx(&t.llvm, sm).map_err(|m| Diagnostic::error(m, func.loc.clone()))?
     } else {

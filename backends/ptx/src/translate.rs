@@ -26,7 +26,8 @@ use aoc_runtime::plan::{Buf, Space, Step};
 
 use crate::expr::PointwiseKernel;
 use crate::irtext::ModuleText;
-use crate::kernels::gemm_tc::{TcPrecision, gemm_tc};
+use crate::kernels::gemm_simt::SimtTile;
+use crate::kernels::gemm_tc::{TcPrecision, TcTile, gemm_tc, gemm_tc_tile};
 use crate::kernels::{AMode, GemmSpec, Geometry, gemm_simt, index, rows};
 use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
@@ -61,6 +62,26 @@ impl Precision {
     }
 }
 
+/// One candidate kernel for a tuned launch.
+pub struct TuneCandidate {
+    /// The tile, as `aoc explain` and the cache name it (`128x64x16`).
+    pub label: String,
+    /// A PTX module holding only this kernel.
+    pub ptx: String,
+    pub kernel: String,
+    pub geometry: Geometry,
+    /// Bytes of each pointer argument, in order.
+    pub arg_bytes: Vec<u64>,
+}
+
+/// Measures candidates on a GPU (`aoc compile --tune`). `key` names the
+/// problem (target, precision, kind, shapes, strides, alignment), so an
+/// implementation may cache its answer under it.
+pub trait Tuner {
+    /// The index of the fastest candidate.
+    fn pick(&mut self, key: &str, candidates: &[TuneCandidate]) -> Result<usize, String>;
+}
+
 /// What [`translate`] produced.
 pub struct Translated {
     pub plan: GpuPlan,
@@ -70,8 +91,17 @@ pub struct Translated {
     pub kernels: usize,
 }
 
-struct Tr<'a> {
+/// The buffers of a GEMM-shaped step.
+struct GemmBufs {
+    a: Buf,
+    b: Buf,
+    bias: Option<Buf>,
+    c: Buf,
+}
+
+struct Tr<'a, 't> {
     sm: Sm,
+    tuner: Option<&'t mut dyn Tuner>,
     precision: Precision,
     m: ModuleText,
     /// Kernel name → its launch geometry (generated once).
@@ -101,7 +131,7 @@ fn aligned16(bufs: &[&Buf]) -> bool {
     bufs.iter().all(|b| b.offset % 16 == 0)
 }
 
-impl<'a> Tr<'a> {
+impl<'a> Tr<'a, '_> {
     /// Generates kernel `kind` with arguments `key` once; returns its name
     /// and geometry.
     fn kernel(
@@ -168,7 +198,9 @@ impl<'a> Tr<'a> {
 
     /// A GEMM-shaped step: on tensor cores when the precision asks and the
     /// GPU has them, else on the CUDA cores.
-    fn gemm(&mut self, spec: GemmSpec, a: &Buf, b: &Buf, bias: Option<&Buf>, c: &Buf, b_const: bool, origin: &str) -> Result<(), String> {
+    fn gemm(&mut self, spec: GemmSpec, bufs: GemmBufs, b_const: bool, origin: &str) -> Result<(), String> {
+        let GemmBufs { a, b, bias, c } = bufs;
+        let (a, b, bias, c) = (&a, &b, bias.as_ref(), &c);
         let tc = match self.precision {
             Precision::Fp32 => None,
             Precision::Tf32 => Some(TcPrecision::Tf32),
@@ -185,15 +217,61 @@ impl<'a> Tr<'a> {
         bufs.extend(bias);
         spec.aligned16 = aligned16(&bufs);
         let sm = self.sm;
-        let k = match tc {
-            Some(p) => self.kernel("gemm_tc", (&spec, p, b_half), |m, n| gemm_tc(m, n, &spec, p, b_half, sm))?,
-            None => self.kernel("gemm_f32", &spec, |m, n| gemm_simt::gemm_f32(m, n, &spec))?,
+        let mut arg_bytes = vec![a.len, b.len];
+        arg_bytes.extend(bias.map(|x| x.len));
+        arg_bytes.push(c.len);
+        let k = match (tc, self.tuner.is_some()) {
+            (Some(p), false) => self.kernel("gemm_tc", (&spec, p, b_half), |m, n| gemm_tc(m, n, &spec, p, b_half, sm))?,
+            (None, false) => self.kernel("gemm_f32", spec, |m, n| gemm_simt::gemm_f32(m, n, &spec))?,
+            (Some(p), true) => {
+                let tiles: Vec<TcTile> = TcTile::ALL.into_iter().filter(|t| t.check(p).is_ok()).collect();
+                let pick = self.tune(&format!("gemm_tc|{p:?}|{b_half}"), &spec, &tiles, &arg_bytes, |m, n, t| {
+                    gemm_tc_tile(m, n, &spec, p, b_half, sm, *t)
+                })?;
+                let t = tiles[pick];
+                self.kernel("gemm_tc", (&spec, p, b_half, t), |m, n| gemm_tc_tile(m, n, &spec, p, b_half, sm, t))?
+            }
+            (None, true) => {
+                let tiles: Vec<SimtTile> = SimtTile::CANDIDATES.into_iter().filter(|t| t.check().is_ok()).collect();
+                let pick = self.tune("gemm_f32", &spec, &tiles, &arg_bytes, |m, n, t| gemm_simt::gemm_f32_tile(m, n, &spec, *t))?;
+                let t = tiles[pick];
+                self.kernel("gemm_f32", (&spec, t), |m, n| gemm_simt::gemm_f32_tile(m, n, &spec, t))?
+            }
         };
         let mut args = vec![Arg::In(*a), Arg::In(b)];
         args.extend(bias.map(|x| Arg::In(*x)));
         args.push(Arg::Out(*c));
         self.launch(k, args, origin);
         Ok(())
+    }
+
+    /// Asks the tuner which of `tiles` runs `spec` fastest; a tile the
+    /// generator refuses for this problem is left out.
+    fn tune<T: Debug>(
+        &mut self,
+        kind: &str,
+        spec: &GemmSpec,
+        tiles: &[T],
+        arg_bytes: &[u64],
+        generate: impl Fn(&mut ModuleText, &str, &T) -> Result<Geometry, String>,
+    ) -> Result<usize, String> {
+        let mut cands = Vec::new();
+        let mut index = Vec::new();
+        for (i, t) in tiles.iter().enumerate() {
+            let mut m = ModuleText::new();
+            let name = format!("tune_{i}");
+            let Ok(geometry) = generate(&mut m, &name, t) else { continue };
+            let ptx = crate::llvm::ir_to_ptx(&m.finish(), self.sm)?;
+            cands.push(TuneCandidate { label: format!("{t:?}"), ptx, kernel: name, geometry, arg_bytes: arg_bytes.to_vec() });
+            index.push(i);
+        }
+        if cands.is_empty() {
+            return Err(format!("no tile fits {spec:?}"));
+        }
+        let key = format!("{}|{kind}|{spec:?}", self.sm);
+        let tuner = self.tuner.as_mut().expect("tune is called with a tuner");
+        let pick = tuner.pick(&key, &cands)?;
+        index.get(pick).copied().ok_or_else(|| format!("the tuner picked candidate {pick} of {}", cands.len()))
     }
 
     fn step(&mut self, step: &Step, origin: &str) -> Result<(), String> {
@@ -211,7 +289,7 @@ impl<'a> Tr<'a> {
                     relu: *relu,
                     aligned16: false,
                 };
-                self.gemm(spec, a, b, bias.as_ref(), c, true, origin)
+                self.gemm(spec, GemmBufs { a: *a, b: *b, bias: *bias, c: *c }, true, origin)
             }
             Step::MatMul { a, b, c, batch, m, n, k, a_strides, b_strides, c_strides } => {
                 let spec = GemmSpec {
@@ -226,7 +304,7 @@ impl<'a> Tr<'a> {
                     relu: false,
                     aligned16: false,
                 };
-                self.gemm(spec, a, b, None, c, b.space == Space::Weights, origin)
+                self.gemm(spec, GemmBufs { a: *a, b: *b, bias: None, c: *c }, b.space == Space::Weights, origin)
             }
             Step::Conv2d { x, w, bias, y, geom, relu } => {
                 let g = geom.group.max(1);
@@ -244,7 +322,7 @@ impl<'a> Tr<'a> {
                     relu: *relu,
                     aligned16: false,
                 };
-                self.gemm(spec, x, w, bias.as_ref(), y, true, origin)
+                self.gemm(spec, GemmBufs { a: *x, b: *w, bias: *bias, c: *y }, true, origin)
             }
             Step::WinogradConv2d { .. } => {
                 Err("internal error: the GPU lowering produced a Winograd step".to_string())
@@ -377,6 +455,17 @@ impl<'a> Tr<'a> {
 /// Translates `lowered` for `sm` at `precision`. Half-precision weight
 /// copies are appended to `lowered.weights`.
 pub fn translate(lowered: &mut Lowered, sm: Sm, precision: Precision) -> Result<Translated, String> {
+    translate_tuned(lowered, sm, precision, None)
+}
+
+/// [`translate`], choosing each GEMM's tile by measurement when `tuner` is
+/// given (otherwise by the generators' cost models).
+pub fn translate_tuned(
+    lowered: &mut Lowered,
+    sm: Sm,
+    precision: Precision,
+    tuner: Option<&mut dyn Tuner>,
+) -> Result<Translated, String> {
     if precision != Precision::Fp32 && !sm.has_mma_f16() {
         return Err(format!(
             "--precision {} needs tensor cores with mma.sync (sm_80 or newer); {sm} has none: use --precision fp32",
@@ -395,6 +484,7 @@ pub fn translate(lowered: &mut Lowered, sm: Sm, precision: Precision) -> Result<
     let origins = lowered.plan.origins.clone();
     let mut tr = Tr {
         sm,
+        tuner,
         precision,
         m: ModuleText::new(),
         made: HashMap::new(),

@@ -504,3 +504,64 @@ impl GpuSession {
         Ok(times)
     }
 }
+
+/// One kernel to time in isolation (`aoc compile --tune`): its PTX module,
+/// entry, launch shape, and the byte size of each pointer argument.
+pub struct KernelTrial<'a> {
+    pub ptx: &'a str,
+    pub kernel: &'a str,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub smem: u32,
+    pub arg_bytes: &'a [u64],
+}
+
+/// The fastest of `iters` timed launches of `t` (after two untimed ones),
+/// in ms, on zero-filled buffers of the stated sizes.
+pub fn time_kernel(gpu: &Gpu, t: &KernelTrial, iters: usize) -> Result<f64, RuntimeError> {
+    gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
+    let module = gpu.load_ptx(t.ptx)?;
+    let f = gpu.function(&module, t.kernel)?;
+    if t.smem > 48 * 1024 {
+        f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, t.smem as i32)
+            .map_err(drv(format!("{} needs {} bytes of shared memory", t.kernel, t.smem)))?;
+    }
+    let bufs: Vec<DeviceMem> = t
+        .arg_bytes
+        .iter()
+        .map(|&n| {
+            let m = DeviceMem::new(gpu, n as usize, "a tuning buffer")?;
+            unsafe { result::memset_d8_sync(m.ptr, 0, n.max(1) as usize) }.map_err(drv("clearing a tuning buffer".into()))?;
+            Ok(m)
+        })
+        .collect::<Result<_, RuntimeError>>()?;
+    let stream = gpu.context().new_stream().map_err(drv("cannot create a CUDA stream".into()))?;
+    let ctx = gpu.context();
+    let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
+    let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
+    let mut best = f64::INFINITY;
+    for i in 0..iters + 2 {
+        let mut values: Vec<u64> = bufs.iter().map(|b| b.ptr).collect();
+        let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+        start.record(&stream).map_err(drv("recording an event".into()))?;
+        // SAFETY: every pointer is a live allocation of the size the kernel's
+        // problem needs (the caller passes the plan's buffer sizes).
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                (t.grid[0], t.grid[1], t.grid[2]),
+                (t.block[0], t.block[1], t.block[2]),
+                t.smem,
+                stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(drv(format!("launching {}", t.kernel)))?;
+        end.record(&stream).map_err(drv("recording an event".into()))?;
+        end.synchronize().map_err(drv(format!("running {}", t.kernel)))?;
+        if i >= 2 {
+            best = best.min(start.elapsed_ms(&end).map_err(drv("reading an event".into()))? as f64);
+        }
+    }
+    Ok(best)
+}

@@ -16,7 +16,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use crate::exec::RuntimeError;
 
 mod exec;
-pub use exec::GpuSession;
+pub use exec::{GpuSession, KernelTrial, time_kernel};
 
 /// One GPU, its primary context and a stream.
 pub struct Gpu {
