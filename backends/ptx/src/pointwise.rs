@@ -76,6 +76,70 @@ pub fn add_to_module(k: &PointwiseKernel, m: &mut ModuleText) -> Result<(), Stri
     Ok(())
 }
 
+/// Defines `define internal float @{name}(float %v, ptr addrspace(1) %a1,
+/// i64 %o1, …)`: `e.kernel`'s expression for one element, operand 0 being
+/// `%v` (the GEMM's result in a register) and operand `k ≥ 1` the element at
+/// offset `%ok` (elements) of `%ak`, converted from its type as the pointwise
+/// kernel would. The GEMM generators call it before each store of C; the
+/// optimizer inlines it. The result is f32 (the GEMM stores f32).
+pub fn define_epilogue(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue) -> Result<(), String> {
+    let k = &e.kernel;
+    if k.out_dtype != aoc_ir::types::Scalar::F32 {
+        return Err(format!("a GEMM epilogue must produce f32, found {}", k.out_dtype.name()));
+    }
+    if k.operands.is_empty() || k.operands[0].dtype != aoc_ir::types::Scalar::F32 {
+        return Err("a GEMM epilogue's operand 0 is the f32 GEMM result".to_string());
+    }
+    if e.strides.len() + 1 != k.operands.len() {
+        return Err(format!(
+            "a GEMM epilogue with {} operands needs {} stride triples, found {}",
+            k.operands.len(),
+            k.operands.len() - 1,
+            e.strides.len()
+        ));
+    }
+    let elems = k
+        .operands
+        .iter()
+        .enumerate()
+        .map(|(i, op)| Elem::of(op.dtype).map_err(|e| format!("operand {i}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let live = k.live_exprs()?;
+    let used = used_operands(k, &live);
+    let mut g = Gen {
+        b: Body::new(),
+        m,
+        k,
+        live,
+        used,
+        elems,
+        out: Elem::F32,
+        idx: "i64",
+    };
+    let mut vals = vec![None; k.operands.len()];
+    vals[0] = Some("%v".to_string());
+    for i in 1..k.operands.len() {
+        if !g.used[i] {
+            continue;
+        }
+        let el = g.elems[i];
+        let p = g.elem_ptr(el.ll(), &format!("%a{i}"), &Some(format!("%o{i}")));
+        vals[i] = Some(g.load(el, &p));
+    }
+    let y = g.exprs(&vals);
+    g.b.ins(format!("ret float {y}"));
+    let params: Vec<String> = std::iter::once("float %v".to_string())
+        .chain((1..k.operands.len()).map(|i| format!("ptr addrspace(1) %a{i}, i64 %o{i}")))
+        .collect();
+    let text = format!(
+        "define internal float @{name}({}) alwaysinline {{\nentry:\n{}}}\n",
+        params.join(", "),
+        g.b.into_text()
+    );
+    m.helper(name, text);
+    Ok(())
+}
+
 /// Whether `k` compiles to the vector form (four f32 elements per work
 /// item); `k` must be valid.
 pub fn is_vectorized(k: &PointwiseKernel) -> bool {

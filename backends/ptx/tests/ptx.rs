@@ -559,3 +559,20 @@ fn ptxas_accepts_every_module() {
     }
     let _ = compile_ptx(&all_pointwise(), Sm::Sm70).unwrap();
 }
+
+#[test]
+fn pointwise_offsets_as_matrix_strides() {
+    use aoc_backend_ptx::translate::affine_over;
+    // A flat contiguous operand over a 6 × 4 matrix.
+    assert_eq!(affine_over(&[24], &[1], 6, 4), Some([4, 1]));
+    // A per-column broadcast (bias): rows stride 0.
+    assert_eq!(affine_over(&[6, 4], &[0, 1], 6, 4), Some([0, 1]));
+    // NHWC [2, 3, 4] (n, hw, c) as a 6 × 4 matrix, contiguous.
+    assert_eq!(affine_over(&[2, 3, 4], &[12, 4, 1], 6, 4), Some([4, 1]));
+    // A per-image broadcast over rows is not affine in the row index.
+    assert_eq!(affine_over(&[2, 3, 4], &[4, 0, 1], 6, 4), None);
+    // The column split inside one dimension: [12] as 4 × 3.
+    assert_eq!(affine_over(&[12], &[2], 4, 3), Some([6, 2]));
+    // Shapes that do not multiply out.
+    assert_eq!(affine_over(&[5], &[1], 2, 3), None);
+}

@@ -3,15 +3,18 @@
 //! computing a [`GemmSpec`] with `mma.sync` (m16n8k16 f16/bf16, m16n8k8
 //! tf32) and f32 accumulation.
 //!
-//! Kernel ABI: parameters `a, b, [bias], c` (bias only when `spec.bias` is
-//! `Some`). A, bias and C are f32; B is f16/bf16 when `b_half` (weights
-//! converted at compile time, same strides in elements) and f32 otherwise.
+//! Kernel ABI: parameters `a, b, [bias], c, [e1 … ek]` (bias only when
+//! `spec.bias` is `Some`; `e1 … ek` only with a [`GemmEpilogue`] of `k`
+//! extra operands, [`gemm_tc_with`]). A, bias and C are f32; B is
+//! f16/bf16 when `b_half` (weights converted at compile time, same strides
+//! in elements) and f32 otherwise; each `e` has its operand's element type.
 //! Launch: grid `[⌈m/bm⌉·⌈n/bn⌉, 1, min(batch, 65535)]` (block x is the
 //! tile `(x / ⌈n/bn⌉, x % ⌈n/bn⌉)`, so consecutive blocks share their A
 //! rows in L2; batches past 65535 loop over `b += 65535`), block
-//! `[32·warps, 1, 1]`, dynamic shared memory
-//! `2·(bm·(bk+pad) + bk·(bn+pad))·elem` bytes ([`TcTile::smem_bytes`], at
-//! most 90 KiB, so sm_86 runs it). An empty product (`batch`, `m` or `n`
+//! `[32·warps, 1, 1]`, dynamic shared memory as the kernel's [`Geometry`]
+//! says (by `Layout`; at most [`TcTile::smem_bytes`], 94 KiB, and at
+//! most 46 KiB for a 128×128 tile below Hopper, so two blocks share an
+//! sm_86 multiprocessor). An empty product (`batch`, `m` or `n`
 //! zero) gives a kernel that returns at once, grid `[1, 1, 1]`; `k = 0`
 //! writes `relu(bias)` (or 0).
 //!
@@ -21,17 +24,33 @@
 //! last stage, a classifier) stay latency-bound: they would need a split of
 //! k across blocks, which one kernel writing only C cannot reduce.
 //!
+//! Where the time goes (H200, f16, 4096³ at 240 TFLOP/s against cuBLAS's
+//! 760-780; `mma.sync` alone peaks at 640 there): a 128×128 k-tile reads
+//! 16 KiB of f32 A and 8 KiB of half B from L2 for 1 MFLOP, so 240 TFLOP/s
+//! moves 5.6 TB/s out of L2, likely its limit (deeper pipelines and more
+//! warps stopped helping there; 8192³, at 225, misses L2 more). The next
+//! steps cut those bytes per flop: f16 A (converted once,
+//! or by the producer), 128×256 tiles with `RingA` (117 KiB, Hopper only),
+//! thread-block clusters sharing tiles, and then `wgmma`.
+//!
 //! Code shape: block tile `bm × bn`, k in steps of `bk`, warps of
-//! `bm/warps_m × bn/warps_n` as m16n8 fragments. Shared memory holds two
-//! stages; each holds A as `bm` rows of `bk` elements (k contiguous) and B
-//! as `bk` rows of `bn` (n contiguous), rows padded by 16 bytes (32 for tf32
-//! B) so fragment reads hit distinct banks. A (and f32 B) reach shared
-//! memory through registers, since `cp.async` cannot convert: while the
-//! warps multiply k-tile `t`, each thread already holds its loads of tile
-//! `t+1` in registers and converts and stores them after the MMAs (f32 →
-//! f16/bf16 round to nearest even, `cvt.rna.tf32.f32` for tf32); half B
-//! with 16-byte rows moves with `cp.async` (zero fill through the source
-//! size), other half B through registers unconverted. One barrier per k-tile. Fragments come from `ldmatrix` (A always:
+//! `bm/warps_m × bn/warps_n` as m16n8 fragments. Shared memory holds A
+//! tiles as `bm` rows of `bk` elements (k contiguous) and B tiles as `bk`
+//! rows of `bn` (n contiguous), rows padded by 16 bytes (32 for tf32 B)
+//! so fragment reads hit distinct banks. A (and f32 B) reach shared memory through
+//! registers, since `cp.async` cannot convert: while the warps multiply
+//! k-tile `t`, each thread already holds its loads of tile `t+1` in
+//! registers and converts and stores them after the MMAs (f32 → f16/bf16
+//! round to nearest even, `cvt.rna.tf32.f32` for tf32); half B with
+//! 16-byte rows moves with `cp.async` (zero fill through the source size),
+//! other half B through registers unconverted. `Layout` says where the
+//! tiles lie: two stages of A and B (`Pairs`), or, for `cp.async` B under
+//! a tile with k steps of 32, two of A and a ring of 3 or 4 B stages filled
+//! that many k-tiles ahead less one (`Ring`), or on Hopper for a strided
+//! A under 128×128 a ring of 3 stages that also holds A's f32 tiles as
+//! `cp.async` copied them, each thread converting its own chunks once
+//! they have landed (`RingA`), so A's loads have two k-tiles to arrive.
+//! One barrier per k-tile. Fragments come from `ldmatrix` (A always:
 //! a tf32 8×4 block is an 8×8 b16 block; f16/bf16 B with `.trans`) or, for
 //! tf32 B, from 32-bit shared loads. Global loads are 16 bytes where the
 //! strides allow it (two for a chunk of 8): A rows with unit column
@@ -40,9 +59,15 @@
 //! or columns with unit stride; anything else is loaded element by element.
 //!
 //! The epilogue adds `bias[b·s + j]`, applies relu as `max(x, 0)` (NaN
-//! becomes 0, as the CPU kernel's `f32::max`) and stores each element with
-//! `b < batch, i < m, j < n` at `c[b·cb + i·cr + j·cc]` (pairs as 8-byte
-//! stores where aligned); nothing else of C is written.
+//! becomes 0, as the CPU kernel's `f32::max`), then, with a
+//! [`GemmEpilogue`], replaces the value `v` by its expression
+//! `@{name}_epi(v, e1, o1, …)` with `ok = b·s0 + i·s1 + j·s2` (the
+//! operand's strides), and stores each element with `b < batch, i < m,
+//! j < n` at `c[b·cb + i·cr + j·cc]` (pairs as 8-byte stores where
+//! aligned); nothing else of C is written. The expression is evaluated
+//! inside the store's bounds guard, once per stored element, so its
+//! operands are read only at elements that exist; they must not overlap C
+//! (they are `noalias`, and would be read after some of C was written).
 //!
 //! Invariants: sm_80 and newer only; every loop over fragments and chunks
 //! is unrolled at generation, so the kernel keeps accumulators and staged
@@ -51,10 +76,12 @@
 //! operand's first element, so no load leaves the tensors.
 
 mod mma;
+mod ring;
 mod stage;
 
-use super::{AMode, GemmSpec, Geometry};
+use super::{AMode, GemmEpilogue, GemmSpec, Geometry};
 use crate::irtext::{Body, ModuleText, check_entry_name};
+use crate::pointwise::define_epilogue;
 use crate::target::Sm;
 
 /// The multiply precision of [`gemm_tc`]; accumulation is f32 always.
@@ -109,15 +136,15 @@ const fn tile(bm: u32, bn: u32, bk: u32, warps_m: u32, warps_n: u32) -> TcTile {
 }
 
 impl TcTile {
-    /// The tiles [`choose_tile`] picks from: 128×256 with 8 warps of
-    /// 64×64, 128×128 with 8 warps of 64×32, 128×64 and 64×64 with 4
-    /// warps, all with k steps of 32; and for too few blocks
-    /// (latency-bound: few rows, or small products) 16×64 with k steps of
-    /// 128, 4 warps of 16×16, which keeps more loads in flight per block
-    /// and takes a quarter of the k iterations. The last is always the
-    /// latency tile.
-    pub const ALL: [TcTile; 5] = [
-        tile(128, 256, 32, 2, 4),
+    /// The tiles [`choose_tile`] picks from: 128×128 with 8 warps of
+    /// 64×32, 128×64 and 64×64 with 4 warps, all with k steps of 32; and
+    /// for too few blocks (latency-bound: few rows, or small products)
+    /// 16×64 with k steps of 128, 4 warps of 16×16, which keeps more
+    /// loads in flight per block and takes a quarter of the k iterations.
+    /// The last is always the latency tile. (128×256 with 8 warps of 64×64
+    /// ran slower on an H200: 178 TFLOP/s at 4096³ against 220, 160 on
+    /// BERT's FFN against 195.)
+    pub const ALL: [TcTile; 4] = [
         tile(128, 128, 32, 2, 4),
         tile(128, 64, 32, 2, 2),
         tile(64, 64, 32, 2, 2),
@@ -152,31 +179,56 @@ impl TcTile {
         self.a_bytes(p) + self.b_bytes(p)
     }
 
-    /// Stages of the `cp.async` ring of half B ([`Layout::Ring`]): 4 for
-    /// the throughput tiles (k steps of 32), so three B tiles are in
-    /// flight while one is multiplied; none for the latency tile, which
-    /// keeps two stages of A and B.
-    fn ring(&self) -> u32 {
-        if self.bk <= 32 { RING } else { 0 }
+    /// Stages of the `cp.async` ring of half B ([`Layout::Ring`]) on `sm`:
+    /// for the throughput tiles (k steps of 32) 4 on Hopper, so three B
+    /// tiles are in flight while one is multiplied, and 3 elsewhere, so
+    /// that two 128×128 blocks still share the 100 KiB of an sm_86
+    /// multiprocessor; none for the latency tile, which keeps two stages
+    /// of A and B.
+    fn ring(&self, sm: Sm) -> u32 {
+        match (self.bk <= 32, sm) {
+            (false, _) => 0,
+            (true, Sm::Sm90 | Sm::Sm90a) => RING_MAX,
+            (true, _) => 3,
+        }
     }
 
-    /// Shared memory of each layout.
-    fn layout_bytes(&self, p: TcPrecision, l: Layout) -> u32 {
+    /// Whether [`Layout::RingA`] serves this tile: 128×128 and larger.
+    /// (On an H200 it ran 4096³ at 240 TFLOP/s against 217 with [`Layout::Ring`]
+    /// and 215 before either, but 128×64 and 64×64 slower than `Ring`:
+    /// two blocks of 128×64 fit a multiprocessor instead of three; and
+    /// mixed on ResNet-50's convolutions, 1×1 at 56² faster but 3×3 at
+    /// 28² slower, so it takes strided A only.)
+    fn ring_a(&self) -> bool {
+        self.bm >= 128 && self.bn >= 128 && self.bk <= 32
+    }
+
+    /// Bytes of one f32 A tile as `cp.async` leaves it ([`Layout::RingA`]).
+    fn raw_bytes(&self) -> u32 {
+        self.bm * self.bk * 4
+    }
+
+    /// Shared memory of each layout (`ring` stages for the rings).
+    fn layout_bytes(&self, p: TcPrecision, l: Layout, ring: u32) -> u32 {
         match l {
             Layout::Pairs => 2 * self.stage_bytes(p),
-            Layout::Ring => 2 * self.a_bytes(p) + self.ring() * self.b_bytes(p),
+            Layout::Ring => 2 * self.a_bytes(p) + ring * self.b_bytes(p),
+            Layout::RingA => 2 * self.a_bytes(p) + ring * (self.raw_bytes() + self.b_bytes(p)),
         }
     }
 
     /// Dynamic shared memory of a kernel with this tile, in bytes: the
-    /// most it takes on any path (a kernel's [`Geometry`] gives its own).
+    /// most it takes on any path and target (a kernel's [`Geometry`]
+    /// gives its own).
     pub fn smem_bytes(&self, p: TcPrecision) -> u32 {
-        let ring = if self.ring() > 0 && p != TcPrecision::Tf32 {
-            self.layout_bytes(p, Layout::Ring)
-        } else {
-            0
-        };
-        self.layout_bytes(p, Layout::Pairs).max(ring)
+        let mut most = self.layout_bytes(p, Layout::Pairs, 0);
+        if self.ring(Sm::Sm90) > 0 && p != TcPrecision::Tf32 {
+            most = most.max(self.layout_bytes(p, Layout::Ring, self.ring(Sm::Sm90)));
+            if self.ring_a() {
+                most = most.max(self.layout_bytes(p, Layout::RingA, RING_A));
+            }
+        }
+        most
     }
 
     /// Checks the tile is one the generator handles.
@@ -208,8 +260,12 @@ impl TcTile {
     }
 }
 
-/// Stages of the half-B ring ([`TcTile::ring`]).
-const RING: u32 = 4;
+/// The most stages of the half-B ring ([`TcTile::ring`]).
+const RING_MAX: u32 = 4;
+
+/// Stages of [`Layout::RingA`]: 128×128 then takes 94 KiB, so two blocks
+/// share a Hopper multiprocessor.
+const RING_A: u32 = 3;
 
 /// How shared memory is laid out and filled, per kernel.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -221,8 +277,16 @@ enum Layout {
     /// Two stages of A (through registers, as in `Pairs`), then a ring of
     /// [`TcTile::ring`] B stages filled with `cp.async` that many k-tiles
     /// ahead less one: for half B with 16-byte rows under a tile with a
-    /// ring.
+    /// ring (on `sm`).
     Ring,
+    /// On Hopper, for a strided A in 16-byte chunks under a large tile
+    /// ([`TcTile::ring_a`]): two stages of
+    /// converted A, then a ring of [`RING_A`] stages, each the f32 A tile
+    /// as `cp.async` left it and the half B tile, filled that many
+    /// k-tiles ahead less one; each thread converts its own chunks of A
+    /// (shared f32 → registers → shared f16/bf16) once they have landed.
+    /// A's loads then have two k-tiles to arrive instead of one.
+    RingA,
 }
 
 /// Blocks that fill a large GPU once (an H200 has 132 multiprocessors).
@@ -235,6 +299,11 @@ const ENOUGH_BLOCKS: u64 = 132;
 /// BERT's 128×768×768 in 7.8 µs against 12.8 for 32×64 with k steps of 32,
 /// and ResNet-50's 7×7×512 3×3 convolution at batch 1 in 30 µs against 60.)
 pub fn choose_tile(spec: &GemmSpec) -> TcTile {
+    pick_tile(spec, |_| true)
+}
+
+/// [`choose_tile`] among the throughput tiles that pass `fits`.
+fn pick_tile(spec: &GemmSpec, fits: impl Fn(&TcTile) -> bool) -> TcTile {
     let blocks = |t: &TcTile| {
         spec.m.div_ceil(t.bm as u64) * spec.n.div_ceil(t.bn as u64) * spec.batch.max(1)
     };
@@ -245,7 +314,8 @@ pub fn choose_tile(spec: &GemmSpec) -> TcTile {
         .find(|t| {
             // A tile twice the matrix's size (rounded to 64) wastes half its
             // work.
-            t.bm as u64 <= spec.m.next_multiple_of(64)
+            fits(t)
+                && t.bm as u64 <= spec.m.next_multiple_of(64)
                 && t.bn as u64 <= spec.n.next_multiple_of(64)
                 && blocks(t) >= ENOUGH_BLOCKS
         })
@@ -263,7 +333,7 @@ pub fn gemm_tc(
     b_half: bool,
     sm: Sm,
 ) -> Result<Geometry, String> {
-    gemm_tc_tile(m, name, spec, prec, b_half, sm, choose_tile(spec))
+    gemm_tc_with(m, name, spec, prec, b_half, sm, None, None)
 }
 
 /// [`gemm_tc`] with an explicit tile (for tuning and tests).
@@ -276,6 +346,26 @@ pub fn gemm_tc_tile(
     sm: Sm,
     t: TcTile,
 ) -> Result<Geometry, String> {
+    gemm_tc_with(m, name, spec, prec, b_half, sm, Some(t), None)
+}
+
+/// [`gemm_tc`] with a tile (`None`: the one [`gemm_tc`] picks) and a
+/// pointwise epilogue applied to every element of C before it is stored:
+/// the kernel then takes `epi.strides.len()` more pointers after C, in
+/// operand order, and the helper `@{name}_epi` is defined for it (see the
+/// module doc). Without an epilogue the code is that of [`gemm_tc_tile`].
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_tc_with(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &GemmSpec,
+    prec: TcPrecision,
+    b_half: bool,
+    sm: Sm,
+    tile: Option<TcTile>,
+    epi: Option<&GemmEpilogue>,
+) -> Result<Geometry, String> {
+    let t = tile.unwrap_or_else(|| pick_tile(spec, |t| t.check(prec).is_ok()));
     check_entry_name(name)?;
     if !sm.has_mma_f16() || !sm.has_cp_async() {
         return Err(format!(
@@ -287,13 +377,23 @@ pub fn gemm_tc_tile(
     }
     t.check(prec)?;
     check_spec(spec)?;
+    if let Some(e) = epi {
+        check_epilogue(spec, e)?;
+    }
     let params = if spec.bias.is_some() { 4 } else { 3 };
-    let sig: Vec<String> = (0..params)
+    let mut sig: Vec<String> = (0..params)
         .map(|i| {
             let ro = if i + 1 < params { " readonly" } else { "" };
             format!("ptr addrspace(1) noalias{ro} %p{i}")
         })
         .collect();
+    // The epilogue's operands: `%e1 …` after C.
+    let epi_fn = epi.map(|e| {
+        sig.extend(
+            (1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly %e{k}")),
+        );
+        (format!("{name}_epi"), e.strides.clone())
+    });
     let empty = spec.batch == 0 || spec.m == 0 || spec.n == 0;
     let tiles = spec.m.div_ceil(t.bm as u64) * spec.n.div_ceil(t.bn as u64);
     if tiles > I31 {
@@ -302,14 +402,20 @@ pub fn gemm_tc_tile(
             spec.m, spec.n, t.bm, t.bn
         ));
     }
+    // Defined also for the empty kernel, which does not call it: an
+    // invalid epilogue is an error whatever the shape.
+    if let (Some(e), Some((f, _))) = (epi, &epi_fn) {
+        define_epilogue(m, f, e)?;
+    }
     let mut smem = 0;
     let body = if empty {
         "  ret void\n".to_string()
     } else {
         declare(m, prec);
-        let mut g = Gen::new(spec, prec, b_half, t);
+        let mut g = Gen::new(spec, prec, b_half, t, sm);
+        g.epi = epi_fn;
         g.kernel();
-        smem = t.layout_bytes(prec, g.layout);
+        smem = t.layout_bytes(prec, g.layout, g.ring);
         g.b.into_text()
     };
     m.func(format!(
@@ -362,6 +468,22 @@ fn check_spec(s: &GemmSpec) -> Result<(), String> {
             return Err(format!(
                 "convolution gemm {}x{}x{} (batch {}) does not match its geometry {g:?}",
                 s.m, s.n, s.k, s.batch
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Rejects an epilogue whose offsets could leave i64 (`define_epilogue`
+/// checks the rest: operand count, types).
+fn check_epilogue(s: &GemmSpec, e: &GemmEpilogue) -> Result<(), String> {
+    let last = [s.batch, s.m, s.n].map(|x| x.saturating_sub(1));
+    for (k, st) in e.strides.iter().enumerate() {
+        let most = (0..3).try_fold(0u64, |acc, d| acc.checked_add(last[d].checked_mul(st[d])?));
+        if most.is_none_or(|x| x > i64::MAX as u64) {
+            return Err(format!(
+                "gemm epilogue operand {}: strides {st:?} overflow a 64-bit offset",
+                k + 1
             ));
         }
     }
@@ -531,6 +653,8 @@ struct Gen<'a> {
     bmap: Map,
     bpath: Path,
     layout: Layout,
+    /// B stages of [`Layout::Ring`].
+    ring: u32,
     /// Per-thread chunk positions of A and B.
     apos: Vec<Pos>,
     bpos: Vec<Pos>,
@@ -547,15 +671,21 @@ struct Gen<'a> {
     bn0: String,
     /// Batch index (i64).
     bz: String,
+    /// The epilogue's helper and its operands' strides `[b, i, j]`.
+    epi: Option<(String, Vec<[u64; 3]>)>,
 }
 
 impl<'a> Gen<'a> {
-    fn new(s: &'a GemmSpec, p: TcPrecision, b_half: bool, t: TcTile) -> Gen<'a> {
+    fn new(s: &'a GemmSpec, p: TcPrecision, b_half: bool, t: TcTile, sm: Sm) -> Gen<'a> {
         let (amap, bmap, bpath) = plan(s, &t, b_half);
-        let layout = if bpath == Path::Async && t.ring() > 0 {
-            Layout::Ring
-        } else {
-            Layout::Pairs
+        let ring = t.ring(sm);
+        // A strided A in whole 16-byte chunks.
+        let a16 = amap.w >= 4 && matches!(s.a, AMode::Strided { .. });
+        let hopper = matches!(sm, Sm::Sm90 | Sm::Sm90a);
+        let (layout, ring) = match bpath == Path::Async && ring > 0 {
+            false => (Layout::Pairs, 0),
+            true if hopper && a16 && t.ring_a() => (Layout::RingA, RING_A),
+            true => (Layout::Ring, ring),
         };
         Gen {
             b: Body::new(),
@@ -567,6 +697,7 @@ impl<'a> Gen<'a> {
             bmap,
             bpath,
             layout,
+            ring,
             apos: Vec::new(),
             bpos: Vec::new(),
             aslot: Vec::new(),
@@ -578,6 +709,7 @@ impl<'a> Gen<'a> {
             bm0: String::new(),
             bn0: String::new(),
             bz: String::new(),
+            epi: None,
         }
     }
 

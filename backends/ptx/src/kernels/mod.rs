@@ -75,3 +75,17 @@ pub struct GemmSpec {
     /// keep them aligned too.
     pub aligned16: bool,
 }
+
+/// A pointwise epilogue of a GEMM-shaped kernel (a residual add, an
+/// activation, a scale): applied to each result element after the bias and
+/// relu, before it is stored. `kernel`'s operand 0 is the result itself; its
+/// operand `k ≥ 1` is read at element offset `b·s0 + i·s1 + j·s2` of an extra
+/// kernel parameter, `strides[k − 1] = [s0, s1, s2]`, for result element
+/// `(b, i, j)`. The extra pointers follow C in the kernel's parameters, in
+/// operand order. `pointwise::define_epilogue` writes the expression as a
+/// helper function the generator calls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmEpilogue {
+    pub kernel: crate::expr::PointwiseKernel,
+    pub strides: Vec<[u64; 3]>,
+}

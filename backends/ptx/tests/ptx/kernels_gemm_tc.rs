@@ -261,6 +261,13 @@ fn gemm_tc_assembles_for_every_precision_and_sm() {
                 let [_, sk, sn] = s.b_strides;
                 let aligned_half_b = *half && s.aligned16 && sn == 1 && sk % 8 == 0 && s.k > 0;
                 assert_eq!(body.contains("cp.async"), aligned_half_b, "{name}");
+                // A throughput tile (64×64) with half B: a ring of B
+                // stages, four on Hopper, three elsewhere.
+                if name.ends_with("_big") && *half {
+                    let n = if sm >= Sm::Sm90 { 2 } else { 1 };
+                    let wait = format!("cp.async.wait_group \t{n};");
+                    assert!(body.contains(&wait), "{name}");
+                }
             }
             if let (Some(dir), Sm::Sm90) = (&dump, sm) {
                 std::fs::create_dir_all(dir).unwrap();
@@ -340,7 +347,35 @@ fn gemm_tc_geometry() {
     let g = g.unwrap();
     assert_eq!(g.grid, [256, 1, 1]);
     assert_eq!(g.block, [256, 1, 1]);
-    assert_eq!(g.smem, 2 * (128 * 40 * 2 + 32 * 136 * 2));
+    // Two A tiles and a ring of three B tiles: two blocks fit an sm_86
+    // multiprocessor (100 KiB).
+    assert_eq!(g.smem, 2 * 128 * 40 * 2 + 3 * 32 * 136 * 2);
+    assert!(2 * g.smem <= 100 * 1024);
+    // On Hopper a ring of three stages of f32 A and half B.
+    let big = dense(2048, 2048, 2048);
+    let g = gemm_tc(&mut m, "g_h", &big, TcPrecision::F16, true, Sm::Sm90);
+    let g = g.unwrap();
+    assert_eq!(g.smem, 2 * 128 * 40 * 2 + 3 * (128 * 32 * 4 + 32 * 136 * 2));
+    assert_eq!(g.smem, TcTile::ALL[0].smem_bytes(TcPrecision::F16));
+    // Four stages of B alone where A moves element by element.
+    let mut odd = big;
+    odd.a = AMode::Strided {
+        batch: 0,
+        row: 2049,
+        col: 1,
+    };
+    let g = gemm_tc(&mut m, "g_h1", &odd, TcPrecision::F16, true, Sm::Sm90);
+    assert_eq!(g.unwrap().smem, 2 * 128 * 40 * 2 + 4 * 32 * 136 * 2);
+    // f32 B: two stages of A and B.
+    let g = gemm_tc(
+        &mut m,
+        "g_f32b",
+        &dense(2048, 2048, 2048),
+        TcPrecision::F16,
+        false,
+        sm,
+    );
+    assert_eq!(g.unwrap().smem, 2 * (128 * 40 * 2 + 32 * 136 * 2));
     // tf32 elements are 4 bytes; still under sm_86's 99 KiB.
     let g = gemm_tc(
         &mut m,
@@ -390,9 +425,11 @@ fn gemm_tc_geometry() {
     assert_eq!(g.grid, [1, 1, 65535]);
     // Tiles by shape: big GEMMs 128×128, BERT's 128×768 and m = 1 the
     // latency tile, n = 64 128×64.
+    let latency = TcTile::ALL[TcTile::ALL.len() - 1];
+    assert_eq!(latency.bk, 128);
     assert_eq!(choose_tile(&dense(4096, 4096, 4096)), TcTile::ALL[0]);
-    assert_eq!(choose_tile(&dense(128, 768, 768)), TcTile::ALL[3]);
-    assert_eq!(choose_tile(&dense(1, 1000, 2048)), TcTile::ALL[3]);
+    assert_eq!(choose_tile(&dense(128, 768, 768)), latency);
+    assert_eq!(choose_tile(&dense(1, 1000, 2048)), latency);
     let c = conv(32, 56, 64, 64, 3, 1, 1, 1);
     assert_eq!(choose_tile(&c), TcTile::ALL[1]);
     let g = gemm_tc(&mut m, "g_conv", &c, TcPrecision::F16, true, sm).unwrap();
@@ -455,6 +492,9 @@ fn gemm_tc_main_tiles_do_not_spill() {
         for p in TcPrecision::ALL {
             let half = p != TcPrecision::Tf32;
             for (ti, t) in TcTile::ALL.iter().enumerate() {
+                if t.check(p).is_err() {
+                    continue;
+                }
                 for (what, s, h) in [
                     ("dense", &big, half),
                     ("conv", &rn50, half),
@@ -492,50 +532,153 @@ fn gemm_tc_main_tiles_do_not_spill() {
     }
 }
 
-/// Large products for timing on a GPU: with `AOC_PTX_DUMP_DIR` the sm_90
-/// module and its manifest go there as `perf.*` (each spec is also checked
-/// against a reference where the product is small enough). Here they must
-/// compile and assemble.
+/// Large products for timing on a GPU, each throughput tile on a few of
+/// them, and ragged products on each throughput tile (rows past a tile, n
+/// past 256, a k tail, fewer k-tiles than the ring has stages, a grouped
+/// convolution). With `AOC_PTX_DUMP_DIR` the sm_90 module and its manifest
+/// go there as `perf.*` (the GPU check times every kernel and checks each
+/// against a reference where the product is small enough), and an sm_86
+/// module of the checks and two products as `perf86.*` (its ring of B is
+/// shorter; a Hopper runs it through the driver's JIT). Here they must
+/// compile and assemble without spilling.
 #[test]
 fn gemm_tc_perf_dump() {
+    perf_module(Sm::Sm90, "perf", |_| true);
+    let few = |n: &str| n.contains("check") || n == "perf_f16_4096" || n == "perf_rn50_3x3_14";
+    perf_module(Sm::Sm86, "perf86", few);
+}
+
+fn perf_module(sm: Sm, base: &str, keep: impl Fn(&str) -> bool) {
     let mut m = ModuleText::new();
     let mut lines = Vec::new();
-    let sm = Sm::Sm90;
-    for (name, s, p) in perf_specs() {
-        let g = gemm_tc(&mut m, &name, &s, p, true, sm).unwrap();
-        lines.push(manifest_line(&name, p, &s, true, &g));
+    for (name, s, p, t) in perf_specs().into_iter().filter(|x| keep(&x.0)) {
+        let g = match t {
+            None => gemm_tc(&mut m, &name, &s, p, true, sm),
+            Some(t) => gemm_tc_tile(&mut m, &name, &s, p, true, sm, t),
+        };
+        lines.push(manifest_line(&name, p, &s, true, &g.unwrap()));
     }
     let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    // 4096³ on Hopper: A's f32 tiles in the ring (three stages, no
+    // register loads of A); elsewhere, and for a convolution, B alone in
+    // the ring (four stages on Hopper, three elsewhere).
+    let hopper = sm >= Sm::Sm90;
+    for (name, ring_a) in [("perf_f16_4096", hopper), ("perf_rn50_3x3_14", false)] {
+        let body = super::entry(&ptx, name);
+        assert_eq!(body.contains("ld.global.nc.v4"), !ring_a, "{sm} {name}");
+        let n = if hopper && !ring_a { 2 } else { 1 };
+        let wait = format!("cp.async.wait_group \t{n};");
+        assert!(body.contains(&wait), "{sm} {name}");
+    }
     if let Ok(x) = super::find_ptxas() {
-        super::assemble(&x, &ptx, sm, "gemm_tc_perf");
+        let report = super::assemble(&x, &ptx, sm, base);
+        for line in report.lines().filter(|l| l.contains("spill stores")) {
+            assert!(
+                line.contains(" 0 bytes spill stores, 0 bytes spill loads"),
+                "{line}"
+            );
+        }
     }
     if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from) {
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("perf.ptx"), &ptx).unwrap();
-        std::fs::write(dir.join("perf.txt"), lines.join("\n") + "\n").unwrap();
+        std::fs::write(dir.join(format!("{base}.ptx")), &ptx).unwrap();
+        std::fs::write(dir.join(format!("{base}.txt")), lines.join("\n") + "\n").unwrap();
     }
 }
 
-/// Square GEMMs, ResNet-50 (batch 32) convolutions and BERT's FFN.
-fn perf_specs() -> Vec<(String, GemmSpec, TcPrecision)> {
-    let mut v = Vec::new();
+/// `(name, spec, precision, tile or None for choose_tile)`.
+type PerfSpec = (String, GemmSpec, TcPrecision, Option<TcTile>);
+
+/// Square GEMMs, ResNet-50 (batch 32) convolutions, BERT's FFN; then
+/// the tiles one by one.
+fn perf_specs() -> Vec<PerfSpec> {
+    let mut v: Vec<PerfSpec> = Vec::new();
+    let square = |n| GemmSpec {
+        bias: None,
+        relu: false,
+        ..dense(n, n, n)
+    };
     for (n, p) in [
         (4096, TcPrecision::F16),
         (4096, TcPrecision::Bf16),
         (8192, TcPrecision::F16),
     ] {
-        let mut s = dense(n, n, n);
-        s.bias = None;
-        s.relu = false;
-        v.push((format!("perf_{}_{n}", prec_name(p)), s, p));
+        v.push((format!("perf_{}_{n}", prec_name(p)), square(n), p, None));
     }
     let f16 = TcPrecision::F16;
-    v.push(("perf_rn50_3x3_56".into(), conv(32, 56, 64, 64, 3, 1, 1, 1), f16));
-    v.push(("perf_rn50_1x1_56".into(), conv(32, 56, 64, 256, 1, 1, 0, 1), f16));
-    v.push(("perf_rn50_3x3_28".into(), conv(32, 28, 128, 128, 3, 1, 1, 1), f16));
-    v.push(("perf_rn50_3x3_14".into(), conv(32, 14, 256, 256, 3, 1, 1, 1), f16));
-    v.push(("perf_rn50_1x1_7".into(), conv(32, 7, 512, 2048, 1, 1, 0, 1), f16));
-    v.push(("perf_bert_ffn1".into(), dense(4096, 3072, 768), f16));
-    v.push(("check_1024".into(), dense(1024, 1024, 1024), f16));
+    let rn50 = [
+        ("3x3_56", conv(32, 56, 64, 64, 3, 1, 1, 1)),
+        ("1x1_56", conv(32, 56, 64, 256, 1, 1, 0, 1)),
+        ("3x3_28", conv(32, 28, 128, 128, 3, 1, 1, 1)),
+        ("3x3_14", conv(32, 14, 256, 256, 3, 1, 1, 1)),
+        ("1x1_7", conv(32, 7, 512, 2048, 1, 1, 0, 1)),
+    ];
+    for (what, s) in rn50 {
+        v.push((format!("perf_rn50_{what}"), s, f16, None));
+    }
+    v.push(("perf_bert_ffn1".into(), dense(4096, 3072, 768), f16, None));
+    let throughput = &TcTile::ALL[..TcTile::ALL.len() - 1];
+    for (ti, t) in throughput.iter().enumerate() {
+        let t = Some(*t);
+        v.push((format!("tile{ti}_f16_4096"), square(4096), f16, t));
+        v.push((format!("tile{ti}_rn50_1x1_56"), rn50[1].1, f16, t));
+        // Fewer blocks than multiprocessors for the larger tiles.
+        v.push((format!("tile{ti}_rn50_3x3_14"), rn50[3].1, f16, t));
+        let c = conv(32, 7, 512, 512, 3, 1, 1, 1);
+        v.push((format!("tile{ti}_rn50_3x3_7"), c, f16, t));
+        v.push((
+            format!("tile{ti}_bert_ffn2"),
+            dense(4096, 768, 3072),
+            f16,
+            t,
+        ));
+        v.push((
+            format!("tile{ti}_check_dense"),
+            dense(300, 600, 200),
+            f16,
+            t,
+        ));
+        let bf16 = TcPrecision::Bf16;
+        v.push((format!("tile{ti}_check_k40"), dense(130, 520, 40), bf16, t));
+        // One k-tile of 18: partial chunks of A (rows 20 apart).
+        let mut tail = dense(130, 264, 18);
+        tail.a = AMode::Strided {
+            batch: 0,
+            row: 20,
+            col: 1,
+        };
+        v.push((format!("tile{ti}_check_tail"), tail, f16, t));
+        let c = conv(2, 12, 64, 256, 3, 1, 1, 1);
+        v.push((format!("tile{ti}_check_conv"), c, f16, t));
+        let c = conv(2, 10, 128, 512, 3, 2, 1, 2);
+        v.push((format!("tile{ti}_check_conv_g2"), c, bf16, t));
+    }
     v
+}
+
+#[test]
+fn scratch_dump_tc_ir() {
+    let Some(path) = std::env::var_os("AOC_SCRATCH_TC") else { return };
+    let mut all = String::new();
+    for sm in SMS {
+        for p in TcPrecision::ALL {
+            all.push_str(&module(p, sm).0);
+            let mut m = ModuleText::new();
+            for (what, s, half) in specs() {
+                let half = half && p != TcPrecision::Tf32;
+                for (ti, t) in TcTile::ALL.iter().enumerate() {
+                    let name = format!("x_{}_{what}_{ti}", prec_name(p));
+                    let _ = gemm_tc_tile(&mut m, &name, &s, p, half, sm, *t);
+                }
+            }
+            for (name, s, p, t) in perf_specs() {
+                let _ = match t {
+                    None => gemm_tc(&mut m, &name, &s, p, true, sm),
+                    Some(t) => gemm_tc_tile(&mut m, &name, &s, p, true, sm, t),
+                };
+            }
+            all.push_str(&m.finish());
+        }
+    }
+    std::fs::write(path, all).unwrap();
 }

@@ -48,7 +48,7 @@ impl Gen<'_> {
         match (ktiles > 0, self.layout) {
             (false, _) => {}
             (true, Layout::Pairs) => self.mainloop(ktiles, &ktp),
-            (true, Layout::Ring) => self.mainloop_ring(ktiles, &ktp),
+            (true, Layout::Ring | Layout::RingA) => self.mainloop_ring(ktiles, &ktp),
         }
         self.epilogue();
         if looped {
@@ -103,75 +103,9 @@ impl Gen<'_> {
         self.b.place("epilogue");
     }
 
-    /// [`Layout::Ring`]: A tiles at bytes 0 and `ab`, B stage `j` at
-    /// `2·ab + j·bb`. The prologue starts B tiles `0 .. ring-1` (one
-    /// `cp.async` group each, empty past k) and stages A tile 0; k-tile `t`
-    /// then: barrier (tile `t` is visible; every warp is done with tile
-    /// `t-1`, whose B stage and the other A tile are free), `cp.async` of
-    /// B tile `t+ring-1` into the stage of tile `t-1` (a group, empty past
-    /// k), global loads of A tile `t+1`, the MMAs of tile `t`, A tile
-    /// `t+1` converted into the other A tile, and a wait until at most
-    /// `ring-2` groups are pending (this thread's copies of B tile `t+1`
-    /// have landed).
-    fn mainloop_ring(&mut self, ktiles: u64, ktp: &str) {
-        let (t, p) = (self.t, self.p);
-        let (ab, bb, ring) = (t.a_bytes(p), t.b_bytes(p), t.ring());
-        let b0 = 2 * ab;
-        for j in 0..ring - 1 {
-            if (j as u64) < ktiles {
-                self.fetch_b(&j.to_string(), &(b0 + j * bb).to_string());
-            }
-            self.ins("call void @llvm.nvvm.cp.async.commit.group()");
-        }
-        self.fetch_a("0");
-        self.stage_a("0");
-        let wait = format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", ring - 2);
-        self.ins(&wait);
-        self.ins(format!("store i32 0, ptr {ktp}, align 4"));
-        self.b.br("loop");
-        self.b.place("loop");
-        let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
-        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
-        let nk = self.v(format!("add i32 {kt}, 1"));
-        let has = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
-        let far = self.v(format!("add i32 {kt}, {}", ring - 1));
-        let has_far = self.v(format!("icmp ult i32 {far}, {ktiles}"));
-        let fslot = self.v(format!("urem i32 {far}, {ring}"));
-        let fslot = self.v(format!("mul i32 {fslot}, {bb}"));
-        let fboff = self.v(format!("add i32 {fslot}, {b0}"));
-        self.b.cond_br(&has_far, "ring", "ring.end");
-        self.b.place("ring");
-        self.fetch_b(&far, &fboff);
-        self.b.br("ring.end");
-        self.b.place("ring.end");
-        self.ins("call void @llvm.nvvm.cp.async.commit.group()");
-        let noff = self.v(format!("and i32 {nk}, 1"));
-        let noff = self.v(format!("mul i32 {noff}, {ab}"));
-        let coff = self.v(format!("and i32 {kt}, 1"));
-        let coff = self.v(format!("mul i32 {coff}, {ab}"));
-        let cslot = self.v(format!("urem i32 {kt}, {ring}"));
-        let cslot = self.v(format!("mul i32 {cslot}, {bb}"));
-        let cboff = self.v(format!("add i32 {cslot}, {b0}"));
-        self.b.cond_br(&has, "pre", "mma");
-        self.b.place("pre");
-        self.fetch_a(&nk);
-        self.b.br("mma");
-        self.b.place("mma");
-        self.compute(&coff, &cboff);
-        self.b.cond_br(&has, "put", "next");
-        self.b.place("put");
-        self.stage_a(&noff);
-        self.ins(&wait);
-        self.b.br("next");
-        self.b.place("next");
-        self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
-        self.b.cond_br(&has, "loop", "epilogue");
-        self.b.place("epilogue");
-    }
-
     /// The MMAs of one k-tile: A at byte `a_off`, B at byte `b_off` of
     /// shared memory.
-    fn compute(&mut self, a_off: &str, b_off: &str) {
+    pub(super) fn compute(&mut self, a_off: &str, b_off: &str) {
         let (t, p) = (self.t, self.p);
         let (mi, ni) = self.frags();
         let (es, pa, pb) = (p.size(), t.pa(p), t.pb(p));
@@ -301,9 +235,11 @@ impl Gen<'_> {
         }
     }
 
-    /// Bias, relu and the guarded stores. Accumulator `r` of fragment
-    /// (mi, ni) is row `g + 8·(r/2)`, column `2q + r%2` of that m16n8 tile
-    /// (`g = lane/4`, `q = lane%4`).
+    /// Bias, relu, the pointwise epilogue and the guarded stores.
+    /// Accumulator `r` of fragment (mi, ni) is row `g + 8·(r/2)`, column
+    /// `2q + r%2` of that m16n8 tile (`g = lane/4`, `q = lane%4`). The
+    /// epilogue's offsets come from the same `row`, `col` and `bz` values
+    /// that address the store, so they cannot disagree with it.
     fn epilogue(&mut self) {
         let (t, s) = (self.t, self.s);
         let (mi, ni) = self.frags();
@@ -342,7 +278,9 @@ impl Gen<'_> {
             });
             let c64 = self.v(format!("zext i32 {col} to i64"));
             let co = self.v(format!("mul i64 {c64}, {cc}"));
-            cols.push((col, ok, bias, co));
+            // Per epilogue operand: `j·s2`.
+            let eco = self.epi_terms(&c64, 2);
+            cols.push((col, ok, bias, co, eco));
         }
         let keeps = |st: u64, ext: u64| st.is_multiple_of(2) || ext <= 1;
         let pairs = s.aligned16
@@ -351,6 +289,7 @@ impl Gen<'_> {
             && keeps(cr, s.m)
             && keeps(cb, s.batch);
         let cp = if s.bias.is_some() { "%p3" } else { "%p2" };
+        let ebz = self.epi_terms(&bz, 0);
         for m in 0..mi {
             for h in 0..2 {
                 let row = self.v(format!("add i32 {row0}, {}", m * 16 + h * 8));
@@ -358,6 +297,13 @@ impl Gen<'_> {
                 let r64 = self.v(format!("zext i32 {row} to i64"));
                 let ro = self.v(format!("mul i64 {r64}, {cr}"));
                 let ro = self.v(format!("add i64 {ro}, {cbase}"));
+                // Per epilogue operand: `b·s0 + i·s1`.
+                let ero = self.epi_terms(&r64, 1);
+                let ero: Vec<String> = ero
+                    .iter()
+                    .zip(&ebz)
+                    .map(|(r, b)| self.v(format!("add i64 {r}, {b}")))
+                    .collect();
                 for n in 0..ni {
                     let mut xs = Vec::new();
                     for e in 0..2 {
@@ -376,29 +322,77 @@ impl Gen<'_> {
                     }
                     let per: Vec<usize> = if pairs { vec![0] } else { vec![0, 1] };
                     for e in per {
-                        let (_, cok, _, co) = cols[n as usize * 2 + e].clone();
+                        let (_, cok, _, co, _) = cols[n as usize * 2 + e].clone();
                         let ok = self.and(&rok, &cok);
                         let o = self.v(format!("add i64 {ro}, {co}"));
                         let p = self.v(format!(
                             "getelementptr float, ptr addrspace(1) {cp}, i64 {o}"
                         ));
-                        let text = if pairs {
-                            let v = self.v(format!(
-                                "insertelement <2 x float> poison, float {}, i32 0",
-                                xs[0]
-                            ));
-                            let v = self.v(format!(
-                                "insertelement <2 x float> {v}, float {}, i32 1",
-                                xs[1]
-                            ));
-                            format!("store <2 x float> {v}, ptr addrspace(1) {p}, align 8")
+                        // A pair stores elements 0 and 1 (columns `col`
+                        // and `col + 1`, both in range: n is even).
+                        let mine = if pairs { 0..2 } else { e..e + 1 };
+                        if self.epi.is_none() {
+                            let text = self.c_store(&xs[mine], &p);
+                            self.guarded(Some(ok), |g| g.ins(text));
                         } else {
-                            format!("store float {}, ptr addrspace(1) {p}, align 4", xs[e])
-                        };
-                        self.guarded(Some(ok), |g| g.ins(text));
+                            // Inside the guard: the epilogue reads its
+                            // operands only at elements that exist.
+                            let (cols, xs, ero) = (&cols, &xs, &ero);
+                            self.guarded(Some(ok), |g| {
+                                let ys: Vec<String> = mine
+                                    .map(|e| {
+                                        let eco = &cols[n as usize * 2 + e].4;
+                                        g.epi_value(&xs[e], ero, eco)
+                                    })
+                                    .collect();
+                                let text = g.c_store(&ys, &p);
+                                g.ins(text);
+                            });
+                        }
                     }
                 }
             }
+        }
+    }
+
+    /// `x·s[d]` for each epilogue operand's stride `s` (`x` i64); none
+    /// without an epilogue.
+    fn epi_terms(&mut self, x: &str, d: usize) -> Vec<String> {
+        let strides: Vec<u64> = match &self.epi {
+            Some((_, st)) => st.iter().map(|s| s[d]).collect(),
+            None => Vec::new(),
+        };
+        strides
+            .into_iter()
+            .map(|s| self.v(format!("mul i64 {x}, {s}")))
+            .collect()
+    }
+
+    /// `x` through the epilogue at offsets `ro[k] + co[k]`; `x` itself
+    /// without one.
+    fn epi_value(&mut self, x: &str, ro: &[String], co: &[String]) -> String {
+        let Some((f, _)) = self.epi.clone() else {
+            return x.to_string();
+        };
+        let mut args = vec![format!("float {x}")];
+        for (k, (r, c)) in ro.iter().zip(co).enumerate() {
+            let o = self.v(format!("add i64 {r}, {c}"));
+            args.push(format!("ptr addrspace(1) %e{}, i64 {o}", k + 1));
+        }
+        self.v(format!("call float @{f}({})", args.join(", ")))
+    }
+
+    /// The store of `ys` (one element, or a pair as an 8-byte store) at
+    /// `p`.
+    fn c_store(&mut self, ys: &[String], p: &str) -> String {
+        if let [y0, y1] = ys {
+            let v = self.v(format!(
+                "insertelement <2 x float> poison, float {y0}, i32 0"
+            ));
+            let v = self.v(format!("insertelement <2 x float> {v}, float {y1}, i32 1"));
+            format!("store <2 x float> {v}, ptr addrspace(1) {p}, align 8")
+        } else {
+            format!("store float {}, ptr addrspace(1) {p}, align 4", ys[0])
         }
     }
 }

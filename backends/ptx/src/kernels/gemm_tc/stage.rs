@@ -5,6 +5,14 @@
 use super::{ARow, Gen, Map, Path, Pos, TcPrecision};
 use crate::kernels::AMode;
 
+/// See [`Gen::a_chunk`].
+pub(super) struct AChunk {
+    pub off: String,
+    pub ok: String,
+    pub kk: String,
+    pub fixed_ok: String,
+}
+
 impl Gen<'_> {
     /// The positions of this thread's chunks under `map`.
     pub(super) fn positions(&mut self, map: Map) -> Vec<Pos> {
@@ -142,7 +150,27 @@ impl Gen<'_> {
     /// Chunk `i` of A in k-tile `k0`.
     fn load_a(&mut self, i: usize, k0: &str) -> String {
         let s = self.s;
-        let (w, pos_c) = (self.amap.w, self.apos[i].c.clone());
+        let w = self.amap.w;
+        let c = self.a_chunk(i, k0);
+        let tail = w > 1 && !s.k.is_multiple_of(w as u64);
+        self.load_chunk(
+            "%p0",
+            "float",
+            w,
+            &c.off,
+            &c.ok,
+            tail.then_some((&c.fixed_ok, &c.kk, s.k)),
+        )
+    }
+
+    /// Where A chunk `i` of k-tile `k0` lies: its element offset (in the
+    /// padding for a convolution where `ok` is false), whether its first
+    /// element exists (`ok`), its column `kk`, and whether its row exists
+    /// (`fixed_ok`: with `kk + e < k`, whether element `e` exists, for a
+    /// strided A).
+    pub(super) fn a_chunk(&mut self, i: usize, k0: &str) -> AChunk {
+        let s = self.s;
+        let pos_c = self.apos[i].c.clone();
         let ARow {
             ok: rowok,
             off: rowoff,
@@ -190,15 +218,12 @@ impl Gen<'_> {
             Some(e) => self.and(&rowok, &e),
             None => rowok,
         };
-        let tail = w > 1 && !s.k.is_multiple_of(w as u64);
-        self.load_chunk(
-            "%p0",
-            "float",
-            w,
-            &off,
-            &ok,
-            tail.then_some((&fixed_ok, &kk, s.k)),
-        )
+        AChunk {
+            off,
+            ok,
+            kk,
+            fixed_ok,
+        }
     }
 
     /// Chunk `i` of staged B in k-tile `k0`.
@@ -334,7 +359,7 @@ impl Gen<'_> {
         self.smem_at(a_off, pa, r, c)
     }
 
-    fn b_smem(&mut self, b_off: &str, r: &str, c: &str) -> String {
+    pub(super) fn b_smem(&mut self, b_off: &str, r: &str, c: &str) -> String {
         let pb = self.t.pb(self.p);
         self.smem_at(b_off, pb, r, c)
     }
