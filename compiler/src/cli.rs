@@ -518,14 +518,20 @@ fn cmd_compile(a: CompileArgs) -> Result<(), String> {
         "asm" => (Emit::Asm, "s"),
         e => return Err(format!("error: --emit for a CPU target must be aoc, air, clif or asm, found `{e}`")),
     };
-    let output = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
-    if output == a.input {
-        return Err(format!("error: the output {} would overwrite the model", output.display()));
-    }
+    let output = compile_output(&a, ext)?;
     let passes = a.passes.as_deref().unwrap_or(CPU_PIPELINE);
     let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, emit, &output)?;
     eprintln!("{msg}");
     Ok(())
+}
+
+/// `-o`, or the input's path with `ext`; never the model itself.
+fn compile_output(a: &CompileArgs, ext: &str) -> Result<PathBuf, String> {
+    let output = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
+    if output == a.input {
+        return Err(format!("error: the output {} would overwrite the model", output.display()));
+    }
+    Ok(output)
 }
 
 fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
@@ -540,10 +546,7 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
         "ptx" => (GpuEmit::Ptx, "ptx"),
         e => return Err(format!("error: --emit for a GPU target must be aoc, air, llvm or ptx, found `{e}`")),
     };
-    let output = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
-    if output == a.input {
-        return Err(format!("error: the output {} would overwrite the model", output.display()));
-    }
+    let output = compile_output(&a, ext)?;
     let passes = a.passes.as_deref().unwrap_or(GPU_PIPELINE);
     let cache = a.tune_cache.clone().unwrap_or_else(crate::gpu::default_tune_cache);
     let tune = (a.tune && emit == GpuEmit::Artifact).then_some(cache.as_path());

@@ -39,6 +39,32 @@ pub enum Emit {
     Asm,
 }
 
+/// Loads a model and runs `passes` with `cost_target`'s cost model; with
+/// `air_out`, writes the optimized IR there instead and returns `None`
+/// (`--emit air`: folded weights print inline as dense<...>, complete if
+/// large).
+pub fn load_optimized(
+    input: &Path,
+    input_shapes: &[(String, Vec<usize>)],
+    passes: &str,
+    cost_target: &str,
+    air_out: Option<&Path>,
+) -> Result<Option<crate::driver::Loaded>, String> {
+    let mut loaded = load_model(input, input_shapes)?;
+    let config = crate::opt::OptConfig {
+        passes: Some(passes.to_string()),
+        target: cost_target.to_string(),
+        ..Default::default()
+    };
+    crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    if let Some(out) = air_out {
+        let text = aoc_ir::print::print_module(&loaded.module);
+        std::fs::write(out, &text).map_err(|e| format!("error: cannot write {}: {e}", out.display()))?;
+        return Ok(None);
+    }
+    Ok(Some(loaded))
+}
+
 /// `aoc compile` for a CPU target; returns the summary line(s) for stderr.
 pub fn compile_cpu(
     input: &Path,
@@ -49,19 +75,9 @@ pub fn compile_cpu(
     output: &Path,
 ) -> Result<String, String> {
     let t0 = Instant::now();
-    let mut loaded = load_model(input, input_shapes)?;
-    let config = crate::opt::OptConfig {
-        passes: Some(passes.to_string()),
-        target: "x86-64-v4".to_string(),
-        ..Default::default()
-    };
-    crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
-    if emit == Emit::Air {
-        // Folded weights print inline as dense<...>: complete, if large.
-        let text = aoc_ir::print::print_module(&loaded.module);
-        std::fs::write(output, &text).map_err(|e| format!("error: cannot write {}: {e}", output.display()))?;
+    let Some(loaded) = load_optimized(input, input_shapes, passes, "x86-64-v4", (emit == Emit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
-    }
+    };
     let func = loaded
         .module
         .entry()

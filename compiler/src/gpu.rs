@@ -18,8 +18,8 @@ use aoc_runtime::artifact::Artifact;
 use aoc_runtime::cuda::{GpuSession, KernelTrial, time_kernel};
 use aoc_runtime::gpu_plan::GpuItem;
 
-use crate::cpu::{BenchResult, bind_inputs, decode_outputs, human, stats};
-use crate::driver::{InputArg, load_model};
+use crate::cpu::{BenchResult, bind_inputs, decode_outputs, human, load_optimized, stats};
+use crate::driver::InputArg;
 
 /// The pass pipeline `aoc compile` runs for a GPU target (no Winograd: the
 /// GPU lowering runs 3×3 convolutions as implicit GEMMs on tensor cores).
@@ -136,18 +136,10 @@ pub fn compile_gpu(
     tune: Option<&Path>,
 ) -> Result<String, String> {
     let t0 = Instant::now();
-    let mut loaded = load_model(input, input_shapes)?;
-    let config = crate::opt::OptConfig {
-        passes: Some(passes.to_string()),
-        target: cost_target(sm).to_string(),
-        ..Default::default()
-    };
-    crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
     let write = |bytes: &[u8]| std::fs::write(output, bytes).map_err(|e| format!("error: cannot write {}: {e}", output.display()));
-    if emit == GpuEmit::Air {
-        write(aoc_ir::print::print_module(&loaded.module).as_bytes())?;
+    let Some(loaded) = load_optimized(input, input_shapes, passes, cost_target(sm), (emit == GpuEmit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
-    }
+    };
     let func = loaded
         .module
         .entry()
