@@ -27,7 +27,7 @@ use aoc_runtime::plan::{Buf, Space, Step};
 use crate::expr::{Expr, PointwiseKernel};
 use crate::irtext::ModuleText;
 use crate::kernels::gemm_simt::SimtTile;
-use crate::kernels::gemm_tc::{TcPrecision, TcTile, gemm_tc, gemm_tc_tile};
+use crate::kernels::gemm_tc::{TcPrecision, TcTile, gemm_tc_tile, gemm_tc_with};
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_simt, index, rows};
 use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
@@ -197,8 +197,9 @@ impl<'a> Tr<'a, '_> {
     }
 
     /// A GEMM-shaped step: on tensor cores when the precision asks and the
-    /// GPU has them, else on the CUDA cores.
-    fn gemm(&mut self, spec: GemmSpec, bufs: GemmBufs, b_const: bool, origin: &str) -> Result<(), String> {
+    /// GPU has them, else on the CUDA cores; `epi` is a fused epilogue and
+    /// its extra buffers.
+    fn gemm(&mut self, spec: GemmSpec, bufs: GemmBufs, b_const: bool, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
         let GemmBufs { a, b, bias, c } = bufs;
         let (a, b, bias, c) = (&a, &b, bias.as_ref(), &c);
         let tc = match self.precision {
@@ -220,27 +221,37 @@ impl<'a> Tr<'a, '_> {
         let mut arg_bytes = vec![a.len, b.len];
         arg_bytes.extend(bias.map(|x| x.len));
         arg_bytes.push(c.len);
+        let e = epi.map(|(e, _)| e);
         let k = match (tc, self.tuner.is_some()) {
-            (Some(p), false) => self.kernel("gemm_tc", (&spec, p, b_half), |m, n| gemm_tc(m, n, &spec, p, b_half, sm))?,
-            (None, false) => self.kernel("gemm_f32", spec, |m, n| gemm_simt::gemm_f32(m, n, &spec))?,
-            (Some(p), true) => {
-                let tiles: Vec<TcTile> = TcTile::ALL.into_iter().filter(|t| t.check(p).is_ok()).collect();
-                let pick = self.tune(&format!("gemm_tc|{p:?}|{b_half}"), &spec, &tiles, &arg_bytes, |m, n, t| {
-                    gemm_tc_tile(m, n, &spec, p, b_half, sm, *t)
-                })?;
-                let t = tiles[pick];
-                self.kernel("gemm_tc", (&spec, p, b_half, t), |m, n| gemm_tc_tile(m, n, &spec, p, b_half, sm, t))?
+            (Some(p), tuned) => {
+                let t = if tuned {
+                    let tiles: Vec<TcTile> = TcTile::ALL.into_iter().filter(|t| t.check(p).is_ok()).collect();
+                    let pick = self.tune(&format!("gemm_tc|{p:?}|{b_half}"), &spec, &tiles, &arg_bytes, |m, n, t| {
+                        gemm_tc_tile(m, n, &spec, p, b_half, sm, *t)
+                    })?;
+                    Some(tiles[pick])
+                } else {
+                    None
+                };
+                self.kernel("gemm_tc", (&spec, p, b_half, t, e), |m, n| gemm_tc_with(m, n, &spec, p, b_half, sm, t, e))?
             }
-            (None, true) => {
-                let tiles: Vec<SimtTile> = SimtTile::CANDIDATES.into_iter().filter(|t| t.check().is_ok()).collect();
-                let pick = self.tune("gemm_f32", &spec, &tiles, &arg_bytes, |m, n, t| gemm_simt::gemm_f32_tile(m, n, &spec, *t))?;
-                let t = tiles[pick];
-                self.kernel("gemm_f32", (&spec, t), |m, n| gemm_simt::gemm_f32_tile(m, n, &spec, t))?
+            (None, tuned) => {
+                let t = if tuned {
+                    let tiles: Vec<SimtTile> = SimtTile::CANDIDATES.into_iter().filter(|t| t.check().is_ok()).collect();
+                    let pick = self.tune("gemm_f32", &spec, &tiles, &arg_bytes, |m, n, t| gemm_simt::gemm_f32_tile(m, n, &spec, *t))?;
+                    tiles[pick]
+                } else {
+                    gemm_simt::pick_tile(&spec)
+                };
+                self.kernel("gemm_f32", (&spec, t, e), |m, n| gemm_simt::gemm_f32_with(m, n, &spec, t, e))?
             }
         };
         let mut args = vec![Arg::In(*a), Arg::In(b)];
         args.extend(bias.map(|x| Arg::In(*x)));
         args.push(Arg::Out(*c));
+        if let Some((_, extra)) = epi {
+            args.extend(extra.iter().map(|b| Arg::In(*b)));
+        }
         self.launch(k, args, origin);
         Ok(())
     }
@@ -274,7 +285,7 @@ impl<'a> Tr<'a, '_> {
         index.get(pick).copied().ok_or_else(|| format!("the tuner picked candidate {pick} of {}", cands.len()))
     }
 
-    fn step(&mut self, step: &Step, origin: &str) -> Result<(), String> {
+    fn step(&mut self, step: &Step, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
         match step {
             Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu } => {
                 let spec = GemmSpec {
@@ -289,7 +300,7 @@ impl<'a> Tr<'a, '_> {
                     relu: *relu,
                     aligned16: false,
                 };
-                self.gemm(spec, GemmBufs { a: *a, b: *b, bias: *bias, c: *c }, true, origin)
+                self.gemm(spec, GemmBufs { a: *a, b: *b, bias: *bias, c: *c }, true, origin, epi)
             }
             Step::MatMul { a, b, c, batch, m, n, k, a_strides, b_strides, c_strides } => {
                 let spec = GemmSpec {
@@ -304,7 +315,7 @@ impl<'a> Tr<'a, '_> {
                     relu: false,
                     aligned16: false,
                 };
-                self.gemm(spec, GemmBufs { a: *a, b: *b, bias: None, c: *c }, b.space == Space::Weights, origin)
+                self.gemm(spec, GemmBufs { a: *a, b: *b, bias: None, c: *c }, b.space == Space::Weights, origin, epi)
             }
             Step::Conv2d { x, w, bias, y, geom, relu } => {
                 let g = geom.group.max(1);
@@ -322,7 +333,7 @@ impl<'a> Tr<'a, '_> {
                     relu: *relu,
                     aligned16: false,
                 };
-                self.gemm(spec, GemmBufs { a: *x, b: *w, bias: *bias, c: *y }, true, origin)
+                self.gemm(spec, GemmBufs { a: *x, b: *w, bias: *bias, c: *y }, true, origin, epi)
             }
             Step::WinogradConv2d { .. } => {
                 Err("internal error: the GPU lowering produced a Winograd step".to_string())
@@ -500,6 +511,17 @@ pub fn affine_over(dims: &[u64], strides: &[u64], m: u64, n: u64) -> Option<[u64
     Some([collapse(&row)?, collapse(&col)?])
 }
 
+/// The contiguous `m × n` output of a GEMM-shaped step (one batch, one
+/// group), the only form an epilogue is fused into.
+fn gemm_output(step: &Step) -> Option<(Buf, u64, u64)> {
+    match step {
+        Step::Gemm { c, m, n, ldc, .. } if ldc == n => Some((*c, *m, *n)),
+        Step::Conv2d { y, geom, .. } if geom.group == 1 => Some((*y, geom.n * geom.oh * geom.ow, geom.oc)),
+        Step::MatMul { c, batch: 1, m, n, c_strides, .. } if c_strides[1] == *n && c_strides[2] == 1 => Some((*c, *m, *n)),
+        _ => None,
+    }
+}
+
 /// A pointwise step right after a GEMM writing `c` (`m × n`, row major,
 /// contiguous) that rewrites `c` in place and reads it at the element it
 /// writes becomes that GEMM's epilogue: returns the epilogue and the extra
@@ -586,8 +608,14 @@ pub fn translate_tuned(
         items: Vec::new(),
         origins: Vec::new(),
     };
-    for (step, origin) in steps.iter().zip(&origins) {
-        tr.step(step, origin).map_err(|e| format!("{origin}: {e}"))?;
+    let mut i = 0;
+    while i < steps.len() {
+        let (step, origin) = (&steps[i], &origins[i]);
+        let fused = gemm_output(step)
+            .zip(steps.get(i + 1))
+            .and_then(|((c, m, n), next)| fusable_epilogue(&c, m, n, next, &tr.pointwise));
+        tr.step(step, origin, fused.as_ref()).map_err(|e| format!("{origin}: {e}"))?;
+        i += if fused.is_some() { 2 } else { 1 };
     }
     let n = tr.made.len();
     let plan = GpuPlan { items: tr.items, origins: tr.origins };

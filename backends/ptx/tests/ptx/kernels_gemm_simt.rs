@@ -2,17 +2,28 @@
 //! on the CUDA cores): the IR verifies and lowers for every target, ptxas
 //! accepts it without spills, the code has the intended shape (`fma.rn.f32`,
 //! shared-memory tiles, 16-byte global loads where the strides allow them)
-//! and the launch geometry covers the problem.
+//! and the launch geometry covers the problem. Pointwise epilogues
+//! (`gemm_f32_with`): parameters, inlined helper and its loads, one call
+//! per stored element, register use, error cases. The child module `host`
+//! runs the kernels on the host (LLVM's JIT) against a naive product.
 //!
 //! `AOC_PTX_DUMP_DIR=dir` also writes `gemm_simt-<sm>.ptx` and
 //! `gemm_simt.cases` (one line per kernel: name, spec, geometry) there, for
 //! a run of the kernels against a reference on a GPU machine.
 
-use aoc_backend_ptx::kernels::gemm_simt::{SimtTile, gemm_f32, gemm_f32_tile, pick_tile};
-use aoc_backend_ptx::kernels::{AMode, ConvGeom, GemmSpec, Geometry};
+use aoc_backend_ptx::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
+use aoc_backend_ptx::kernels::gemm_simt::{
+    SimtTile, gemm_f32, gemm_f32_tile, gemm_f32_with, pick_tile,
+};
+use aoc_backend_ptx::kernels::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+use aoc_ir::types::Scalar;
 
 use super::{assemble, entry, find_ptxas};
+
+/// The kernels run on the host through LLVM's JIT.
+#[path = "kernels_gemm_simt/host.rs"]
+mod host;
 
 /// Row-major `A (m×k) · B (k×n) → C (m×n)`, 16-byte aligned.
 fn dense(m: u64, n: u64, k: u64) -> GemmSpec {
@@ -556,4 +567,250 @@ fn gemm_simt_rejects_bad_specs() {
         ks: 1,
     };
     assert!(gemm_f32_tile(&mut m, "t", &dense(4, 4, 4), bad).is_err());
+}
+
+/// A GEMM epilogue computing `exprs` over the f32 result (operand 0) and
+/// the `extra` operands (type, `[batch, row, col]` strides).
+fn epilogue(extra: &[(Scalar, [u64; 3])], exprs: &[Expr]) -> GemmEpilogue {
+    let operands = std::iter::once(Scalar::F32)
+        .chain(extra.iter().map(|e| e.0))
+        .map(|dtype| Operand {
+            dtype,
+            strides: vec![0],
+        })
+        .collect();
+    GemmEpilogue {
+        kernel: PointwiseKernel {
+            name: String::new(),
+            dims: vec![1],
+            operands,
+            exprs: exprs.to_vec(),
+            result: exprs.len() - 1,
+            out_dtype: Scalar::F32,
+        },
+        strides: extra.iter().map(|e| e.1).collect(),
+    }
+}
+
+/// `relu(v + r)`: a residual add read with strides `r`.
+fn residual_relu(r: [u64; 3]) -> GemmEpilogue {
+    epilogue(
+        &[(Scalar::F32, r)],
+        &[
+            Expr::Load(0),
+            Expr::Load(1),
+            Expr::Binary(Bin::Add, 0, 1),
+            Expr::Unary(Un::Relu, 2),
+        ],
+    )
+}
+
+/// `v · s[j] + q` with `s` an f32 per-column scale and `q` an i8 tensor
+/// with strides `q`.
+fn scale_cols_add_i8(q: [u64; 3]) -> GemmEpilogue {
+    epilogue(
+        &[(Scalar::F32, [0, 0, 1]), (Scalar::I8, q)],
+        &[
+            Expr::Load(0),
+            Expr::Load(1),
+            Expr::Load(2),
+            Expr::Binary(Bin::Mul, 0, 1),
+            Expr::Binary(Bin::Add, 3, 2),
+        ],
+    )
+}
+
+/// `v · h` with `h` f16 at strides `h`.
+fn times_f16(h: [u64; 3]) -> GemmEpilogue {
+    epilogue(
+        &[(Scalar::F16, h)],
+        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Bin::Mul, 0, 1)],
+    )
+}
+
+/// Specs with epilogues: a dense, a convolution and an unaligned batched
+/// product, each with its three epilogues (operands laid out as C).
+fn epilogue_cases() -> Vec<(&'static str, GemmSpec, [GemmEpilogue; 3])> {
+    let epis = |s: &GemmSpec| {
+        let c = s.c_strides;
+        [residual_relu(c), scale_cols_add_i8(c), times_f16(c)]
+    };
+    let dense_s = GemmSpec {
+        bias: Some(0),
+        relu: true,
+        ..dense(1000, 600, 300)
+    };
+    let conv_s = conv(geom(2, 15, 16, 32, 3, 2, 1, 2), true, false);
+    let unaligned = cases()
+        .into_iter()
+        .find(|c| c.0 == "unaligned_strided")
+        .unwrap()
+        .1;
+    vec![
+        ("epi_dense", dense_s, epis(&dense_s)),
+        ("epi_conv", conv_s, epis(&conv_s)),
+        ("epi_unaligned", unaligned, epis(&unaligned)),
+    ]
+}
+
+fn tile_tag(t: &SimtTile) -> String {
+    format!("{}x{}x{}_{}x{}_k{}", t.bm, t.bn, t.bk, t.tm, t.tn, t.ks)
+}
+
+/// Kernels with epilogues lower for every target and assemble: one extra
+/// parameter per extra operand, the helper inlined with its loads and
+/// conversions, one call per element of a thread's tile in the IR (the
+/// one store path, after the k groups' reduction). Registers stay within
+/// the plain kernels' budgets; the 8×8 tile, which keeps its
+/// `.minnctapersm`, spills a few values (as some plain kernels do), which
+/// is bounded here.
+#[test]
+fn gemm_simt_epilogues_assemble() {
+    let ptxas = find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    let (mut m, mut plain) = (ModuleText::new(), ModuleText::new());
+    // (name, parameters without the epilogue, extra operands, epilogue)
+    let mut kernels = Vec::new();
+    for (what, s, epis) in epilogue_cases() {
+        let tiles = std::iter::once(pick_tile(&s)).chain(SimtTile::CANDIDATES);
+        for (ti, t) in tiles.enumerate() {
+            let (e, epi) = (ti % 3, &epis[ti % 3]);
+            let name = format!("{what}_{}_e{e}", tile_tag(&t));
+            let g = gemm_f32_with(&mut m, &name, &s, t, Some(epi))
+                .unwrap_or_else(|err| panic!("{name}: {err}"));
+            let g0 = gemm_f32_tile(&mut plain, &name, &s, t).unwrap();
+            assert_eq!(g, g0, "{name}: the epilogue changes no geometry");
+            let base = 3 + usize::from(s.bias.is_some());
+            kernels.push((name, base, epi.strides.len(), e, t));
+        }
+    }
+    let ir = m.finish();
+    for (name, _, extra, _, t) in &kernels {
+        assert_eq!(
+            ir.matches(&format!("define internal float @{name}_epi("))
+                .count(),
+            1
+        );
+        let def = &ir[ir.find(&format!(" @{name}(")).unwrap()..];
+        let def = &def[..def.find("\n}").unwrap()];
+        let head = &def[..def.find('{').unwrap()];
+        assert_eq!(head.matches("%pe").count(), *extra, "{name}");
+        let calls = def.matches(&format!("call float @{name}_epi(")).count();
+        assert_eq!(calls as u32, t.tm * t.tn, "{name}");
+        if t.ks > 1 {
+            let first = def.find(&format!("@{name}_epi(")).unwrap();
+            assert!(def.find("red.sum:").unwrap() < first, "{name}");
+        }
+    }
+    let plain_ptx = ir_to_ptx(&plain.finish(), Sm::Sm86).unwrap();
+    let gl = |b: &str| b.matches("ld.global").count();
+    for sm in [Sm::Sm75, Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a] {
+        let ptx = ir_to_ptx(&ir, sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
+        for (name, base, extra, e, _) in &kernels {
+            let body = entry(&ptx, name);
+            assert_eq!(body.matches(".param ").count(), base + extra, "{sm} {name}");
+            assert!(!body.contains("call"), "{sm} {name}: the helper is inlined");
+            if sm == Sm::Sm86 {
+                let body0 = entry(&plain_ptx, name);
+                assert_eq!(body0.matches(".param ").count(), *base, "{name}");
+                assert!(gl(body) > gl(body0), "{name}: no epilogue loads");
+            }
+            let (what, ok) = match e {
+                0 => ("relu", body.contains("setp.lt.f32")),
+                1 => ("the i8 load", body.contains(".s8")),
+                _ => ("the f16 conversion", body.contains("cvt.f32.f16")),
+            };
+            assert!(ok, "{sm} {name}: no {what}");
+        }
+        let Ok(p) = &ptxas else { continue };
+        let report = assemble(p, &ptx, sm, "gemm_simt_epilogue");
+        let usage = ptxas_usage(&report);
+        assert_eq!(usage.len(), kernels.len(), "{report}");
+        for (name, regs, spill) in &usage {
+            if *spill > 0 || sm == Sm::Sm86 {
+                println!("{sm} {name}: {regs} registers, {spill} bytes spilled");
+            }
+            let t = kernels.iter().find(|k| &k.0 == name).unwrap().4;
+            // At least the blocks per multiprocessor the plain kernel's
+            // register budget gives: 2, or 3 for 4×4 register tiles (but
+            // on sm_75, where one of these takes 110 registers).
+            let budget = if t.tm * t.tn >= 32 || sm == Sm::Sm75 {
+                128
+            } else {
+                80
+            };
+            assert!(*regs <= budget, "{sm} {name}: {regs} registers");
+            assert!(*spill <= 128, "{sm} {name}: {spill} bytes spilled");
+        }
+    }
+}
+
+#[test]
+fn gemm_simt_epilogue_edges() {
+    let mut m = ModuleText::new();
+    let s = GemmSpec {
+        bias: Some(0),
+        relu: true,
+        ..dense(200, 136, 64)
+    };
+    // (8×8 register tiles keep the occupancy hint of the plain kernel.)
+    let t = SimtTile::CANDIDATES[0];
+    // An identity epilogue (no extra operand) is the plain kernel once
+    // inlined: the epilogue path adds nothing of its own (edges included).
+    let id = epilogue(&[], &[Expr::Load(0)]);
+    gemm_f32_with(&mut m, "ident", &s, t, Some(&id)).unwrap();
+    gemm_f32_tile(&mut m, "plain", &s, t).unwrap();
+    // An empty product keeps the parameter list.
+    let e = residual_relu([0, 4, 1]);
+    let g = gemm_f32_with(&mut m, "empty", &dense(0, 4, 4), t, Some(&e)).unwrap();
+    assert_eq!(g.grid, [1, 1, 1]);
+    let ir = m.finish();
+    let ptx = ir_to_ptx(&ir, Sm::Sm86).unwrap();
+    // The body with the kernel's name and its number in block labels
+    // (`$L__BB<function>_<block>`) taken out.
+    let code = |name: &str| {
+        let body = entry(&ptx, name);
+        let body = body[..body.find("\n}").unwrap()].replace(name, "K");
+        let mut parts = body.split("$L__BB");
+        let mut out = parts.next().unwrap().to_string();
+        for p in parts {
+            out.push_str(p.trim_start_matches(|c: char| c.is_ascii_digit()));
+        }
+        out
+    };
+    assert!(
+        code("ident") == code("plain"),
+        "an identity epilogue changes the code"
+    );
+    let empty = entry(&ptx, "empty");
+    assert_eq!(empty.matches(".param ").count(), 4);
+    assert!(!empty.contains("ld.global"));
+    // Invalid epilogues.
+    let mut m = ModuleText::new();
+    let mut bad = residual_relu([0, 4, 1]);
+    bad.strides.push([0, 0, 1]);
+    let err = gemm_f32_with(&mut m, "k", &s, t, Some(&bad)).unwrap_err();
+    assert!(err.contains("stride triples"), "{err}");
+    let mut f16_out = residual_relu([0, 4, 1]);
+    f16_out.kernel.out_dtype = Scalar::F16;
+    assert!(gemm_f32_with(&mut m, "k", &s, t, Some(&f16_out)).is_err());
+    let huge = residual_relu([0, 1 << 62, 1]);
+    let err = gemm_f32_with(&mut m, "k", &s, t, Some(&huge)).unwrap_err();
+    assert!(err.contains("too large"), "{err}");
+    // The operands' offsets are i64 even where C's fit in i32.
+    let mut m = ModuleText::new();
+    let s = GemmSpec {
+        batch: 2,
+        ..dense(64, 64, 64)
+    };
+    let far = residual_relu([1 << 33, 64, 1]);
+    gemm_f32_with(&mut m, "far", &s, t, Some(&far)).unwrap();
+    let ir = m.finish();
+    assert!(
+        ir.contains("mul i32") && ir.contains(", 8589934592"),
+        "i64 offsets"
+    );
+    ir_to_ptx(&ir, Sm::Sm86).unwrap();
 }

@@ -2,13 +2,19 @@
 //! f16, bf16 and tf32. Checks that every spec shape gives IR that LLVM
 //! accepts and PTX that ptxas assembles for sm_80 … sm_90a, that the PTX
 //! uses the intended instructions, the launch geometry of edge shapes, the
-//! refusals, and that the main tiles do not spill. `AOC_PTX_DUMP_DIR=dir`
+//! refusals, that the main tiles do not spill, and the fused pointwise
+//! epilogues (extra parameters, their loads, one evaluation per stored
+//! element). `AOC_PTX_DUMP_DIR=dir`
 //! also writes the sm_90 modules and a manifest of their specs there (for a
 //! run on a GPU).
 
-use aoc_backend_ptx::kernels::gemm_tc::{TcPrecision, TcTile, choose_tile, gemm_tc, gemm_tc_tile};
-use aoc_backend_ptx::kernels::{AMode, ConvGeom, GemmSpec, Geometry};
+use aoc_backend_ptx::expr::{Bin, Expr, Un};
+use aoc_backend_ptx::kernels::gemm_tc::{
+    TcPrecision, TcTile, choose_tile, gemm_tc, gemm_tc_tile, gemm_tc_with,
+};
+use aoc_backend_ptx::kernels::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+use aoc_ir::types::Scalar;
 
 const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
 
@@ -656,29 +662,287 @@ fn perf_specs() -> Vec<PerfSpec> {
     v
 }
 
-#[test]
-fn scratch_dump_tc_ir() {
-    let Some(path) = std::env::var_os("AOC_SCRATCH_TC") else { return };
-    let mut all = String::new();
-    for sm in SMS {
-        for p in TcPrecision::ALL {
-            all.push_str(&module(p, sm).0);
-            let mut m = ModuleText::new();
-            for (what, s, half) in specs() {
-                let half = half && p != TcPrecision::Tf32;
-                for (ti, t) in TcTile::ALL.iter().enumerate() {
-                    let name = format!("x_{}_{what}_{ti}", prec_name(p));
-                    let _ = gemm_tc_tile(&mut m, &name, &s, p, half, sm, *t);
-                }
+/// An epilogue over the f32 result (operand 0) and `extra` operands
+/// (type, `[batch, row, col]` strides) computing `exprs`.
+fn epilogue(s: &GemmSpec, extra: &[(Scalar, [u64; 3])], exprs: &[Expr]) -> GemmEpilogue {
+    let ops: Vec<(Scalar, &[u64])> = std::iter::once((Scalar::F32, &s.c_strides[1..]))
+        .chain(extra.iter().map(|(t, st)| (*t, &st[1..])))
+        .collect();
+    GemmEpilogue {
+        kernel: super::kernel("", &[s.m, s.n], &ops, exprs, Scalar::F32),
+        strides: extra.iter().map(|e| e.1).collect(),
+    }
+}
+
+/// The epilogues each spec is tried with, by name: `relu(v + r)` with `r`
+/// laid out as C; `v · s[j]`, a per-column broadcast; `v − h` with an f16
+/// `h` read transposed; and all three at once, `relu(v·s[j] + r) − h`.
+fn epilogues(s: &GemmSpec) -> Vec<(&'static str, GemmEpilogue)> {
+    let r = (Scalar::F32, s.c_strides);
+    let col = (Scalar::F32, [0, 0, 1]);
+    let h = (Scalar::F16, [s.m * s.n, 1, s.m]);
+    let (l0, l1, l2, l3) = (Expr::Load(0), Expr::Load(1), Expr::Load(2), Expr::Load(3));
+    let residual = [
+        l0,
+        l1,
+        Expr::Binary(Bin::Add, 0, 1),
+        Expr::Unary(Un::Relu, 2),
+    ];
+    let scale = [l0, l1, Expr::Binary(Bin::Mul, 0, 1)];
+    let half = [l0, l1, Expr::Binary(Bin::Sub, 0, 1)];
+    let all = [
+        l0,
+        l1,
+        l2,
+        l3,
+        Expr::Binary(Bin::Mul, 0, 2),
+        Expr::Binary(Bin::Add, 4, 1),
+        Expr::Unary(Un::Relu, 5),
+        Expr::Binary(Bin::Sub, 6, 3),
+    ];
+    vec![
+        ("residual", epilogue(s, &[r], &residual)),
+        ("colscale", epilogue(s, &[col], &scale)),
+        ("half", epilogue(s, &[h], &half)),
+        ("all", epilogue(s, &[r, col, h], &all)),
+    ]
+}
+
+/// Specs for the epilogue tests: a dense product (paired stores), a
+/// grouped convolution (batch = group, so `b·s0` matters), an unaligned
+/// product (scalar stores), and batches past grid.z (the batch loop).
+fn epi_specs() -> Vec<(&'static str, GemmSpec, bool)> {
+    let all = specs();
+    let pick = |n: &str| *all.iter().find(|x| x.0 == n).unwrap();
+    vec![
+        pick("dense"),
+        ("conv", pick("conv3x3_s2_g2").1, true),
+        ("unaligned", pick("ragged").1, true),
+        pick("many_batches"),
+    ]
+}
+
+/// The LLVM IR of kernel `name` in module text `ir`.
+fn ir_func<'a>(ir: &'a str, name: &str) -> &'a str {
+    let start = ir
+        .find(&format!("define ptx_kernel void @{name}("))
+        .unwrap();
+    let len = ir[start..].find("\n}\n").unwrap();
+    &ir[start..start + len]
+}
+
+/// One kernel of [`epi_module`]: name, spec, tile, extra operands, and
+/// the name of its twin without an epilogue.
+struct EpiKernel {
+    name: String,
+    spec: GemmSpec,
+    tile: TcTile,
+    extra: usize,
+    kind: &'static str,
+    twin: String,
+}
+
+/// Every epilogue on every [`epi_specs`] spec with the tile `gemm_tc`
+/// picks, and the all-operand epilogue on each tile of [`TcTile::ALL`]
+/// (dense and unaligned: both store paths); each beside its twin without
+/// an epilogue.
+fn epi_module(p: TcPrecision, sm: Sm) -> (String, Vec<EpiKernel>) {
+    let mut m = ModuleText::new();
+    let mut out = Vec::new();
+    let mut cases: Vec<(String, GemmSpec, bool, Option<TcTile>)> = Vec::new();
+    for (what, s, half) in epi_specs() {
+        cases.push((what.to_string(), s, half, None));
+    }
+    for (ti, t) in TcTile::ALL.iter().enumerate() {
+        for (what, s, half) in &epi_specs()[..3] {
+            if *what != "conv" {
+                cases.push((format!("{what}_t{ti}"), *s, *half, Some(*t)));
             }
-            for (name, s, p, t) in perf_specs() {
-                let _ = match t {
-                    None => gemm_tc(&mut m, &name, &s, p, true, sm),
-                    Some(t) => gemm_tc_tile(&mut m, &name, &s, p, true, sm, t),
-                };
-            }
-            all.push_str(&m.finish());
         }
     }
-    std::fs::write(path, all).unwrap();
+    for (what, s, half, tile) in cases {
+        let half = half && p != TcPrecision::Tf32;
+        let twin = format!("e_{}_{what}_plain", prec_name(p));
+        let g0 = gemm_tc_with(&mut m, &twin, &s, p, half, sm, tile, None).unwrap();
+        let kinds = epilogues(&s);
+        // Every epilogue with the chosen tile; the full one per tile.
+        let kinds = kinds.iter().filter(|k| tile.is_none() || k.0 == "all");
+        for (kind, e) in kinds {
+            let name = format!("e_{}_{what}_{kind}", prec_name(p));
+            let g = gemm_tc_with(&mut m, &name, &s, p, half, sm, tile, Some(e))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            // An epilogue changes neither the launch nor shared memory.
+            assert_eq!(g, g0, "{name}");
+            out.push(EpiKernel {
+                name,
+                spec: s,
+                tile: tile.unwrap_or_else(|| choose_tile(&s)),
+                extra: e.strides.len(),
+                kind,
+                twin: twin.clone(),
+            });
+        }
+    }
+    (m.finish(), out)
+}
+
+/// Kernels with fused epilogues: the IR evaluates the epilogue once per
+/// stored element (as many calls as accumulators per thread, each inside
+/// a store's guard); the PTX takes one more pointer per extra operand and
+/// reads each of them (more global loads than the twin without an
+/// epilogue, f16 → f32 conversions for the f16 operand); ptxas assembles
+/// it for sm_80 … sm_90a without spilling.
+#[test]
+fn gemm_tc_epilogues() {
+    let ptxas = super::find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    for p in TcPrecision::ALL {
+        for sm in [Sm::Sm80, Sm::Sm86, Sm::Sm90, Sm::Sm90a] {
+            let (ir, kernels) = epi_module(p, sm);
+            for k in &kernels {
+                let f = ir_func(&ir, &k.name);
+                let calls = f.matches(&format!("call float @{}_epi(", k.name)).count();
+                let t = k.tile;
+                assert_eq!(calls as u32, t.bm * t.bn / t.threads(), "{}", k.name);
+                // Each call sits in a store's guarded block, which stores.
+                for (i, _) in f.match_indices("_epi(") {
+                    let (label, block) = block_at(f, i);
+                    let guarded = label.starts_with("chunk.") && !label.starts_with("chunk.end");
+                    assert!(guarded, "{}: in {label}", k.name);
+                    assert!(block.contains("store "), "{}: {block}", k.name);
+                }
+                let sig = &f[..f.find('{').unwrap()];
+                let base = if k.spec.bias.is_some() { 4 } else { 3 };
+                assert_eq!(sig.matches("ptr addrspace(1)").count(), base + k.extra);
+            }
+            let ptx = ir_to_ptx(&ir, sm).unwrap_or_else(|e| panic!("{p:?} {sm}: {e}"));
+            for k in &kernels {
+                let what = format!("{sm} {}", k.name);
+                let body = super::entry(&ptx, &k.name);
+                let (head, code) = body.split_at(body.find(')').unwrap());
+                let base = if k.spec.bias.is_some() { 4 } else { 3 };
+                assert_eq!(
+                    head.matches(".param .u64").count(),
+                    base + k.extra,
+                    "{what}"
+                );
+                for i in base..base + k.extra {
+                    let param = format!("{}_param_{i}", k.name);
+                    assert!(code.contains(&param), "{what}: {param} unused");
+                }
+                let twin = super::entry(&ptx, &k.twin);
+                let loads = |b: &str| b.matches("ld.global").count();
+                assert!(loads(code) > loads(twin), "{what}: no epilogue loads");
+                if k.kind == "half" || k.kind == "all" {
+                    assert!(code.contains("cvt.f32.f16"), "{what}");
+                    assert!(!twin.contains("cvt.f32.f16"), "{what}");
+                }
+            }
+            if let Ok(x) = &ptxas {
+                let what = format!("gemm_tc_epi_{}", prec_name(p));
+                let usage = ptxas_usage(&super::assemble(x, &ptx, sm, &what));
+                for k in &kernels {
+                    let (regs, spill) = usage[&k.name];
+                    let (twin_regs, twin_spill) = usage[&k.twin];
+                    assert_eq!(twin_spill, 0, "{sm} {}", k.twin);
+                    // ptxas may trade a few bytes of spills for occupancy
+                    // (fewer registers than the twin needs: sm_90, f16,
+                    // the latency tile with three operands spills 8 bytes
+                    // of a prologue address at 56 registers, and none at
+                    // 64); anything else is a spill the epilogue causes.
+                    assert!(
+                        spill == 0 || (regs < twin_regs && spill <= 8),
+                        "{sm} {}: {regs} registers, {spill} bytes spilled; without the epilogue {twin_regs}",
+                        k.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The label and the text of the basic block holding position `i` of
+/// function text `f`.
+fn block_at(f: &str, i: usize) -> (&str, &str) {
+    let head = f[..i].rfind(":\n").unwrap();
+    let label = &f[f[..head].rfind('\n').unwrap() + 1..head];
+    let end = f[i..].find(":\n").map_or(f.len(), |e| i + e);
+    (label, &f[head + 2..end])
+}
+
+/// Per entry of a `ptxas -v` report: registers used and bytes of spill
+/// stores.
+fn ptxas_usage(report: &str) -> std::collections::HashMap<String, (u32, u32)> {
+    let mut out = std::collections::HashMap::new();
+    let (mut current, mut spill) = (String::new(), None);
+    let number_before = |l: &str, what: &str| -> u32 {
+        let head = l[..l.find(what).unwrap()].trim_end();
+        head[head.rfind(' ').map_or(0, |i| i + 1)..]
+            .parse()
+            .unwrap()
+    };
+    for line in report.lines() {
+        if let Some(i) = line.find("Compiling entry function '") {
+            let rest = &line[i + 26..];
+            current = rest[..rest.find('\'').unwrap()].to_string();
+        }
+        if line.contains("spill stores") {
+            spill = Some(number_before(line, " bytes spill stores"));
+        }
+        if line.contains("Used ") && line.contains(" registers") {
+            let regs = number_before(line, " registers");
+            out.insert(current.clone(), (regs, spill.take().unwrap()));
+        }
+    }
+    out
+}
+
+/// An epilogue on an empty product: the kernel still takes its pointers
+/// (a launch passes them whatever the shape) and returns at once; and the
+/// refusals: a stride triple per extra operand, an f32 result, offsets
+/// that fit i64.
+#[test]
+fn gemm_tc_epilogue_edges_and_refusals() {
+    let mut m = ModuleText::new();
+    let (p, sm) = (TcPrecision::F16, Sm::Sm86);
+    let empty = dense(0, 16, 16);
+    let e = &epilogues(&empty)[3].1;
+    let g = gemm_tc_with(&mut m, "z_m0", &empty, p, true, sm, None, Some(e)).unwrap();
+    assert_eq!((g.grid, g.smem), ([1, 1, 1], 0));
+    // k = 0: the epilogue applies to relu(bias).
+    let k0 = dense(40, 40, 0);
+    let e = &epilogues(&k0)[0].1;
+    gemm_tc_with(&mut m, "z_k0", &k0, p, true, sm, None, Some(e)).unwrap();
+    // No extra operand: `sigmoid(v)`, no extra pointer.
+    let s = dense(40, 40, 40);
+    let e = epilogue(&s, &[], &[Expr::Load(0), Expr::Unary(Un::Sigmoid, 0)]);
+    gemm_tc_with(&mut m, "z_sig", &s, p, true, sm, None, Some(&e)).unwrap();
+    let ir = m.finish();
+    assert!(ir_func(&ir, "z_sig").contains("call float @z_sig_epi(float "));
+    assert_eq!(
+        ir_func(&ir, "z_m0").matches("ptr addrspace(1)").count(),
+        4 + 3
+    );
+    assert!(ir_func(&ir, "z_k0").contains("call float @z_k0_epi("));
+    let ptx = ir_to_ptx(&ir, sm).unwrap();
+    assert_eq!(super::entry(&ptx, "z_m0").matches(".param .u64").count(), 7);
+    let sig = super::entry(&ptx, "z_sig");
+    assert_eq!(sig.matches(".param .u64").count(), 4);
+    assert!(sig.contains("ex2.approx"), "{sig}");
+    let s = dense(64, 64, 64);
+    let mut m = ModuleText::new();
+    let mut bad = epilogues(&s)[0].1.clone();
+    bad.strides.push([0, 0, 1]);
+    let e = gemm_tc_with(&mut m, "r_n", &s, p, true, sm, None, Some(&bad)).unwrap_err();
+    assert!(e.contains("stride triples"), "{e}");
+    let mut bad = epilogues(&s)[0].1.clone();
+    bad.kernel.out_dtype = Scalar::F16;
+    let e = gemm_tc_with(&mut m, "r_t", &s, p, true, sm, None, Some(&bad)).unwrap_err();
+    assert!(e.contains("must produce f32"), "{e}");
+    let mut bad = epilogues(&s)[0].1.clone();
+    bad.strides[0] = [0, 1 << 62, 1 << 62];
+    let e = gemm_tc_with(&mut m, "r_o", &s, p, true, sm, None, Some(&bad)).unwrap_err();
+    assert!(e.contains("overflow"), "{e}");
 }

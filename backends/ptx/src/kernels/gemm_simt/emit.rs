@@ -34,6 +34,8 @@ pub(super) struct Gen<'a> {
     pub(super) t: SimtTile,
     /// The index type.
     pub(super) it: &'static str,
+    /// The epilogue helper to call on each element before it is stored.
+    pub(super) epi: Option<String>,
 }
 
 impl Gen<'_> {

@@ -3,7 +3,8 @@
 //! [`Gen::columns`] fixes a thread's columns of C (and their guards),
 //! [`Gen::acc_init`] starts the accumulators from the bias,
 //! [`Gen::reduce`] adds the partial sums of the k groups through shared
-//! memory, and [`Gen::epilogue`] applies relu and stores the tile.
+//! memory, and [`Gen::epilogue`] applies relu and the pointwise epilogue
+//! and stores the tile.
 //!
 //! Invariants:
 //! - Only elements with `i < m`, `j < n` of the current batch are written;
@@ -16,8 +17,20 @@
 //! - The reduction reuses the shared buffers after a barrier that follows
 //!   the last multiply; only group 0 reaches the stores.
 //! - Relu is `llvm.maxnum(x, 0)`, so NaN becomes 0 as with `f32::max`.
+//! - The pointwise epilogue is called inside the store's guard, once per
+//!   stored element (one store path: group 0 after the reduction), with
+//!   the offsets `b·s0 + i·s1 + j·s2` of the element the store writes,
+//!   formed in i64 as the offset of the thread's first row and column
+//!   plus a constant. Without an epilogue no instruction is added.
 
 use super::emit::Gen;
+
+/// Row (column) `r` of a thread's register tile, past its first one: the
+/// rows come in groups of `w` consecutive ones, `w · nt` apart (`nt`
+/// threads along that side).
+fn spread(r: u32, w: u32, nt: u32) -> u32 {
+    (r / w) * w * nt + r % w
+}
 
 impl Gen<'_> {
     /// Adds the partial sums of k groups 1.. to group 0's `acc` through
@@ -82,7 +95,7 @@ impl Gen<'_> {
         let j_base = self.add(j0, &tx_off);
         let mut cols = Vec::new();
         for cc in 0..t.tn {
-            let local = (cc / wb) * wb * ntx + cc % wb;
+            let local = spread(cc, wb, ntx);
             let j = self.add(&j_base, &local.to_string());
             let ok =
                 (p.n % u64::from(t.bn) != 0).then(|| self.v(format!("icmp ult {it} {j}, {}", p.n)));
@@ -123,7 +136,8 @@ impl Gen<'_> {
         (0..t.tm).flat_map(|_| vals.iter().cloned()).collect()
     }
 
-    /// Relu and the guarded stores of this thread's `tm × tn` tile.
+    /// Relu, the pointwise epilogue and the guarded stores of this
+    /// thread's `tm × tn` tile.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn epilogue(
         &mut self,
@@ -141,8 +155,19 @@ impl Gen<'_> {
         let tyw = self.widen(ty);
         let ty_off = self.mulc(&tyw, u64::from(wa));
         let cb = self.mulc(bat, c0);
+        // The epilogue operands' offsets at this thread's first row and
+        // column (column 0 of `cols` is the first: its offset is 0); the
+        // other elements' are constants past these, which keeps one i64
+        // per operand live through the stores.
+        let epi_base = if self.epi.is_some() {
+            let i = self.add(i0, &ty_off);
+            self.epi_base(bat, &i, &cols[0].0)
+        } else {
+            Vec::new()
+        };
+        let (wb, ntx) = (t.tn.min(4), t.bn / t.tn);
         for r in 0..t.tm {
-            let local = (r / wa) * wa * nty + r % wa;
+            let local = spread(r, wa, nty);
             let i = self.add(i0, &ty_off);
             let i = self.add(&i, &local.to_string());
             let iok =
@@ -180,13 +205,19 @@ impl Gen<'_> {
                 let ptr = self.v(format!(
                     "getelementptr inbounds float, ptr addrspace(1) %pc, {it} {o}"
                 ));
+                // Inside the guard: the epilogue reads its operands at
+                // this element only when it is in range.
+                let vals: Vec<String> = grp
+                    .iter()
+                    .map(|&c| {
+                        let dj = spread(c as u32, wb, ntx);
+                        self.apply_epi(&outs[c], &epi_base, local, dj)
+                    })
+                    .collect();
                 if grp.len() == 4 {
                     let mut v = "poison".to_string();
-                    for (q, &c) in grp.iter().enumerate() {
-                        v = self.v(format!(
-                            "insertelement <4 x float> {v}, float {}, i32 {q}",
-                            outs[c]
-                        ));
+                    for (q, x) in vals.iter().enumerate() {
+                        v = self.v(format!("insertelement <4 x float> {v}, float {x}, i32 {q}"));
                     }
                     self.b.ins(format!(
                         "store <4 x float> {v}, ptr addrspace(1) {ptr}, align 16"
@@ -194,7 +225,7 @@ impl Gen<'_> {
                 } else {
                     self.b.ins(format!(
                         "store float {}, ptr addrspace(1) {ptr}, align 4",
-                        outs[grp[0]]
+                        vals[0]
                     ));
                 }
                 if ok.is_some() {
@@ -203,5 +234,62 @@ impl Gen<'_> {
                 }
             }
         }
+    }
+
+    /// Each epilogue operand's offset `b·s0 + i·s1 + j·s2` in i64 for the
+    /// indices `b`, `i`, `j` in the index type.
+    fn epi_base(&mut self, b: &str, i: &str, j: &str) -> Vec<String> {
+        let idx = [b, i, j].map(|x| {
+            if self.it == "i64" || x.parse::<u64>().is_ok() {
+                x.to_string()
+            } else {
+                self.v(format!("zext i32 {x} to i64"))
+            }
+        });
+        let strides = self.p.epi.clone();
+        strides
+            .iter()
+            .map(|s| {
+                let mut acc = "0".to_string();
+                for (x, &sd) in idx.iter().zip(s) {
+                    let term = match (sd, x.parse::<u64>()) {
+                        (0, _) => "0".to_string(),
+                        (_, Ok(c)) => c.wrapping_mul(sd).to_string(),
+                        (1, _) => x.clone(),
+                        _ => self.v(format!("mul i64 {x}, {sd}")),
+                    };
+                    acc = match (acc.as_str(), term.as_str()) {
+                        ("0", _) => term,
+                        (_, "0") => acc,
+                        _ => self.v(format!("add i64 {acc}, {term}")),
+                    };
+                }
+                acc
+            })
+            .collect()
+    }
+
+    /// `x` through the epilogue for the element `di` rows and `dj` columns
+    /// past the one at offsets `base` of the extra operands; `x` itself
+    /// without an epilogue.
+    fn apply_epi(&mut self, x: &str, base: &[String], di: u32, dj: u32) -> String {
+        let Some(f) = self.epi.clone() else {
+            return x.to_string();
+        };
+        let mut args = format!("float {x}");
+        for (k, (o, s)) in base.iter().zip(&self.p.epi).enumerate() {
+            // Wrapping: past the edge (the element is not stored) the
+            // constant may leave the i64 range; in range it is below 2^62.
+            let d = u64::from(di)
+                .wrapping_mul(s[1])
+                .wrapping_add(u64::from(dj).wrapping_mul(s[2])) as i64;
+            let o = match (o.as_str(), d) {
+                (_, 0) => o.clone(),
+                ("0", _) => d.to_string(),
+                _ => self.b.v(format!("add i64 {o}, {d}")),
+            };
+            args.push_str(&format!(", ptr addrspace(1) %pe{}, i64 {o}", k + 1));
+        }
+        self.v(format!("call float @{f}({args})"))
     }
 }

@@ -11,13 +11,15 @@
 //! Invariants:
 //! - A `Problem` is non-empty: `batch`, `m` and `n` are at least 1 (`k` may
 //!   be 0: every element of A is padding or there is no k).
-//! - A stride is 0 wherever its extent is at most 1.
+//! - A stride is 0 wherever its extent is at most 1 (the epilogue
+//!   operands' too).
 //! - `ASrc::Conv` is only produced for a geometry whose `m` and `k` match
 //!   the spec, with positive kernel size, strides and dilations and
 //!   `batch == group` dividing the channels.
 //! - `max_index` is an upper bound computed in u128 (no overflow), over
 //!   element offsets in range and the tile overhang of row, column and k
-//!   indices.
+//!   indices. The epilogue operands' offsets are not part of it: they are
+//!   formed in i64 (and checked to fit) whatever the index type.
 
 use super::SimtTile;
 use crate::kernels::{AMode, ConvGeom, GemmSpec};
@@ -53,6 +55,8 @@ pub(super) struct Problem {
     pub(super) bias: Option<u64>,
     pub(super) relu: bool,
     pub(super) aligned16: bool,
+    /// The strides `[batch, row, col]` of the epilogue's extra operands.
+    pub(super) epi: Vec<[u64; 3]>,
 }
 
 fn norm(strides: [u64; 3], extents: [u64; 3]) -> [u64; 3] {
@@ -67,8 +71,9 @@ fn last(strides: [u64; 3], extents: [u64; 3]) -> u128 {
 }
 
 impl Problem {
-    /// `None` for an empty product.
-    pub(super) fn new(s: &GemmSpec) -> Result<Option<Problem>, String> {
+    /// `None` for an empty product. `epi`: the strides of an epilogue's
+    /// extra operands (none without an epilogue).
+    pub(super) fn new(s: &GemmSpec, epi: &[[u64; 3]]) -> Result<Option<Problem>, String> {
         if s.batch == 0 || s.m == 0 || s.n == 0 {
             return Ok(None);
         }
@@ -122,6 +127,12 @@ impl Problem {
                 }
             }
         };
+        let extents = [s.batch, s.m, s.n];
+        let epi: Vec<[u64; 3]> = epi.iter().map(|&st| norm(st, extents)).collect();
+        // Their offsets are formed in i64.
+        if epi.iter().any(|&st| last(st, extents) >= 1 << 62) {
+            return Err("gemm_f32: an epilogue operand is too large to index".into());
+        }
         Ok(Some(Problem {
             batch: s.batch,
             m: s.m,
@@ -133,6 +144,7 @@ impl Problem {
             bias: s.bias.map(|st| if s.batch > 1 { st } else { 0 }),
             relu: s.relu,
             aligned16: s.aligned16,
+            epi,
         }))
     }
 

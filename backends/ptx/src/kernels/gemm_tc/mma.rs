@@ -278,9 +278,7 @@ impl Gen<'_> {
             });
             let c64 = self.v(format!("zext i32 {col} to i64"));
             let co = self.v(format!("mul i64 {c64}, {cc}"));
-            // Per epilogue operand: `j·s2`.
-            let eco = self.epi_terms(&c64, 2);
-            cols.push((col, ok, bias, co, eco));
+            cols.push((col, ok, bias, co));
         }
         let keeps = |st: u64, ext: u64| st.is_multiple_of(2) || ext <= 1;
         let pairs = s.aligned16
@@ -289,7 +287,10 @@ impl Gen<'_> {
             && keeps(cr, s.m)
             && keeps(cb, s.batch);
         let cp = if s.bias.is_some() { "%p3" } else { "%p2" };
-        let ebz = self.epi_terms(&bz, 0);
+        // Per epilogue operand: the offset of this thread's first element
+        // (row0, col0); element (row0 + dr, col0 + dc) is `dr·s1 + dc·s2`
+        // past it, a constant, so its loads take immediate offsets.
+        let ebase = self.epi_bases(&row0, &col0);
         for m in 0..mi {
             for h in 0..2 {
                 let row = self.v(format!("add i32 {row0}, {}", m * 16 + h * 8));
@@ -297,13 +298,6 @@ impl Gen<'_> {
                 let r64 = self.v(format!("zext i32 {row} to i64"));
                 let ro = self.v(format!("mul i64 {r64}, {cr}"));
                 let ro = self.v(format!("add i64 {ro}, {cbase}"));
-                // Per epilogue operand: `b·s0 + i·s1`.
-                let ero = self.epi_terms(&r64, 1);
-                let ero: Vec<String> = ero
-                    .iter()
-                    .zip(&ebz)
-                    .map(|(r, b)| self.v(format!("add i64 {r}, {b}")))
-                    .collect();
                 for n in 0..ni {
                     let mut xs = Vec::new();
                     for e in 0..2 {
@@ -322,7 +316,7 @@ impl Gen<'_> {
                     }
                     let per: Vec<usize> = if pairs { vec![0] } else { vec![0, 1] };
                     for e in per {
-                        let (_, cok, _, co, _) = cols[n as usize * 2 + e].clone();
+                        let (_, cok, _, co) = cols[n as usize * 2 + e].clone();
                         let ok = self.and(&rok, &cok);
                         let o = self.v(format!("add i64 {ro}, {co}"));
                         let p = self.v(format!(
@@ -337,12 +331,15 @@ impl Gen<'_> {
                         } else {
                             // Inside the guard: the epilogue reads its
                             // operands only at elements that exist.
-                            let (cols, xs, ero) = (&cols, &xs, &ero);
+                            let (xs, ebase) = (&xs, &ebase);
                             self.guarded(Some(ok), |g| {
+                                // Row `row0 + dr`, column `col0 + dc`: as
+                                // `row` and `cols[n·2 + e].0` above.
+                                let dr = (m * 16 + h * 8) as u64;
                                 let ys: Vec<String> = mine
                                     .map(|e| {
-                                        let eco = &cols[n as usize * 2 + e].4;
-                                        g.epi_value(&xs[e], ero, eco)
+                                        let dc = (n * 8) as u64 + e as u64;
+                                        g.epi_value(&xs[e], ebase, dr, dc)
                                     })
                                     .collect();
                                 let text = g.c_store(&ys, &p);
@@ -355,28 +352,44 @@ impl Gen<'_> {
         }
     }
 
-    /// `x·s[d]` for each epilogue operand's stride `s` (`x` i64); none
-    /// without an epilogue.
-    fn epi_terms(&mut self, x: &str, d: usize) -> Vec<String> {
-        let strides: Vec<u64> = match &self.epi {
-            Some((_, st)) => st.iter().map(|s| s[d]).collect(),
-            None => Vec::new(),
+    /// Per epilogue operand `k`, `b·s0 + row0·s1 + col0·s2` (i64) for
+    /// this thread's batch and first row and column (i32); none without
+    /// an epilogue. It may lie outside the operand (row0 or col0 past the
+    /// edge): only offsets of stored elements are read, and the i64
+    /// arithmetic wraps back to them.
+    fn epi_bases(&mut self, row0: &str, col0: &str) -> Vec<String> {
+        let Some((_, strides)) = self.epi.clone() else {
+            return Vec::new();
         };
+        let bz = self.bz.clone();
+        let r = self.v(format!("zext i32 {row0} to i64"));
+        let c = self.v(format!("zext i32 {col0} to i64"));
+        // Strides as i64 bit patterns: a stride past i64 only multiplies an
+        // index that is always 0 (checked with the spec).
         strides
-            .into_iter()
-            .map(|s| self.v(format!("mul i64 {x}, {s}")))
+            .iter()
+            .map(|st| {
+                let [s0, s1, s2] = st.map(|x| x as i64);
+                let o = self.v(format!("mul i64 {bz}, {s0}"));
+                let t = self.v(format!("mul i64 {r}, {s1}"));
+                let o = self.v(format!("add i64 {o}, {t}"));
+                let t = self.v(format!("mul i64 {c}, {s2}"));
+                self.v(format!("add i64 {o}, {t}"))
+            })
             .collect()
     }
 
-    /// `x` through the epilogue at offsets `ro[k] + co[k]`; `x` itself
-    /// without one.
-    fn epi_value(&mut self, x: &str, ro: &[String], co: &[String]) -> String {
-        let Some((f, _)) = self.epi.clone() else {
-            return x.to_string();
-        };
+    /// `x`, the value of element (row0 + dr, col0 + dc), through the
+    /// epilogue: operand `k` at `base[k] + dr·s1 + dc·s2`.
+    fn epi_value(&mut self, x: &str, base: &[String], dr: u64, dc: u64) -> String {
+        let (f, strides) = self.epi.clone().expect("an epilogue");
         let mut args = vec![format!("float {x}")];
-        for (k, (r, c)) in ro.iter().zip(co).enumerate() {
-            let o = self.v(format!("add i64 {r}, {c}"));
+        for (k, (b, [_, s1, s2])) in base.iter().zip(&strides).enumerate() {
+            // Where the element exists (the code runs), at most the largest
+            // offset, which fits i64; elsewhere dead, and wrapping keeps
+            // the generator from overflowing.
+            let d = dr.wrapping_mul(*s1).wrapping_add(dc.wrapping_mul(*s2)) as i64;
+            let o = self.v(format!("add i64 {b}, {d}"));
             args.push(format!("ptr addrspace(1) %e{}, i64 {o}", k + 1));
         }
         self.v(format!("call float @{f}({})", args.join(", ")))
