@@ -7,6 +7,8 @@
 //! test. `AOC_PTX_DUMP_DIR=dir` writes the modules there (for a manual run
 //! on a GPU machine).
 
+#[path = "ptx/host_sim.rs"]
+mod host_sim;
 #[path = "ptx/kernels_gemm_simt.rs"]
 mod kernels_gemm_simt;
 #[path = "ptx/kernels_gemm_tc.rs"]

@@ -16,126 +16,12 @@
 //! into the output), both 16-byte aligned and misaligned, so both the
 //! vector and the element paths run.
 
-use std::cell::{Cell, RefCell};
-use std::sync::{Arc, Barrier, Once};
-
-use aoc_backend_ptx::kernels::Geometry;
 use aoc_backend_ptx::kernels::index::{self, CopyForm, copy_plan};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 use aoc_runtime::plan::{ConvGeom, ResizeMode};
-use inkwell::OptimizationLevel;
-use inkwell::context::Context;
-use inkwell::memory_buffer::MemoryBuffer;
-use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
 
+use super::host_sim::{Mem, f32_bytes, with_jit};
 use super::{assemble, entry, find_ptxas};
-
-thread_local! {
-    static TID: Cell<u32> = const { Cell::new(0) };
-    static CTAID: Cell<u32> = const { Cell::new(0) };
-    static BARRIER: RefCell<Option<Arc<Barrier>>> = const { RefCell::new(None) };
-}
-
-extern "C" fn sim_tid() -> u32 {
-    TID.with(|t| t.get())
-}
-
-extern "C" fn sim_ctaid() -> u32 {
-    CTAID.with(|t| t.get())
-}
-
-extern "C" fn sim_barrier(_: i32) {
-    let b = BARRIER.with(|b| b.borrow().clone());
-    b.expect("a barrier outside a block run").wait();
-}
-
-/// The generated module rewritten for the host: no target triple, generic
-/// address spaces, host functions for the GPU's registers and barrier.
-/// Shared memory becomes an external global, so that the optimizer keeps
-/// its accesses on their side of the (opaque) barrier calls.
-fn host_ir(ir: &str) -> String {
-    ir.lines()
-        .filter(|l| !l.starts_with("target triple"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace("ptx_kernel ", "")
-        .replace("internal addrspace(3) global", "global")
-        .replace("addrspace(1)", "addrspace(0)")
-        .replace("addrspace(3)", "addrspace(0)")
-        .replace("@llvm.nvvm.read.ptx.sreg.", "@sim.")
-        .replace("@llvm.nvvm.barrier.cta.sync.aligned.all", "@sim.barrier")
-}
-
-/// A device buffer: `len` bytes at `misalign` bytes past a 16-byte
-/// boundary, between guard bytes.
-struct Mem {
-    raw: Vec<u128>,
-    start: usize,
-    len: usize,
-}
-
-const GUARD: usize = 64;
-const POISON: u8 = 0xEE;
-
-impl Mem {
-    fn new(data: &[u8], misalign: usize) -> Mem {
-        let start = GUARD + misalign;
-        let total = start + data.len() + GUARD;
-        let mut m = Mem {
-            raw: vec![u128::from_le_bytes([POISON; 16]); total.div_ceil(16)],
-            start,
-            len: data.len(),
-        };
-        m.bytes_mut().copy_from_slice(data);
-        m
-    }
-
-    fn all(&self) -> &[u8] {
-        // SAFETY: the Vec's storage is plain bytes of this length.
-        unsafe { std::slice::from_raw_parts(self.raw.as_ptr() as *const u8, self.raw.len() * 16) }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.all()[self.start..self.start + self.len]
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let (s, n) = (self.start, self.len);
-        // SAFETY: as in `all`.
-        let all = unsafe {
-            std::slice::from_raw_parts_mut(self.raw.as_mut_ptr() as *mut u8, self.raw.len() * 16)
-        };
-        &mut all[s..s + n]
-    }
-
-    fn ptr(&mut self) -> usize {
-        self.bytes_mut().as_mut_ptr() as usize
-    }
-
-    /// Panics when a guard byte changed.
-    fn check_guards(&self, what: &str) {
-        let all = self.all();
-        let outside = all[..self.start]
-            .iter()
-            .chain(&all[self.start + self.len..]);
-        assert!(
-            outside.into_iter().all(|&b| b == POISON),
-            "{what}: write out of bounds"
-        );
-    }
-
-    fn f32s(&self) -> Vec<f32> {
-        self.bytes()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    }
-}
-
-fn f32_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter().flat_map(|v| v.to_le_bytes()).collect()
-}
 
 /// Pseudo-random bytes (an LCG), seeded.
 fn noise(n: usize, seed: u64) -> Vec<u8> {
@@ -160,113 +46,6 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
             (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) >> 8) as f32 / (1u32 << 23) as f32 - 1.0
         })
         .collect()
-}
-
-/// JIT-compiles `ir` (a whole module) for the host and hands `f` a runner
-/// of its kernels: `run(name, geometry, buffers)` executes every thread.
-fn with_jit(ir: &str, f: impl FnOnce(&dyn Fn(&str, Geometry, &mut [&mut Mem]))) {
-    static NATIVE: Once = Once::new();
-    NATIVE.call_once(|| Target::initialize_native(&InitializationConfig::default()).unwrap());
-    let context = Context::create();
-    let text = host_ir(ir);
-    let buf = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), "sim");
-    let module = context
-        .create_module_from_ir(buf)
-        .unwrap_or_else(|e| panic!("host ir does not parse: {}\n{text}", e.to_string_lossy()));
-    module
-        .verify()
-        .unwrap_or_else(|e| panic!("{}", e.to_string_lossy()));
-    // Optimized as on the GPU path, so that what the optimizer may assume
-    // (`noalias`, `inbounds`) is exercised too.
-    let triple = TargetMachine::get_default_triple();
-    let target = Target::from_triple(&triple).unwrap();
-    let tm = target
-        .create_target_machine(
-            &triple,
-            "x86-64",
-            "",
-            OptimizationLevel::Default,
-            RelocMode::Default,
-            CodeModel::JITDefault,
-        )
-        .unwrap();
-    module.set_triple(&triple);
-    module.set_data_layout(&tm.get_target_data().get_data_layout());
-    module
-        .run_passes("default<O2>", &tm, PassBuilderOptions::create())
-        .unwrap();
-    let ee = module
-        .create_jit_execution_engine(OptimizationLevel::Default)
-        .unwrap();
-    let hooks: [(&str, usize); 3] = [
-        ("sim.tid.x", sim_tid as *const () as usize),
-        ("sim.ctaid.x", sim_ctaid as *const () as usize),
-        ("sim.barrier", sim_barrier as *const () as usize),
-    ];
-    for (name, addr) in hooks {
-        if let Some(func) = module.get_function(name) {
-            ee.add_global_mapping(&func, addr);
-        }
-    }
-    let run = |name: &str, g: Geometry, bufs: &mut [&mut Mem]| {
-        let def = text
-            .find(&format!(" @{name}("))
-            .expect("the kernel is defined");
-        let body = &text[def..][..text[def..].find("\n}").unwrap_or(0)];
-        let barriers = body.contains("@sim.barrier(");
-        assert!(
-            g.grid[0] >= 1 && g.block[0] >= 1 && g.block[0] <= 1024,
-            "{name}: {g:?}"
-        );
-        assert_eq!((g.grid[1], g.grid[2], g.block[1], g.block[2]), (1, 1, 1, 1));
-        let addr = ee.get_function_address(name).unwrap();
-        let ptrs: Vec<usize> = bufs.iter_mut().map(|b| b.ptr()).collect();
-        let call = move |tid: u32, ctaid: u32| {
-            TID.with(|t| t.set(tid));
-            CTAID.with(|t| t.set(ctaid));
-            type P = *mut u8;
-            let p = |i: usize| ptrs[i] as P;
-            // SAFETY: the kernel takes exactly `ptrs.len()` pointers.
-            unsafe {
-                match ptrs.len() {
-                    1 => std::mem::transmute::<usize, extern "C" fn(P)>(addr)(p(0)),
-                    2 => std::mem::transmute::<usize, extern "C" fn(P, P)>(addr)(p(0), p(1)),
-                    3 => {
-                        std::mem::transmute::<usize, extern "C" fn(P, P, P)>(addr)(p(0), p(1), p(2))
-                    }
-                    4 => std::mem::transmute::<usize, extern "C" fn(P, P, P, P)>(addr)(
-                        p(0),
-                        p(1),
-                        p(2),
-                        p(3),
-                    ),
-                    n => panic!("{n} kernel parameters"),
-                }
-            }
-        };
-        for ctaid in 0..g.grid[0] {
-            if barriers {
-                let bar = Arc::new(Barrier::new(g.block[0] as usize));
-                std::thread::scope(|s| {
-                    for tid in 0..g.block[0] {
-                        let (bar, call) = (bar.clone(), call.clone());
-                        s.spawn(move || {
-                            BARRIER.with(|b| *b.borrow_mut() = Some(bar));
-                            call(tid, ctaid);
-                        });
-                    }
-                });
-            } else {
-                for tid in 0..g.block[0] {
-                    call(tid, ctaid);
-                }
-            }
-        }
-        for (i, b) in bufs.iter().enumerate() {
-            b.check_guards(&format!("{name} buffer {i}"));
-        }
-    };
-    f(&run);
 }
 
 /// Whether a PTX kernel body has a 16-byte global load.
@@ -738,7 +517,7 @@ fn resize_kernels_match_the_cpu() {
                 let mut xm = Mem::new(&f32_bytes(&x), mis);
                 let mut ym = Mem::new(&noise(4 * want.len(), 1), mis);
                 run(name, *g, &mut [&mut xm, &mut ym]);
-                let got = ym.f32s();
+                let got = ym.to_f32s();
                 let same = got
                     .iter()
                     .zip(&want)
@@ -852,7 +631,7 @@ fn depthwise_kernels_match_the_cpu() {
                 } else {
                     run(&format!("dw{i}"), geo, &mut [&mut xm, &mut wm, &mut ym]);
                 }
-                let got = ym.f32s();
+                let got = ym.to_f32s();
                 let same = got
                     .iter()
                     .zip(&want)
@@ -946,7 +725,7 @@ fn conv_transpose_kernels_match_the_cpu() {
                 } else {
                     run(&format!("ct{i}"), geo, &mut [&mut xm, &mut wm, &mut ym]);
                 }
-                for (j, (a, b)) in ym.f32s().iter().zip(&want).enumerate() {
+                for (j, (a, b)) in ym.to_f32s().iter().zip(&want).enumerate() {
                     assert!(
                         (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
                         "ct{i} misaligned {mis} [{j}]: {a} vs {b}"

@@ -1,156 +1,15 @@
-//! `gemm_simt` kernels *run* on the host: there is no GPU here, so the
-//! generated LLVM IR is compiled for the host by LLVM's JIT, with the
-//! special registers and the barrier replaced by host functions and
-//! dynamic shared memory by a global, and every block is executed with its
-//! threads as OS threads (so shared memory and barriers behave as on the
-//! GPU). Results, with and without pointwise epilogues, are compared with
+//! `gemm_simt` kernels *run* on the host (`host_sim`: LLVM's JIT, a
+//! block's threads as OS threads, so shared memory and barriers behave as
+//! on the GPU). Results, with and without pointwise epilogues, are compared with
 //! a naive product of the `GemmSpec`'s semantics, for every candidate tile
 //! (16-byte and scalar paths, edge guards, k-split reduction, grid.z).
-//! Buffers sit between guard bytes: an out-of-bounds write changes them,
-//! an out-of-bounds read brings their pattern into the result.
-
-use std::cell::{Cell, RefCell};
-use std::sync::{Arc, Barrier, Once};
 
 use aoc_backend_ptx::ModuleText;
 use aoc_backend_ptx::kernels::gemm_simt::{SimtTile, gemm_f32_with, pick_tile};
-use aoc_backend_ptx::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry};
-use inkwell::OptimizationLevel;
-use inkwell::context::Context;
-use inkwell::memory_buffer::MemoryBuffer;
-use inkwell::passes::PassBuilderOptions;
-use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, TargetMachine};
+use aoc_backend_ptx::kernels::{AMode, GemmEpilogue, GemmSpec};
 
+use super::super::host_sim::{Mem, f32_bytes, with_jit};
 use super::{cases, conv, dense, geom, residual_relu, scale_cols_add_i8};
-
-thread_local! {
-    static TID: Cell<u32> = const { Cell::new(0) };
-    static CTAID: Cell<[u32; 2]> = const { Cell::new([0, 0]) };
-    static BARRIER: RefCell<Option<Arc<Barrier>>> = const { RefCell::new(None) };
-}
-
-extern "C" fn sim_tid() -> u32 {
-    TID.with(|t| t.get())
-}
-
-extern "C" fn sim_ctaid_x() -> u32 {
-    CTAID.with(|t| t.get()[0])
-}
-
-extern "C" fn sim_ctaid_z() -> u32 {
-    CTAID.with(|t| t.get()[1])
-}
-
-extern "C" fn sim_fma(a: f32, b: f32, c: f32) -> f32 {
-    a.mul_add(b, c)
-}
-
-extern "C" fn sim_barrier(_: i32) {
-    let b = BARRIER.with(|b| b.borrow().clone());
-    b.expect("a barrier outside a block run").wait();
-}
-
-/// The module rewritten for the host (generic address spaces, host hooks,
-/// shared memory as an external-linkage global so that the optimizer keeps
-/// its accesses on their side of the opaque barrier calls; the register
-/// pin's constraint for an SSE register), plus `@{name}.host(ptr args)`
-/// per kernel, which calls it with the pointers in `args`.
-fn host_ir(ir: &str) -> String {
-    let mut text = ir
-        .lines()
-        .filter(|l| !l.starts_with("target triple"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace(
-            "@aoc_smem = external addrspace(3) global [0 x i8]",
-            "@aoc_smem = global [49152 x i8] zeroinitializer",
-        )
-        .replace("ptx_kernel ", "")
-        .replace("ptr addrspace(1)", "ptr")
-        .replace("ptr addrspace(3)", "ptr")
-        .replace("\"=f,0\"", "\"=x,0\"")
-        .replace("@llvm.nvvm.read.ptx.sreg.", "@sim.")
-        .replace("@llvm.nvvm.barrier.cta.sync.aligned.all", "@sim.barrier")
-        .replace("@llvm.fma.f32", "@sim.fma");
-    let mut wrappers = String::new();
-    for def in text.split("\ndefine void @").skip(1) {
-        let name = &def[..def.find('(').unwrap()];
-        let params = def[..def.find('\n').unwrap()].matches("ptr ").count();
-        wrappers.push_str(&format!("\ndefine void @{name}.host(ptr %args) {{\n"));
-        for i in 0..params {
-            wrappers.push_str(&format!(
-                "  %g{i} = getelementptr ptr, ptr %args, i64 {i}\n  %p{i} = load ptr, ptr %g{i}\n"
-            ));
-        }
-        let args: Vec<String> = (0..params).map(|i| format!("ptr %p{i}")).collect();
-        wrappers.push_str(&format!(
-            "  call void @{name}({})\n  ret void\n}}\n",
-            args.join(", ")
-        ));
-    }
-    text.push_str(&wrappers);
-    text
-}
-
-/// A buffer of `len` bytes, 16-byte aligned, between guard bytes.
-struct Mem {
-    raw: Vec<u128>,
-    len: usize,
-}
-
-const GUARD: usize = 64;
-const POISON: u8 = 0xEE;
-
-impl Mem {
-    fn new(data: &[u8]) -> Mem {
-        let words = (2 * GUARD + data.len()).div_ceil(16);
-        let mut m = Mem {
-            raw: vec![u128::from_le_bytes([POISON; 16]); words],
-            len: data.len(),
-        };
-        m.all_mut()[GUARD..GUARD + data.len()].copy_from_slice(data);
-        m
-    }
-
-    fn f32s(x: &[f32]) -> Mem {
-        Mem::new(&x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())
-    }
-
-    fn all(&self) -> &[u8] {
-        // SAFETY: the Vec's storage is plain bytes of this length.
-        unsafe { std::slice::from_raw_parts(self.raw.as_ptr() as *const u8, self.raw.len() * 16) }
-    }
-
-    fn all_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `all`.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.raw.as_mut_ptr() as *mut u8, self.raw.len() * 16)
-        }
-    }
-
-    fn ptr(&mut self) -> usize {
-        self.all_mut()[GUARD..].as_mut_ptr() as usize
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.all()[GUARD..GUARD + self.len]
-    }
-
-    fn to_f32s(&self) -> Vec<f32> {
-        self.bytes()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    }
-
-    fn guards_intact(&self) -> bool {
-        let all = self.all();
-        all[..GUARD]
-            .iter()
-            .chain(&all[GUARD + self.len..])
-            .all(|&b| b == POISON)
-    }
-}
 
 /// Pseudo-random values in [-1, 1) (an LCG), seeded.
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -163,94 +22,6 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
             (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
         })
         .collect()
-}
-
-/// JIT-compiles `ir` for the host and hands `f` a runner of its kernels:
-/// `run(name, geometry, buffers)` executes every thread of every block.
-fn with_jit(ir: &str, f: impl FnOnce(&dyn Fn(&str, Geometry, &mut [&mut Mem]))) {
-    static NATIVE: Once = Once::new();
-    NATIVE.call_once(|| Target::initialize_native(&InitializationConfig::default()).unwrap());
-    let context = Context::create();
-    let text = host_ir(ir);
-    let buf = MemoryBuffer::create_from_memory_range_copy(text.as_bytes(), "sim");
-    let module = context
-        .create_module_from_ir(buf)
-        .unwrap_or_else(|e| panic!("host ir does not parse: {}", e.to_string_lossy()));
-    module
-        .verify()
-        .unwrap_or_else(|e| panic!("{}", e.to_string_lossy()));
-    let triple = TargetMachine::get_default_triple();
-    let target = Target::from_triple(&triple).unwrap();
-    let tm = target
-        .create_target_machine(
-            &triple,
-            "x86-64",
-            "",
-            OptimizationLevel::Default,
-            RelocMode::Default,
-            CodeModel::JITDefault,
-        )
-        .unwrap();
-    module.set_triple(&triple);
-    module.set_data_layout(&tm.get_target_data().get_data_layout());
-    // Optimized as on the GPU path, so that what the optimizer may assume
-    // (`noalias`, `inbounds`) is exercised too.
-    module
-        .run_passes("default<O2>", &tm, PassBuilderOptions::create())
-        .unwrap();
-    let ee = module
-        .create_jit_execution_engine(OptimizationLevel::Default)
-        .unwrap();
-    let hooks: [(&str, usize); 5] = [
-        ("sim.fma", sim_fma as *const () as usize),
-        ("sim.tid.x", sim_tid as *const () as usize),
-        ("sim.ctaid.x", sim_ctaid_x as *const () as usize),
-        ("sim.ctaid.z", sim_ctaid_z as *const () as usize),
-        ("sim.barrier", sim_barrier as *const () as usize),
-    ];
-    for (name, addr) in hooks {
-        if let Some(func) = module.get_function(name) {
-            ee.add_global_mapping(&func, addr);
-        }
-    }
-    let run = |name: &str, g: Geometry, bufs: &mut [&mut Mem]| {
-        assert_eq!((g.grid[1], g.block[1], g.block[2]), (1, 1, 1), "{name}");
-        let addr = ee.get_function_address(&format!("{name}.host")).unwrap();
-        let ptrs: Vec<usize> = bufs.iter_mut().map(|b| b.ptr()).collect();
-        let call = move |tid: u32, ctaid: [u32; 2]| {
-            TID.with(|t| t.set(tid));
-            CTAID.with(|t| t.set(ctaid));
-            // SAFETY: the wrapper reads one pointer per kernel parameter
-            // from `ptrs`, which the caller sized to the kernel's ABI.
-            unsafe {
-                std::mem::transmute::<usize, extern "C" fn(*const usize)>(addr)(ptrs.as_ptr())
-            }
-        };
-        for z in 0..g.grid[2] {
-            for x in 0..g.grid[0] {
-                let bar = Arc::new(Barrier::new(g.block[0] as usize));
-                std::thread::scope(|s| {
-                    for tid in 0..g.block[0] {
-                        let (bar, call) = (bar.clone(), call.clone());
-                        std::thread::Builder::new()
-                            .stack_size(256 << 10)
-                            .spawn_scoped(s, move || {
-                                BARRIER.with(|b| *b.borrow_mut() = Some(bar));
-                                call(tid, [x, z]);
-                            })
-                            .unwrap();
-                    }
-                });
-            }
-        }
-        for (i, b) in bufs.iter().enumerate() {
-            assert!(
-                b.guards_intact(),
-                "{name}: buffer {i} written out of bounds"
-            );
-        }
-    };
-    f(&run);
 }
 
 /// Elements a strided operand spans.
@@ -338,12 +109,12 @@ fn check(case: &Case) {
     }
     with_jit(&m.finish(), |run| {
         for (name, g) in &geoms {
-            let mut bufs = vec![Mem::f32s(&a), Mem::f32s(&b)];
-            bufs.extend(bias.as_deref().map(Mem::f32s));
-            bufs.push(Mem::f32s(&vec![f32::from_bits(0x7fc0_1234); c_len]));
+            let mut bufs = vec![Mem::from_f32s(&a), Mem::from_f32s(&b)];
+            bufs.extend(bias.as_deref().map(Mem::from_f32s));
+            bufs.push(Mem::from_f32s(&vec![f32::from_bits(0x7fc0_1234); c_len]));
             let ci = bufs.len() - 1;
             for x in case.epi.iter().flat_map(|e| &e.1) {
-                bufs.push(Mem::new(x));
+                bufs.push(Mem::new(x, 0));
             }
             let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
             run(name, *g, &mut refs);
@@ -361,10 +132,6 @@ fn check(case: &Case) {
             }
         }
     });
-}
-
-fn f32_bytes(x: &[f32]) -> Vec<u8> {
-    x.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 #[test]
