@@ -884,6 +884,8 @@ fn compile_for_a_gpu_explain_and_emit() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = std::fs::read_to_string(&ll).unwrap();
     assert!(text.contains("; item 0: launch ") && text.contains("define ptx_kernel void @"), "{text}");
+    // The residual add + relu after a convolution runs in its epilogue.
+    assert!(text.contains("define internal float @gemm_f32_") && text.contains("_epi(float"), "{text}");
     let ptx = d.join("m.ptx");
     let o = aoc(&[&"compile", &example_air(), &"--target", &"sm_90a", &"--precision", &"bf16", &"--emit", &"ptx", &"-o", &ptx]);
     assert!(o.status.success(), "{}", stderr(&o));
