@@ -15,7 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use aoc_backend_x86::compile::compile;
+use aoc_backend_x86::compile::{compile, compile_with};
+use aoc_passes::lower::LowerOptions;
 use aoc_backend_x86::pointwise::X86Level;
 use aoc_compiler::cpu::CPU_PIPELINE;
 use aoc_compiler::driver::load_model;
@@ -62,6 +63,8 @@ fn main() {
         }));
     }
     trials.push(Trial::test("one_session_runs_from_several_threads", concurrent_runs));
+    trials.push(Trial::test("fused_attention_step_on_the_cpu", fused_attention));
+    trials.push(Trial::test("integer_convolution_step_on_the_cpu", integer_convolution));
     libtest_mimic::run(&args, trials).exit();
 }
 
@@ -89,12 +92,25 @@ fn compile_and_run(
     inputs: Vec<Tensor>,
     level: X86Level,
 ) -> Result<(Vec<Tensor>, Vec<Tensor>), Failed> {
+    let (want, got, _) = compile_and_run_with(path, shapes, inputs, level, &LowerOptions::CPU)?;
+    Ok((want, got))
+}
+
+/// Also returns the plan's step kinds.
+fn compile_and_run_with(
+    path: &Path,
+    shapes: &[(String, Vec<usize>)],
+    inputs: Vec<Tensor>,
+    level: X86Level,
+    opts: &LowerOptions,
+) -> Result<(Vec<Tensor>, Vec<Tensor>, Vec<String>), Failed> {
     let mut loaded = load_model(path, shapes)?;
     let config = aoc_compiler::opt::OptConfig { passes: Some(CPU_PIPELINE.to_string()), ..Default::default() };
     aoc_compiler::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
     let func = loaded.module.entry().ok_or("no entry function")?;
     let want = aoc_ir::interp::run(func, inputs.clone(), loaded.weights.as_ref()).map_err(|d| d.message)?;
-    let out = compile(func, loaded.weights.as_ref(), level).map_err(|d| d.message)?;
+    let out = compile_with(func, loaded.weights.as_ref(), level, opts).map_err(|d| d.message)?;
+    let kinds: Vec<String> = out.report.steps.iter().flat_map(|(k, n)| std::iter::repeat_n(k.clone(), *n)).collect();
     let artifact = Artifact::from_bytes(&out.artifact).map_err(|e| e.to_string())?;
     let session = Session::from_artifact(artifact, &SessionOptions { threads: 2 })?;
     let bytes: Vec<Vec<u8>> = inputs.iter().map(|t| aoc_ir::bytes::encode(t.ty.elem.storage(), &t.data)).collect();
@@ -108,7 +124,7 @@ fn compile_and_run(
             Ok(Tensor { ty: w.ty.clone(), data })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Ok((want, got))
+    Ok((want, got, kinds))
 }
 
 /// Largest difference scaled by max(1, max|want|).
@@ -209,4 +225,87 @@ fn concurrent_runs() -> Result<(), Failed> {
         return Err("different inputs gave the same output: the test cannot tell runs apart".into());
     }
     Ok(())
+}
+
+/// An example's model and input, conformed to its parameter.
+fn example(name: &str) -> Result<(PathBuf, Tensor), Failed> {
+    let dir = workspace().join("examples").join(name);
+    let loaded = load_model(&dir.join("model.air"), &[])?;
+    let func = loaded.module.entry().ok_or("no entry function")?;
+    let input = aoc_compiler::npy::conform(read_npy(&dir.join("input.npy"))?, func.ty(func.params()[0]))?;
+    Ok((dir.join("model.air"), input))
+}
+
+/// Multi-head attention as BERT writes it: heads split by reshape and
+/// transpose, scaled, masked per key, merged back.
+const HEADS_AIR: &str = r#"
+func @main(%x: tensor<2x8x32xf32>, %mask: tensor<2x1x1x8xf32>) -> tensor<2x8x32xf32> {
+  %q0 = core.reshape %x {shape = [2, 8, 4, 8]} : tensor<2x8x4x8xf32>
+  %q = core.transpose %q0 {perm = [0, 2, 1, 3]} : tensor<2x4x8x8xf32>
+  %kt = core.transpose %q0 {perm = [0, 2, 3, 1]} : tensor<2x4x8x8xf32>
+  %s = const dense<0.35> : tensor<f32>
+  %o = core.attention %q, %kt, %q, %s, %mask {epilogue = "mul; add"} : tensor<2x4x8x8xf32>
+  %o2 = core.transpose %o {perm = [0, 2, 1, 3]} : tensor<2x8x4x8xf32>
+  %y = core.reshape %o2 {shape = [2, 8, 32]} : tensor<2x8x32xf32>
+  return %y : tensor<2x8x32xf32>
+}
+"#;
+
+fn random(shape: &[usize], seed: u64) -> Tensor {
+    let mut state = seed | 1;
+    let n: usize = shape.iter().product();
+    let vals = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect();
+    Tensor::from_f64(aoc_ir::types::TensorType::new(shape.to_vec(), aoc_ir::types::Scalar::F32), vals)
+}
+
+/// The GPU's attention lowering (one strided `attention` step instead of
+/// transposes, matmuls and a softmax) run by the CPU runtime: the plan has
+/// the step, the head transposes cost no copies, and the results match
+/// the interpreter (BERT's form with a mask, and the PyTorch encoder layer).
+fn fused_attention() -> Result<(), Failed> {
+    let opts = LowerOptions { fused_attention_max_dim: 128, ..LowerOptions::CPU };
+    let count = |ks: &[String], k: &str| ks.iter().filter(|x| *x == k).count();
+    let dir = std::env::temp_dir().join(format!("aoc-attn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("heads.air");
+    std::fs::write(&path, HEADS_AIR)?;
+    let inputs = vec![random(&[2, 8, 32], 7), random(&[2, 1, 1, 8], 11)];
+    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs.clone(), X86Level::host(), &opts)?;
+    let (_, _, plain) = compile_and_run_with(&path, &[], inputs, X86Level::host(), &LowerOptions::CPU)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("copies: {} fused, {} unfused", count(&kinds, "copy"), count(&plain, "copy"));
+    if count(&kinds, "attention") != 1 || count(&kinds, "copy") >= count(&plain, "copy") {
+        return Err(format!("expected one attention step and fewer copies: {kinds:?} against {plain:?}").into());
+    }
+    close("fused attention vs interpreter", &want, &got, 1e-3)?;
+    let (path, input) = example("encoder_layer")?;
+    let (want, got, kinds) = compile_and_run_with(&path, &[], vec![input], X86Level::host(), &opts)?;
+    if count(&kinds, "attention") != 1 {
+        return Err(format!("expected one attention step: {kinds:?}").into());
+    }
+    close("encoder layer, fused attention vs interpreter", &want, &got, 1e-3)
+}
+
+/// The GPU's integer lowering of `quant.conv2d` / `quant.gemm` run by the
+/// CPU runtime against the interpreter's float definition of those ops.
+/// Integer accumulation differs from the float sum only by rounding, which
+/// can move a quantized activation by one step; the bar is two steps of the
+/// output's scale (the model's last dequantize), relative as elsewhere.
+fn integer_convolution() -> Result<(), Failed> {
+    let (path, input) = example("qdq_cnn")?;
+    let opts = LowerOptions { int8: true, ..LowerOptions::CPU };
+    let (want, got, kinds) = compile_and_run_with(&path, &[], vec![input], X86Level::host(), &opts)?;
+    if !kinds.iter().any(|k| k == "qconv2d") {
+        return Err(format!("no qconv2d step in the plan: {kinds:?}").into());
+    }
+    let e = rel_err(&want[0], &got[0]);
+    println!("integer path vs interpreter: {e:.3e} of max(1, max|y|)");
+    close("integer convolution vs interpreter", &want, &got, 2e-2)
 }

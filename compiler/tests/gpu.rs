@@ -9,7 +9,11 @@
 //!   `PATH`, or the `nvidia-cuda-nvcc` wheel in `.venv`; CUDA 13's ptxas no
 //!   longer targets sm_70, whose PTX is only generated).
 //! - `fp16_build_uses_tensor_cores`: an fp16 build of a conv model has f16
-//!   `mma.sync` in its PTX.
+//!   `mma.sync` in its PTX; `int8_build_uses_s8_mma`: the quantized example
+//!   built for sm_86 runs its integer convolutions on s8 `mma.sync`
+//!   m16n8k32 (and for sm_75, without it, on the host);
+//!   `fused_attention_and_wgmma_builds`: the encoder's attention is one
+//!   fused launch, and a large fp16 GEMM for sm_90a uses `wgmma`.
 //! - `gpu_*` (on a GPU; skipped with the reason elsewhere): artifacts built
 //!   for sm_86 and sm_90a, fp32 and fp16, against the interpreter: 1e-3 of
 //!   max(1, max|expected|) for fp32, 1e-2 for fp16 (one quantization step,
@@ -313,6 +317,58 @@ fn fp16_uses_tensor_cores() -> Result<(), Failed> {
     Ok(())
 }
 
+fn int8_uses_s8_mma() -> Result<(), Failed> {
+    let m = models().into_iter().find(|m| m.name == "qdq_cnn").ok_or("examples/qdq_cnn is missing")?;
+    let d = scratch("int8_mma");
+    let out = d.join("model.ptx");
+    let file = m.file.display().to_string();
+    let o = out.display().to_string();
+    run(&["compile", &file, "--target", "sm_86", "--emit", "ptx", "-o", &o])?;
+    let ptx = std::fs::read_to_string(&out)?;
+    if !ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") {
+        return Err("the int8 build has no s8 mma.sync".into());
+    }
+    run(&["compile", &file, "--target", "sm_75", "--emit", "ptx", "-o", &o])?;
+    if std::fs::read_to_string(&out)?.contains("m16n8k32") {
+        return Err("the sm_75 build uses m16n8k32, which needs sm_80".into());
+    }
+    Ok(())
+}
+
+/// A one-MatMul model (`m × k` times a constant `k × n`) in `.air`.
+fn gemm_air(dir: &Path, m: usize, k: usize, n: usize) -> Result<PathBuf, Failed> {
+    let w: Vec<String> = (0..k * n).map(|i| format!("{:.3}", ((i * 7919) % 97) as f32 / 97.0 - 0.5)).collect();
+    let text = format!(
+        "func @main(%x: tensor<{m}x{k}xf32>) -> tensor<{m}x{n}xf32> {{\n  %w = const dense<[{}]> : tensor<{k}x{n}xf32>\n  %y = core.matmul %x, %w : tensor<{m}x{n}xf32>\n  return %y : tensor<{m}x{n}xf32>\n}}\n",
+        w.join(", ")
+    );
+    let path = dir.join("gemm.air");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+fn fused_attention_and_wgmma() -> Result<(), Failed> {
+    let m = models().into_iter().find(|m| m.name == "encoder_layer").ok_or("examples/encoder_layer is missing")?;
+    let d = scratch("attention_wgmma");
+    let out = d.join("model.ptx");
+    let o = out.display().to_string();
+    run(&["compile", &m.file.display().to_string(), "--target", "sm_86", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
+    let ptx = std::fs::read_to_string(&out)?;
+    if ptx.matches(".entry attention_").count() != 1 || ptx.contains(".entry softmax_") {
+        return Err("the encoder's attention is not one fused kernel".into());
+    }
+    let g = gemm_air(&d, 8192, 64, 512)?.display().to_string();
+    run(&["compile", &g, "--target", "sm_90a", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
+    if !std::fs::read_to_string(&out)?.contains("wgmma.mma_async") {
+        return Err("the sm_90a fp16 GEMM does not use wgmma".into());
+    }
+    run(&["compile", &g, "--target", "sm_90", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
+    if std::fs::read_to_string(&out)?.contains("wgmma") {
+        return Err("the sm_90 build uses wgmma, which needs sm_90a".into());
+    }
+    Ok(())
+}
+
 /// `--tune` times every GEMM's tiles on the GPU, caches the winners, and a
 /// second compile of the same model measures nothing; the tuned artifact
 /// computes what the untuned one does.
@@ -416,6 +472,8 @@ fn main() {
         }
     }
     trials.push(Trial::test("fp16_build_uses_tensor_cores", fp16_uses_tensor_cores));
+    trials.push(Trial::test("int8_build_uses_s8_mma", int8_uses_s8_mma));
+    trials.push(Trial::test("fused_attention_and_wgmma_builds", fused_attention_and_wgmma));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     libtest_mimic::run(&args, trials).exit();

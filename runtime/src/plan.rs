@@ -264,6 +264,55 @@ pub enum Step {
         cols: u64,
         epsilon: f32,
     },
+    /// Scaled dot-product attention of `batch × heads` independent problems
+    /// (`core.attention` whose epilogue is a scalar scale and an optional
+    /// additive mask): `s[i][j] = scale · Σ_f Q[b,h,i,f]·K[b,h,j,f]
+    /// (+ mask[b,h,i,j])`, `p = softmax_j(s)`, `Y[b,h,i,f] = Σ_j p[i][j] ·
+    /// V[b,h,j,f]`, for `i < sq`, `j < sk`, `f < d` (Q, K) or `f < dv` (V,
+    /// Y). `X[b,h,r,f]` is element `b·X[0] + h·X[1] + r·X[2] + f·X[3]` of
+    /// its buffer (strides in elements, 0 broadcasts); K is un-transposed
+    /// (key rows). The score matrix is never stored.
+    Attention {
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        mask: Option<Buf>,
+        y: Buf,
+        batch: u64,
+        heads: u64,
+        sq: u64,
+        sk: u64,
+        d: u64,
+        dv: u64,
+        q_strides: [u64; 4],
+        k_strides: [u64; 4],
+        v_strides: [u64; 4],
+        mask_strides: [u64; 4],
+        y_strides: [u64; 4],
+        scale: f32,
+    },
+    /// NHWC convolution in integers (`quant.conv2d`, and `quant.gemm` as a
+    /// 1×1 one): `x` holds i8 (`x_signed`) or u8 values, padding reads as
+    /// `x_zero`; `w` is i8 `[oc][kh][kw][c/group]`; `comp`, `scale` and
+    /// `shift` have `oc` entries (i32, f32, f32), folded at compile time.
+    /// Per output element, `acc = Σ x·w + comp[o]` exactly in i32, then
+    /// `y = clamp(round_half_even(fma(acc as f32, scale[o], shift[o])) +
+    /// y_zero, y_min, y_max)` stored as i8 (`y_signed`) or u8.
+    QConv2d {
+        x: Buf,
+        w: Buf,
+        comp: Buf,
+        scale: Buf,
+        shift: Buf,
+        y: Buf,
+        geom: ConvGeom,
+        x_signed: bool,
+        x_zero: i32,
+        y_signed: bool,
+        y_zero: i32,
+        y_min: i32,
+        y_max: i32,
+    },
     /// A kernel the backend generated (Cranelift): `code` names the blob,
     /// `args` are its tensors in the kernel's order (the last one is the
     /// output), `rows` the parallel extent the kernel splits over.
@@ -329,6 +378,33 @@ impl Step {
                 if let Some(bias) = bias {
                     f(bias, false);
                 }
+                f(y, true);
+            }
+            Step::Attention {
+                q, k, v, mask, y, ..
+            } => {
+                f(q, false);
+                f(k, false);
+                f(v, false);
+                if let Some(m) = mask {
+                    f(m, false);
+                }
+                f(y, true);
+            }
+            Step::QConv2d {
+                x,
+                w,
+                comp,
+                scale,
+                shift,
+                y,
+                ..
+            } => {
+                f(x, false);
+                f(w, false);
+                f(comp, false);
+                f(scale, false);
+                f(shift, false);
                 f(y, true);
             }
             Step::Pool { x, y, .. }
@@ -398,6 +474,8 @@ impl Step {
             Step::Gather { .. } => "gather",
             Step::Softmax { .. } => "softmax",
             Step::LayerNorm { .. } => "layer_norm",
+            Step::Attention { .. } => "attention",
+            Step::QConv2d { .. } => "qconv2d",
             Step::Pointwise { .. } => "pointwise",
             Step::Reference { .. } => "reference",
         }

@@ -36,7 +36,10 @@ fn lowered_and_translated(
     precision: Precision,
     tuner: Option<&mut dyn Tuner>,
 ) -> Result<(Lowered, Translated), Diagnostic> {
-    let mut lowered = lower(func, weights, &LowerOptions::GPU)?;
+    // The integer kernels use mma.sync m16n8k32 (sm_80+); older GPUs run
+    // the quantized ops on the host's reference path.
+    let opts = LowerOptions { int8: sm.has_mma_f16(), ..LowerOptions::GPU };
+    let mut lowered = lower(func, weights, &opts)?;
     let t = translate_tuned(&mut lowered, sm, precision, tuner).map_err(|m| Diagnostic::error(m, func.loc.clone()))?;
     Ok((lowered, t))
 }

@@ -28,6 +28,10 @@ use crate::expr::{Expr, PointwiseKernel};
 use crate::irtext::ModuleText;
 use crate::kernels::gemm_simt::SimtTile;
 use crate::kernels::gemm_tc::{TcPrecision, TcTile, gemm_tc_tile, gemm_tc_with};
+use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
+use crate::kernels::gemm_s8::{self, QConvSpec};
+use crate::kernels::gemm_wgmma::{WgPrecision, choose_wg_tile, gemm_wgmma_tile, pack_b};
+use aoc_ir::types::Scalar;
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_simt, index, rows};
 use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
@@ -110,11 +114,20 @@ struct Tr<'a, 't> {
     weights: &'a mut Vec<WeightBlob>,
     /// Weights-section offset of each blob, in order.
     weight_offsets: Vec<u64>,
-    /// Half-precision copies of f32 weights already made, by offset.
-    halves: HashMap<u64, Buf>,
+    /// Weights derived from others (half copies, packed layouts), by the
+    /// source's offset and the derivation's name.
+    derived: HashMap<(u64, String), Buf>,
     items: Vec<GpuItem>,
     origins: Vec<String>,
+    /// Start of the scratch region after the lowering's arena, and the
+    /// most any launch uses of it (launches run in order on one stream).
+    scratch_at: u64,
+    scratch_len: u64,
 }
+
+/// `wgmma` only pays for its conversion launch when the 128×128 tiles
+/// cover the GPU about twice (an H200 has 132 multiprocessors).
+const WGMMA_MIN_TILES: u64 = 256;
 
 /// FNV-1a of the text: stable across runs and platforms (unlike `std`'s
 /// hasher), so the same model gives the same kernel names.
@@ -156,43 +169,51 @@ impl<'a> Tr<'a, '_> {
 
     /// A half-precision copy of the f32 weight at `b` (made once).
     fn half_weight(&mut self, b: &Buf) -> Result<Buf, String> {
+        let bf16 = self.precision == Precision::Bf16;
+        // Round to nearest even (NaN stays NaN, overflow goes to infinity).
+        let convert: fn(f32) -> u16 = if bf16 { |x| half::bf16::from_f32(x).to_bits() } else { |x| half::f16::from_f32(x).to_bits() };
+        let dtype = if bf16 { aoc_ir::types::Scalar::BF16 } else { aoc_ir::types::Scalar::F16 };
+        self.derived_weight(b, self.precision.name(), dtype, |bytes| {
+            bytes
+                .chunks_exact(4)
+                .flat_map(|c| convert(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+                .collect()
+        })
+    }
+
+    /// A new weight blob made from the one starting at `b` by `make` (once
+    /// per blob and `suffix`): half copies, kernel-specific layouts.
+    fn derived_weight(
+        &mut self,
+        b: &Buf,
+        suffix: &str,
+        dtype: aoc_ir::types::Scalar,
+        make: impl FnOnce(&[u8]) -> Vec<u8>,
+    ) -> Result<Buf, String> {
         if b.space != Space::Weights {
-            return Err("internal error: a GEMM weight operand is not in the weights".to_string());
+            return Err("internal error: a weight operand is not in the weights".to_string());
         }
-        if let Some(h) = self.halves.get(&b.offset) {
+        let key = (b.offset, suffix.to_string());
+        if let Some(h) = self.derived.get(&key) {
             return Ok(*h);
         }
         let i = self
             .weight_offsets
             .iter()
             .position(|&o| o == b.offset)
-            .ok_or("internal error: a GEMM weight does not start a weight blob")?;
+            .ok_or("internal error: a weight operand does not start a weight blob")?;
         let blob = &self.weights[i];
-        // Round to nearest even (NaN stays NaN, overflow goes to infinity).
-        let convert: fn(f32) -> u16 = if self.precision == Precision::Bf16 {
-            |x| half::bf16::from_f32(x).to_bits()
-        } else {
-            |x| half::f16::from_f32(x).to_bits()
-        };
-        let bytes: Vec<u8> = blob
-            .bytes
-            .chunks_exact(4)
-            .flat_map(|c| convert(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
-            .collect();
-        let dtype = if self.precision == Precision::Bf16 {
-            aoc_ir::types::Scalar::BF16
-        } else {
-            aoc_ir::types::Scalar::F16
-        };
+        let bytes = make(&blob.bytes);
         let end = self.weight_offsets.last().map_or(0, |&o| o + self.weights.last().unwrap().bytes.len() as u64);
         let offset = end.div_ceil(64) * 64;
         let len = bytes.len() as u64;
-        let name = format!("{}.{}", blob.name, self.precision.name());
-        let shape = blob.shape.clone();
+        let name = format!("{}.{suffix}", blob.name);
+        let count = len * 8 / dtype.bits() as u64;
+        let shape = if count == blob.shape.iter().product::<u64>() { blob.shape.clone() } else { vec![count] };
         self.weights.push(WeightBlob { name, dtype, shape, bytes });
         self.weight_offsets.push(offset);
         let h = Buf { space: Space::Weights, index: 0, offset, len };
-        self.halves.insert(b.offset, h);
+        self.derived.insert(key, h);
         Ok(h)
     }
 
@@ -209,6 +230,12 @@ impl<'a> Tr<'a, '_> {
             Precision::Bf16 => Some(TcPrecision::Bf16),
         };
         let tc = tc.filter(|_| self.sm.has_mma_f16());
+        if let Some(p) = tc
+            && b_const
+            && let Some(wg) = self.wgmma_form(&spec, p, c, bias)
+        {
+            return self.gemm_wgmma(spec, wg, GemmBufs { a: *a, b: *b, bias: bias.copied(), c: *c }, origin, epi);
+        }
         let (b, b_half) = match tc {
             Some(TcPrecision::F16 | TcPrecision::Bf16) if b_const => (self.half_weight(b)?, true),
             _ => (*b, false),
@@ -253,6 +280,75 @@ impl<'a> Tr<'a, '_> {
             args.extend(extra.iter().map(|b| Arg::In(*b)));
         }
         self.launch(k, args, origin);
+        Ok(())
+    }
+
+    /// The precision `wgmma` runs `spec` in, when it should: sm_90a, a
+    /// plain GEMM with a constant B, k a multiple of 8 (the half copy of A
+    /// is then dense with 16-byte rows), C with unit column stride, and
+    /// enough rows and columns to fill most of the GPU with 128-row tiles.
+    fn wgmma_form(&self, spec: &GemmSpec, p: TcPrecision, c: &Buf, bias: Option<&Buf>) -> Option<WgPrecision> {
+        let wp = match p {
+            TcPrecision::F16 => WgPrecision::F16,
+            TcPrecision::Bf16 => WgPrecision::Bf16,
+            TcPrecision::Tf32 => return None,
+        };
+        let AMode::Strided { col: 1, .. } = spec.a else { return None };
+        let tiles = spec.m.div_ceil(128) * spec.n.div_ceil(128);
+        let fits = self.sm == Sm::Sm90a
+            && spec.batch == 1
+            && spec.k >= 64
+            && spec.k % 8 == 0
+            && spec.c_strides[2] == 1
+            && tiles >= WGMMA_MIN_TILES
+            && aligned16(&[c].into_iter().chain(bias).collect::<Vec<_>>());
+        fits.then_some(wp)
+    }
+
+    /// A GEMM on `wgmma`: A is converted into a half scratch buffer at the
+    /// end of the arena (one pointwise launch), B is packed for the
+    /// kernel's tile at compile time.
+    fn gemm_wgmma(&mut self, spec: GemmSpec, p: WgPrecision, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
+        let GemmBufs { a, b, bias, c } = bufs;
+        let AMode::Strided { row: lda, .. } = spec.a else { return Err("internal error: wgmma on a convolution".into()) };
+        let (m, k) = (spec.m, spec.k);
+        let half = if p == WgPrecision::Bf16 { Scalar::BF16 } else { Scalar::F16 };
+        let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at, len: m * k * 2 };
+        self.scratch_len = self.scratch_len.max(scratch.len);
+        let cast = PointwiseKernel {
+            name: format!("cvt_{:016x}", fnv(&format!("{m}|{k}|{lda}|{half:?}"))),
+            dims: vec![m, k],
+            operands: vec![crate::expr::Operand { dtype: Scalar::F32, strides: vec![lda, 1] }],
+            exprs: vec![Expr::Load(0)],
+            result: 0,
+            out_dtype: half,
+        };
+        self.launch_pointwise(cast, &[a, scratch], origin)?;
+        let mut spec = spec;
+        spec.a = AMode::Strided { batch: 0, row: k, col: 1 };
+        spec.aligned16 = true;
+        let tile = choose_wg_tile(&spec);
+        let bf16 = p == WgPrecision::Bf16;
+        let packed = self.derived_weight(&b, &format!("wg{}x{}.{}", tile.bn, tile.stages, if bf16 { "bf16" } else { "f16" }), half, |bytes| {
+            let b_kn: Vec<u16> = bytes
+                .chunks_exact(4)
+                .map(|x| {
+                    let v = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+                    if bf16 { half::bf16::from_f32(v).to_bits() } else { half::f16::from_f32(v).to_bits() }
+                })
+                .collect();
+            pack_b(&spec, tile, &b_kn).into_iter().flat_map(|v| v.to_le_bytes()).collect()
+        })?;
+        let sm = self.sm;
+        let e = epi.map(|(e, _)| e);
+        let kern = self.kernel("gemm_wgmma", (&spec, p, tile, e), |mt, nm| gemm_wgmma_tile(mt, nm, &spec, p, e, sm, tile))?;
+        let mut args = vec![Arg::In(scratch), Arg::In(packed)];
+        args.extend(bias.map(Arg::In));
+        args.push(Arg::Out(c));
+        if let Some((_, extra)) = epi {
+            args.extend(extra.iter().map(|b| Arg::In(*b)));
+        }
+        self.launch(kern, args, origin);
         Ok(())
     }
 
@@ -417,6 +513,61 @@ impl<'a> Tr<'a, '_> {
                 self.launch(k, args, origin);
                 Ok(())
             }
+            Step::Attention {
+                q, k, v, mask, y, batch, heads, sq, sk, d, dv, q_strides, k_strides, v_strides, mask_strides, y_strides, scale,
+            } => {
+                let spec = AttentionSpec {
+                    batch: *batch,
+                    heads: *heads,
+                    sq: *sq,
+                    sk: *sk,
+                    d: *d,
+                    dv: *dv,
+                    q: *q_strides,
+                    k: *k_strides,
+                    v: *v_strides,
+                    y: *y_strides,
+                    mask: mask.map(|_| *mask_strides),
+                    scale: *scale,
+                };
+                let p = match self.precision {
+                    _ if !self.sm.has_mma_f16() => AttnPrecision::F32,
+                    Precision::Fp32 | Precision::Tf32 => AttnPrecision::F32,
+                    Precision::Fp16 => AttnPrecision::F16,
+                    Precision::Bf16 => AttnPrecision::Bf16,
+                };
+                let sm = self.sm;
+                let kern = self.kernel("attention", (&spec, p), |m, n| attention::attention(m, n, &spec, p, sm))?;
+                let mut args = vec![Arg::In(*q), Arg::In(*k), Arg::In(*v)];
+                args.extend(mask.map(Arg::In));
+                args.push(Arg::Out(*y));
+                self.launch(kern, args, origin);
+                Ok(())
+            }
+            Step::QConv2d { x, w, comp, scale, shift, y, geom, x_signed, x_zero, y_signed, y_zero, y_min, y_max } => {
+                let spec = QConvSpec {
+                    geom: *geom,
+                    x_signed: *x_signed,
+                    x_zero: *x_zero,
+                    y_signed: *y_signed,
+                    y_zero: *y_zero,
+                    y_min: *y_min,
+                    y_max: *y_max,
+                };
+                let need = geom.oc * geom.kh * geom.kw * geom.c.checked_div(geom.group).unwrap_or(0);
+                if w.len != need {
+                    return Err(format!("internal error: qconv2d weights hold {} bytes, the geometry needs {need}", w.len));
+                }
+                let packed = self.derived_weight(w, "s8pack", aoc_ir::types::Scalar::I8, |bytes| {
+                    let ohwi: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
+                    gemm_s8::pack_weights(&spec, &ohwi).into_iter().map(|v| v as u8).collect()
+                })?;
+                let sm = self.sm;
+                let kern = self.kernel("qconv_s8", &spec, |m, n| gemm_s8::qconv_s8(m, n, &spec, sm))?;
+                let args = [x, &packed, comp, scale, shift].into_iter().map(|b| Arg::In(*b)).chain([Arg::Out(*y)]).collect();
+                self.launch(kern, args, origin);
+                Ok(())
+            }
             Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
             Step::Reference { .. } => {
                 self.items.push(GpuItem::Host { step: step.clone() });
@@ -434,9 +585,15 @@ impl<'a> Tr<'a, '_> {
         if bufs.len() != k.operands.len() + 1 {
             return Err(format!("internal error: kernel `{code}` takes {} buffers", k.operands.len() + 1));
         }
+        self.launch_pointwise(k.clone(), bufs, origin)
+    }
+
+    /// Launches pointwise kernel `k` (generated once) on `bufs`, its
+    /// operands then its output.
+    fn launch_pointwise(&mut self, k: PointwiseKernel, bufs: &[Buf], origin: &str) -> Result<(), String> {
         // The vector form needs 16-byte aligned buffers; a trailing unit
         // dimension forces the scalar form where one is not.
-        let mut k = k.clone();
+        let mut k = k;
         if is_vectorized(&k) && !aligned16(&bufs.iter().collect::<Vec<_>>()) {
             k.name.push_str("_unaligned");
             k.dims.push(1);
@@ -604,9 +761,11 @@ pub fn translate_tuned(
         pointwise: kernels.iter().map(|k| (k.name.as_str(), k)).collect(),
         weights: &mut lowered.weights,
         weight_offsets: offsets,
-        halves: HashMap::new(),
+        derived: HashMap::new(),
         items: Vec::new(),
         origins: Vec::new(),
+        scratch_at: lowered.arena_bytes.div_ceil(256) * 256,
+        scratch_len: 0,
     };
     let mut i = 0;
     while i < steps.len() {
@@ -618,6 +777,9 @@ pub fn translate_tuned(
         i += if fused.is_some() { 2 } else { 1 };
     }
     let n = tr.made.len();
+    if tr.scratch_len > 0 {
+        lowered.arena_bytes = tr.scratch_at + tr.scratch_len;
+    }
     let plan = GpuPlan { items: tr.items, origins: tr.origins };
     let llvm = tr.m.finish();
     lowered.kernels = kernels;

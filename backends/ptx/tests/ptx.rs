@@ -9,10 +9,16 @@
 
 #[path = "ptx/host_sim.rs"]
 mod host_sim;
+#[path = "ptx/kernels_attention.rs"]
+mod kernels_attention;
+#[path = "ptx/kernels_gemm_s8.rs"]
+mod kernels_gemm_s8;
 #[path = "ptx/kernels_gemm_simt.rs"]
 mod kernels_gemm_simt;
 #[path = "ptx/kernels_gemm_tc.rs"]
 mod kernels_gemm_tc;
+#[path = "ptx/kernels_gemm_wgmma.rs"]
+mod kernels_gemm_wgmma;
 #[path = "ptx/kernels_index.rs"]
 mod kernels_index;
 #[path = "ptx/kernels_rows.rs"]

@@ -39,7 +39,13 @@ pub fn cpu_features(level: X86Level) -> &'static [&'static str] {
 
 /// Compiles an optimized, verified function into artifact bytes.
 pub fn compile(func: &Func, weights: &dyn WeightSource, level: X86Level) -> Result<CompileOutput, Diagnostic> {
-    let lowered = lower(func, weights, &LowerOptions::CPU)?;
+    compile_with(func, weights, level, &LowerOptions::CPU)
+}
+
+/// [`compile`] with other lowering choices (the runtime runs every step
+/// kind, so any [`LowerOptions`] gives a working artifact).
+pub fn compile_with(func: &Func, weights: &dyn WeightSource, level: X86Level, opts: &LowerOptions) -> Result<CompileOutput, Diagnostic> {
+    let lowered = lower(func, weights, opts)?;
     let err = |m: String| Diagnostic::error(m, func.loc.clone());
     let mut w = ArtifactWriter::new(level.target_name());
     for f in cpu_features(level) {

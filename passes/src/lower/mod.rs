@@ -26,9 +26,11 @@
 //! interpreter inside the runtime's `reference` feature); `LowerReport`
 //! counts them so `aoc compile` can say so.
 
+mod attention;
 mod memory;
 mod nn;
 mod pointwise;
+mod quant;
 mod reference;
 mod shape;
 mod winograd;
@@ -147,6 +149,13 @@ pub struct LowerOptions {
     /// Lower `core.winograd_conv2d` to `Step::WinogradConv2d` (the CPU has
     /// the kernel; without it the op runs on the reference path).
     pub winograd: bool,
+    /// Lower `core.attention` (scalar scale, optional additive mask) to one
+    /// `Step::Attention` over strided operands instead of matmul, softmax,
+    /// matmul; head dimensions up to this many elements (0: never).
+    pub fused_attention_max_dim: u64,
+    /// Lower `quant.conv2d` and `quant.gemm` to integer `Step::QConv2d`
+    /// (else they run on the reference path).
+    pub int8: bool,
 }
 
 /// How constant GEMM and convolution weights are stored.
@@ -162,9 +171,11 @@ pub enum WeightForm {
 
 impl LowerOptions {
     /// The CPU backend's choices.
-    pub const CPU: LowerOptions = LowerOptions { weights: WeightForm::Packed, winograd: true };
+    pub const CPU: LowerOptions =
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: 0, int8: false };
     /// The GPU backend's choices.
-    pub const GPU: LowerOptions = LowerOptions { weights: WeightForm::Plain, winograd: false };
+    pub const GPU: LowerOptions =
+        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true };
 }
 
 pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {
@@ -505,10 +516,9 @@ impl<'a> Lower<'a> {
             Opcode::Expand => self.lower_expand(op)?,
             Opcode::Resize => self.lower_resize(op)?,
             Opcode::WinogradConv2d => self.opts.winograd && self.lower_winograd(op)?,
-            // Integer compute ops arrive with the quantization work.
-            Opcode::QuantConv2d
-            | Opcode::QuantMatMul
-            | Opcode::QuantGemm
+            Opcode::QuantConv2d | Opcode::QuantGemm => self.lower_qconv(op)?,
+            // Integer kernels for these arrive with the quantization work.
+            Opcode::QuantMatMul
             | Opcode::QuantAdd
             | Opcode::QuantAvgPool2d
             | Opcode::QuantGlobalAvgPool => false,

@@ -25,10 +25,10 @@ fn int(attrs: &Attrs, name: &str, default: i64) -> i64 {
         _ => default,
     }
 }
-fn boolean(attrs: &Attrs, name: &str) -> bool {
+pub(super) fn boolean(attrs: &Attrs, name: &str) -> bool {
     matches!(attrs.get(name), Some(Attr::Bool(true)))
 }
-fn float(attrs: &Attrs, name: &str, default: f64) -> f64 {
+pub(super) fn float(attrs: &Attrs, name: &str, default: f64) -> f64 {
     match attrs.get(name) {
         Some(Attr::Float(v)) => *v,
         _ => default,
@@ -46,7 +46,7 @@ fn quad(v: &[i64]) -> [u64; 4] {
         _ => [0; 4],
     }
 }
-fn u(v: usize) -> u64 {
+pub(super) fn u(v: usize) -> u64 {
     v as u64
 }
 pub(crate) fn f32s(t: &aoc_ir::tensor::Tensor) -> Vec<f32> {
@@ -59,7 +59,7 @@ pub(crate) fn is_f32(ty: &TensorType) -> bool {
 /// NHWC geometry of a 4-D convolution-like op over input `x`: output
 /// channels and size `out` (`[oc, oh, ow]`), kernel `k`; strides,
 /// dilations, pads and groups from its (completed) attributes.
-fn geom(x: &TensorType, out: [u64; 3], k: [u64; 2], attrs: &Attrs) -> ConvGeom {
+pub(super) fn geom(x: &TensorType, out: [u64; 3], k: [u64; 2], attrs: &Attrs) -> ConvGeom {
     ConvGeom {
         n: u(x.shape[0]),
         c: u(x.shape[1]),
@@ -463,6 +463,9 @@ impl Lower<'_> {
     pub(crate) fn lower_attention(&mut self, op: &OpData) -> Result<bool, String> {
         if !self.all_f32(op) {
             return Ok(false);
+        }
+        if self.lower_attention_fused(op)? {
+            return Ok(true);
         }
         let attrs = Lower::attrs(op)?;
         let (q, kt, v) = (op.operands[0], op.operands[1], op.operands[2]);

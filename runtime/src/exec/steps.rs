@@ -97,6 +97,20 @@ fn f32s_mut<'a>(sp: &Spaces, b: &Buf) -> Result<&'a mut [f32], String> {
     Ok(unsafe { std::slice::from_raw_parts_mut(p as *mut f32, b.len as usize / 4) })
 }
 
+fn i32s<'a>(sp: &Spaces, b: &Buf) -> Result<&'a [i32], String> {
+    let p = sp.ptr(b);
+    if !(p as usize).is_multiple_of(4) {
+        return Err(format!("buffer at offset {} is not aligned for i32", b.offset));
+    }
+    // SAFETY: aligned, inside its space (module doc).
+    Ok(unsafe { std::slice::from_raw_parts(p as *const i32, b.len as usize / 4) })
+}
+
+fn i8s<'a>(sp: &Spaces, b: &Buf) -> &'a [i8] {
+    // SAFETY: inside its space (module doc); i8 has no alignment.
+    unsafe { std::slice::from_raw_parts(sp.ptr(b) as *const i8, b.len as usize) }
+}
+
 fn opt_f32s<'a>(sp: &Spaces, b: &Option<Buf>) -> Result<Option<&'a [f32]>, String> {
     b.as_ref().map(|b| f32s(sp, b)).transpose()
 }
@@ -208,6 +222,39 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             f32s_mut(sp, y)?,
         )
         .map_err(e),
+        Step::Attention {
+            q, k, v, mask, y, batch, heads, sq, sk, d, dv, q_strides, k_strides, v_strides, mask_strides, y_strides, scale,
+        } => {
+            let st = |s: &[u64; 4]| s.map(us);
+            let shape = kernels::attention::AttentionShape {
+                batch: us(*batch),
+                heads: us(*heads),
+                sq: us(*sq),
+                sk: us(*sk),
+                d: us(*d),
+                dv: us(*dv),
+                q: st(q_strides),
+                k: st(k_strides),
+                v: st(v_strides),
+                mask: st(mask_strides),
+                y: st(y_strides),
+                scale: *scale,
+            };
+            let (q, k, v, mask) = (f32s(sp, q)?, f32s(sp, k)?, f32s(sp, v)?, opt_f32s(sp, mask)?);
+            kernels::attention::attention(&shape, q, k, v, mask, f32s_mut(sp, y)?).map_err(e)
+        }
+        Step::QConv2d { x, w, comp, scale, shift, y, geom, x_signed, x_zero, y_signed, y_zero, y_min, y_max } => {
+            let p = kernels::qconv::QConvParams {
+                x_signed: *x_signed,
+                x_zero: *x_zero,
+                y_signed: *y_signed,
+                y_zero: *y_zero,
+                y_min: *y_min,
+                y_max: *y_max,
+            };
+            let (w, comp, scale, shift) = (i8s(sp, w), i32s(sp, comp)?, f32s(sp, scale)?, f32s(sp, shift)?);
+            kernels::qconv::qconv2d(geom, &p, bytes(sp, x), w, comp, scale, shift, bytes_mut(sp, y)).map_err(e)
+        }
         Step::Pointwise { .. } | Step::Reference { .. } => Err("internal error: dispatched to the wrong runner".to_string()),
     }
 }

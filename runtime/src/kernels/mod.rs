@@ -17,7 +17,9 @@
 //!   over per-point GEMMs, and the packing of its transformed weights;
 //! - [`copy`]: strided copy (transposes, slices, expand), fill and gather;
 //! - [`norm`]: softmax, layer normalization and the vectorizable f32 exp;
-//! - [`batched`]: batched matmul of two activations over [`gemm()`].
+//! - [`batched`]: batched matmul of two activations over [`gemm()`];
+//! - [`attention`]: fused scaled dot-product attention over strided
+//!   operands; [`qconv`]: integer (i8/u8) convolution with requantization.
 //! - [`int8`]: the u8×s8→i32 GEMM of quantized operators (AVX-512 VNNI,
 //!   AVX2, scalar) and the requantization epilogue; [`bf16`]: the bf16 GEMM
 //!   (AVX-512 BF16, AVX2, scalar); [`amx`]: their AMX tile levels; the
@@ -28,6 +30,7 @@
 //! only by floating-point rounding of the summation order.
 
 pub mod amx;
+pub mod attention;
 pub mod batched;
 pub mod bf16;
 pub mod conv;
@@ -39,6 +42,7 @@ pub mod int8;
 pub mod norm;
 pub mod pack;
 pub mod pool;
+pub mod qconv;
 pub mod resize;
 pub mod winograd;
 

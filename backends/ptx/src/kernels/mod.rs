@@ -3,8 +3,14 @@
 //! with every shape baked in as a constant, and returns the launch
 //! [`Geometry`] it was written for.
 //!
+//! - [`attention`]: fused (flash-style) attention, fp32 on the CUDA cores or
+//!   f16/bf16 on `mma.sync`;
 //! - [`gemm_simt`]: fp32 GEMM, batched matmul and NHWC implicit-GEMM
 //!   convolution on the CUDA cores (shared-memory tiles);
+//! - [`gemm_s8`]: int8 tensor-core NHWC convolution / GEMM (`mma.sync`
+//!   m16n8k32, s32 accumulation) with a requantizing epilogue;
+//! - [`gemm_wgmma`]: Hopper (sm_90a) f16/bf16 GEMM on `wgmma` with a
+//!   packed B;
 //! - [`rows`]: row reductions (softmax, layer-norm), axis reductions, pooling;
 //! - [`index`]: index-mapping kernels (strided copy, fill, gather, resize,
 //!   depthwise and transposed convolution).
@@ -17,8 +23,11 @@
 //!   text, so the translator can name a kernel by its arguments and emit it
 //!   once.
 
+pub mod attention;
+pub mod gemm_s8;
 pub mod gemm_simt;
 pub mod gemm_tc;
+pub mod gemm_wgmma;
 pub mod index;
 pub mod rows;
 

@@ -1,0 +1,446 @@
+//! Hopper GEMM on `wgmma` (sm_90a only): [`gemm_wgmma`] writes one kernel
+//! computing a plain (batch 1) [`GemmSpec`] `C = A·B (+ bias) (relu)
+//! (epilogue)` with `wgmma.mma_async` m64nNk16 (f16 or bf16 inputs, f32
+//! accumulation), both operands read by the tensor cores straight from
+//! shared memory through matrix descriptors.
+//!
+//! Operands:
+//! - A: f16/bf16 (the precision's type), `m × k`, element `(i, kk)` at
+//!   `a[i·row + kk]` (`spec.a = Strided { row, col: 1 }`); `row` must be a
+//!   multiple of 8 and A 16-byte aligned (`spec.aligned16`), so that every
+//!   8-element run of a row is one 16-byte `cp.async` (pad the scratch rows
+//!   of a converted activation to a multiple of 8).
+//! - B: f16/bf16 packed by [`pack_b`] for the kernel's tile ([`WgTile`],
+//!   [`choose_wg_tile`]); `spec.b_strides` are not used. [`packed_b_offset`]
+//!   is the layout: block `(kt, nt)` of `64 × bn` (k-tile `kt`, n-tile `nt`)
+//!   is the contiguous run of `64·bn` elements at `(nt·ktiles + kt)·64·bn`,
+//!   holding the tile exactly as shared memory wants it: `bn` rows (one per
+//!   column `n`) of 64 k-elements (128 bytes), the 16-byte chunk `c = kk/8`
+//!   of row `nr` stored at chunk position `c ^ (nr % 8)` (the 128-byte
+//!   swizzle), zero past `k` and `n`.
+//! - C: f32, element `(i, j)` at `c[i·c_strides[1] + j]`; bias `f32[n]`.
+//!
+//! Kernel ABI (as `gemm_tc`): parameters `a, b, [bias], c, [e1 … ek]`
+//! (bias only when `spec.bias` is `Some`; `e1 … ek` with a [`GemmEpilogue`]
+//! of `k` extra operands, read at `i·s1 + j·s2`). Launch: grid
+//! `[⌈m/128⌉·⌈n/bn⌉, 1, 1]`, block `[256, 1, 1]`, dynamic shared memory
+//! [`WgTile::smem_bytes`] (up to 193 KiB: the launcher raises the limit).
+//! An empty product (`m` or `n` zero) returns at once (grid `[1, 1, 1]`,
+//! no shared memory); `k = 0` writes `relu(bias)` (or 0).
+//!
+//! Code shape: a block of two warpgroups computes a `128 × bn` tile of C,
+//! warpgroup `w` rows `64w … 64w+63`, all `bn` columns, as one
+//! `m64n{bn}k16` accumulator (`bn/2` f32 registers per thread). Shared
+//! memory is a ring of `stages` stages (1024-byte aligned), each the A tile
+//! (128 rows × 64 k, 16 KiB) then the B tile (`bn` rows × 64 k), both
+//! K-major with the 128-byte swizzle: row `r` at byte `128·r`, its 16-byte
+//! chunk `c` at `16·(c ^ (r % 8))`. That is wgmma's canonical
+//! `SWIZZLE_128B` K-major layout (descriptor: start address >> 4, leading
+//! offset 1 (unused when K fits the swizzle width), stride offset 1024 B
+//! between 8-row groups, mode 1 in bits 62-63); the k16 step `s` of a
+//! k-tile starts `32·s` bytes in, as CUTLASS and DeepGEMM address it. The
+//! swizzle keeps both the `cp.async` stores (8 threads per 128-byte row)
+//! and the tensor cores' reads free of bank conflicts.
+//!
+//! Every thread both copies and multiplies (no producer warpgroup: with
+//! `cp.async` the copies are 12 instructions per thread and k-tile, the
+//! warps are free while `wgmma` runs asynchronously, and a producer
+//! warpgroup would need `setmaxnreg` and mbarriers to pay for itself).
+//! Pipeline, k-tile `t` in stage `t % stages`: wait for this thread's
+//! copies of tile `t` (`cp.async.wait_group stages-3`), `fence.proxy.async`
+//! (the copies are generic-proxy writes that `wgmma` reads through the
+//! async proxy), barrier; `cp.async` of tile `t + stages-2` into the stage
+//! of tile `t-2` (one commit group per k-tile, empty past k); then
+//! `wgmma.fence`, four `wgmma`, `commit_group`, `wait_group 1`, which
+//! leaves tile `t`'s multiplies running while the next iteration waits and
+//! copies. Tile `t-2`'s stage is free at the barrier of `t`: every thread
+//! has passed its `wait_group 1` of iteration `t-1`. A's rows past `m` and
+//! its k tail are zero-filled through `cp.async`'s source size; B needs
+//! none (packed with zeros). The `wgmma` inline assembly takes and returns
+//! the accumulators as tied operands, and so do the fence and the waits,
+//! so LLVM cannot move accumulator reads or writes across them.
+//!
+//! Blocks are ordered in groups of [`GROUP`] tile rows (block `x` is tile
+//! row `g·GROUP + (x mod (GROUP·ntn)) mod gsz`, column
+//! `(x mod (GROUP·ntn)) / gsz`), so that the blocks resident at one time
+//! share A and B panels in L2.
+//!
+//! The epilogue is `gemm_tc`'s: `+ bias[j]`, relu as `max(x, 0)` (NaN
+//! becomes 0), then the [`GemmEpilogue`] expression `@{name}_epi`, stored
+//! where `i < m, j < n` (pairs as 8-byte stores where aligned); the
+//! expression runs inside the store's guard, so its operands are read
+//! only at elements that exist. Accumulator register `4q + 2h + e` of a
+//! thread (lane `l` of warp `w` in its warpgroup) is row `16w + l/4 + 8h`,
+//! column `8q + 2(l % 4) + e` of the warpgroup's tile.
+
+mod epilogue;
+mod mainloop;
+
+use super::{AMode, GemmEpilogue, GemmSpec, Geometry};
+use crate::irtext::{Body, ModuleText, check_entry_name};
+use crate::pointwise::define_epilogue;
+use crate::target::Sm;
+
+/// The multiply precision of [`gemm_wgmma`]; accumulation is f32 always.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WgPrecision {
+    F16,
+    Bf16,
+}
+
+impl WgPrecision {
+    pub const ALL: [WgPrecision; 2] = [WgPrecision::F16, WgPrecision::Bf16];
+
+    /// The `wgmma` input type suffix.
+    fn ptx(self) -> &'static str {
+        match self {
+            WgPrecision::F16 => "f16",
+            WgPrecision::Bf16 => "bf16",
+        }
+    }
+}
+
+/// The tiling of one kernel: `128 × bn` block tiles, k steps of 64, a ring
+/// of `stages` shared-memory stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WgTile {
+    pub bn: u32,
+    pub stages: u32,
+}
+
+/// Rows of a block tile (two warpgroups of m64).
+pub const BM: u32 = 128;
+/// K of one k-tile (one 128-byte swizzle row of halves).
+pub const BK: u32 = 64;
+/// Threads of a block.
+pub const THREADS: u32 = 256;
+/// Bytes of one A tile in shared memory.
+const A_BYTES: u32 = BM * BK * 2;
+/// Slack for aligning the ring to 1024 bytes at run time.
+const ALIGN: u32 = 1024;
+/// Tile rows per block group (see the module doc).
+pub const GROUP: u64 = 16;
+/// Most dynamic shared memory of an sm_90 block.
+const SMEM_MAX: u32 = 227 * 1024;
+
+impl WgTile {
+    /// 128×256, four stages (193 KiB): the throughput tile.
+    pub const WIDE: WgTile = WgTile { bn: 256, stages: 4 };
+    /// 128×128, four stages (129 KiB): for products with few 128×256 tiles.
+    pub const NARROW: WgTile = WgTile { bn: 128, stages: 4 };
+
+    fn b_bytes(&self) -> u32 {
+        self.bn * BK * 2
+    }
+
+    fn stage_bytes(&self) -> u32 {
+        A_BYTES + self.b_bytes()
+    }
+
+    /// Dynamic shared memory of a kernel with this tile, in bytes.
+    pub fn smem_bytes(&self) -> u32 {
+        self.stages * self.stage_bytes() + ALIGN
+    }
+
+    /// Checks the tile is one the generator handles: `bn` a multiple of 32
+    /// up to 256 (wgmma's N, and whole 16-byte B chunks per thread), 3 to
+    /// 8 stages within sm_90's 227 KiB.
+    pub fn check(&self) -> Result<(), String> {
+        let t = *self;
+        if t.bn == 0 || t.bn > 256 || !t.bn.is_multiple_of(32) || !(3..=8).contains(&t.stages) {
+            return Err(format!("unsupported wgmma tile {t:?}"));
+        }
+        if t.smem_bytes() > SMEM_MAX {
+            return Err(format!(
+                "wgmma tile {t:?} needs {} bytes of shared memory, more than 227 KiB",
+                t.smem_bytes()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Blocks that fill an H200 once (132 multiprocessors, one block each).
+const ENOUGH_BLOCKS: u64 = 132;
+
+/// The tile [`gemm_wgmma`] uses: [`WgTile::WIDE`] where it gives a block
+/// per multiprocessor, else [`WgTile::NARROW`].
+pub fn choose_wg_tile(spec: &GemmSpec) -> WgTile {
+    let blocks = spec.m.div_ceil(BM as u64) * spec.n.div_ceil(256);
+    if blocks >= ENOUGH_BLOCKS {
+        WgTile::WIDE
+    } else {
+        WgTile::NARROW
+    }
+}
+
+/// k-tiles and n-tiles of `spec` under `tile`.
+fn tiles(spec: &GemmSpec, tile: WgTile) -> (u64, u64) {
+    (spec.k.div_ceil(BK as u64), spec.n.div_ceil(tile.bn as u64))
+}
+
+/// Elements of B packed by [`pack_b`] for `tile`.
+pub fn packed_b_len(spec: &GemmSpec, tile: WgTile) -> usize {
+    let (kt, nt) = tiles(spec, tile);
+    (kt * nt * (BK * tile.bn) as u64) as usize
+}
+
+/// Where [`pack_b`] puts `B[kk][nn]`: see the module doc.
+pub fn packed_b_offset(spec: &GemmSpec, tile: WgTile, kk: u64, nn: u64) -> usize {
+    let (ktiles, _) = tiles(spec, tile);
+    let bn = tile.bn as u64;
+    let bk = BK as u64;
+    let (kt, kr, nt, nr) = (kk / bk, kk % bk, nn / bn, nn % bn);
+    let block = (nt * ktiles + kt) * bk * bn;
+    let chunk = (kr / 8) ^ (nr % 8);
+    (block + nr * bk + chunk * 8 + kr % 8) as usize
+}
+
+/// B (`k × n` row major, f16/bf16 bits) in the layout the kernel of
+/// `tile` reads, zero-padded to whole tiles. Panics unless
+/// `b_kn.len() == k·n` (a caller's bug).
+pub fn pack_b(spec: &GemmSpec, tile: WgTile, b_kn: &[u16]) -> Vec<u16> {
+    let (k, n) = (spec.k, spec.n);
+    assert_eq!(b_kn.len() as u64, k * n, "pack_b: B must hold k·n elements");
+    let mut out = vec![0u16; packed_b_len(spec, tile)];
+    for kk in 0..k {
+        for nn in 0..n {
+            out[packed_b_offset(spec, tile, kk, nn)] = b_kn[(kk * n + nn) as usize];
+        }
+    }
+    out
+}
+
+/// Appends kernel `name` computing `spec` with `wgmma` in `prec` (tile from
+/// [`choose_wg_tile`]) and an optional pointwise epilogue; see the module
+/// doc for the ABI and the layouts.
+pub fn gemm_wgmma(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &GemmSpec,
+    prec: WgPrecision,
+    epi: Option<&GemmEpilogue>,
+    sm: Sm,
+) -> Result<Geometry, String> {
+    gemm_wgmma_tile(m, name, spec, prec, epi, sm, choose_wg_tile(spec))
+}
+
+const I31: u64 = i32::MAX as u64;
+
+/// [`gemm_wgmma`] with an explicit tile (for tuning and tests); B must be
+/// packed for the same tile.
+pub fn gemm_wgmma_tile(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &GemmSpec,
+    prec: WgPrecision,
+    epi: Option<&GemmEpilogue>,
+    sm: Sm,
+    tile: WgTile,
+) -> Result<Geometry, String> {
+    check_entry_name(name)?;
+    if sm != Sm::Sm90a {
+        return Err(format!(
+            "the wgmma gemm needs sm_90a (wgmma.mma_async), target is {sm}"
+        ));
+    }
+    tile.check()?;
+    let row = check_spec(spec)?;
+    if let Some(e) = epi {
+        check_epilogue(spec, e)?;
+    }
+    let (ktiles, ntn) = tiles(spec, tile);
+    let ntm = spec.m.div_ceil(BM as u64);
+    if ntm * ntn > I31 {
+        return Err(format!(
+            "gemm {}x{} needs {} blocks of {BM}x{}, more than a grid holds",
+            spec.m,
+            spec.n,
+            ntm * ntn,
+            tile.bn
+        ));
+    }
+    let params = if spec.bias.is_some() { 4 } else { 3 };
+    let mut sig: Vec<String> = (0..params)
+        .map(|i| {
+            let ro = if i + 1 < params { " readonly" } else { "" };
+            format!("ptr addrspace(1) noalias{ro} %p{i}")
+        })
+        .collect();
+    let epi_fn = epi.map(|e| {
+        sig.extend(
+            (1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly %e{k}")),
+        );
+        (format!("{name}_epi"), e.strides.clone())
+    });
+    // Defined also for the empty kernel: an invalid epilogue is an error
+    // whatever the shape.
+    if let (Some(e), Some((f, _))) = (epi, &epi_fn) {
+        define_epilogue(m, f, e)?;
+    }
+    let empty = spec.m == 0 || spec.n == 0;
+    let body = if empty {
+        "  ret void\n".to_string()
+    } else {
+        declare(m);
+        let mut g = Gen {
+            b: Body::new(),
+            s: spec,
+            p: prec,
+            t: tile,
+            row,
+            ktiles,
+            ntm,
+            ntn,
+            epi: epi_fn,
+            acc: String::new(),
+            tid: String::new(),
+            bm0: String::new(),
+            bn0: String::new(),
+        };
+        g.kernel();
+        g.b.into_text()
+    };
+    m.func(format!(
+        "define ptx_kernel void @{name}({}) \"nvvm.maxntid\"=\"{THREADS}\" {{\nentry:\n{body}}}\n",
+        sig.join(", ")
+    ));
+    Ok(Geometry {
+        grid: [if empty { 1 } else { (ntm * ntn) as u32 }, 1, 1],
+        block: [THREADS, 1, 1],
+        smem: if empty { 0 } else { tile.smem_bytes() },
+    })
+}
+
+/// Checks what the kernel supports; returns A's row stride.
+fn check_spec(s: &GemmSpec) -> Result<u64, String> {
+    let AMode::Strided { row, col, .. } = s.a else {
+        return Err("the wgmma gemm takes a strided A (no implicit convolution)".to_string());
+    };
+    if s.batch != 1 {
+        return Err(format!("the wgmma gemm takes batch 1, found {}", s.batch));
+    }
+    if s.m > I31 || s.n > I31 || s.k > I31 {
+        return Err(format!(
+            "gemm {}x{}x{} is too large for one kernel",
+            s.m, s.n, s.k
+        ));
+    }
+    if (col != 1 && s.k > 1) || (!row.is_multiple_of(8) && s.m > 1) || !s.aligned16 {
+        return Err(format!(
+            "the wgmma gemm needs A in rows of unit column stride, 16-byte aligned with a row stride that is a multiple of 8 (found row {row}, col {col}, aligned {})",
+            s.aligned16
+        ));
+    }
+    if s.c_strides[2] != 1 && s.n > 1 {
+        return Err(format!(
+            "the wgmma gemm needs C with unit column stride, found {}",
+            s.c_strides[2]
+        ));
+    }
+    Ok(if s.m > 1 { row } else { 0 })
+}
+
+/// Rejects an epilogue whose offsets could leave i64.
+fn check_epilogue(s: &GemmSpec, e: &GemmEpilogue) -> Result<(), String> {
+    let last = [0, s.m.saturating_sub(1), s.n.saturating_sub(1)];
+    for (k, st) in e.strides.iter().enumerate() {
+        let most = (1..3).try_fold(0u64, |acc, d| acc.checked_add(last[d].checked_mul(st[d])?));
+        if most.is_none_or(|x| x > i64::MAX as u64) {
+            return Err(format!(
+                "gemm epilogue operand {}: strides {st:?} overflow a 64-bit offset",
+                k + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn declare(m: &mut ModuleText) {
+    for d in [
+        "@aoc_wg_smem = external addrspace(3) global [0 x i8], align 1024",
+        "declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()",
+        "declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()",
+        "declare i32 @llvm.smin.i32(i32, i32)",
+        "declare i32 @llvm.smax.i32(i32, i32)",
+        "declare float @llvm.maxnum.f32(float, float)",
+        "declare void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3), ptr addrspace(1), i32)",
+        "declare void @llvm.nvvm.cp.async.commit.group()",
+        "declare void @llvm.nvvm.cp.async.wait.group(i32 immarg)",
+        "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)",
+    ] {
+        m.declare(d);
+    }
+}
+
+/// What the kernel's parts share.
+struct Gen<'a> {
+    b: Body,
+    s: &'a GemmSpec,
+    p: WgPrecision,
+    t: WgTile,
+    /// A's row stride (elements).
+    row: u64,
+    ktiles: u64,
+    ntm: u64,
+    ntn: u64,
+    /// The epilogue's helper and its operands' strides `[b, i, j]`.
+    epi: Option<(String, Vec<[u64; 3]>)>,
+    acc: String,
+    tid: String,
+    bm0: String,
+    bn0: String,
+}
+
+impl Gen<'_> {
+    fn v(&mut self, rhs: impl AsRef<str>) -> String {
+        self.b.v(rhs)
+    }
+
+    fn ins(&mut self, text: impl AsRef<str>) {
+        self.b.ins(text)
+    }
+
+    /// Accumulator registers per thread.
+    fn nacc(&self) -> u32 {
+        self.t.bn / 2
+    }
+
+    fn kernel(&mut self) {
+        let t = self.t;
+        let nacc = self.nacc();
+        self.acc = self.v(format!("alloca [{nacc} x float], align 4"));
+        let ktp = self.v("alloca i32, align 4");
+        self.tid = self.v("call i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
+        let bx = self.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()");
+        // Grouped raster order (module doc).
+        let (ntm, ntn) = (self.ntm, self.ntn);
+        let per = GROUP * ntn;
+        let gid = self.v(format!("udiv i32 {bx}, {per}"));
+        let first = self.v(format!("mul i32 {gid}, {GROUP}"));
+        let left = self.v(format!("sub i32 {ntm}, {first}"));
+        let gsz = self.v(format!("call i32 @llvm.smin.i32(i32 {left}, i32 {GROUP})"));
+        let r = self.v(format!("urem i32 {bx}, {per}"));
+        let mi = self.v(format!("urem i32 {r}, {gsz}"));
+        let mt = self.v(format!("add i32 {first}, {mi}"));
+        let nt = self.v(format!("udiv i32 {r}, {gsz}"));
+        self.bm0 = self.v(format!("mul i32 {mt}, {BM}"));
+        self.bn0 = self.v(format!("mul i32 {nt}, {}", t.bn));
+        for i in 0..nacc {
+            let p = self.acc_ptr(i);
+            self.ins(format!("store float 0.0, ptr {p}, align 4"));
+        }
+        if self.ktiles > 0 {
+            self.mainloop(&nt, &ktp);
+        }
+        self.epilogue();
+        self.ins("ret void");
+    }
+
+    fn acc_ptr(&mut self, i: u32) -> String {
+        let (nacc, acc) = (self.nacc(), self.acc.clone());
+        self.v(format!(
+            "getelementptr inbounds [{nacc} x float], ptr {acc}, i32 0, i32 {i}"
+        ))
+    }
+}

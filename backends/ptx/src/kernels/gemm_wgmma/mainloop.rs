@@ -1,0 +1,279 @@
+//! The k loop of the wgmma GEMM: the `cp.async` copies of each k-tile into
+//! the ring, the matrix descriptors, and `wgmma` with its fence, commit and
+//! waits as inline assembly (see the parent's doc for the pipeline).
+
+use super::{A_BYTES, ALIGN, BK, BM, Gen, THREADS};
+
+/// Where this thread's copies of a k-tile go: per A chunk the element
+/// offset of its row's first chunk column (i64) and its byte count (i32,
+/// before the k tail); the byte offsets of the A and B chunks within a
+/// stage; B's element offset of this thread's first chunk in k-tile 0.
+struct Copies {
+    a_src: Vec<String>,
+    a_bytes: Vec<String>,
+    a_dst: String,
+    b_src: String,
+    b_dst: String,
+    /// Column (in k) of this thread's A chunks within a k-tile.
+    a_col: String,
+}
+
+impl Gen<'_> {
+    /// The per-thread copy addresses (see [`Copies`]); `ring` is the byte
+    /// offset of the aligned ring from `@aoc_wg_smem`.
+    fn copies(&mut self, nt: &str, ring: &str) -> Copies {
+        let (t, s) = (self.t, self.s);
+        let tid = self.tid.clone();
+        // A: 8 threads per 128-byte row, rows tid/8 + 32·i.
+        let c = self.v(format!("and i32 {tid}, 7"));
+        let r0 = self.v(format!("lshr i32 {tid}, 3"));
+        let a_col = self.v(format!("shl i32 {c}, 3"));
+        let c64 = self.v(format!("zext i32 {a_col} to i64"));
+        let mut a_src = Vec::new();
+        let mut a_bytes = Vec::new();
+        for i in 0..BM * BK / 8 / THREADS {
+            let row = self.v(format!("add i32 {}, {r0}", self.bm0));
+            let row = self.v(format!("add i32 {row}, {}", 32 * i));
+            let ok = self.v(format!("icmp ult i32 {row}, {}", s.m));
+            let r64 = self.v(format!("zext i32 {row} to i64"));
+            let o = self.v(format!("mul i64 {r64}, {}", self.row));
+            let o = self.v(format!("add i64 {o}, {c64}"));
+            a_src.push(self.v(format!("select i1 {ok}, i64 {o}, i64 0")));
+            a_bytes.push(self.v(format!("select i1 {ok}, i32 16, i32 0")));
+        }
+        // Row r0 (and r0 + 32i, the same r % 8), chunk c at c ^ (r % 8).
+        let sw = self.v(format!("and i32 {r0}, 7"));
+        let sw = self.v(format!("xor i32 {c}, {sw}"));
+        let sw = self.v(format!("shl i32 {sw}, 4"));
+        let a_dst = self.v(format!("shl i32 {r0}, 7"));
+        let a_dst = self.v(format!("add i32 {a_dst}, {sw}"));
+        let a_dst = self.v(format!("add i32 {a_dst}, {ring}"));
+        // B: block (0, nt), this thread's first 16 bytes.
+        let nt64 = self.v(format!("zext i32 {nt} to i64"));
+        let b_src = self.v(format!(
+            "mul i64 {nt64}, {}",
+            self.ktiles * (BK * t.bn) as u64
+        ));
+        let t8 = self.v(format!("shl i32 {tid}, 3"));
+        let t8 = self.v(format!("zext i32 {t8} to i64"));
+        let b_src = self.v(format!("add i64 {b_src}, {t8}"));
+        let b_dst = self.v(format!("shl i32 {tid}, 4"));
+        let b_dst = self.v(format!("add i32 {b_dst}, {}", A_BYTES));
+        let b_dst = self.v(format!("add i32 {b_dst}, {ring}"));
+        Copies {
+            a_src,
+            a_bytes,
+            a_dst,
+            b_src,
+            b_dst,
+            a_col,
+        }
+    }
+
+    /// `cp.async` (not committed) of k-tile `kt` into the stage at byte
+    /// `stage` of the ring.
+    fn issue(&mut self, cp: &Copies, kt: &str, stage: &str) {
+        let (t, s) = (self.t, self.s);
+        let k0 = self.v(format!("mul i32 {kt}, {BK}"));
+        let k064 = self.v(format!("zext i32 {k0} to i64"));
+        let tail = !s.k.is_multiple_of(BK as u64);
+        let left = if tail {
+            // Elements of this thread's chunk inside k: k − (k0 + col),
+            // clamped to 0 … 8.
+            let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
+            let l = self.v(format!("sub i32 {}, {kk}", s.k));
+            let l = self.v(format!("call i32 @llvm.smax.i32(i32 {l}, i32 0)"));
+            let l = self.v(format!("call i32 @llvm.smin.i32(i32 {l}, i32 8)"));
+            Some(self.v(format!("shl i32 {l}, 1")))
+        } else {
+            None
+        };
+        for (i, (src, bytes)) in cp.a_src.iter().zip(&cp.a_bytes).enumerate() {
+            let (bytes, o) = match &left {
+                None => {
+                    let o = self.v(format!("add i64 {src}, {k064}"));
+                    (bytes.clone(), o)
+                }
+                Some(l) => {
+                    let nb = self.v(format!("call i32 @llvm.smin.i32(i32 {bytes}, i32 {l})"));
+                    let some = self.v(format!("icmp ne i32 {nb}, 0"));
+                    let o = self.v(format!("add i64 {src}, {k064}"));
+                    let o = self.v(format!("select i1 {some}, i64 {o}, i64 0"));
+                    (nb, o)
+                }
+            };
+            let srcp = self.v(format!("getelementptr i16, ptr addrspace(1) %p0, i64 {o}"));
+            let d = self.v(format!("add i32 {}, {stage}", cp.a_dst));
+            let d = self.v(format!("add i32 {d}, {}", i as u32 * 32 * 128));
+            let dst = self.smem(&d);
+            self.ins(format!(
+                "call void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3) {dst}, ptr addrspace(1) {srcp}, i32 {bytes})"
+            ));
+        }
+        let bo = self.v(format!("mul i64 {k064}, {}", t.bn));
+        let bo = self.v(format!("add i64 {bo}, {}", cp.b_src));
+        for i in 0..t.b_bytes() / 16 / THREADS {
+            let o = self.v(format!("add i64 {bo}, {}", i * THREADS * 8));
+            let srcp = self.v(format!("getelementptr i16, ptr addrspace(1) %p1, i64 {o}"));
+            let d = self.v(format!("add i32 {}, {stage}", cp.b_dst));
+            let d = self.v(format!("add i32 {d}, {}", i * THREADS * 16));
+            let dst = self.smem(&d);
+            self.ins(format!(
+                "call void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3) {dst}, ptr addrspace(1) {srcp}, i32 16)"
+            ));
+        }
+    }
+
+    fn smem(&mut self, off: &str) -> String {
+        self.v(format!(
+            "getelementptr inbounds i8, ptr addrspace(3) @aoc_wg_smem, i32 {off}"
+        ))
+    }
+
+    /// The byte offset of k-tile `kt`'s stage within the ring.
+    fn stage_of(&mut self, kt: &str) -> String {
+        let j = self.v(format!("urem i32 {kt}, {}", self.t.stages));
+        self.v(format!("mul i32 {j}, {}", self.t.stage_bytes()))
+    }
+
+    /// Prologue and k loop (module doc).
+    pub(super) fn mainloop(&mut self, nt: &str, ktp: &str) {
+        let t = self.t;
+        let ktiles = self.ktiles;
+        // The ring at the first 1024-byte boundary of dynamic shared memory.
+        let base = self.v("ptrtoint ptr addrspace(3) @aoc_wg_smem to i32");
+        let abs = self.v(format!("add i32 {base}, {}", ALIGN - 1));
+        let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
+        let ring = self.v(format!("sub i32 {abs}, {base}"));
+        let cp = self.copies(nt, &ring);
+        // Descriptor bits other than the address: leading byte offset 16
+        // (>> 4 = 1), stride byte offset 1024 (>> 4 = 64), 128-byte swizzle.
+        let bits: u64 = (1 << 16) | (64 << 32) | (1 << 62);
+        let wg = self.v(format!("lshr i32 {}, 7", self.tid));
+        let a_wg = self.v(format!("mul i32 {wg}, {}", 64 * 128));
+        for j in 0..t.stages - 2 {
+            if (j as u64) < ktiles {
+                let st = (j * t.stage_bytes()).to_string();
+                self.issue(&cp, &j.to_string(), &st);
+            }
+            self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+        }
+        self.ins(format!("store i32 0, ptr {ktp}, align 4"));
+        self.b.br("loop");
+        self.b.place("loop");
+        let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
+        self.ins(format!(
+            "call void @llvm.nvvm.cp.async.wait.group(i32 {})",
+            t.stages - 3
+        ));
+        self.ins(
+            "call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent",
+        );
+        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
+        let far = self.v(format!("add i32 {kt}, {}", t.stages - 2));
+        let has_far = self.v(format!("icmp ult i32 {far}, {ktiles}"));
+        let fstage = self.stage_of(&far);
+        self.b.cond_br(&has_far, "copy", "copy.end");
+        self.b.place("copy");
+        self.issue(&cp, &far, &fstage);
+        self.b.br("copy.end");
+        self.b.place("copy.end");
+        self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+        // Descriptors of k-tile kt's stage: A of this warpgroup, B.
+        let cstage = self.stage_of(&kt);
+        let a = self.v(format!("add i32 {abs}, {cstage}"));
+        let a = self.v(format!("add i32 {a}, {a_wg}"));
+        let bsm = self.v(format!("add i32 {abs}, {cstage}"));
+        let bsm = self.v(format!("add i32 {bsm}, {A_BYTES}"));
+        let desc = |g: &mut Self, addr: &str| {
+            let x = g.v(format!("lshr i32 {addr}, 4"));
+            let x = g.v(format!("and i32 {x}, 16383"));
+            let x = g.v(format!("zext i32 {x} to i64"));
+            g.v(format!("or i64 {x}, {}", bits as i64))
+        };
+        let da = desc(self, &a);
+        let db = desc(self, &bsm);
+        let mut accs = self.load_acc();
+        accs = self.tied("wgmma.fence.sync.aligned;", &accs, &[]);
+        for ks in 0..BK / 16 {
+            // k16 step ks: 32 bytes into each 128-byte row (>> 4 = 2).
+            let a = self.v(format!("add i64 {da}, {}", 2 * ks));
+            let b = self.v(format!("add i64 {db}, {}", 2 * ks));
+            accs = self.wgmma(&accs, &a, &b);
+        }
+        self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
+        accs = self.tied("wgmma.wait_group.sync.aligned 1;", &accs, &[]);
+        self.store_acc(&accs);
+        let nk = self.v(format!("add i32 {kt}, 1"));
+        self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
+        let more = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
+        self.b.cond_br(&more, "loop", "drain");
+        self.b.place("drain");
+        let accs = self.load_acc();
+        let accs = self.tied("wgmma.wait_group.sync.aligned 0;", &accs, &[]);
+        self.store_acc(&accs);
+    }
+
+    fn load_acc(&mut self) -> Vec<String> {
+        (0..self.nacc())
+            .map(|i| {
+                let p = self.acc_ptr(i);
+                self.v(format!("load float, ptr {p}, align 4"))
+            })
+            .collect()
+    }
+
+    fn store_acc(&mut self, accs: &[String]) {
+        for (i, x) in accs.iter().enumerate() {
+            let p = self.acc_ptr(i as u32);
+            self.ins(format!("store float {x}, ptr {p}, align 4"));
+        }
+    }
+
+    /// Inline assembly `text` that takes the accumulators and gives them
+    /// back in the same registers (operands `$0 … $(n-1)`), with `extra`
+    /// inputs `(constraint, typed value)` as `$n …`.
+    fn tied(&mut self, text: &str, accs: &[String], extra: &[(&str, String)]) -> Vec<String> {
+        let n = accs.len();
+        let ty = format!("{{ {} }}", vec!["float"; n].join(", "));
+        let mut cons: Vec<String> = vec!["=f".to_string(); n];
+        cons.extend(extra.iter().map(|(c, _)| c.to_string()));
+        cons.extend((0..n).map(|i| i.to_string()));
+        cons.push("~{memory}".to_string());
+        let args: Vec<String> = extra
+            .iter()
+            .map(|(_, v)| v.clone())
+            .chain(accs.iter().map(|a| format!("float {a}")))
+            .collect();
+        let r = self.v(format!(
+            "call {ty} asm sideeffect \"{text}\", \"{}\"({}) convergent",
+            cons.join(","),
+            args.join(", ")
+        ));
+        (0..n)
+            .map(|i| self.v(format!("extractvalue {ty} {r}, {i}")))
+            .collect()
+    }
+
+    /// One `wgmma.mma_async` m64n{bn}k16 accumulating into `accs`.
+    fn wgmma(&mut self, accs: &[String], da: &str, db: &str) -> Vec<String> {
+        let n = accs.len();
+        let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
+        let p = self.p.ptx();
+        let text = format!(
+            "{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${}, 0;\\0Awgmma.mma_async.sync.aligned.m64n{}k16.f32.{p}.{p} {{{}}}, ${}, ${}, p, 1, 1, 0, 0;\\0A}}",
+            n + 2,
+            self.t.bn,
+            regs.join(", "),
+            n,
+            n + 1
+        );
+        // Scale-d 1: D = A·B + D.
+        let extra = [
+            ("l", format!("i64 {da}")),
+            ("l", format!("i64 {db}")),
+            ("r", "i32 1".to_string()),
+        ];
+        self.tied(&text, accs, &extra)
+    }
+}

@@ -1,0 +1,401 @@
+//! `kernels::attention`: fused attention. The IR lowers and ptxas
+//! assembles for every architecture a precision supports (sm_75 too for
+//! fp32) without spilling; the PTX uses what each kernel is built on
+//! (`mma.sync` f16/bf16, `ldmatrix`, `shfl.sync` for the tensor-core
+//! kernels; shared memory and `fma` for fp32); launch geometry of edge
+//! shapes and the refusals; and the fp32 kernel *runs* on the host JIT
+//! (`host_sim`) against a naive f64 reference with the CPU softmax's
+//! semantics (strided BERT layout, odd sizes, broadcast and full masks,
+//! `sk = 0`). `AOC_PTX_DUMP_DIR=dir` writes the modules and a manifest of
+//! their specs there for `tests/gpu_checks/attention.py`.
+
+use aoc_backend_ptx::kernels::Geometry;
+use aoc_backend_ptx::kernels::attention::{AttentionSpec, AttnPrecision, attention};
+use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+
+use super::host_sim::{Mem, with_jit};
+
+/// Contiguous `[b, h, s, f]` strides.
+fn bhsf(heads: u64, s: u64, f: u64) -> [u64; 4] {
+    [heads * s * f, s * f, f, 1]
+}
+
+/// `[b, s, h, f]` physical layout (BERT's projections before the
+/// transpose), as `[b, h, s, f]` strides.
+fn bshf(heads: u64, s: u64, f: u64) -> [u64; 4] {
+    [s * heads * f, f, heads * f, 1]
+}
+
+fn spec(batch: u64, heads: u64, sq: u64, sk: u64, d: u64, dv: u64) -> AttentionSpec {
+    AttentionSpec {
+        batch,
+        heads,
+        sq,
+        sk,
+        d,
+        dv,
+        q: bhsf(heads, sq, d),
+        k: bhsf(heads, sk, d),
+        v: bhsf(heads, sk, dv),
+        y: bhsf(heads, sq, dv),
+        mask: None,
+        scale: 1.0 / (d.max(1) as f32).sqrt(),
+    }
+}
+
+/// Named cases: what the tests lower, assemble and dump.
+fn cases() -> Vec<(&'static str, AttentionSpec)> {
+    let mut bert = spec(4, 12, 128, 128, 64, 64);
+    bert.q = bshf(12, 128, 64);
+    bert.k = bshf(12, 128, 64);
+    bert.v = bshf(12, 128, 64);
+    bert.y = bshf(12, 128, 64);
+    let mut masked = spec(2, 3, 70, 45, 32, 40);
+    masked.mask = Some([45, 0, 0, 1]);
+    let mut odd = spec(1, 2, 5, 7, 3, 5);
+    odd.mask = Some([0, 0, 7, 1]);
+    vec![
+        ("attn_bert", bert),
+        ("attn_long", spec(1, 8, 1024, 1024, 64, 64)),
+        ("attn_d128", spec(2, 2, 100, 300, 128, 128)),
+        ("attn_masked", masked),
+        ("attn_odd", odd),
+        ("attn_nokeys", spec(1, 2, 9, 0, 8, 8)),
+    ]
+}
+
+fn prec_name(p: AttnPrecision) -> &'static str {
+    match p {
+        AttnPrecision::F32 => "f32",
+        AttnPrecision::F16 => "f16",
+        AttnPrecision::Bf16 => "bf16",
+    }
+}
+
+fn sms(p: AttnPrecision) -> Vec<Sm> {
+    let mut v = vec![Sm::Sm80, Sm::Sm86, Sm::Sm90, Sm::Sm90a];
+    if p == AttnPrecision::F32 {
+        v.insert(0, Sm::Sm75);
+    }
+    v
+}
+
+fn manifest_line(name: &str, p: AttnPrecision, s: &AttentionSpec, g: &Geometry) -> String {
+    let j = |x: [u64; 4]| format!("{}:{}:{}:{}", x[0], x[1], x[2], x[3]);
+    format!(
+        "name={name} prec={} batch={} heads={} sq={} sk={} d={} dv={} q={} k={} v={} y={} mask={} scale={:e} grid={} block={} smem={}",
+        prec_name(p),
+        s.batch,
+        s.heads,
+        s.sq,
+        s.sk,
+        s.d,
+        s.dv,
+        j(s.q),
+        j(s.k),
+        j(s.v),
+        j(s.y),
+        s.mask.map_or("none".to_string(), j),
+        s.scale,
+        g.grid[0],
+        g.block[0],
+        g.smem
+    )
+}
+
+/// Every case in every precision lowers and assembles for every
+/// architecture it supports, without spills; the PTX has the intended
+/// instructions; dumps for the GPU check.
+#[test]
+fn attention_ptx_assembles_without_spills() {
+    let ptxas = super::find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    let dump = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from);
+    for p in [AttnPrecision::F32, AttnPrecision::F16, AttnPrecision::Bf16] {
+        for sm in sms(p) {
+            let mut m = ModuleText::new();
+            let mut lines = Vec::new();
+            for (name, s) in cases() {
+                let g = attention(&mut m, name, &s, p, sm).unwrap();
+                assert!(g.smem <= 99 * 1024, "{name}: {g:?}");
+                assert_eq!(g.block, [128, 1, 1]);
+                lines.push(manifest_line(name, p, &s, &g));
+            }
+            let ptx = ir_to_ptx(&m.finish(), sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
+            let what = format!("attention-{}", prec_name(p));
+            if let Some(dir) = &dump {
+                std::fs::create_dir_all(dir).unwrap();
+                let base = format!("{what}-{}", sm.name());
+                std::fs::write(dir.join(format!("{base}.ptx")), &ptx).unwrap();
+                std::fs::write(dir.join(format!("{base}.txt")), lines.join("\n") + "\n").unwrap();
+            }
+            for (name, s) in cases() {
+                let body = super::entry(&ptx, name);
+                let params = 4 + usize::from(s.mask.is_some());
+                assert_eq!(body.matches(".param .u64").count(), params, "{name}");
+                assert!(!body.contains("local"), "{sm} {name}: local memory");
+                if s.sk == 0 {
+                    continue;
+                }
+                assert!(body.contains("bar.sync"), "{name}");
+                match p {
+                    AttnPrecision::F32 => {
+                        assert!(body.contains("fma.rn.f32"), "{name}");
+                        assert!(body.contains("ld.shared.v4"), "{name}");
+                        assert!(!body.contains("mma"), "{name}");
+                    }
+                    _ => {
+                        let t = if p == AttnPrecision::F16 {
+                            "f16.f16"
+                        } else {
+                            "bf16.bf16"
+                        };
+                        assert!(
+                            body.contains(&format!(
+                                "mma.sync.aligned.m16n8k16.row.col.f32.{t}.f32"
+                            )),
+                            "{sm} {name}"
+                        );
+                        assert!(body.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+                        assert!(body.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+                        assert!(body.contains("shfl.sync.bfly.b32"), "{name}");
+                        assert!(body.contains("ex2.approx"), "{name}");
+                    }
+                }
+            }
+            // 16-byte loads where the layout allows them (BERT), element
+            // loads where it does not (odd).
+            let bert = super::entry(&ptx, "attn_bert");
+            assert!(bert.contains("ld.global.nc.v4") || bert.contains("ld.global.v4"));
+            assert!(!super::entry(&ptx, "attn_odd").contains("ld.global.nc.v4"));
+            if let Ok(x) = &ptxas {
+                let report = super::assemble(x, &ptx, sm, &what);
+                let mut current = String::new();
+                for line in report.lines() {
+                    if let Some(i) = line.find("Compiling entry function '") {
+                        let rest = &line[i + 26..];
+                        current = rest[..rest.find('\'').unwrap()].to_string();
+                    }
+                    if line.contains("spill stores") {
+                        assert!(
+                            line.contains(" 0 bytes spill stores, 0 bytes spill loads"),
+                            "{sm} {what} {current}: {line}"
+                        );
+                    }
+                    if let Some(i) = line.find("Used ")
+                        && (sm == Sm::Sm86 || sm == Sm::Sm90)
+                    {
+                        println!("{sm} {what} {current}: {}", &line[i..]);
+                    }
+                }
+                assert_eq!(report.matches("spill stores").count(), cases().len());
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_geometry_and_refusals() {
+    let mut m = ModuleText::new();
+    let s = spec(2, 3, 100, 50, 64, 64);
+    let g = attention(&mut m, "a32", &s, AttnPrecision::F32, Sm::Sm70).unwrap();
+    assert_eq!(g.grid, [2 * 3 * 4, 1, 1]);
+    let mut m16 = ModuleText::new();
+    let g = attention(&mut m16, "a16", &s, AttnPrecision::F16, Sm::Sm86).unwrap();
+    assert_eq!(g.grid, [2 * 3 * 2, 1, 1]);
+    assert_eq!(g.smem, (64 * 72 * 2 * 2 + 64 * 72 * 2) as u32);
+    for (b, h, sq, dv) in [(0, 3, 5, 4), (2, 0, 5, 4), (2, 3, 0, 4), (2, 3, 5, 0)] {
+        let s = spec(b, h, sq, 7, 4, dv);
+        let name = format!("empty_{b}_{h}_{sq}_{dv}");
+        let g = attention(&mut m16, &name, &s, AttnPrecision::F16, Sm::Sm80).unwrap();
+        assert_eq!((g.grid, g.smem), ([1, 1, 1], 0));
+    }
+    ir_to_ptx(&m16.finish(), Sm::Sm80).unwrap();
+    // Huge: 2^20 problems of 4096 rows.
+    let s = spec(1 << 10, 1 << 10, 4096, 64, 64, 64);
+    let g = attention(&mut m, "huge", &s, AttnPrecision::F32, Sm::Sm86).unwrap();
+    assert_eq!(g.grid[0] as u64, (1 << 20) * 128);
+    let e = attention(
+        &mut m,
+        "big",
+        &spec(1 << 12, 1 << 12, 4096, 1, 1, 1),
+        AttnPrecision::F32,
+        Sm::Sm86,
+    )
+    .unwrap_err();
+    assert!(e.contains("more than a grid holds"), "{e}");
+    let e = attention(
+        &mut m,
+        "wide",
+        &spec(1, 1, 4, 4, 129, 4),
+        AttnPrecision::F32,
+        Sm::Sm86,
+    )
+    .unwrap_err();
+    assert!(e.contains("exceed 128"), "{e}");
+    let e = attention(&mut m, "t", &s, AttnPrecision::Bf16, Sm::Sm75).unwrap_err();
+    assert!(e.contains("needs sm_80"), "{e}");
+    let e = attention(&mut m, "bad-name", &s, AttnPrecision::F32, Sm::Sm86).unwrap_err();
+    assert!(e.contains("C identifier"), "{e}");
+    let mut o = spec(2, 1, 4, 4, 4, 4);
+    o.k = [u64::MAX / 2, 0, 4, 1];
+    let e = attention(&mut m, "ovf", &o, AttnPrecision::F32, Sm::Sm86).unwrap_err();
+    assert!(e.contains("operand k"), "{e}");
+    // Every architecture lowers the fp32 kernel, sm_70 included.
+    ir_to_ptx(&m.finish(), Sm::Sm70).unwrap();
+}
+
+/// Pseudo-random values in [-1, 1) (an LCG), seeded.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005) | 1;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Elements a strided operand spans.
+fn span(st: [u64; 4], ext: [u64; 4]) -> usize {
+    if ext.contains(&0) {
+        return 1;
+    }
+    (0..4).map(|i| st[i] * (ext[i] - 1)).sum::<u64>() as usize + 1
+}
+
+fn at(st: [u64; 4], i: [u64; 4]) -> usize {
+    (0..4).map(|k| st[k] * i[k]).sum::<u64>() as usize
+}
+
+/// The naive result in f64, softmax as the CPU's: the maximum ignores
+/// NaN, `exp(x − max) / Σ`, so an all `-inf` row is NaN.
+fn reference(s: &AttentionSpec, q: &[f32], k: &[f32], v: &[f32], mask: &[f32]) -> Vec<f64> {
+    let mut y = vec![0.0f64; span(s.y, [s.batch, s.heads, s.sq, s.dv])];
+    for b in 0..s.batch {
+        for h in 0..s.heads {
+            for i in 0..s.sq {
+                let sc: Vec<f64> = (0..s.sk)
+                    .map(|j| {
+                        let mut x = 0.0f64;
+                        for f in 0..s.d {
+                            x += q[at(s.q, [b, h, i, f])] as f64 * k[at(s.k, [b, h, j, f])] as f64;
+                        }
+                        x *= s.scale as f64;
+                        if let Some(ms) = s.mask {
+                            x += mask[at(ms, [b, h, i, j])] as f64;
+                        }
+                        x
+                    })
+                    .collect();
+                let mx = sc
+                    .iter()
+                    .fold(f64::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+                let p: Vec<f64> = sc.iter().map(|x| (x - mx).exp()).collect();
+                let sum: f64 = p.iter().sum();
+                for f in 0..s.dv {
+                    let mut acc = 0.0;
+                    for j in 0..s.sk {
+                        acc += p[j as usize] / sum * v[at(s.v, [b, h, j, f])] as f64;
+                    }
+                    y[at(s.y, [b, h, i, f])] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// Runs the fp32 kernel of `s` on the host and compares with [`reference`].
+fn run_case(name: &str, s: &AttentionSpec, mask: Option<Vec<f32>>) {
+    let mut m = ModuleText::new();
+    let g = attention(&mut m, name, s, AttnPrecision::F32, Sm::Sm86).unwrap();
+    // The host has no `ex2.approx`.
+    let ir = m
+        .finish()
+        .replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
+    let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
+    let q = values(span(s.q, ext(s.sq, s.d)), 1);
+    let k = values(span(s.k, ext(s.sk, s.d)), 2);
+    let v = values(span(s.v, ext(s.sk, s.dv)), 3);
+    let mask = mask.unwrap_or_default();
+    let want = reference(s, &q, &k, &v, &mask);
+    let mut bufs = vec![Mem::from_f32s(&q), Mem::from_f32s(&k), Mem::from_f32s(&v)];
+    if s.mask.is_some() {
+        bufs.push(Mem::from_f32s(&mask));
+    }
+    // Y starts as garbage: every element the problem defines is written.
+    bufs.push(Mem::from_f32s(&vec![7.5; want.len()]));
+    let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
+    with_jit(&ir, |run| run(name, g, &mut refs));
+    let got = bufs.last().unwrap().to_f32s();
+    for b in 0..s.batch {
+        for h in 0..s.heads {
+            for i in 0..s.sq {
+                for f in 0..s.dv {
+                    let o = at(s.y, [b, h, i, f]);
+                    let (x, w) = (got[o] as f64, want[o]);
+                    let ok = (x.is_nan() && w.is_nan()) || (x - w).abs() <= 2e-5 * (1.0 + w.abs());
+                    assert!(ok, "{name}: y[{b},{h},{i},{f}] = {x}, expected {w}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_f32_runs_bert_layout() {
+    // [b, s, h, d] buffers, two query tiles (the second partial), two key
+    // tiles (the second partial): 16-byte loads.
+    let mut s = spec(2, 3, 40, 37, 64, 64);
+    s.q = bshf(3, 40, 64);
+    s.k = bshf(3, 37, 64);
+    s.v = bshf(3, 37, 64);
+    s.y = bshf(3, 40, 64);
+    run_case("attn_run_bert", &s, None);
+}
+
+#[test]
+fn attention_f32_runs_odd_shapes() {
+    run_case("attn_run_odd", &spec(2, 1, 5, 7, 3, 5), None);
+    // d = dv = 128, features of V across 4 lanes' groups; K transposed in
+    // memory (feature stride != 1: element loads).
+    let mut s = spec(1, 1, 33, 33, 128, 128);
+    s.k = [0, 0, 1, 33];
+    run_case("attn_run_d128", &s, None);
+    // d = 0: scores are the mask (here none: 0), uniform weights.
+    run_case("attn_run_d0", &spec(1, 1, 3, 4, 0, 2), None);
+}
+
+#[test]
+fn attention_f32_runs_masks_and_no_keys() {
+    // Broadcast mask [b, 1, 1, sk]: strides [sk, 0, 0, 1]; values 0 or a
+    // large negative; 3 heads share it.
+    let mut s = spec(2, 3, 6, 45, 8, 8);
+    s.mask = Some([45, 0, 0, 1]);
+    let mask: Vec<f32> = (0..90)
+        .map(|i| if i % 7 == 3 { -1e4 } else { 0.0 })
+        .collect();
+    run_case("attn_run_bmask", &s, Some(mask));
+    // Per-row mask [sq, sk] (strides [0, 0, sk, 1]): row 1 fully masked
+    // (NaN, as the CPU), row 2 masked on the whole first key tile (the
+    // running maximum stays -inf for a tile), row 3 NaN in one score.
+    let (sq, sk) = (5u64, 45u64);
+    let mut s = spec(1, 2, sq, sk, 4, 3);
+    s.mask = Some([0, 0, sk, 1]);
+    let mut mask = values((sq * sk) as usize, 9);
+    for j in 0..sk as usize {
+        mask[sk as usize + j] = f32::NEG_INFINITY;
+        if j < 32 {
+            mask[2 * sk as usize + j] = f32::NEG_INFINITY;
+        }
+    }
+    mask[3 * sk as usize + 40] = f32::NAN;
+    run_case("attn_run_rowmask", &s, Some(mask));
+    // No keys: Y = 0.
+    run_case("attn_run_nokeys", &spec(2, 2, 3, 0, 4, 5), None);
+}

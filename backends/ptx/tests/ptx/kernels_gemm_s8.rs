@@ -1,0 +1,493 @@
+//! `kernels::gemm_s8`: the int8 tensor-core convolution / GEMM with its
+//! requantizing epilogue. Checks that every spec shape gives IR that LLVM
+//! accepts and PTX that ptxas assembles for sm_80 … sm_90a, that the PTX
+//! uses the intended instructions (the s8 or u8 `mma.sync`, `ldmatrix`,
+//! `cp.async`, the epilogue's rounding, the store widths), the tile rule
+//! and launch geometry, the refusals, the weight packing, and that the
+//! tiles do not spill. `AOC_PTX_DUMP_DIR=dir` also writes the sm_86 and
+//! sm_90 modules and a manifest of their specs there, for
+//! `tests/gpu_checks/gemm_s8.py` on a GPU.
+
+use aoc_backend_ptx::kernels::gemm_s8::{
+    QConvSpec, S8Tile, choose_tile, pack_weights, packed_len, qconv_s8, qconv_s8_tile,
+};
+use aoc_backend_ptx::kernels::{ConvGeom, Geometry};
+use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+
+const SMS: [Sm; 5] = [Sm::Sm86, Sm::Sm80, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
+
+/// An NHWC convolution `n×h×w×c → oc`, kernel `kh×kw`, strides `[sh,
+/// sw]`, pads `[top, left, bottom, right]`, dilations, groups; i8 in and
+/// out, no zero points, the full i8 range.
+#[allow(clippy::too_many_arguments)]
+fn qconv(
+    n: u64,
+    [h, w]: [u64; 2],
+    c: u64,
+    oc: u64,
+    [kh, kw]: [u64; 2],
+    stride: [u64; 2],
+    pads: [u64; 4],
+    dilation: [u64; 2],
+    group: u64,
+) -> QConvSpec {
+    let oh = (h + pads[0] + pads[2] - dilation[0] * (kh - 1) - 1) / stride[0] + 1;
+    let ow = (w + pads[1] + pads[3] - dilation[1] * (kw - 1) - 1) / stride[1] + 1;
+    QConvSpec {
+        geom: ConvGeom {
+            n,
+            h,
+            w,
+            c,
+            oh,
+            ow,
+            oc,
+            kh,
+            kw,
+            stride,
+            dilation,
+            pads,
+            group,
+        },
+        x_signed: true,
+        x_zero: 0,
+        y_signed: true,
+        y_zero: 0,
+        y_min: -128,
+        y_max: 127,
+    }
+}
+
+/// A square `k×k` convolution with equal pads and stride, no dilation.
+fn sq(n: u64, hw: u64, c: u64, oc: u64, k: u64, stride: u64, pad: u64, group: u64) -> QConvSpec {
+    qconv(
+        n,
+        [hw, hw],
+        c,
+        oc,
+        [k, k],
+        [stride, stride],
+        [pad; 4],
+        [1, 1],
+        group,
+    )
+}
+
+/// Named specs covering the load paths (16-byte `cp.async`, 4-byte words,
+/// bytes), the store widths (4, 2, 1 bytes), u8 and i8 inputs and
+/// outputs, zero points, padding, groups and the empty shapes.
+fn specs() -> Vec<(&'static str, QConvSpec)> {
+    let mut v = vec![
+        // The stem: 3 channels (bytes), 3×3, pads 1.
+        ("stem", sq(2, 17, 3, 32, 3, 2, 1, 1)),
+        ("c32_3x3", sq(2, 10, 32, 32, 3, 1, 1, 1)),
+        ("c32_1x1_s2", sq(2, 9, 32, 64, 1, 2, 0, 1)),
+        ("groups2", sq(1, 8, 32, 64, 3, 1, 1, 2)),
+        // A GEMM m=100, k=64, n=10 as a 1×1 convolution (2-byte stores).
+        ("gemm", sq(1, 1, 64, 10, 1, 1, 0, 1)),
+        // 4-byte words of A, kh ≠ kw, dilation, stride and pads per axis.
+        (
+            "c24_dilated",
+            qconv(2, [11, 9], 24, 20, [3, 2], [1, 2], [1, 0, 2, 1], [2, 3], 1),
+        ),
+        // Bytes everywhere: 2 channels per group, 3 outputs per group.
+        ("odd_groups", sq(1, 7, 6, 9, 3, 1, 1, 3)),
+        ("k0", sq(1, 4, 0, 8, 1, 1, 0, 1)),
+        ("m0", sq(0, 4, 16, 16, 3, 1, 1, 1)),
+        ("oc0", sq(1, 4, 16, 0, 3, 1, 1, 1)),
+    ];
+    v[4].1.geom.h = 100;
+    v[4].1.geom.oh = 100;
+    // u8 x with zero point 128 (padding reads 128), 16-byte copies.
+    let mut s = sq(2, 9, 16, 16, 3, 1, 1, 1);
+    s.x_signed = false;
+    s.x_zero = 128;
+    v.push(("u8x_zp128", s));
+    // u8 x with a zero point through the byte path (the stem).
+    let mut s = sq(1, 12, 3, 16, 3, 1, 1, 1);
+    s.x_signed = false;
+    s.x_zero = 7;
+    v.push(("u8x_stem", s));
+    // i8 y, zero point -128, a fused relu (y_min = y_zero).
+    let mut s = sq(2, 8, 32, 48, 3, 1, 1, 1);
+    s.y_zero = -128;
+    s.y_min = -128;
+    v.push(("relu_i8y", s));
+    // u8 y with a zero point and a narrowed range; i8 x with a zero point.
+    let mut s = sq(1, 9, 8, 12, 3, 2, 1, 1);
+    s.x_zero = -5;
+    s.y_signed = false;
+    s.y_zero = 100;
+    s.y_min = 3;
+    s.y_max = 250;
+    v.push(("u8y_words", s));
+    // Larger: several k-tiles (K = 576) and blocks, ring wrap-around.
+    v.push(("c64_28", sq(4, 28, 64, 128, 3, 1, 1, 1)));
+    v
+}
+
+/// A module of every spec for `sm`, with the geometries by name.
+fn module(sm: Sm) -> (String, Vec<(String, QConvSpec, Geometry)>) {
+    let mut m = ModuleText::new();
+    let mut out = Vec::new();
+    for (what, s) in specs() {
+        let name = format!("q8_{what}");
+        let g = qconv_s8(&mut m, &name, &s, sm).unwrap_or_else(|e| panic!("{name}: {e}"));
+        out.push((name, s, g));
+    }
+    (m.finish(), out)
+}
+
+/// `cg` and `ocg` of a spec.
+fn per_group(s: &QConvSpec) -> (u64, u64) {
+    (s.geom.c / s.geom.group, s.geom.oc / s.geom.group)
+}
+
+#[test]
+fn gemm_s8_assembles_for_every_sm() {
+    let ptxas = super::find_ptxas();
+    if let Err(why) = &ptxas {
+        println!("skipping the ptxas part: {why}");
+    }
+    let dump = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from);
+    for sm in SMS {
+        let (ir, kernels) = module(sm);
+        let ptx = ir_to_ptx(&ir, sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
+        assert_eq!(ptx.matches(".visible .entry ").count(), kernels.len());
+        if let (Some(dir), Sm::Sm86 | Sm::Sm90) = (&dump, sm) {
+            std::fs::create_dir_all(dir).unwrap();
+            let base = format!("gemm_s8_{}", sm.name());
+            std::fs::write(dir.join(format!("{base}.ptx")), &ptx).unwrap();
+            let lines: Vec<String> = kernels
+                .iter()
+                .map(|(n, s, g)| manifest_line(n, s, g))
+                .collect();
+            std::fs::write(dir.join(format!("{base}.txt")), lines.join("\n") + "\n").unwrap();
+        }
+        for (name, s, _) in &kernels {
+            let body = super::entry(&ptx, name);
+            let g = &s.geom;
+            if g.n == 0 || g.oc == 0 {
+                assert!(!body.contains("mma.sync"), "{name}: {body}");
+                assert!(!body.contains("st.global"), "{name}");
+                continue;
+            }
+            let (cg, ocg) = per_group(s);
+            let k = g.kh * g.kw * cg;
+            let mma = if s.x_signed {
+                "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
+            } else {
+                "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32"
+            };
+            // The epilogue's operations, in the CPU's order.
+            for op in [
+                "cvt.rn.f32.s32",
+                "fma.rn.f32",
+                "cvt.rni.f32.f32",
+                "cvt.rzi.s64.f32",
+            ] {
+                assert!(body.contains(op), "{name}: no {op}");
+            }
+            if k == 0 {
+                assert!(!body.contains("mma.sync"), "{name}");
+                continue;
+            }
+            assert!(body.contains(mma), "{name}: no {mma}");
+            assert!(
+                body.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"),
+                "{name}"
+            );
+            assert!(
+                !body.contains("ldmatrix.sync.aligned.m8n8.x4.trans"),
+                "{name}"
+            );
+            // B always moves with 16-byte copies; A where cg % 16 == 0,
+            // else through registers (words or bytes).
+            assert!(body.contains("cp.async.cg.shared.global"), "{name}");
+            let bytes = ["ld.global.nc.b8", "ld.global.nc.u8", "ld.global.nc.s8"]
+                .iter()
+                .any(|l| body.contains(l));
+            assert_eq!(bytes, cg % 4 != 0, "{name}");
+            let (words, copies) = x_accesses(&ir, name);
+            assert_eq!(words, cg % 4 == 0 && cg % 16 != 0, "{name}");
+            assert_eq!(copies, cg % 16 == 0, "{name}");
+            // Padding in `x_zero` bytes: stored by the thread on the
+            // cp.async path when the zero point is not 0.
+            if cg % 16 == 0 {
+                assert_eq!(body.contains("st.shared.v4"), s.x_zero != 0, "{name}");
+            }
+            // Store widths: 4 bytes (after a lane swap), 2, or 1.
+            let w4 = g.oc % 4 == 0 && ocg % 4 == 0;
+            let w2 = !w4 && g.oc % 2 == 0 && ocg % 2 == 0;
+            assert_eq!(body.contains("shfl.sync.bfly"), w4, "{name}");
+            assert_eq!(
+                body.contains("st.global.u32") || body.contains("st.global.b32"),
+                w4,
+                "{name}"
+            );
+            assert_eq!(
+                body.contains("st.global.u16") || body.contains("st.global.b16"),
+                w2,
+                "{name}"
+            );
+            assert_eq!(
+                body.contains("st.global.u8") || body.contains("st.global.b8"),
+                !w4 && !w2,
+                "{name}"
+            );
+            let wait = format!("cp.async.wait_group \t{};", S8Tile::stages(sm) - 2);
+            assert!(body.contains(&wait), "{name}");
+        }
+        if let Ok(x) = &ptxas {
+            super::assemble(x, &ptx, sm, "gemm_s8");
+        }
+    }
+}
+
+/// How kernel `name` of module `ir` reads x (`%p0`): whether it loads
+/// 4-byte words of it, and whether it copies it with `cp.async` (read off
+/// the IR, where x's addresses are the `getelementptr`s on `%p0`).
+fn x_accesses(ir: &str, name: &str) -> (bool, bool) {
+    let head = format!("define ptx_kernel void @{name}(");
+    let f = &ir[ir.find(&head).unwrap()..];
+    let f = &f[..f.find("\n}\n").unwrap()];
+    let ptrs: Vec<&str> = f
+        .lines()
+        .filter(|l| l.contains("getelementptr i8, ptr addrspace(1) %p0,"))
+        .map(|l| l.trim().split(' ').next().unwrap())
+        .collect();
+    let uses = |pat: &dyn Fn(&str) -> String| ptrs.iter().any(|p| f.contains(&pat(p)));
+    (
+        uses(&|p| format!("load i32, ptr addrspace(1) {p},")),
+        uses(&|p| format!("ptr addrspace(1) {p}, i32 %")),
+    )
+}
+
+/// One line the GPU check parses: `key=value` fields separated by spaces.
+fn manifest_line(name: &str, s: &QConvSpec, g: &Geometry) -> String {
+    let c = &s.geom;
+    format!(
+        "name={name} geom={}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{} x_signed={} x_zero={} y_signed={} y_zero={} y_min={} y_max={} grid={}:{}:{} block={} smem={}",
+        c.n,
+        c.h,
+        c.w,
+        c.c,
+        c.oh,
+        c.ow,
+        c.oc,
+        c.kh,
+        c.kw,
+        c.stride[0],
+        c.stride[1],
+        c.dilation[0],
+        c.dilation[1],
+        c.pads[0],
+        c.pads[1],
+        c.pads[2],
+        c.pads[3],
+        c.group,
+        s.x_signed as u8,
+        s.x_zero,
+        s.y_signed as u8,
+        s.y_zero,
+        s.y_min,
+        s.y_max,
+        g.grid[0],
+        g.grid[1],
+        g.grid[2],
+        g.block[0],
+        g.smem
+    )
+}
+
+#[test]
+fn gemm_s8_tiles_and_geometry() {
+    let sm = Sm::Sm86;
+    let mut m = ModuleText::new();
+    // Large: 128×128 tiles, 8 warps; three stages of 16 KiB (four on
+    // Hopper).
+    let big = sq(32, 56, 64, 256, 3, 1, 1, 1);
+    assert_eq!(choose_tile(&big), S8Tile::ALL[0]);
+    let g = qconv_s8(&mut m, "q_big", &big, sm).unwrap();
+    assert_eq!(g.grid, [(32 * 56 * 56 / 128) * 2, 1, 1]);
+    assert_eq!(g.block, [256, 1, 1]);
+    assert_eq!(g.smem, 3 * 256 * 64);
+    let g = qconv_s8(&mut m, "q_big90", &big, Sm::Sm90).unwrap();
+    assert_eq!(g.smem, 4 * 256 * 64);
+    // 64 output channels: 128×64.
+    let mid = sq(32, 56, 64, 64, 3, 1, 1, 1);
+    assert_eq!(choose_tile(&mid), S8Tile::ALL[1]);
+    // Few rows: 128×128 and 128×64 give fewer than 132 blocks → 64×64.
+    let small = sq(1, 14, 256, 256, 3, 1, 1, 1);
+    assert_eq!(choose_tile(&small), S8Tile::ALL[2]);
+    let g = qconv_s8(&mut m, "q_small", &small, sm).unwrap();
+    assert_eq!(g.grid, [4 * 4, 1, 1]);
+    assert_eq!(g.block, [128, 1, 1]);
+    // Groups multiply the blocks: 2 groups × ⌈64/64⌉ × ⌈32/64⌉.
+    let gr = sq(1, 8, 32, 64, 3, 1, 1, 2);
+    let g = qconv_s8(&mut m, "q_groups", &gr, sm).unwrap();
+    assert_eq!(g.grid, [2, 1, 1]);
+    for t in S8Tile::ALL {
+        t.check().unwrap();
+        assert!(t.smem_bytes(Sm::Sm90) <= 64 * 1024);
+        // Two blocks fit an sm_86 multiprocessor (100 KiB).
+        assert!(2 * t.smem_bytes(Sm::Sm86) <= 100 * 1024);
+    }
+    // Empty outputs return at once; K = 0 is a real launch.
+    for (name, s) in [
+        ("q_m0", sq(0, 4, 16, 16, 3, 1, 1, 1)),
+        ("q_oc0", sq(1, 4, 16, 0, 3, 1, 1, 1)),
+    ] {
+        let g = qconv_s8(&mut m, name, &s, sm).unwrap();
+        assert_eq!((g.grid, g.smem), ([1, 1, 1], 0), "{name}");
+    }
+    let g = qconv_s8(&mut m, "q_k0", &sq(1, 4, 0, 8, 1, 1, 0, 1), sm).unwrap();
+    assert_eq!(g.grid, [1, 1, 1]);
+    assert!(g.smem > 0);
+    // Very many blocks: the grid's x holds 2^31 - 1.
+    let mut huge = sq(1, 1, 16, 16, 1, 1, 0, 1);
+    huge.geom.h = 1 << 30;
+    huge.geom.oh = 1 << 30;
+    huge.geom.w = 4;
+    huge.geom.ow = 4;
+    assert!(qconv_s8(&mut m, "q_huge", &huge, sm).is_err());
+    huge.geom.w = 1;
+    huge.geom.ow = 1;
+    let g = qconv_s8(&mut m, "q_huge1", &huge, sm).unwrap();
+    assert_eq!(g.grid, [(1 << 30) / 128, 1, 1]);
+    ir_to_ptx(&m.finish(), sm).unwrap();
+}
+
+#[test]
+fn gemm_s8_refusals() {
+    let mut m = ModuleText::new();
+    let ok = sq(1, 8, 16, 16, 3, 1, 1, 1);
+    for sm in [Sm::Sm70, Sm::Sm75] {
+        let e = qconv_s8(&mut m, "q", &ok, sm).unwrap_err();
+        assert!(e.contains("sm_80"), "{e}");
+    }
+    assert!(qconv_s8(&mut m, "q-1", &ok, Sm::Sm86).is_err());
+    let mut bad = ok;
+    bad.geom.group = 3;
+    assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
+    bad.geom.group = 0;
+    assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
+    let mut bad = ok;
+    bad.x_zero = 128;
+    assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
+    bad.x_signed = false;
+    qconv_s8(&mut m, "q_u8", &bad, Sm::Sm86).unwrap();
+    bad.x_zero = -1;
+    assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
+    let mut bad = ok;
+    bad.y_max = 200;
+    assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
+    bad.y_signed = false;
+    bad.y_min = 0;
+    qconv_s8(&mut m, "q_u8y", &bad, Sm::Sm86).unwrap();
+    bad.y_min = 201;
+    assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
+    let e = qconv_s8_tile(
+        &mut m,
+        "q",
+        &ok,
+        Sm::Sm86,
+        S8Tile {
+            bm: 48,
+            bn: 64,
+            warps_m: 2,
+            warps_n: 2,
+        },
+    );
+    assert!(e.unwrap_err().contains("unsupported"));
+}
+
+#[test]
+fn gemm_s8_pack_weights() {
+    // K = 3·3·3 = 27 → rows of 32 bytes, zero-padded.
+    let s = sq(1, 8, 3, 5, 3, 1, 1, 1);
+    assert_eq!(packed_len(&s), 5 * 32);
+    let w: Vec<i8> = (0..5 * 27).map(|i| (i % 251) as i8).collect();
+    let p = pack_weights(&s, &w);
+    assert_eq!(p.len(), 5 * 32);
+    for o in 0..5 {
+        assert_eq!(&p[o * 32..o * 32 + 27], &w[o * 27..o * 27 + 27]);
+        assert!(p[o * 32 + 27..o * 32 + 32].iter().all(|&b| b == 0));
+    }
+    // Groups: K = 3·3·8 = 72 → rows of 80.
+    let s = sq(1, 8, 16, 4, 3, 1, 1, 2);
+    let w: Vec<i8> = (0..4 * 72).map(|i| (i * 7 % 256) as u8 as i8).collect();
+    assert_eq!(packed_len(&s), 4 * 80);
+    let p = pack_weights(&s, &w);
+    assert_eq!(&p[80..152], &w[72..144]);
+    // K a multiple of 16: the OHWI bytes unchanged.
+    let s = sq(1, 8, 32, 4, 3, 1, 1, 2);
+    let w: Vec<i8> = (0..4 * 144).map(|i| (i * 7 % 256) as u8 as i8).collect();
+    assert_eq!(pack_weights(&s, &w), w);
+    // K = 0: nothing.
+    assert!(
+        pack_weights(&sq(1, 4, 0, 8, 1, 1, 0, 1), &[])
+            .iter()
+            .all(|&b| b == 0)
+    );
+}
+
+/// Every tile on each load path, s8 and u8, for sm_86 and sm_90: ptxas
+/// reports no spill stores or loads; prints the register counts.
+#[test]
+fn gemm_s8_tiles_do_not_spill() {
+    let Ok(ptxas) = super::find_ptxas() else {
+        println!("skipping: no ptxas");
+        return;
+    };
+    let mut u8x = sq(8, 28, 64, 128, 3, 1, 1, 1);
+    u8x.x_signed = false;
+    u8x.x_zero = 128;
+    let paths = [
+        ("async", sq(8, 28, 64, 128, 3, 1, 1, 1)),
+        ("async_u8", u8x),
+        ("words", sq(8, 28, 24, 128, 3, 1, 1, 1)),
+        ("bytes", sq(8, 56, 3, 64, 7, 2, 3, 1)),
+        ("gemm", sq(1, 1, 512, 500, 1, 1, 0, 1)),
+    ];
+    for sm in [Sm::Sm86, Sm::Sm90] {
+        let mut m = ModuleText::new();
+        let mut names = Vec::new();
+        for (ti, t) in S8Tile::ALL.iter().enumerate() {
+            for (what, s) in &paths {
+                let mut s = *s;
+                if *what == "gemm" {
+                    s.geom.h = 4096;
+                    s.geom.oh = 4096;
+                }
+                let name = format!("s8_{what}_t{ti}");
+                qconv_s8_tile(&mut m, &name, &s, sm, *t).unwrap();
+                names.push(name);
+            }
+        }
+        let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+        let report = super::assemble(&ptxas, &ptx, sm, "gemm_s8_spills");
+        let mut current = String::new();
+        let mut spills = Vec::new();
+        for line in report.lines() {
+            if let Some(i) = line.find("Compiling entry function '") {
+                let rest = &line[i + 26..];
+                current = rest[..rest.find('\'').unwrap()].to_string();
+            }
+            if line.contains("spill stores")
+                && !line.contains(" 0 bytes spill stores, 0 bytes spill loads")
+            {
+                spills.push(format!("{sm} {current}: {}", line.trim()));
+            }
+            if let Some(i) = line.find("Used ") {
+                println!("{sm} {current}: {}", &line[i..]);
+            }
+        }
+        assert!(spills.is_empty(), "{}", spills.join("\n"));
+        assert_eq!(
+            report.matches("spill stores").count(),
+            names.len(),
+            "{report}"
+        );
+    }
+}

@@ -1,0 +1,272 @@
+//! Integer convolution and GEMM (`quant.conv2d`, `quant.gemm`) →
+//! `Step::QConv2d`, when the target has integer kernels
+//! ([`LowerOptions::int8`](super::LowerOptions)).
+//!
+//! The IR defines these ops by their Q/DQ meaning (dequantize, compute in
+//! float, clamp, quantize). The step computes the same in integers:
+//! `acc = Σ x·w` over the stored values, and everything that depends only
+//! on constants is folded here:
+//! - `comp[o] = −x_zero · Σ_k w[o][k]` (then `Σ (x − x_zero)·w = acc +
+//!   comp`), plus the bias's stored integers when its scale is `s_x·s_w[o]`
+//!   and its zero point 0 (ONNX's rule for QLinearConv biases);
+//! - `scale[o] = s_x·s_w[o] / s_y`, `shift[o] = bias[o] / s_y` for a bias of
+//!   any other scale (0 otherwise);
+//! - the clamp `[clip_min, clip_max]` becomes integer bounds: quantizing is
+//!   monotone, so clamping before it equals clamping its result to the
+//!   quantized bounds.
+//!
+//! It differs from the float definition only where the float sum's rounding
+//! moves a value across a rounding boundary of the output (one step of the
+//! output's scale), which is the stated tolerance of integer backends.
+//!
+//! Conditions (anything else runs on the reference path): per-tensor
+//! activation and result parameters with 8-bit integer storage, constant
+//! i8 weights with zero points 0 (per tensor or per output channel).
+
+use aoc_ir::module::OpData;
+use aoc_ir::ops::Opcode;
+use aoc_ir::ops::quant::dequantize_values;
+use aoc_ir::types::{QuantParams, QuantType, Scalar, TensorType};
+use aoc_runtime::plan::{ConvGeom, Step};
+
+use aoc_ir::attr::{Attr, Attrs};
+
+use super::nn::{boolean, float, geom, u};
+use super::{Lower, NHWC, identity};
+
+/// A per-tensor 8-bit quantized type: (signed, scale, zero point, lo, hi).
+fn act_params(t: &TensorType) -> Option<(bool, f64, i64, i64, i64)> {
+    let q = t.elem.quant()?;
+    let signed = match q.storage {
+        Scalar::I8 => true,
+        Scalar::U8 => false,
+        _ => return None,
+    };
+    if q.expressed != Scalar::F32 {
+        return None;
+    }
+    let QuantParams::PerTensor { scale, zero_point } = q.params else {
+        return None;
+    };
+    let (lo, hi) = q.storage.int_range()?;
+    Some((signed, scale, zero_point, lo, hi))
+}
+
+/// The weight's per-output-channel scales (`oc` of them) when it is i8 with
+/// zero points 0, per tensor or along `axis`.
+fn weight_scales(q: &QuantType, oc: usize, axis: usize) -> Option<Vec<f64>> {
+    if q.storage != Scalar::I8 {
+        return None;
+    }
+    match &q.params {
+        QuantParams::PerTensor {
+            scale,
+            zero_point: 0,
+        } => Some(vec![*scale; oc]),
+        QuantParams::PerAxis {
+            axis: a,
+            scales,
+            zero_points,
+        } if *a == axis && zero_points.iter().all(|&z| z == 0) => Some(scales.clone()),
+        _ => None,
+    }
+}
+
+fn f32r(v: f64) -> f64 {
+    v as f32 as f64
+}
+
+impl Lower<'_> {
+    /// `quant.conv2d` and `quant.gemm` (see the module doc).
+    pub(crate) fn lower_qconv(&mut self, op: &OpData) -> Result<bool, String> {
+        if !self.opts.int8 {
+            return Ok(false);
+        }
+        let attrs = Lower::attrs(op)?;
+        let (x, w) = (op.operands[0], op.operands[1]);
+        let (xt, wt, yt) = (
+            self.ty(x).clone(),
+            self.ty(w).clone(),
+            self.ty(op.results[0]).clone(),
+        );
+        let (Some(xq), Some(yq), Some(wq)) =
+            (act_params(&xt), act_params(&yt), wt.elem.quant().cloned())
+        else {
+            return Ok(false);
+        };
+        let Some(wc) = self.constant(w) else {
+            return Ok(false);
+        };
+        let wi: Vec<i64> = (0..wc.len()).map(|i| wc.get_f64(i) as i64).collect();
+        // The geometry and the weight rows in [oc][kh][kw][c/group] order.
+        let (g, rows, axis) = match op.opcode {
+            Opcode::QuantConv2d => {
+                if xt.rank() != 4 || wt.rank() != 4 || yt.rank() != 4 {
+                    return Ok(false);
+                }
+                let [oc, cg, kh, kw] = [0, 1, 2, 3].map(|i| wt.shape[i]);
+                let mut g = geom(&xt, [u(oc), 0, 0], [u(kh), u(kw)], &attrs);
+                (g.oh, g.ow) = (u(yt.shape[2]), u(yt.shape[3]));
+                let mut rows = Vec::with_capacity(wi.len());
+                for o in 0..oc {
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            for ci in 0..cg {
+                                rows.push(wi[((o * cg + ci) * kh + ky) * kw + kx]);
+                            }
+                        }
+                    }
+                }
+                (g, rows, 0)
+            }
+            Opcode::QuantGemm => {
+                let (alpha, beta) = (float(&attrs, "alpha", 1.0), float(&attrs, "beta", 1.0));
+                if xt.rank() != 2
+                    || wt.rank() != 2
+                    || boolean(&attrs, "trans_a")
+                    || alpha != 1.0
+                    || beta != 1.0
+                {
+                    return Ok(false);
+                }
+                let trans_b = boolean(&attrs, "trans_b");
+                let (m, k) = (xt.shape[0], xt.shape[1]);
+                let n = if trans_b { wt.shape[0] } else { wt.shape[1] };
+                let rows: Vec<i64> = (0..n)
+                    .flat_map(|o| (0..k).map(move |kk| (o, kk)))
+                    .map(|(o, kk)| {
+                        if trans_b {
+                            wi[o * k + kk]
+                        } else {
+                            wi[kk * n + o]
+                        }
+                    })
+                    .collect();
+                let g = ConvGeom {
+                    n: 1,
+                    h: u(m),
+                    w: 1,
+                    c: u(k),
+                    oh: u(m),
+                    ow: 1,
+                    oc: u(n),
+                    kh: 1,
+                    kw: 1,
+                    stride: [1, 1],
+                    dilation: [1, 1],
+                    pads: [0; 4],
+                    group: 1,
+                };
+                (g, rows, if trans_b { 0 } else { 1 })
+            }
+            _ => return Ok(false),
+        };
+        let oc = g.oc as usize;
+        let Some(sw) = weight_scales(&wq, oc, axis) else {
+            return Ok(false);
+        };
+        let (x_signed, sx, zx, _, _) = xq;
+        let (y_signed, sy, zy, ylo, yhi) = yq;
+        let kk = if oc == 0 { 0 } else { rows.len() / oc };
+        // comp, scale and shift per output channel.
+        let mut comp: Vec<i64> = (0..oc)
+            .map(|o| -zx * rows[o * kk..(o + 1) * kk].iter().sum::<i64>())
+            .collect();
+        let scale: Vec<f32> = (0..oc)
+            .map(|o| (f32r(sx) * f32r(sw[o]) / f32r(sy)) as f32)
+            .collect();
+        let mut shift = vec![0f32; oc];
+        if let Some(&bv) = op.operands.get(2) {
+            let Some(bc) = self.constant(bv) else {
+                return Ok(false);
+            };
+            if bc.len() != oc {
+                return Ok(false);
+            }
+            match self.ty(bv).elem.quant().cloned() {
+                Some(bq) if bq.storage.int_range().is_some() && integer_bias(&bq, sx, &sw) => {
+                    for (o, c) in comp.iter_mut().enumerate() {
+                        *c += bc.get_f64(o) as i64;
+                    }
+                }
+                bq => {
+                    let real = match bq {
+                        Some(q) => dequantize_values(&bc, &q),
+                        None => bc.to_f64(),
+                    };
+                    for (s, r) in shift.iter_mut().zip(real) {
+                        *s = (r / f32r(sy)) as f32;
+                    }
+                }
+            }
+        }
+        if comp.iter().any(|&c| i32::try_from(c).is_err())
+            || kk as i64 * 255 * 128 > i32::MAX as i64
+        {
+            return Ok(false);
+        }
+        // The clamp of the epilogue, as quantized bounds.
+        let qbound = |v: f64| ((f32r(v) / f32r(sy)) as f32 as f64).round_ties_even() + zy as f64;
+        let y_min =
+            opt_float(&attrs, "clip_min").map_or(ylo, |c| (qbound(c).max(ylo as f64)) as i64);
+        let y_max =
+            opt_float(&attrs, "clip_max").map_or(yhi, |c| (qbound(c).min(yhi as f64)) as i64);
+        let xb = if op.opcode == Opcode::QuantConv2d {
+            self.materialize(x, &NHWC)?
+        } else {
+            self.materialize(x, &identity(2))?
+        };
+        let wbytes: Vec<u8> = rows.iter().map(|&v| v as i8 as u8).collect();
+        let wb = self.add_weight("qfilter", Scalar::I8, &[rows.len() as u64], wbytes);
+        let comp_b = self.add_weight(
+            "qcomp",
+            Scalar::I32,
+            &[g.oc],
+            comp.iter()
+                .flat_map(|&c| (c as i32).to_le_bytes())
+                .collect(),
+        );
+        let scale_b = self.add_weight_f32("qscale", &[g.oc], &scale);
+        let shift_b = self.add_weight_f32("qshift", &[g.oc], &shift);
+        let y = self.alloc(&yt)?;
+        self.push(Step::QConv2d {
+            x: xb,
+            w: wb,
+            comp: comp_b,
+            scale: scale_b,
+            shift: shift_b,
+            y,
+            geom: g,
+            x_signed,
+            x_zero: zx as i32,
+            y_signed,
+            y_zero: zy as i32,
+            y_min: y_min as i32,
+            y_max: y_max as i32,
+        });
+        let perm = if op.opcode == Opcode::QuantConv2d {
+            NHWC.to_vec()
+        } else {
+            identity(2)
+        };
+        self.define(op.results[0], y, perm);
+        Ok(true)
+    }
+}
+
+/// Whether a bias of type `bq` holds integers in the accumulator's units:
+/// scale `s_x·s_w[o]` (to f32 rounding) and zero point 0 per channel.
+fn integer_bias(bq: &QuantType, sx: f64, sw: &[f64]) -> bool {
+    (0..sw.len()).all(|o| {
+        let (s, z) = bq.params_at(if bq.axis().is_some() { o } else { 0 });
+        let want = f32r(sx) * f32r(sw[o]);
+        z == 0 && (f32r(s) - want).abs() <= want * 1e-6
+    })
+}
+
+fn opt_float(attrs: &Attrs, name: &str) -> Option<f64> {
+    match attrs.get(name) {
+        Some(Attr::Float(v)) => Some(*v),
+        _ => None,
+    }
+}

@@ -1,0 +1,151 @@
+//! Scaled dot-product attention over strided operands (`Step::Attention`):
+//! per batch `b` and head `h`, `s = scale · Q Kᵀ (+ mask)`, `p =
+//! softmax(s)` row by row, `Y = p V`.
+//!
+//! One score row at a time: a query row's `sk` scores live in a scratch
+//! vector, never in a `sq × sk` matrix, and the row's softmax is
+//! [`norm::softmax`]'s, so a row behaves exactly as the unfused plan's
+//! softmax step (a row of `-inf` scores gives NaN there and here). Rows are
+//! split across the pool's threads; each writes only its own output row.
+//!
+//! Invariant: every offset is checked against its slice before the loops
+//! (the largest index each operand's strides reach), so bad strides are an
+//! error, never an out-of-bounds access.
+
+use rayon::prelude::*;
+
+use super::KernelError;
+use super::norm;
+
+/// The problem and the operands' `[batch, head, row, feature]` strides in
+/// elements (the mask's are `[batch, head, query, key]`).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionShape {
+    pub batch: usize,
+    pub heads: usize,
+    pub sq: usize,
+    pub sk: usize,
+    pub d: usize,
+    pub dv: usize,
+    pub q: [usize; 4],
+    pub k: [usize; 4],
+    pub v: [usize; 4],
+    pub mask: [usize; 4],
+    pub y: [usize; 4],
+    pub scale: f32,
+}
+
+/// The last element index `strides` reach over `dims`, plus one (0 when a
+/// dimension is empty).
+fn extent(dims: [usize; 4], strides: [usize; 4]) -> Option<usize> {
+    if dims.contains(&0) {
+        return Some(0);
+    }
+    let mut last = 0usize;
+    for (n, s) in dims.iter().zip(strides) {
+        last = last.checked_add((n - 1).checked_mul(s)?)?;
+    }
+    last.checked_add(1)
+}
+
+/// Whether distinct indices of `dims` reach distinct offsets: sorted by
+/// stride, each stride must step past everything the smaller ones reach (a
+/// sufficient condition, which every dense layout meets).
+fn injective(dims: [usize; 4], strides: [usize; 4]) -> bool {
+    let mut ds: Vec<(usize, usize)> = dims
+        .into_iter()
+        .zip(strides)
+        .filter(|&(n, _)| n > 1)
+        .map(|(n, s)| (s, n))
+        .collect();
+    ds.sort_unstable();
+    let mut reach = 1usize;
+    for (s, n) in ds {
+        if s < reach {
+            return false;
+        }
+        reach = match s.checked_mul(n - 1).and_then(|e| e.checked_add(reach)) {
+            Some(r) => r,
+            None => return false,
+        };
+    }
+    true
+}
+
+fn check(name: &str, dims: [usize; 4], strides: [usize; 4], len: usize) -> Result<(), KernelError> {
+    match extent(dims, strides) {
+        Some(e) if e <= len => Ok(()),
+        _ => Err(KernelError::new(format!(
+            "attention: {name} with dims {dims:?} and strides {strides:?} does not fit its {len} elements"
+        ))),
+    }
+}
+
+/// Computes `y` (only the elements the `y` strides address are written).
+pub fn attention(
+    s: &AttentionShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    mask: Option<&[f32]>,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let (bh, sq, sk) = ([s.batch, s.heads], s.sq, s.sk);
+    check("q", [bh[0], bh[1], sq, s.d], s.q, q.len())?;
+    check("k", [bh[0], bh[1], sk, s.d], s.k, k.len())?;
+    check("v", [bh[0], bh[1], sk, s.dv], s.v, v.len())?;
+    check("y", [bh[0], bh[1], sq, s.dv], s.y, y.len())?;
+    if let Some(m) = mask {
+        check("mask", [bh[0], bh[1], sq, sk], s.mask, m.len())?;
+    }
+    if !injective([bh[0], bh[1], sq, s.dv], s.y) {
+        return Err(KernelError::new(format!(
+            "attention: the y strides {:?} write some elements twice",
+            s.y
+        )));
+    }
+    let rows = s.batch * s.heads * sq;
+    if rows == 0 || s.dv == 0 {
+        return Ok(());
+    }
+    // Each output row is written by one task; rows may interleave in
+    // memory (any strides), so tasks write through a raw pointer.
+    let out = OutPtr(y.as_mut_ptr());
+    let out = &out;
+    (0..rows).into_par_iter().for_each_init(
+        || (vec![0f32; sk], vec![0f32; sk]),
+        |(scores, probs), r| {
+            let (bh_i, i) = (r / sq, r % sq);
+            let (b, h) = (bh_i / s.heads, bh_i % s.heads);
+            let qo = b * s.q[0] + h * s.q[1] + i * s.q[2];
+            for (j, sc) in scores.iter_mut().enumerate() {
+                let ko = b * s.k[0] + h * s.k[1] + j * s.k[2];
+                let mut acc = 0f32;
+                for f in 0..s.d {
+                    acc += q[qo + f * s.q[3]] * k[ko + f * s.k[3]];
+                }
+                *sc = acc * s.scale;
+                if let Some(m) = mask {
+                    *sc += m[b * s.mask[0] + h * s.mask[1] + i * s.mask[2] + j * s.mask[3]];
+                }
+            }
+            // A one-row softmax cannot fail: both slices hold `sk` values.
+            let _ = norm::softmax(1, sk, false, scores, probs);
+            let yo = b * s.y[0] + h * s.y[1] + i * s.y[2];
+            for f in 0..s.dv {
+                let mut acc = 0f32;
+                for (j, p) in probs.iter().enumerate() {
+                    acc += p * v[b * s.v[0] + h * s.v[1] + j * s.v[2] + f * s.v[3]];
+                }
+                // SAFETY: `check` bounded every index of y and
+                // `injective` made distinct (b, h, i, f) distinct elements.
+                unsafe { *out.0.add(yo + f * s.y[3]) = acc };
+            }
+        },
+    );
+    Ok(())
+}
+
+struct OutPtr(*mut f32);
+// SAFETY: see the write above: tasks write disjoint elements.
+unsafe impl Sync for OutPtr {}
