@@ -337,7 +337,11 @@ fn int8_uses_s8_mma() -> Result<(), Failed> {
 
 /// A one-MatMul model (`m × k` times a constant `k × n`) in `.air`.
 fn gemm_air(dir: &Path, m: usize, k: usize, n: usize) -> Result<PathBuf, Failed> {
-    let w: Vec<String> = (0..k * n).map(|i| format!("{:.3}", ((i * 7919) % 97) as f32 / 97.0 - 0.5)).collect();
+    let row = |r: usize| {
+        let v: Vec<String> = (0..n).map(|j| format!("{:.3}", (((r * n + j) * 7919) % 97) as f32 / 97.0 - 0.5)).collect();
+        format!("[{}]", v.join(", "))
+    };
+    let w: Vec<String> = (0..k).map(row).collect();
     let text = format!(
         "func @main(%x: tensor<{m}x{k}xf32>) -> tensor<{m}x{n}xf32> {{\n  %w = const dense<[{}]> : tensor<{k}x{n}xf32>\n  %y = core.matmul %x, %w : tensor<{m}x{n}xf32>\n  return %y : tensor<{m}x{n}xf32>\n}}\n",
         w.join(", ")

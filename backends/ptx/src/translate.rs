@@ -125,9 +125,24 @@ struct Tr<'a, 't> {
     scratch_len: u64,
 }
 
-/// `wgmma` only pays for its conversion launch when the 128×128 tiles
-/// cover the GPU about twice (an H200 has 132 multiprocessors).
-const WGMMA_MIN_TILES: u64 = 256;
+/// `wgmma` pays for its conversion launch once the 128×128 tiles cover
+/// the GPU about once (an H200 has 132 multiprocessors).
+const WGMMA_MIN_TILES: u64 = 128;
+
+/// The row stride of A when it is a plain row-major matrix with unit column
+/// stride: a strided A, or the NHWC input of a 1×1, stride-1, unpadded,
+/// ungrouped convolution (its rows are the pixels).
+fn a_rows(spec: &GemmSpec) -> Option<u64> {
+    match spec.a {
+        AMode::Strided { row, col: 1, .. } => Some(row),
+        AMode::Conv(g)
+            if g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pads == [0; 4] && g.group == 1 && g.dilation == [1, 1] =>
+        {
+            Some(g.c)
+        }
+        _ => None,
+    }
+}
 
 /// FNV-1a of the text: stable across runs and platforms (unlike `std`'s
 /// hasher), so the same model gives the same kernel names.
@@ -293,7 +308,9 @@ impl<'a> Tr<'a, '_> {
             TcPrecision::Bf16 => WgPrecision::Bf16,
             TcPrecision::Tf32 => return None,
         };
-        let AMode::Strided { col: 1, .. } = spec.a else { return None };
+        if a_rows(spec).is_none() {
+            return None;
+        }
         let tiles = spec.m.div_ceil(128) * spec.n.div_ceil(128);
         let fits = self.sm == Sm::Sm90a
             && spec.batch == 1
@@ -310,7 +327,7 @@ impl<'a> Tr<'a, '_> {
     /// kernel's tile at compile time.
     fn gemm_wgmma(&mut self, spec: GemmSpec, p: WgPrecision, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
         let GemmBufs { a, b, bias, c } = bufs;
-        let AMode::Strided { row: lda, .. } = spec.a else { return Err("internal error: wgmma on a convolution".into()) };
+        let lda = a_rows(&spec).ok_or("internal error: wgmma on an A it cannot read")?;
         let (m, k) = (spec.m, spec.k);
         let half = if p == WgPrecision::Bf16 { Scalar::BF16 } else { Scalar::F16 };
         let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at, len: m * k * 2 };

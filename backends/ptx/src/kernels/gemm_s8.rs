@@ -61,13 +61,16 @@
 //! fill past `Kp` and past `ocg`). A moves with 16-byte `cp.async` when
 //! `cg % 16 == 0` (16 channels of one tap; a padding chunk is stored as
 //! `x_zero` bytes by the thread instead, since `cp.async` fills zeros), else
-//! through registers: loaded while the previous k-tile is multiplied, as
-//! 4-byte words when `cg % 4 == 0`, else byte by byte (the stem's `c = 3`),
+//! through registers: as 4-byte words when `cg % 4 == 0`, loaded while
+//! the previous k-tile is multiplied, else byte by byte (the stem's `c =
+//! 3`) after its MMAs (16 byte loads per chunk held across them spilled),
 //! and stored into the next stage after the MMAs. K-tile `t`: barrier,
 //! `cp.async` of k-tile `t + stages − 1` into the stage of `t − 1` (one
 //! commit group per k-tile, empty past k), register loads of tile `t + 1`,
 //! the MMAs of tile `t`, the register chunks' stores, and a wait until
-//! this thread's copies of tile `t + 1` have landed.
+//! this thread's copies of tile `t + 1` have landed. The 64×64 tile runs
+//! under a budget of 144 registers (`.maxnreg`), the others under ptxas's
+//! choice (see `S8Tile::max_regs`).
 //!
 //! Epilogue: each thread holds, per m16n8 fragment, two adjacent channels
 //! of rows `g` and `g + 8`; with `oc` and `ocg` multiples of 4, lanes
@@ -79,7 +82,10 @@
 //! unrolled at generation; loads outside the tensors never happen
 //! (addresses of absent elements are clamped to the first element, their
 //! values replaced); 32-bit tile arithmetic (`M`, `oc`, `K`, the grid below
-//! 2^31, checked), 64-bit element offsets.
+//! 2^31, checked); byte offsets into x, w and y in i32 where a bound on
+//! every offset formed fits (`offset_bounds`), else i64. The requantized
+//! value is computed for every accumulator (stores are guarded), so
+//! `comp`, `scale`, `shift` are read at channel 0 for absent columns.
 
 mod load;
 mod mma;

@@ -3,10 +3,15 @@
 //! accepts and PTX that ptxas assembles for sm_80 … sm_90a, that the PTX
 //! uses the intended instructions (the s8 or u8 `mma.sync`, `ldmatrix`,
 //! `cp.async`, the epilogue's rounding, the store widths), the tile rule
-//! and launch geometry, the refusals, the weight packing, and that the
-//! tiles do not spill. `AOC_PTX_DUMP_DIR=dir` also writes the sm_86 and
+//! and launch geometry, the refusals, the weight packing, that the tiles
+//! do not spill, and runs the kernels on the host with the warp
+//! instructions emulated (`kernels_gemm_s8/host.rs`), bit for bit against
+//! an exact reference. `AOC_PTX_DUMP_DIR=dir` also writes the sm_86 and
 //! sm_90 modules and a manifest of their specs there, for
 //! `tests/gpu_checks/gemm_s8.py` on a GPU.
+
+#[path = "kernels_gemm_s8/host.rs"]
+mod host;
 
 use aoc_backend_ptx::kernels::gemm_s8::{
     QConvSpec, S8Tile, choose_tile, pack_weights, packed_len, qconv_s8, qconv_s8_tile,
@@ -14,7 +19,7 @@ use aoc_backend_ptx::kernels::gemm_s8::{
 use aoc_backend_ptx::kernels::{ConvGeom, Geometry};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 
-const SMS: [Sm; 5] = [Sm::Sm86, Sm::Sm80, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
+const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
 
 /// An NHWC convolution `n×h×w×c → oc`, kernel `kh×kw`, strides `[sh,
 /// sw]`, pads `[top, left, bottom, right]`, dilations, groups; i8 in and
@@ -59,6 +64,7 @@ fn qconv(
 }
 
 /// A square `k×k` convolution with equal pads and stride, no dilation.
+#[allow(clippy::too_many_arguments)]
 fn sq(n: u64, hw: u64, c: u64, oc: u64, k: u64, stride: u64, pad: u64, group: u64) -> QConvSpec {
     qconv(
         n,
@@ -490,4 +496,34 @@ fn gemm_s8_tiles_do_not_spill() {
             "{report}"
         );
     }
+}
+
+/// Every load path, store width, zero point and tile, run on the host with
+/// the warp instructions emulated (`host.rs`), bit for bit against the
+/// exact reference.
+#[test]
+fn gemm_s8_runs_on_the_host() {
+    for (i, (what, s)) in specs().into_iter().enumerate() {
+        let g = &s.geom;
+        // Those with output, small enough for the host (each block's
+        // threads are OS threads): all but `c64_28`.
+        if g.n * g.oh * g.ow * g.oc == 0 || g.n * g.oh * g.ow > 1024 {
+            continue;
+        }
+        host::check(what, &s, None, i as u64);
+    }
+    // Several k-tiles through the ring (K = 576: 9), each tile.
+    let deep = sq(1, 9, 64, 40, 3, 1, 1, 1);
+    for (ti, t) in S8Tile::ALL.iter().enumerate() {
+        host::check(&format!("deep_t{ti}"), &deep, Some(*t), 100 + ti as u64);
+    }
+    // Bytes and words across several k-tiles, u8 x with a zero point, on
+    // the largest tile; a tail of rows and channels in the last tiles.
+    let mut s = sq(1, 11, 20, 36, 3, 1, 1, 1);
+    s.x_signed = false;
+    s.x_zero = 200;
+    host::check("words_deep_t0", &s, Some(S8Tile::ALL[0]), 7);
+    let mut s = sq(2, 10, 9, 18, 3, 1, 2, 1);
+    s.x_zero = -3;
+    host::check("bytes_deep_t1", &s, Some(S8Tile::ALL[1]), 8);
 }
