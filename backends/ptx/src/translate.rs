@@ -30,7 +30,7 @@ use crate::kernels::gemm_simt::SimtTile;
 use crate::kernels::gemm_tc::{TcPrecision, TcTile, gemm_tc_tile, gemm_tc_with};
 use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
 use crate::kernels::gemm_s8::{self, QConvSpec};
-use crate::kernels::gemm_wgmma::{WgPrecision, choose_wg_tile, gemm_wgmma_tile, pack_b};
+use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, choose_wg_tile, gemm_wgmma_tile, pack_b, packed_b_len};
 use aoc_ir::types::Scalar;
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_simt, index, rows};
 use crate::pointwise::{add_to_module, is_vectorized, work_items};
@@ -123,11 +123,33 @@ struct Tr<'a, 't> {
     /// most any launch uses of it (launches run in order on one stream).
     scratch_at: u64,
     scratch_len: u64,
+    /// What the scratch holds: the half copy of this A (buffer, row
+    /// stride, rows, columns, type), until a launch writes that buffer.
+    converted: Option<(Buf, u64, u64, u64, Scalar)>,
 }
 
 /// `wgmma` pays for its conversion launch once the 128×128 tiles cover
 /// the GPU about once (an H200 has 132 multiprocessors).
 const WGMMA_MIN_TILES: u64 = 128;
+
+/// The `wgmma` tiles `--tune` times: 128×`bn` with `stages` k-tiles of 64
+/// in flight (three stages of 128×128 or less fit two blocks per
+/// multiprocessor).
+const WGMMA_CANDIDATES: [WgTile; 7] = [
+    WgTile { bn: 256, stages: 3 },
+    WgTile { bn: 256, stages: 4 },
+    WgTile { bn: 192, stages: 4 },
+    WgTile { bn: 128, stages: 3 },
+    WgTile { bn: 128, stages: 4 },
+    WgTile { bn: 128, stages: 6 },
+    WgTile { bn: 64, stages: 4 },
+];
+
+/// Converting A costs about `6·m·k` bytes of traffic (f32 read, half
+/// write) and saves about `2·m·n·k·(1/240 − 1/550)` TFLOP-seconds on an
+/// H200 (mma.sync against wgmma rates): worth it from `n ≈ 430` on.
+/// ResNet-50's early 1×1 convolutions (n ≤ 256) measured slower with it.
+const WGMMA_MIN_N: u64 = 512;
 
 /// The row stride of A when it is a plain row-major matrix with unit column
 /// stride: a strided A, or the NHWC input of a 1×1, stride-1, unpadded,
@@ -155,6 +177,10 @@ fn fnv(text: &str) -> u64 {
     h
 }
 
+fn overlaps(a: &Buf, b: &Buf) -> bool {
+    a.space == b.space && a.index == b.index && a.offset < b.offset + b.len && b.offset < a.offset + a.len
+}
+
 fn aligned16(bufs: &[&Buf]) -> bool {
     bufs.iter().all(|b| b.offset % 16 == 0)
 }
@@ -178,6 +204,13 @@ impl<'a> Tr<'a, '_> {
     }
 
     fn launch(&mut self, (kernel, g): (String, Geometry), args: Vec<Arg>, origin: &str) {
+        // A launch that writes the activation the scratch holds a half copy
+        // of makes that copy stale.
+        if let Some((src, ..)) = self.converted
+            && args.iter().any(|a| matches!(a, Arg::Out(b) if overlaps(b, &src)))
+        {
+            self.converted = None;
+        }
         self.items.push(GpuItem::Launch(Launch { kernel, grid: g.grid, block: g.block, smem: g.smem, args }));
         self.origins.push(origin.to_string());
     }
@@ -314,6 +347,7 @@ impl<'a> Tr<'a, '_> {
         let tiles = spec.m.div_ceil(128) * spec.n.div_ceil(128);
         let fits = self.sm == Sm::Sm90a
             && spec.batch == 1
+            && spec.n >= WGMMA_MIN_N
             && spec.k >= 64
             && spec.k % 8 == 0
             && spec.c_strides[2] == 1
@@ -334,17 +368,38 @@ impl<'a> Tr<'a, '_> {
         self.scratch_len = self.scratch_len.max(scratch.len);
         let cast = PointwiseKernel {
             name: format!("cvt_{:016x}", fnv(&format!("{m}|{k}|{lda}|{half:?}"))),
-            dims: vec![m, k],
-            operands: vec![crate::expr::Operand { dtype: Scalar::F32, strides: vec![lda, 1] }],
+            // One flat dimension when A is dense: the widest vector form.
+            dims: if lda == k { vec![m * k] } else { vec![m, k] },
+            operands: vec![crate::expr::Operand { dtype: Scalar::F32, strides: if lda == k { vec![1] } else { vec![lda, 1] } }],
             exprs: vec![Expr::Load(0)],
             result: 0,
             out_dtype: half,
         };
-        self.launch_pointwise(cast, &[a, scratch], origin)?;
+        // Consecutive GEMMs on one activation (attention's Q, K and V
+        // projections) share one conversion.
+        let key = (a, lda, m, k, half);
+        if self.converted != Some(key) {
+            self.launch_pointwise(cast, &[a, scratch], origin)?;
+            self.converted = Some(key);
+        }
         let mut spec = spec;
         spec.a = AMode::Strided { batch: 0, row: k, col: 1 };
         spec.aligned16 = true;
-        let tile = choose_wg_tile(&spec);
+        let tile = if self.tuner.is_some() {
+            let tiles: Vec<WgTile> = WGMMA_CANDIDATES.into_iter().filter(|t| t.check().is_ok()).collect();
+            let b_bytes = tiles.iter().map(|&t| packed_b_len(&spec, t) as u64 * 2).max().unwrap_or(0);
+            let mut arg_bytes = vec![m * k * 2, b_bytes];
+            arg_bytes.extend(bias.map(|x| x.len));
+            arg_bytes.push(c.len);
+            let e = epi.map(|(e, _)| e);
+            let sm = self.sm;
+            let pick = self.tune(&format!("gemm_wgmma|{p:?}"), &spec, &tiles, &arg_bytes, |mt, nm, t| {
+                gemm_wgmma_tile(mt, nm, &spec, p, e, sm, *t)
+            })?;
+            tiles[pick]
+        } else {
+            choose_wg_tile(&spec)
+        };
         let bf16 = p == WgPrecision::Bf16;
         let packed = self.derived_weight(&b, &format!("wg{}x{}.{}", tile.bn, tile.stages, if bf16 { "bf16" } else { "f16" }), half, |bytes| {
             let b_kn: Vec<u16> = bytes
@@ -587,6 +642,7 @@ impl<'a> Tr<'a, '_> {
             }
             Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
             Step::Reference { .. } => {
+                self.converted = None;
                 self.items.push(GpuItem::Host { step: step.clone() });
                 self.origins.push(origin.to_string());
                 Ok(())
@@ -639,7 +695,8 @@ impl<'a> Tr<'a, '_> {
 
 /// The element strides `[row, col]` of a pointwise operand (`strides` over
 /// `dims`) when the kernel's flat element index is `row · n + col` over an
-/// `m × n` matrix: `None` unless that offset is affine in (row, col). The
+/// `m × n` matrix: `None` unless that offset is affine in (row, col). Dims
+/// the operand walks contiguously are merged first; then the
 /// dims are split where their trailing product is `n` (a dim straddling the
 /// split is cut in two when it divides), then each side must collapse to one
 /// stride.
@@ -647,11 +704,24 @@ pub fn affine_over(dims: &[u64], strides: &[u64], m: u64, n: u64) -> Option<[u64
     if dims.iter().product::<u64>() != m * n || n == 0 || m == 0 {
         return None;
     }
+    // Merge dims this operand walks contiguously (the lowering collapses
+    // dims for the kernel's vector width, not along the matrix's rows, so
+    // a dense operand may come as [24, 4096] for a 128 × 768 matrix).
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (&d, &s) in dims.iter().zip(strides) {
+        match merged.last_mut() {
+            Some((pd, ps)) if *ps == s * d => {
+                *pd *= d;
+                *ps = s;
+            }
+            _ => merged.push((d, s)),
+        }
+    }
     // Split into (dim, stride) lists for the row part and the column part.
     let mut col: Vec<(u64, u64)> = Vec::new();
     let mut row: Vec<(u64, u64)> = Vec::new();
     let mut need = n;
-    for (&d, &s) in dims.iter().zip(strides).rev() {
+    for &(d, s) in merged.iter().rev() {
         if need == 1 {
             row.push((d, s));
         } else if need % d == 0 {
@@ -783,6 +853,7 @@ pub fn translate_tuned(
         origins: Vec::new(),
         scratch_at: lowered.arena_bytes.div_ceil(256) * 256,
         scratch_len: 0,
+        converted: None,
     };
     let mut i = 0;
     while i < steps.len() {

@@ -583,4 +583,9 @@ fn pointwise_offsets_as_matrix_strides() {
     assert_eq!(affine_over(&[12], &[2], 4, 3), Some([6, 2]));
     // Shapes that do not multiply out.
     assert_eq!(affine_over(&[5], &[1], 2, 3), None);
+    // Dims collapsed for the vector width across row boundaries (BERT's
+    // residual add: [24, 4096] over a 128 × 768 output) are merged first.
+    assert_eq!(affine_over(&[24, 4096], &[4096, 1], 128, 768), Some([768, 1]));
+    // Two broadcast dims merge too; a per-column operand still needs its split.
+    assert_eq!(affine_over(&[2, 3, 4], &[0, 0, 1], 6, 4), Some([0, 1]));
 }
