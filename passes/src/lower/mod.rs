@@ -517,9 +517,9 @@ impl<'a> Lower<'a> {
             Opcode::Resize => self.lower_resize(op)?,
             Opcode::WinogradConv2d => self.opts.winograd && self.lower_winograd(op)?,
             Opcode::QuantConv2d | Opcode::QuantGemm => self.lower_qconv(op)?,
+            Opcode::QuantAdd => self.lower_pointwise(op)?,
             // Integer kernels for these arrive with the quantization work.
             Opcode::QuantMatMul
-            | Opcode::QuantAdd
             | Opcode::QuantAvgPool2d
             | Opcode::QuantGlobalAvgPool => false,
         };

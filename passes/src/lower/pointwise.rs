@@ -227,6 +227,7 @@ impl Lower<'_> {
                 | Opcode::Quantize
                 | Opcode::Dequantize
                 | Opcode::Requantize
+                | Opcode::QuantAdd
                 | Opcode::Identity
         );
         if !kernel_type(out_s) || (!int_ok && out_s != Scalar::F32) {
@@ -267,6 +268,33 @@ impl Lower<'_> {
                         None => return Ok(false),
                     },
                     ElemType::Scalar(_) => mid,
+                }
+            }
+            // Its definition: dequantize both, add in f32, clamp, quantize.
+            Opcode::QuantAdd => {
+                let mut v = Vec::new();
+                for &x in &op.operands[..2] {
+                    let t = self.ty(x).clone();
+                    let ElemType::Quant(q) = &t.elem else { return Ok(false) };
+                    let l = self.load(&mut kb, x)?;
+                    match dequantize(self, &mut kb, l, q, &t)? {
+                        Some(d) => v.push(d),
+                        None => return Ok(false),
+                    }
+                }
+                let mut sum = kb.bin(Bin::Add, v[0], v[1]);
+                if let Some(lo) = float_attr(&attrs, "clip_min") {
+                    let c = kb.c(lo);
+                    sum = kb.bin(Bin::Max, sum, c);
+                }
+                if let Some(hi) = float_attr(&attrs, "clip_max") {
+                    let c = kb.c(hi);
+                    sum = kb.bin(Bin::Min, sum, c);
+                }
+                let ElemType::Quant(q) = &out_ty.elem else { return Ok(false) };
+                match quantize(self, &mut kb, sum, q, &out_ty)? {
+                    Some(y) => y,
+                    None => return Ok(false),
                 }
             }
             Opcode::Cast => {
