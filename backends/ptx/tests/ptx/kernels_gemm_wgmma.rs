@@ -316,7 +316,11 @@ fn gemm_wgmma_geometry() {
     assert_eq!(choose_wg_tile(&small), WgTile::NARROW);
     let g = gemm_wgmma(&mut m, "g_small", &small, f16, None, Sm::Sm90a).unwrap();
     assert_eq!(g.grid, [4 * 6, 1, 1]);
-    // m = 1: one tile row.
+    // BERT-base at batch 32: n = 768 fills one wave with 128×192 tiles
+    // (128 blocks), n = 3072 three waves with 128×256 ones.
+    assert_eq!(choose_wg_tile(&spec(4096, 768, 768, 768, 768)), WgTile { bn: 192, stages: 4 });
+    assert_eq!(choose_wg_tile(&spec(4096, 3072, 768, 768, 3072)), WgTile::WIDE);
+    // m = 1: one tile row of four 128×256 tiles (no tile fills a wave).
     let g = gemm_wgmma(
         &mut m,
         "g_m1",
@@ -325,7 +329,7 @@ fn gemm_wgmma_geometry() {
         None,
         Sm::Sm90a,
     );
-    assert_eq!(g.unwrap().grid, [8, 1, 1]);
+    assert_eq!(g.unwrap().grid, [4, 1, 1]);
     // Empty products return at once; k = 0 is a real launch.
     for (name, s) in [("g_m0", spec(0, 8, 8, 8, 8)), ("g_n0", spec(8, 0, 8, 8, 8))] {
         let g = gemm_wgmma(&mut m, name, &s, f16, None, Sm::Sm90a).unwrap();
