@@ -17,7 +17,7 @@ B against torch.matmul (cuBLAS) on the same shapes.
 Ratios are aoc / peer (below 1.0: aoc is faster). Figures move between runs,
 so only ratios from one run mean anything.
 
-    run.py --aoc build/device/aoc [--sm sm_90] [--models resnet50,bert_base]
+    run.py --aoc build/device/aoc [--sm sm_90a] [--models resnet50,bert_base]
            [--batches 1,32] [--gemm 4096,8192] [--iters 50] [--out results.json]
 """
 import argparse
@@ -129,7 +129,7 @@ def gemm_model(n, outdir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--aoc", default=os.path.join(ROOT, "build/device/aoc"))
-    ap.add_argument("--sm", default="sm_90")
+    ap.add_argument("--sm", default="sm_90a")
     ap.add_argument("--models", default="resnet50,bert_base")
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--gemm", default="4096,8192")

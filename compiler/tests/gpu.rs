@@ -13,7 +13,9 @@
 //!   built for sm_86 runs its integer convolutions on s8 `mma.sync`
 //!   m16n8k32 (and for sm_75, without it, on the host);
 //!   `fused_attention_and_wgmma_builds`: the encoder's attention is one
-//!   fused launch, and a large fp16 GEMM for sm_90a uses `wgmma`.
+//!   fused launch; two large fp16 GEMMs on one activation for sm_90a use
+//!   `wgmma` with one conversion of A, and `gpu_wgmma_projections_*` runs
+//!   that model on the GPU against the interpreter.
 //! - `gpu_*` (on a GPU; skipped with the reason elsewhere): artifacts built
 //!   for sm_86 and sm_90a, fp32 and fp16, against the interpreter: 1e-3 of
 //!   max(1, max|expected|) for fp32, 1e-2 for fp16 (one quantization step,
@@ -335,20 +337,56 @@ fn int8_uses_s8_mma() -> Result<(), Failed> {
     Ok(())
 }
 
-/// A one-MatMul model (`m × k` times a constant `k × n`) in `.air`.
-fn gemm_air(dir: &Path, m: usize, k: usize, n: usize) -> Result<PathBuf, Failed> {
-    let row = |r: usize| {
-        let v: Vec<String> = (0..n).map(|j| format!("{:.3}", (((r * n + j) * 7919) % 97) as f32 / 97.0 - 0.5)).collect();
-        format!("[{}]", v.join(", "))
+/// Two projections of one activation (`m × k` times constant `k × n`
+/// matrices) added together, in `.air`: on sm_90a at fp16 both GEMMs run
+/// on `wgmma`, share one half conversion of `x`, and the add becomes the
+/// second GEMM's epilogue.
+fn projections_air(dir: &Path, m: usize, k: usize, n: usize) -> Result<PathBuf, Failed> {
+    let weight = |seed: usize| {
+        let rows: Vec<String> = (0..k)
+            .map(|r| {
+                let v: Vec<String> =
+                    (0..n).map(|j| format!("{:.3}", (((r * n + j) * 7919 + seed) % 97) as f32 / 97.0 - 0.5)).collect();
+                format!("[{}]", v.join(", "))
+            })
+            .collect();
+        format!("[{}]", rows.join(", "))
     };
-    let w: Vec<String> = (0..k).map(row).collect();
     let text = format!(
-        "func @main(%x: tensor<{m}x{k}xf32>) -> tensor<{m}x{n}xf32> {{\n  %w = const dense<[{}]> : tensor<{k}x{n}xf32>\n  %y = core.matmul %x, %w : tensor<{m}x{n}xf32>\n  return %y : tensor<{m}x{n}xf32>\n}}\n",
-        w.join(", ")
+        "func @main(%x: tensor<{m}x{k}xf32>) -> tensor<{m}x{n}xf32> {{\n  \
+         %w1 = const dense<{}> : tensor<{k}x{n}xf32>\n  \
+         %w2 = const dense<{}> : tensor<{k}x{n}xf32>\n  \
+         %a = core.matmul %x, %w1 : tensor<{m}x{n}xf32>\n  \
+         %b = core.matmul %x, %w2 : tensor<{m}x{n}xf32>\n  \
+         %y = core.add %a, %b : tensor<{m}x{n}xf32>\n  \
+         return %y : tensor<{m}x{n}xf32>\n}}\n",
+        weight(1),
+        weight(2)
     );
-    let path = dir.join("gemm.air");
+    let path = dir.join("projections.air");
     std::fs::write(&path, text)?;
     Ok(path)
+}
+
+fn projections(d: &Path) -> Result<Model, Failed> {
+    Ok(Model {
+        name: "projections".into(),
+        file: projections_air(d, 8192, 64, 512)?,
+        inputs: vec!["x=@random:8192x64".into()],
+        shapes: vec![],
+        quantized: false,
+    })
+}
+
+/// The `wgmma` path (conversion into the scratch, packed B, epilogue) on
+/// the GPU against the interpreter.
+fn wgmma_on_gpu() -> Result<(), Failed> {
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let m = projections(&scratch("wgmma_model"))?;
+    check_on_gpu(&m, "sm_90a", "fp16")
 }
 
 fn fused_attention_and_wgmma() -> Result<(), Failed> {
@@ -361,10 +399,15 @@ fn fused_attention_and_wgmma() -> Result<(), Failed> {
     if ptx.matches(".entry attention_").count() != 1 || ptx.contains(".entry softmax_") {
         return Err("the encoder's attention is not one fused kernel".into());
     }
-    let g = gemm_air(&d, 8192, 64, 512)?.display().to_string();
+    let g = projections(&d)?.file.display().to_string();
     run(&["compile", &g, "--target", "sm_90a", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
-    if !std::fs::read_to_string(&out)?.contains("wgmma.mma_async") {
+    let ptx = std::fs::read_to_string(&out)?;
+    if !ptx.contains("wgmma.mma_async") {
         return Err("the sm_90a fp16 GEMM does not use wgmma".into());
+    }
+    let launches = |prefix: &str| ptx.lines().filter(|l| l.starts_with("//") && l.contains(prefix)).count();
+    if launches("gemm_wgmma_") != 2 || launches("cvt_") != 1 || launches(" pw") != 0 {
+        return Err("expected two wgmma launches sharing one conversion, the add fused into the second".into());
     }
     run(&["compile", &g, "--target", "sm_90", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
     if std::fs::read_to_string(&out)?.contains("wgmma") {
@@ -478,6 +521,7 @@ fn main() {
     trials.push(Trial::test("fp16_build_uses_tensor_cores", fp16_uses_tensor_cores));
     trials.push(Trial::test("int8_build_uses_s8_mma", int8_uses_s8_mma));
     trials.push(Trial::test("fused_attention_and_wgmma_builds", fused_attention_and_wgmma));
+    trials.push(Trial::test("gpu_wgmma_projections_sm_90a_fp16", wgmma_on_gpu));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     libtest_mimic::run(&args, trials).exit();
