@@ -61,6 +61,9 @@ pub struct Launch {
 /// One thing the executor does, in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "item", rename_all = "snake_case", deny_unknown_fields)]
+// A plan holds a few hundred items at most; boxing the step would only
+// add a pattern-matching detour.
+#[allow(clippy::large_enum_variant)]
 pub enum GpuItem {
     Launch(Launch),
     /// A plan step run on the host (only `Step::Reference`): its inputs are

@@ -167,7 +167,7 @@ impl Lower<'_> {
         };
         let (x_signed, sx, zx, _, _) = xq;
         let (y_signed, sy, zy, ylo, yhi) = yq;
-        let kk = if oc == 0 { 0 } else { rows.len() / oc };
+        let kk = rows.len().checked_div(oc).unwrap_or(0);
         // comp, scale and shift per output channel.
         let mut comp: Vec<i64> = (0..oc)
             .map(|o| -zx * rows[o * kk..(o + 1) * kk].iter().sum::<i64>())
