@@ -79,9 +79,9 @@ mod mma;
 mod ring;
 mod stage;
 
+use super::gemm_epilogue::{self, EpiFn};
 use super::{AMode, GemmEpilogue, GemmSpec, Geometry};
 use crate::irtext::{Body, ModuleText, check_entry_name};
-use crate::pointwise::define_epilogue;
 use crate::target::Sm;
 
 /// The multiply precision of [`gemm_tc`]; accumulation is f32 always.
@@ -378,22 +378,8 @@ pub fn gemm_tc_with(
     t.check(prec)?;
     check_spec(spec)?;
     if let Some(e) = epi {
-        check_epilogue(spec, e)?;
+        gemm_epilogue::check(spec, e)?;
     }
-    let params = if spec.bias.is_some() { 4 } else { 3 };
-    let mut sig: Vec<String> = (0..params)
-        .map(|i| {
-            let ro = if i + 1 < params { " readonly" } else { "" };
-            format!("ptr addrspace(1) noalias{ro} %p{i}")
-        })
-        .collect();
-    // The epilogue's operands: `%e1 …` after C.
-    let epi_fn = epi.map(|e| {
-        sig.extend(
-            (1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly %e{k}")),
-        );
-        (format!("{name}_epi"), e.strides.clone())
-    });
     let empty = spec.batch == 0 || spec.m == 0 || spec.n == 0;
     let tiles = spec.m.div_ceil(t.bm as u64) * spec.n.div_ceil(t.bn as u64);
     if tiles > I31 {
@@ -402,11 +388,9 @@ pub fn gemm_tc_with(
             spec.m, spec.n, t.bm, t.bn
         ));
     }
-    // Defined also for the empty kernel, which does not call it: an
-    // invalid epilogue is an error whatever the shape.
-    if let (Some(e), Some((f, _))) = (epi, &epi_fn) {
-        define_epilogue(m, f, e)?;
-    }
+    // The epilogue's operands `%e1 …` after C; its helper is defined also
+    // for the empty kernel.
+    let (sig, epi_fn) = gemm_epilogue::params(m, name, spec, epi)?;
     let mut smem = 0;
     let body = if empty {
         "  ret void\n".to_string()
@@ -468,22 +452,6 @@ fn check_spec(s: &GemmSpec) -> Result<(), String> {
             return Err(format!(
                 "convolution gemm {}x{}x{} (batch {}) does not match its geometry {g:?}",
                 s.m, s.n, s.k, s.batch
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Rejects an epilogue whose offsets could leave i64 (`define_epilogue`
-/// checks the rest: operand count, types).
-fn check_epilogue(s: &GemmSpec, e: &GemmEpilogue) -> Result<(), String> {
-    let last = [s.batch, s.m, s.n].map(|x| x.saturating_sub(1));
-    for (k, st) in e.strides.iter().enumerate() {
-        let most = (0..3).try_fold(0u64, |acc, d| acc.checked_add(last[d].checked_mul(st[d])?));
-        if most.is_none_or(|x| x > i64::MAX as u64) {
-            return Err(format!(
-                "gemm epilogue operand {}: strides {st:?} overflow a 64-bit offset",
-                k + 1
             ));
         }
     }
@@ -672,7 +640,7 @@ struct Gen<'a> {
     /// Batch index (i64).
     bz: String,
     /// The epilogue's helper and its operands' strides `[b, i, j]`.
-    epi: Option<(String, Vec<[u64; 3]>)>,
+    epi: Option<EpiFn>,
 }
 
 impl<'a> Gen<'a> {

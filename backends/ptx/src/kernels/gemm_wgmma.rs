@@ -76,9 +76,9 @@
 mod epilogue;
 mod mainloop;
 
+use super::gemm_epilogue::{self, EpiFn};
 use super::{AMode, GemmEpilogue, GemmSpec, Geometry};
 use crate::irtext::{Body, ModuleText, check_entry_name};
-use crate::pointwise::define_epilogue;
 use crate::target::Sm;
 
 /// The multiply precision of [`gemm_wgmma`]; accumulation is f32 always.
@@ -257,7 +257,8 @@ pub fn gemm_wgmma_tile(
     tile.check()?;
     let row = check_spec(spec)?;
     if let Some(e) = epi {
-        check_epilogue(spec, e)?;
+        // Batch 1 (checked above): the batch stride never counts.
+        gemm_epilogue::check(spec, e)?;
     }
     let (ktiles, ntn) = tiles(spec, tile);
     let ntm = spec.m.div_ceil(BM as u64);
@@ -270,24 +271,9 @@ pub fn gemm_wgmma_tile(
             tile.bn
         ));
     }
-    let params = if spec.bias.is_some() { 4 } else { 3 };
-    let mut sig: Vec<String> = (0..params)
-        .map(|i| {
-            let ro = if i + 1 < params { " readonly" } else { "" };
-            format!("ptr addrspace(1) noalias{ro} %p{i}")
-        })
-        .collect();
-    let epi_fn = epi.map(|e| {
-        sig.extend(
-            (1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly %e{k}")),
-        );
-        (format!("{name}_epi"), e.strides.clone())
-    });
-    // Defined also for the empty kernel: an invalid epilogue is an error
-    // whatever the shape.
-    if let (Some(e), Some((f, _))) = (epi, &epi_fn) {
-        define_epilogue(m, f, e)?;
-    }
+    // The epilogue's operands `%e1 …` after C; its helper is defined also
+    // for the empty kernel.
+    let (sig, epi_fn) = gemm_epilogue::params(m, name, spec, epi)?;
     let empty = spec.m == 0 || spec.n == 0;
     let body = if empty {
         "  ret void\n".to_string()
@@ -351,21 +337,6 @@ fn check_spec(s: &GemmSpec) -> Result<u64, String> {
     Ok(if s.m > 1 { row } else { 0 })
 }
 
-/// Rejects an epilogue whose offsets could leave i64.
-fn check_epilogue(s: &GemmSpec, e: &GemmEpilogue) -> Result<(), String> {
-    let last = [0, s.m.saturating_sub(1), s.n.saturating_sub(1)];
-    for (k, st) in e.strides.iter().enumerate() {
-        let most = (1..3).try_fold(0u64, |acc, d| acc.checked_add(last[d].checked_mul(st[d])?));
-        if most.is_none_or(|x| x > i64::MAX as u64) {
-            return Err(format!(
-                "gemm epilogue operand {}: strides {st:?} overflow a 64-bit offset",
-                k + 1
-            ));
-        }
-    }
-    Ok(())
-}
-
 fn declare(m: &mut ModuleText) {
     for d in [
         "@aoc_wg_smem = external addrspace(3) global [0 x i8], align 1024",
@@ -395,7 +366,7 @@ struct Gen<'a> {
     ntm: u64,
     ntn: u64,
     /// The epilogue's helper and its operands' strides `[b, i, j]`.
-    epi: Option<(String, Vec<[u64; 3]>)>,
+    epi: Option<EpiFn>,
     acc: String,
     tid: String,
     bm0: String,

@@ -24,6 +24,10 @@
 //!   once.
 
 pub mod attention;
+/// Implicit-im2col index arithmetic the tensor-core convolutions share.
+mod conv_index;
+/// Epilogue pieces the tensor-core GEMMs share (`gemm_tc`, `gemm_s8`, `gemm_wgmma`).
+mod gemm_epilogue;
 pub mod gemm_s8;
 pub mod gemm_simt;
 pub mod gemm_tc;

@@ -2,6 +2,7 @@
 //! their rows' data, `cp.async` of A and B, and A through registers.
 
 use super::{APath, ARow, BK, Gen, Pos};
+use crate::kernels::conv_index;
 
 impl Gen<'_> {
     /// This thread's chunks of a `rows × 64`-byte tile: four 16-byte units
@@ -25,32 +26,14 @@ impl Gen<'_> {
     pub(super) fn rows(&mut self) {
         let s = self.s;
         let g = s.geom;
-        let (cg, grp) = (s.cg(), self.grp.clone());
+        let grp = self.grp.clone();
         let xt = self.xt;
         let grpx = self.widen(&grp, xt, false);
         for i in 0..self.apos.len() {
             let r = self.apos[i].r.clone();
             let row = self.v(format!("add i32 {}, {r}", self.bm0));
             let ok = self.v(format!("icmp ult i32 {row}, {}", s.m()));
-            let img = self.v(format!("udiv i32 {row}, {}", g.oh * g.ow));
-            let pix = self.v(format!("urem i32 {row}, {}", g.oh * g.ow));
-            let oy = self.v(format!("udiv i32 {pix}, {}", g.ow));
-            let ox = self.v(format!("urem i32 {pix}, {}", g.ow));
-            let iy = self.v(format!("mul i32 {oy}, {}", g.stride[0]));
-            let iy = self.v(format!("sub i32 {iy}, {}", g.pads[0]));
-            let ix = self.v(format!("mul i32 {ox}, {}", g.stride[1]));
-            let ix = self.v(format!("sub i32 {ix}, {}", g.pads[1]));
-            // ((img·h + iy)·w + ix)·c + grp·cg: negative in the padding.
-            let imgx = self.widen(&img, xt, false);
-            let iyx = self.widen(&iy, xt, true);
-            let ixx = self.widen(&ix, xt, true);
-            let o = self.v(format!("mul {xt} {imgx}, {}", g.h));
-            let o = self.v(format!("add {xt} {o}, {iyx}"));
-            let o = self.v(format!("mul {xt} {o}, {}", g.w));
-            let o = self.v(format!("add {xt} {o}, {ixx}"));
-            let o = self.v(format!("mul {xt} {o}, {}", g.c));
-            let ob = self.v(format!("mul {xt} {grpx}, {cg}"));
-            let off = self.v(format!("add {xt} {o}, {ob}"));
+            let (iy, ix, off) = conv_index::pixel(&mut self.b, &g, &row, &grpx, xt);
             self.arow.push(ARow { ok, off, iy, ix });
         }
         for i in 0..self.bpos.len() {
@@ -69,11 +52,7 @@ impl Gen<'_> {
 
     /// The i32 value `v` as an offset of type `ty` (i32: itself).
     pub(super) fn widen(&mut self, v: &str, ty: &str, signed: bool) -> String {
-        match (ty, signed) {
-            ("i32", _) => v.to_string(),
-            (_, true) => self.v(format!("sext i32 {v} to {ty}")),
-            (_, false) => self.v(format!("zext i32 {v} to {ty}")),
-        }
+        conv_index::widen(&mut self.b, v, ty, signed)
     }
 
     /// Shared address of unit `u` of row `r` in the tile at byte `base`:
@@ -98,7 +77,6 @@ impl Gen<'_> {
     fn a_at(&mut self, i: usize, k0: &str, e: u32) -> (String, String) {
         let s = self.s;
         let g = s.geom;
-        let cg = s.cg();
         let u = self.apos[i].u.clone();
         let ARow { ok, off, iy, ix } = &self.arow[i];
         let (ok, off, iy0, ix0) = (ok.clone(), off.clone(), iy.clone(), ix.clone());
@@ -106,29 +84,13 @@ impl Gen<'_> {
         let kk = self.v(format!("add i32 {kk}, {k0}"));
         let kk = self.v(format!("add i32 {kk}, {e}"));
         let kin = self.v(format!("icmp ult i32 {kk}, {}", s.k()));
-        // kk = (ky·kw + kx)·cg + ci; `w` bytes never cross a tap.
-        let ky = self.v(format!("udiv i32 {kk}, {}", g.kw * cg));
-        let r = self.v(format!("urem i32 {kk}, {}", g.kw * cg));
-        let kx = self.v(format!("udiv i32 {r}, {cg}"));
-        let ci = self.v(format!("urem i32 {r}, {cg}"));
-        let dy = self.v(format!("mul i32 {ky}, {}", g.dilation[0]));
-        let dx = self.v(format!("mul i32 {kx}, {}", g.dilation[1]));
-        let y = self.v(format!("add i32 {iy0}, {dy}"));
-        let x = self.v(format!("add i32 {ix0}, {dx}"));
-        let yin = self.v(format!("icmp ult i32 {y}, {}", g.h));
-        let xin = self.v(format!("icmp ult i32 {x}, {}", g.w));
+        // `w` bytes never cross a tap.
+        let (dy, dx, ci, yin, xin) = conv_index::tap(&mut self.b, &g, &kk, &iy0, &ix0);
         let inside = self.and(&ok, &kin);
         let inside = self.and(&inside, &yin);
         let inside = self.and(&inside, &xin);
         let xt = self.xt;
-        let dyx = self.widen(&dy, xt, false);
-        let dxx = self.widen(&dx, xt, false);
-        let cix = self.widen(&ci, xt, false);
-        let o = self.v(format!("mul {xt} {dyx}, {}", g.w));
-        let o = self.v(format!("add {xt} {o}, {dxx}"));
-        let o = self.v(format!("mul {xt} {o}, {}", g.c));
-        let o = self.v(format!("add {xt} {o}, {cix}"));
-        let o = self.v(format!("add {xt} {off}, {o}"));
+        let o = conv_index::tap_offset(&mut self.b, &g, [&dy, &dx, &ci], &off, xt);
         (inside, o)
     }
 

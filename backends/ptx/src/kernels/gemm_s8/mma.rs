@@ -3,6 +3,7 @@
 
 use super::{APath, BK, Gen, mma_suffix};
 use crate::irtext::f32_lit;
+use crate::kernels::gemm_epilogue;
 
 impl Gen<'_> {
     /// Byte offset of the stage of k-tile `k` (i32 value).
@@ -210,19 +211,10 @@ impl Gen<'_> {
         let (t, s) = (self.t, self.s);
         let (mi, ni) = self.frags();
         let tid = self.tid.clone();
-        let lane = self.v(format!("and i32 {tid}, 31"));
-        let warp = self.v(format!("lshr i32 {tid}, 5"));
-        let wm = self.v(format!("udiv i32 {warp}, {}", t.warps_n));
-        let wn = self.v(format!("urem i32 {warp}, {}", t.warps_n));
-        let g = self.v(format!("lshr i32 {lane}, 2"));
-        let q = self.v(format!("and i32 {lane}, 3"));
-        let q2 = self.v(format!("shl i32 {q}, 1"));
-        let row0 = self.v(format!("mul i32 {wm}, {}", t.bm / t.warps_m));
-        let row0 = self.v(format!("add i32 {row0}, {}", self.bm0));
-        let row0 = self.v(format!("add i32 {row0}, {g}"));
-        let col0 = self.v(format!("mul i32 {wn}, {}", t.bn / t.warps_n));
-        let col0 = self.v(format!("add i32 {col0}, {}", self.bn0));
-        let col0 = self.v(format!("add i32 {col0}, {q2}"));
+        let warp_tile = [t.bm / t.warps_m, t.bn / t.warps_n];
+        let (bm0, bn0) = (&self.bm0, &self.bn0);
+        let (lane, row0, col0) =
+            gemm_epilogue::mma_origin(&mut self.b, &tid, t.warps_n, warp_tile, bm0, bn0);
         let grp = self.grp.clone();
         let gc = self.v(format!("mul i32 {grp}, {}", s.ocg()));
         // Per column j of this thread (8·(j/2) + j%2 past col0): in range,

@@ -2,6 +2,7 @@
 //! work: fragments from shared memory, `mma.sync`, and the epilogue.
 
 use super::{Gen, Layout, MAX_Z, Path, TcPrecision};
+use crate::kernels::gemm_epilogue;
 
 impl Gen<'_> {
     pub(super) fn kernel(&mut self) {
@@ -245,19 +246,10 @@ impl Gen<'_> {
         let (mi, ni) = self.frags();
         let tid = self.tid.clone();
         let bz = self.bz.clone();
-        let lane = self.v(format!("and i32 {tid}, 31"));
-        let warp = self.v(format!("lshr i32 {tid}, 5"));
-        let wm = self.v(format!("udiv i32 {warp}, {}", t.warps_n));
-        let wn = self.v(format!("urem i32 {warp}, {}", t.warps_n));
-        let g = self.v(format!("lshr i32 {lane}, 2"));
-        let q = self.v(format!("and i32 {lane}, 3"));
-        let q2 = self.v(format!("shl i32 {q}, 1"));
-        let row0 = self.v(format!("mul i32 {wm}, {}", t.bm / t.warps_m));
-        let row0 = self.v(format!("add i32 {row0}, {}", self.bm0));
-        let row0 = self.v(format!("add i32 {row0}, {g}"));
-        let col0 = self.v(format!("mul i32 {wn}, {}", t.bn / t.warps_n));
-        let col0 = self.v(format!("add i32 {col0}, {}", self.bn0));
-        let col0 = self.v(format!("add i32 {col0}, {q2}"));
+        let warp_tile = [t.bm / t.warps_m, t.bn / t.warps_n];
+        let (bm0, bn0) = (&self.bm0, &self.bn0);
+        let (_, row0, col0) =
+            gemm_epilogue::mma_origin(&mut self.b, &tid, t.warps_n, warp_tile, bm0, bn0);
         let [cb, cr, cc] = s.c_strides;
         let cbase = self.v(format!("mul i64 {bz}, {cb}"));
         // Column j of this thread: 8·(j/2) + j%2 past col0.
@@ -290,7 +282,7 @@ impl Gen<'_> {
         // Per epilogue operand: the offset of this thread's first element
         // (row0, col0); element (row0 + dr, col0 + dc) is `dr·s1 + dc·s2`
         // past it, a constant, so its loads take immediate offsets.
-        let ebase = self.epi_bases(&row0, &col0);
+        let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), Some(&bz), &row0, &col0);
         for m in 0..mi {
             for h in 0..2 {
                 let row = self.v(format!("add i32 {row0}, {}", m * 16 + h * 8));
@@ -304,15 +296,8 @@ impl Gen<'_> {
                         let ai = (m * ni + n) * 4 + h * 2 + e;
                         let ap = self.acc_ptr(ai);
                         let x = self.v(format!("load float, ptr {ap}, align 4"));
-                        let mut x = x;
-                        if let Some(bias) = cols[(n * 2 + e) as usize].2.clone() {
-                            x = self.v(format!("fadd float {x}, {bias}"));
-                        }
-                        if s.relu {
-                            x = self
-                                .v(format!("call float @llvm.maxnum.f32(float {x}, float 0.0)"));
-                        }
-                        xs.push(x);
+                        let bias = cols[(n * 2 + e) as usize].2.as_deref();
+                        xs.push(gemm_epilogue::bias_relu(&mut self.b, x, bias, s.relu));
                     }
                     let per: Vec<usize> = if pairs { vec![0] } else { vec![0, 1] };
                     for e in per {
@@ -326,7 +311,7 @@ impl Gen<'_> {
                         // and `col + 1`, both in range: n is even).
                         let mine = if pairs { 0..2 } else { e..e + 1 };
                         if self.epi.is_none() {
-                            let text = self.c_store(&xs[mine], &p);
+                            let text = gemm_epilogue::c_store(&mut self.b, &xs[mine], &p);
                             self.guarded(Some(ok), |g| g.ins(text));
                         } else {
                             // Inside the guard: the epilogue reads its
@@ -339,73 +324,17 @@ impl Gen<'_> {
                                 let ys: Vec<String> = mine
                                     .map(|e| {
                                         let dc = (n * 8) as u64 + e as u64;
-                                        g.epi_value(&xs[e], ebase, dr, dc)
+                                        let epi = g.epi.as_ref();
+                                        gemm_epilogue::value(&mut g.b, epi, &xs[e], ebase, dr, dc)
                                     })
                                     .collect();
-                                let text = g.c_store(&ys, &p);
+                                let text = gemm_epilogue::c_store(&mut g.b, &ys, &p);
                                 g.ins(text);
                             });
                         }
                     }
                 }
             }
-        }
-    }
-
-    /// Per epilogue operand `k`, `b·s0 + row0·s1 + col0·s2` (i64) for
-    /// this thread's batch and first row and column (i32); none without
-    /// an epilogue. It may lie outside the operand (row0 or col0 past the
-    /// edge): only offsets of stored elements are read, and the i64
-    /// arithmetic wraps back to them.
-    fn epi_bases(&mut self, row0: &str, col0: &str) -> Vec<String> {
-        let Some((_, strides)) = self.epi.clone() else {
-            return Vec::new();
-        };
-        let bz = self.bz.clone();
-        let r = self.v(format!("zext i32 {row0} to i64"));
-        let c = self.v(format!("zext i32 {col0} to i64"));
-        // Strides as i64 bit patterns: a stride past i64 only multiplies an
-        // index that is always 0 (checked with the spec).
-        strides
-            .iter()
-            .map(|st| {
-                let [s0, s1, s2] = st.map(|x| x as i64);
-                let o = self.v(format!("mul i64 {bz}, {s0}"));
-                let t = self.v(format!("mul i64 {r}, {s1}"));
-                let o = self.v(format!("add i64 {o}, {t}"));
-                let t = self.v(format!("mul i64 {c}, {s2}"));
-                self.v(format!("add i64 {o}, {t}"))
-            })
-            .collect()
-    }
-
-    /// `x`, the value of element (row0 + dr, col0 + dc), through the
-    /// epilogue: operand `k` at `base[k] + dr·s1 + dc·s2`.
-    fn epi_value(&mut self, x: &str, base: &[String], dr: u64, dc: u64) -> String {
-        let (f, strides) = self.epi.clone().expect("an epilogue");
-        let mut args = vec![format!("float {x}")];
-        for (k, (b, [_, s1, s2])) in base.iter().zip(&strides).enumerate() {
-            // Where the element exists (the code runs), at most the largest
-            // offset, which fits i64; elsewhere dead, and wrapping keeps
-            // the generator from overflowing.
-            let d = dr.wrapping_mul(*s1).wrapping_add(dc.wrapping_mul(*s2)) as i64;
-            let o = self.v(format!("add i64 {b}, {d}"));
-            args.push(format!("ptr addrspace(1) %e{}, i64 {o}", k + 1));
-        }
-        self.v(format!("call float @{f}({})", args.join(", ")))
-    }
-
-    /// The store of `ys` (one element, or a pair as an 8-byte store) at
-    /// `p`.
-    fn c_store(&mut self, ys: &[String], p: &str) -> String {
-        if let [y0, y1] = ys {
-            let v = self.v(format!(
-                "insertelement <2 x float> poison, float {y0}, i32 0"
-            ));
-            let v = self.v(format!("insertelement <2 x float> {v}, float {y1}, i32 1"));
-            format!("store <2 x float> {v}, ptr addrspace(1) {p}, align 8")
-        } else {
-            format!("store float {}, ptr addrspace(1) {p}, align 4", ys[0])
         }
     }
 }

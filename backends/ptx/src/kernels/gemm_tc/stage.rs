@@ -3,7 +3,7 @@
 //! the multiply precision and the shared stores, and `cp.async` for half B.
 
 use super::{ARow, Gen, Map, Path, Pos, TcPrecision};
-use crate::kernels::AMode;
+use crate::kernels::{AMode, conv_index};
 
 /// See [`Gen::a_chunk`].
 pub(super) struct AChunk {
@@ -68,26 +68,8 @@ impl Gen<'_> {
                     });
                 }
                 AMode::Conv(g) => {
-                    let cg = g.c / g.group;
-                    let img = self.v(format!("udiv i32 {row}, {}", g.oh * g.ow));
-                    let pix = self.v(format!("urem i32 {row}, {}", g.oh * g.ow));
-                    let oy = self.v(format!("udiv i32 {pix}, {}", g.ow));
-                    let ox = self.v(format!("urem i32 {pix}, {}", g.ow));
-                    let iy = self.v(format!("mul i32 {oy}, {}", g.stride[0]));
-                    let iy = self.v(format!("sub i32 {iy}, {}", g.pads[0]));
-                    let ix = self.v(format!("mul i32 {ox}, {}", g.stride[1]));
-                    let ix = self.v(format!("sub i32 {ix}, {}", g.pads[1]));
-                    // ((img·h + iy)·w + ix)·c + b·cg: negative in the padding.
-                    let img64 = self.v(format!("zext i32 {img} to i64"));
-                    let iy64 = self.v(format!("sext i32 {iy} to i64"));
-                    let ix64 = self.v(format!("sext i32 {ix} to i64"));
-                    let o = self.v(format!("mul i64 {img64}, {}", g.h));
-                    let o = self.v(format!("add i64 {o}, {iy64}"));
-                    let o = self.v(format!("mul i64 {o}, {}", g.w));
-                    let o = self.v(format!("add i64 {o}, {ix64}"));
-                    let o = self.v(format!("mul i64 {o}, {}", g.c));
-                    let ob = self.v(format!("mul i64 {bz}, {cg}"));
-                    let o = self.v(format!("add i64 {o}, {ob}"));
+                    // The batch index is the group.
+                    let (iy, ix, o) = conv_index::pixel(&mut self.b, &g, &row, &bz, "i64");
                     self.arow.push(ARow {
                         ok,
                         off: o,
@@ -186,28 +168,11 @@ impl Gen<'_> {
                 self.v(format!("add i64 {rowoff}, {o}"))
             }
             (AMode::Conv(g), Some((iy0, ix0))) => {
-                // kk = (ky·kw + kx)·cg + ci; a chunk never crosses a pixel.
-                let cg = g.c / g.group;
-                let ky = self.v(format!("udiv i32 {kk}, {}", g.kw * cg));
-                let r = self.v(format!("urem i32 {kk}, {}", g.kw * cg));
-                let kx = self.v(format!("udiv i32 {r}, {cg}"));
-                let ci = self.v(format!("urem i32 {r}, {cg}"));
-                let dy = self.v(format!("mul i32 {ky}, {}", g.dilation[0]));
-                let dx = self.v(format!("mul i32 {kx}, {}", g.dilation[1]));
-                let iy = self.v(format!("add i32 {iy0}, {dy}"));
-                let ix = self.v(format!("add i32 {ix0}, {dx}"));
-                let yin = self.v(format!("icmp ult i32 {iy}, {}", g.h));
-                let xin = self.v(format!("icmp ult i32 {ix}, {}", g.w));
+                // A chunk never crosses a tap.
+                let (dy, dx, ci, yin, xin) = conv_index::tap(&mut self.b, &g, &kk, &iy0, &ix0);
                 ok = self.and(&ok, &yin);
                 ok = self.and(&ok, &xin);
-                let dy64 = self.v(format!("zext i32 {dy} to i64"));
-                let dx64 = self.v(format!("zext i32 {dx} to i64"));
-                let ci64 = self.v(format!("zext i32 {ci} to i64"));
-                let o = self.v(format!("mul i64 {dy64}, {}", g.w));
-                let o = self.v(format!("add i64 {o}, {dx64}"));
-                let o = self.v(format!("mul i64 {o}, {}", g.c));
-                let o = self.v(format!("add i64 {o}, {ci64}"));
-                self.v(format!("add i64 {rowoff}, {o}"))
+                conv_index::tap_offset(&mut self.b, &g, [&dy, &dx, &ci], &rowoff, "i64")
             }
             _ => unreachable!("a convolution row always has its position"),
         };

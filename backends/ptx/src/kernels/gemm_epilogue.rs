@@ -1,0 +1,179 @@
+//! The epilogue pieces that the tensor-core GEMMs share: where a thread's
+//! `mma.sync` accumulators lie in the block tile ([`super::gemm_tc`],
+//! [`super::gemm_s8`]), and for the f32 kernels ([`super::gemm_tc`],
+//! [`super::gemm_wgmma`]) the [`GemmEpilogue`] checks, the extra kernel
+//! parameters and the helper `@{name}_epi`, bias and relu on one
+//! accumulator, the epilogue operands' element offsets, and the (pair)
+//! stores of C. Free functions over the kernel's [`Body`], so the
+//! generators emit the same text for the same work; each keeps its own
+//! loops.
+
+use super::{GemmEpilogue, GemmSpec};
+use crate::irtext::{Body, ModuleText};
+use crate::pointwise::define_epilogue;
+
+/// The epilogue's helper function and its operands' strides `[b, i, j]`.
+pub(crate) type EpiFn = (String, Vec<[u64; 3]>);
+
+/// The first row and column (i32) of this thread's `mma.sync` m16n8
+/// accumulators in a block tile at (`bm0`, `bn0`) that `warps_n` warps
+/// across split into warp tiles of `wrows × wcols`: warp `w` takes warp
+/// tile (`w / warps_n`, `w % warps_n`); in each m16n8 fragment, lane `l`
+/// holds rows `l/4 (+ 8)`, columns `2·(l%4) (+ 1)`. Returns (lane, row0,
+/// col0).
+pub(crate) fn mma_origin(
+    b: &mut Body,
+    tid: &str,
+    warps_n: u32,
+    [wrows, wcols]: [u32; 2],
+    bm0: &str,
+    bn0: &str,
+) -> (String, String, String) {
+    let lane = b.v(format!("and i32 {tid}, 31"));
+    let warp = b.v(format!("lshr i32 {tid}, 5"));
+    let wm = b.v(format!("udiv i32 {warp}, {warps_n}"));
+    let wn = b.v(format!("urem i32 {warp}, {warps_n}"));
+    let g = b.v(format!("lshr i32 {lane}, 2"));
+    let q = b.v(format!("and i32 {lane}, 3"));
+    let q2 = b.v(format!("shl i32 {q}, 1"));
+    let row0 = b.v(format!("mul i32 {wm}, {wrows}"));
+    let row0 = b.v(format!("add i32 {row0}, {bm0}"));
+    let row0 = b.v(format!("add i32 {row0}, {g}"));
+    let col0 = b.v(format!("mul i32 {wn}, {wcols}"));
+    let col0 = b.v(format!("add i32 {col0}, {bn0}"));
+    let col0 = b.v(format!("add i32 {col0}, {q2}"));
+    (lane, row0, col0)
+}
+
+/// Rejects an epilogue whose offsets could leave i64 (`define_epilogue`
+/// checks the rest: operand count, types).
+pub(crate) fn check(s: &GemmSpec, e: &GemmEpilogue) -> Result<(), String> {
+    let last = [s.batch, s.m, s.n].map(|x| x.saturating_sub(1));
+    for (k, st) in e.strides.iter().enumerate() {
+        let most = (0..3).try_fold(0u64, |acc, d| acc.checked_add(last[d].checked_mul(st[d])?));
+        if most.is_none_or(|x| x > i64::MAX as u64) {
+            return Err(format!(
+                "gemm epilogue operand {}: strides {st:?} overflow a 64-bit offset",
+                k + 1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The kernel's parameters `%p0 …` (A, B, bias if any, C; all read-only
+/// but C) and the epilogue's operands `%e1 …` after C; with an epilogue,
+/// defines its helper `@{name}_epi` and returns it. Called also for an
+/// empty kernel, which does not call the helper: an invalid epilogue is an
+/// error whatever the shape.
+pub(crate) fn params(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &GemmSpec,
+    epi: Option<&GemmEpilogue>,
+) -> Result<(Vec<String>, Option<EpiFn>), String> {
+    let params = if spec.bias.is_some() { 4 } else { 3 };
+    let mut sig: Vec<String> = (0..params)
+        .map(|i| {
+            let ro = if i + 1 < params { " readonly" } else { "" };
+            format!("ptr addrspace(1) noalias{ro} %p{i}")
+        })
+        .collect();
+    let epi_fn = epi.map(|e| {
+        sig.extend(
+            (1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly %e{k}")),
+        );
+        (format!("{name}_epi"), e.strides.clone())
+    });
+    if let (Some(e), Some((f, _))) = (epi, &epi_fn) {
+        define_epilogue(m, f, e)?;
+    }
+    Ok((sig, epi_fn))
+}
+
+/// Accumulator value `x` plus `bias` (if any), then relu as `max(x, 0)`
+/// (NaN becomes 0). No `+ 0.0` without bias: it would turn -0.0 into 0.0.
+pub(crate) fn bias_relu(b: &mut Body, x: String, bias: Option<&str>, relu: bool) -> String {
+    let mut x = x;
+    if let Some(bias) = bias {
+        x = b.v(format!("fadd float {x}, {bias}"));
+    }
+    if relu {
+        x = b.v(format!("call float @llvm.maxnum.f32(float {x}, float 0.0)"));
+    }
+    x
+}
+
+/// Per epilogue operand `k`, `bz·s0 + row0·s1 + col0·s2` (i64; the batch
+/// term only where `bz`, an i64 batch index, is given) for this thread's
+/// first row and column (i32); none without an epilogue. It may lie
+/// outside the operand (row0 or col0 past the edge): only offsets of
+/// stored elements are read, and the i64 arithmetic wraps back to them.
+pub(crate) fn bases(
+    b: &mut Body,
+    epi: Option<&EpiFn>,
+    bz: Option<&str>,
+    row0: &str,
+    col0: &str,
+) -> Vec<String> {
+    let Some((_, strides)) = epi else {
+        return Vec::new();
+    };
+    let r = b.v(format!("zext i32 {row0} to i64"));
+    let c = b.v(format!("zext i32 {col0} to i64"));
+    // Strides as i64 bit patterns: a stride past i64 only multiplies an
+    // index that is always 0 (checked with the spec).
+    strides
+        .iter()
+        .map(|st| {
+            let [s0, s1, s2] = st.map(|x| x as i64);
+            let batch = bz.map(|bz| b.v(format!("mul i64 {bz}, {s0}")));
+            let t = b.v(format!("mul i64 {r}, {s1}"));
+            let o = match batch {
+                Some(o) => b.v(format!("add i64 {o}, {t}")),
+                None => t,
+            };
+            let t = b.v(format!("mul i64 {c}, {s2}"));
+            b.v(format!("add i64 {o}, {t}"))
+        })
+        .collect()
+}
+
+/// `x`, the value of element (row0 + dr, col0 + dc), through the
+/// epilogue `epi` (which must be given): operand `k` at
+/// `base[k] + dr·s1 + dc·s2` (`base` from [`bases`]).
+pub(crate) fn value(
+    b: &mut Body,
+    epi: Option<&EpiFn>,
+    x: &str,
+    base: &[String],
+    dr: u64,
+    dc: u64,
+) -> String {
+    let (f, strides) = epi.expect("an epilogue");
+    let mut args = vec![format!("float {x}")];
+    for (k, (o, [_, s1, s2])) in base.iter().zip(strides).enumerate() {
+        // Where the element exists (the code runs), at most the largest
+        // offset, which fits i64; elsewhere dead, and wrapping keeps
+        // the generator from overflowing.
+        let d = dr.wrapping_mul(*s1).wrapping_add(dc.wrapping_mul(*s2)) as i64;
+        let o = b.v(format!("add i64 {o}, {d}"));
+        args.push(format!("ptr addrspace(1) %e{}, i64 {o}", k + 1));
+    }
+    b.v(format!("call float @{f}({})", args.join(", ")))
+}
+
+/// The store of `ys` (one element, or a pair as one 8-byte store) at `p`;
+/// a pair's vector is built here, the store is returned for the caller to
+/// place (inside its guard).
+pub(crate) fn c_store(b: &mut Body, ys: &[String], p: &str) -> String {
+    if let [y0, y1] = ys {
+        let v = b.v(format!(
+            "insertelement <2 x float> poison, float {y0}, i32 0"
+        ));
+        let v = b.v(format!("insertelement <2 x float> {v}, float {y1}, i32 1"));
+        format!("store <2 x float> {v}, ptr addrspace(1) {p}, align 8")
+    } else {
+        format!("store float {}, ptr addrspace(1) {p}, align 4", ys[0])
+    }
+}
