@@ -602,6 +602,7 @@ impl<'a> Tr<'a, '_> {
                     y: *y_strides,
                     mask: mask.map(|_| *mask_strides),
                     scale: *scale,
+                    aligned16: aligned16(&[q, k, v, y].into_iter().chain(mask.as_ref()).collect::<Vec<_>>()),
                 };
                 let p = match self.precision {
                     _ if !self.sm.has_mma_f16() => AttnPrecision::F32,
@@ -635,6 +636,12 @@ impl<'a> Tr<'a, '_> {
                     let ohwi: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
                     gemm_s8::pack_weights(&spec, &ohwi).into_iter().map(|v| v as u8).collect()
                 })?;
+                // The kernel moves x, w and y in 16-byte chunks; the arena and
+                // the weights align every tensor, only a view inside one could
+                // break it.
+                if !aligned16(&[x, &packed, y]) {
+                    return Err("the integer convolution's input or output starts inside a tensor at an offset that is not a multiple of 16 bytes, which its GPU kernel cannot read; please report the model".to_string());
+                }
                 let sm = self.sm;
                 let kern = self.kernel("qconv_s8", &spec, |m, n| gemm_s8::qconv_s8(m, n, &spec, sm))?;
                 let args = [x, &packed, comp, scale, shift].into_iter().map(|b| Arg::In(*b)).chain([Arg::Out(*y)]).collect();

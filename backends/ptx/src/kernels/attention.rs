@@ -77,6 +77,9 @@ pub struct AttentionSpec {
     /// Strides `[b, h, i, j]` of the additive mask, when one is passed.
     pub mask: Option<[u64; 4]>,
     pub scale: f32,
+    /// Every pointer passed is 16-byte aligned (a buffer may start inside a
+    /// tensor): without it, no 16-byte loads.
+    pub aligned16: bool,
 }
 
 /// The arithmetic of the products.

@@ -40,6 +40,7 @@ fn spec(batch: u64, heads: u64, sq: u64, sk: u64, d: u64, dv: u64) -> AttentionS
         y: bhsf(heads, sq, dv),
         mask: None,
         scale: 1.0 / (d.max(1) as f32).sqrt(),
+        aligned16: true,
     }
 }
 
@@ -192,6 +193,23 @@ fn attention_ptx_assembles_without_spills() {
                 }
                 assert_eq!(report.matches("spill stores").count(), cases().len());
             }
+        }
+    }
+}
+
+/// A buffer starting inside a tensor may not be 16-byte aligned: then no
+/// kernel reads it in 16-byte chunks, whatever its strides allow.
+#[test]
+fn attention_unaligned_buffers_use_element_loads() {
+    let mut bert = cases()[0].1;
+    for p in [AttnPrecision::F32, AttnPrecision::F16] {
+        for aligned in [true, false] {
+            bert.aligned16 = aligned;
+            let mut m = ModuleText::new();
+            attention(&mut m, "attn", &bert, p, Sm::Sm90).unwrap();
+            let ptx = ir_to_ptx(&m.finish(), Sm::Sm90).unwrap();
+            let v4 = ptx.contains("ld.global.nc.v4") || ptx.contains("ld.global.v4");
+            assert_eq!(v4, aligned, "{p:?} aligned16 = {aligned}");
         }
     }
 }
