@@ -3,7 +3,8 @@
 //! softmax(s)` row by row, `Y = p V`.
 //!
 //! One score row at a time: a query row's `sk` scores live in a scratch
-//! vector, never in a `sq × sk` matrix, and the row's softmax is
+//! vector, never in a `sq × sk` matrix (dot products in eight partial sums;
+//! `p·V` accumulated along contiguous feature rows), and the row's softmax is
 //! [`norm::softmax`]'s, so a row behaves exactly as the unfused plan's
 //! softmax step (a row of `-inf` scores gives NaN there and here). Rows are
 //! split across the pool's threads; each writes only its own output row.
@@ -112,38 +113,80 @@ pub fn attention(
     // memory (any strides), so tasks write through a raw pointer.
     let out = OutPtr(y.as_mut_ptr());
     let out = &out;
+    let (d, dv) = (s.d, s.dv);
     (0..rows).into_par_iter().for_each_init(
-        || (vec![0f32; sk], vec![0f32; sk]),
-        |(scores, probs), r| {
+        || {
+            (
+                vec![0f32; sk],
+                vec![0f32; sk],
+                vec![0f32; d],
+                vec![0f32; d],
+                vec![0f32; dv],
+                vec![0f32; dv],
+            )
+        },
+        |(scores, probs, qrow, krow, vrow, acc), r| {
             let (bh_i, i) = (r / sq, r % sq);
             let (b, h) = (bh_i / s.heads, bh_i % s.heads);
             let qo = b * s.q[0] + h * s.q[1] + i * s.q[2];
+            let q_row = row(q, qo, s.q[3], qrow);
             for (j, sc) in scores.iter_mut().enumerate() {
-                let ko = b * s.k[0] + h * s.k[1] + j * s.k[2];
-                let mut acc = 0f32;
-                for f in 0..s.d {
-                    acc += q[qo + f * s.q[3]] * k[ko + f * s.k[3]];
-                }
-                *sc = acc * s.scale;
+                let k_row = row(k, b * s.k[0] + h * s.k[1] + j * s.k[2], s.k[3], krow);
+                *sc = dot(q_row, k_row) * s.scale;
                 if let Some(m) = mask {
                     *sc += m[b * s.mask[0] + h * s.mask[1] + i * s.mask[2] + j * s.mask[3]];
                 }
             }
             // A one-row softmax cannot fail: both slices hold `sk` values.
             let _ = norm::softmax(1, sk, false, scores, probs);
-            let yo = b * s.y[0] + h * s.y[1] + i * s.y[2];
-            for f in 0..s.dv {
-                let mut acc = 0f32;
-                for (j, p) in probs.iter().enumerate() {
-                    acc += p * v[b * s.v[0] + h * s.v[1] + j * s.v[2] + f * s.v[3]];
+            acc.fill(0.0);
+            for (j, &p) in probs.iter().enumerate() {
+                let v_row = row(v, b * s.v[0] + h * s.v[1] + j * s.v[2], s.v[3], vrow);
+                for (a, &x) in acc.iter_mut().zip(v_row) {
+                    *a += p * x;
                 }
+            }
+            let yo = b * s.y[0] + h * s.y[1] + i * s.y[2];
+            for (f, &a) in acc.iter().enumerate() {
                 // SAFETY: `check` bounded every index of y and
                 // `injective` made distinct (b, h, i, f) distinct elements.
-                unsafe { *out.0.add(yo + f * s.y[3]) = acc };
+                unsafe { *out.0.add(yo + f * s.y[3]) = a };
             }
         },
     );
     Ok(())
+}
+
+/// The `tmp.len()` elements of `x` from `start` at `stride`: a slice of `x`
+/// when contiguous, else gathered into `tmp`.
+fn row<'a>(x: &'a [f32], start: usize, stride: usize, tmp: &'a mut [f32]) -> &'a [f32] {
+    let n = tmp.len();
+    if stride == 1 {
+        return &x[start..start + n];
+    }
+    for (f, t) in tmp.iter_mut().enumerate() {
+        *t = x[start + f * stride];
+    }
+    tmp
+}
+
+/// Dot product in eight partial sums (so the compiler can use vector
+/// registers; the rounding differs from one running sum by reassociation).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for ((l, &xv), &yv) in lanes.iter_mut().zip(x).zip(y) {
+            *l += xv * yv;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 struct OutPtr(*mut f32);
