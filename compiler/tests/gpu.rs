@@ -178,6 +178,10 @@ fn check_compiles(m: &Model, target: &str) -> Result<(), Failed> {
     if !text.contains(&want_target) {
         return Err(format!("the PTX does not say `{want_target}`").into());
     }
+    // Every launch names an entry of the module with its parameter count
+    // (what the executor checks at load).
+    let plan: aoc_runtime::gpu_plan::GpuPlan = serde_json::from_value(a.manifest().plan.clone())?;
+    plan.check_entries(text)?;
     if target == "sm_70" {
         return Ok(());
     }

@@ -15,7 +15,10 @@
 //! - every `Buf` lies inside its space; written buffers are in the arena or
 //!   an output;
 //! - every kernel a launch names is an entry of the artifact's PTX module
-//!   (checked when the module is loaded);
+//!   taking exactly as many parameters as the launch passes
+//!   ([`GpuPlan::check_entries`], run on the PTX text before the driver
+//!   sees it: a launch with too few arguments would make the driver read
+//!   past the argument array);
 //! - host items are `Step::Reference` only: ops without a GPU kernel, run by
 //!   the reference interpreter on the host between two launches.
 
@@ -179,6 +182,41 @@ impl GpuPlan {
     }
 }
 
+/// The `.entry` functions of a PTX module and how many parameters each
+/// takes (`.param` declarations between its parentheses).
+pub fn ptx_entries(ptx: &str) -> Vec<(&str, usize)> {
+    let mut out = Vec::new();
+    let mut rest = ptx;
+    while let Some(i) = rest.find(".entry ") {
+        rest = &rest[i + 7..];
+        let Some(open) = rest.find('(') else { break };
+        let name = rest[..open].trim();
+        let Some(close) = rest[open..].find(')') else { break };
+        out.push((name, rest[open..open + close].matches(".param").count()));
+        rest = &rest[open + close..];
+    }
+    out
+}
+
+impl GpuPlan {
+    /// Checks every launch against the module's entries: the kernel exists
+    /// and takes exactly the arguments the launch passes.
+    pub fn check_entries(&self, ptx: &str) -> Result<(), String> {
+        let entries: std::collections::HashMap<&str, usize> = ptx_entries(ptx).into_iter().collect();
+        for (i, item) in self.items.iter().enumerate() {
+            let GpuItem::Launch(l) = item else { continue };
+            match entries.get(l.kernel.as_str()) {
+                None => return Err(format!("item {i} launches {}, which the PTX module does not define", l.kernel)),
+                Some(&n) if n != l.args.len() => {
+                    return Err(format!("item {i} passes {} arguments to {}, which takes {n}", l.args.len(), l.kernel));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +251,21 @@ mod tests {
         p.validate(&sizes()).unwrap();
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<GpuPlan>(&json).unwrap(), p);
+    }
+
+    #[test]
+    fn launches_match_the_module_entries() {
+        let ptx = ".visible .entry k(\n\t.param .u64 .ptr .global .align 1 k_param_0,\n\t.param .u64 k_param_1\n)\n{\n\tret;\n}\n\
+                   .visible .entry none()\n{\n\tret;\n}\n";
+        assert_eq!(ptx_entries(ptx), vec![("k", 2), ("none", 0)]);
+        let two = vec![Arg::In(buf(Space::Input, 0, 16)), Arg::Out(buf(Space::Arena, 0, 16))];
+        plan(two.clone(), [1, 1, 1]).check_entries(ptx).unwrap();
+        let e = plan(two[..1].to_vec(), [1, 1, 1]).check_entries(ptx).unwrap_err();
+        assert_eq!(e, "item 0 passes 1 arguments to k, which takes 2");
+        let mut p = plan(two, [1, 1, 1]);
+        let GpuItem::Launch(l) = &mut p.items[0] else { unreachable!() };
+        l.kernel = "missing".into();
+        assert!(p.check_entries(ptx).unwrap_err().ends_with("launches missing, which the PTX module does not define"));
     }
 
     #[test]

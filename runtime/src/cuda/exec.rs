@@ -272,6 +272,7 @@ impl GpuSession {
         let ptx = artifact.code(PTX_BLOB).map_err(|e| RuntimeError::new(e.to_string()))?;
         let ptx = std::str::from_utf8(ptx)
             .map_err(|_| RuntimeError::new(format!("{file}: the PTX module is not UTF-8 text")))?;
+        plan.check_entries(ptx).map_err(|e| RuntimeError::new(format!("{file}: {e}")))?;
         let module = gpu.load_ptx(ptx)?;
         let mut funcs = Vec::new();
         let mut by_name: std::collections::HashMap<&str, CudaFunction> = Default::default();
@@ -519,6 +520,16 @@ pub struct KernelTrial<'a> {
 /// The fastest of `iters` timed launches of `t` (after two untimed ones),
 /// in ms, on zero-filled buffers of the stated sizes.
 pub fn time_kernel(gpu: &Gpu, t: &KernelTrial, iters: usize) -> Result<f64, RuntimeError> {
+    match crate::gpu_plan::ptx_entries(t.ptx).into_iter().find(|(n, _)| *n == t.kernel) {
+        Some((_, n)) if n == t.arg_bytes.len() => {}
+        _ => {
+            return Err(RuntimeError::new(format!(
+                "internal error: tuning candidate {} does not take {} pointers (please report)",
+                t.kernel,
+                t.arg_bytes.len()
+            )));
+        }
+    }
     gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
     let module = gpu.load_ptx(t.ptx)?;
     let f = gpu.function(&module, t.kernel)?;
