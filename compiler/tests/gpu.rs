@@ -144,6 +144,43 @@ fn compile(m: &Model, target: &str, precision: &str, out: &Path) -> Result<Strin
     run(&refs)
 }
 
+/// Every launch of the artifact names an entry of its module with its
+/// parameter count (what the executor checks at load).
+fn check_entries(art: &Path) -> Result<(), Failed> {
+    let a = aoc_runtime::artifact::Artifact::open(art)?;
+    let text = std::str::from_utf8(a.code(aoc_runtime::gpu_plan::PTX_BLOB)?)?;
+    let plan: aoc_runtime::gpu_plan::GpuPlan = serde_json::from_value(a.manifest().plan.clone())?;
+    Ok(plan.check_entries(text)?)
+}
+
+/// The reduced-precision and integer paths give artifacts whose launches
+/// match their modules too: tensor-core convolutions with epilogues
+/// (resnet_block fp16), fused attention (encoder fp16), int8 (qdq_cnn),
+/// `wgmma` with its conversion (projections, sm_90a).
+fn special_paths_match_their_entries() -> Result<(), Failed> {
+    let d = scratch("entries");
+    let mut cases: Vec<(Model, &str, &str)> = models()
+        .into_iter()
+        .filter_map(|m| match m.name.as_str() {
+            "resnet_block" | "encoder_layer" => Some((m, "sm_86", "fp16")),
+            "qdq_cnn" => Some((m, "sm_86", "fp32")),
+            _ => None,
+        })
+        .collect();
+    cases.push((projections(&d)?, "sm_90a", "fp16"));
+    if cases.len() != 4 {
+        return Err("an example is missing".into());
+    }
+    for (m, target, precision) in cases {
+        let art = d.join(format!("{}.aoc", m.name));
+        compile(&m, target, precision, &art)?;
+        if let Err(e) = check_entries(&art) {
+            return Err(format!("{} {target} {precision}: {e:?}", m.name).into());
+        }
+    }
+    Ok(())
+}
+
 /// A `ptxas`, or why there is none.
 fn find_ptxas() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("AOC_PTXAS") {
@@ -178,10 +215,7 @@ fn check_compiles(m: &Model, target: &str) -> Result<(), Failed> {
     if !text.contains(&want_target) {
         return Err(format!("the PTX does not say `{want_target}`").into());
     }
-    // Every launch names an entry of the module with its parameter count
-    // (what the executor checks at load).
-    let plan: aoc_runtime::gpu_plan::GpuPlan = serde_json::from_value(a.manifest().plan.clone())?;
-    plan.check_entries(text)?;
+    check_entries(&art)?;
     if target == "sm_70" {
         return Ok(());
     }
@@ -526,6 +560,7 @@ fn main() {
     trials.push(Trial::test("int8_build_uses_s8_mma", int8_uses_s8_mma));
     trials.push(Trial::test("fused_attention_and_wgmma_builds", fused_attention_and_wgmma));
     trials.push(Trial::test("gpu_wgmma_projections_sm_90a_fp16", wgmma_on_gpu));
+    trials.push(Trial::test("special_paths_match_their_entries", special_paths_match_their_entries));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     libtest_mimic::run(&args, trials).exit();
