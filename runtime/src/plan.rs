@@ -65,6 +65,20 @@ pub struct ConvGeom {
     pub group: u64,
 }
 
+/// The integer parameters of a [`Step::QConv2d`]: the input's and the
+/// output's storage (i8 when signed, else u8) and zero points, and the
+/// output's clamp in stored values (the type's range meets the op's clip).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantConv {
+    pub x_signed: bool,
+    pub x_zero: i32,
+    pub y_signed: bool,
+    pub y_zero: i32,
+    pub y_min: i32,
+    pub y_max: i32,
+}
+
 /// How a pool reduces its window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -292,8 +306,8 @@ pub enum Step {
         scale: f32,
     },
     /// NHWC convolution in integers (`quant.conv2d`, and `quant.gemm` as a
-    /// 1×1 one): `x` holds i8 (`x_signed`) or u8 values, padding reads as
-    /// `x_zero`; `w` is i8 `[oc][kh][kw][c/group]`; `comp`, `scale` and
+    /// 1×1 one): `x` holds i8 (`q.x_signed`) or u8 values, padding reads as
+    /// `q.x_zero`; `w` is i8 `[oc][kh][kw][c/group]`; `comp`, `scale` and
     /// `shift` have `oc` entries (i32, f32, f32), folded at compile time.
     /// Per output element, `acc = Σ x·w + comp[o]` exactly in i32, then
     /// `y = clamp(round_half_even(fma(acc as f32, scale[o], shift[o])) +
@@ -306,12 +320,7 @@ pub enum Step {
         shift: Buf,
         y: Buf,
         geom: ConvGeom,
-        x_signed: bool,
-        x_zero: i32,
-        y_signed: bool,
-        y_zero: i32,
-        y_min: i32,
-        y_max: i32,
+        q: QuantConv,
     },
     /// A kernel the backend generated (Cranelift): `code` names the blob,
     /// `args` are its tensors in the kernel's order (the last one is the

@@ -341,9 +341,7 @@ impl<'a> Tr<'a, '_> {
             TcPrecision::Bf16 => WgPrecision::Bf16,
             TcPrecision::Tf32 => return None,
         };
-        if a_rows(spec).is_none() {
-            return None;
-        }
+        a_rows(spec)?;
         let tiles = spec.m.div_ceil(128) * spec.n.div_ceil(128);
         let fits = self.sm == Sm::Sm90a
             && spec.batch == 1
@@ -618,16 +616,8 @@ impl<'a> Tr<'a, '_> {
                 self.launch(kern, args, origin);
                 Ok(())
             }
-            Step::QConv2d { x, w, comp, scale, shift, y, geom, x_signed, x_zero, y_signed, y_zero, y_min, y_max } => {
-                let spec = QConvSpec {
-                    geom: *geom,
-                    x_signed: *x_signed,
-                    x_zero: *x_zero,
-                    y_signed: *y_signed,
-                    y_zero: *y_zero,
-                    y_min: *y_min,
-                    y_max: *y_max,
-                };
+            Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
+                let spec = QConvSpec { geom: *geom, q: *q };
                 let need = geom.oc * geom.kh * geom.kw * geom.c.checked_div(geom.group).unwrap_or(0);
                 if w.len != need {
                     return Err(format!("internal error: qconv2d weights hold {} bytes, the geometry needs {need}", w.len));

@@ -27,7 +27,7 @@ use aoc_ir::module::OpData;
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::quant::dequantize_values;
 use aoc_ir::types::{QuantParams, QuantType, Scalar, TensorType};
-use aoc_runtime::plan::{ConvGeom, Step};
+use aoc_runtime::plan::{ConvGeom, QuantConv, Step};
 
 use aoc_ir::attr::{Attr, Attrs};
 
@@ -237,12 +237,14 @@ impl Lower<'_> {
             shift: shift_b,
             y,
             geom: g,
-            x_signed,
-            x_zero: zx as i32,
-            y_signed,
-            y_zero: zy as i32,
-            y_min: y_min as i32,
-            y_max: y_max as i32,
+            q: QuantConv {
+                x_signed,
+                x_zero: zx as i32,
+                y_signed,
+                y_zero: zy as i32,
+                y_min: y_min as i32,
+                y_max: y_max as i32,
+            },
         });
         let perm = if op.opcode == Opcode::QuantConv2d {
             NHWC.to_vec()

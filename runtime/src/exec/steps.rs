@@ -243,17 +243,9 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             let (q, k, v, mask) = (f32s(sp, q)?, f32s(sp, k)?, f32s(sp, v)?, opt_f32s(sp, mask)?);
             kernels::attention::attention(&shape, q, k, v, mask, f32s_mut(sp, y)?).map_err(e)
         }
-        Step::QConv2d { x, w, comp, scale, shift, y, geom, x_signed, x_zero, y_signed, y_zero, y_min, y_max } => {
-            let p = kernels::qconv::QConvParams {
-                x_signed: *x_signed,
-                x_zero: *x_zero,
-                y_signed: *y_signed,
-                y_zero: *y_zero,
-                y_min: *y_min,
-                y_max: *y_max,
-            };
+        Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
             let (w, comp, scale, shift) = (i8s(sp, w), i32s(sp, comp)?, f32s(sp, scale)?, f32s(sp, shift)?);
-            kernels::qconv::qconv2d(geom, &p, bytes(sp, x), w, comp, scale, shift, bytes_mut(sp, y)).map_err(e)
+            kernels::qconv::qconv2d(geom, q, bytes(sp, x), w, comp, scale, shift, bytes_mut(sp, y)).map_err(e)
         }
         Step::Pointwise { .. } | Step::Reference { .. } => Err("internal error: dispatched to the wrong runner".to_string()),
     }

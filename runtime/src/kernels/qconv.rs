@@ -15,22 +15,11 @@
 use rayon::prelude::*;
 
 use super::KernelError;
-use crate::plan::ConvGeom;
-
-/// The integer parameters of one convolution.
-#[derive(Clone, Copy, Debug)]
-pub struct QConvParams {
-    pub x_signed: bool,
-    pub x_zero: i32,
-    pub y_signed: bool,
-    pub y_zero: i32,
-    pub y_min: i32,
-    pub y_max: i32,
-}
+use crate::plan::{ConvGeom, QuantConv};
 
 /// The requantization of one accumulator (shared with the tests and, as a
 /// specification, with the GPU kernel).
-pub fn requantize(acc: i32, scale: f32, shift: f32, p: &QConvParams) -> i32 {
+pub fn requantize(acc: i32, scale: f32, shift: f32, p: &QuantConv) -> i32 {
     let r = (acc as f32).mul_add(scale, shift).round_ties_even();
     // `as` saturates (NaN → 0); clamping before adding the zero point keeps
     // the sum in range.
@@ -43,7 +32,7 @@ pub fn requantize(acc: i32, scale: f32, shift: f32, p: &QConvParams) -> i32 {
 #[allow(clippy::too_many_arguments)]
 pub fn qconv2d(
     g: &ConvGeom,
-    p: &QConvParams,
+    p: &QuantConv,
     x: &[u8],
     w: &[i8],
     comp: &[i32],

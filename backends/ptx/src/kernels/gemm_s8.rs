@@ -93,17 +93,14 @@ mod mma;
 use super::{ConvGeom, Geometry};
 use crate::irtext::{Body, ModuleText, check_entry_name};
 use crate::target::Sm;
+use aoc_runtime::plan::QuantConv;
 
 /// An int8 convolution with its requantization (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QConvSpec {
     pub geom: ConvGeom,
-    pub x_signed: bool,
-    pub x_zero: i32,
-    pub y_signed: bool,
-    pub y_zero: i32,
-    pub y_min: i32,
-    pub y_max: i32,
+    /// Storage, zero points and clamp (the plan step's, as they are).
+    pub q: QuantConv,
 }
 
 impl QConvSpec {
@@ -324,7 +321,7 @@ pub fn qconv_s8_tile(
     let body = if empty {
         "  ret void\n".to_string()
     } else {
-        declare(m, spec.x_signed);
+        declare(m, spec.q.x_signed);
         let mut g = Gen::new(spec, t, sm);
         g.kernel();
         g.b.into_text()
@@ -374,18 +371,18 @@ fn check_spec(s: &QConvSpec) -> Result<(), String> {
             "int8 convolution {g:?} is too large for one kernel"
         ));
     }
-    let x_range = if s.x_signed { -128..=127 } else { 0..=255 };
-    let y_range = if s.y_signed { -128..=127 } else { 0..=255 };
-    if !x_range.contains(&s.x_zero) {
+    let x_range = if s.q.x_signed { -128..=127 } else { 0..=255 };
+    let y_range = if s.q.y_signed { -128..=127 } else { 0..=255 };
+    if !x_range.contains(&s.q.x_zero) {
         return Err(format!(
             "int8 convolution: x_zero {} does not fit the input type",
-            s.x_zero
+            s.q.x_zero
         ));
     }
-    if s.y_min > s.y_max || !y_range.contains(&s.y_min) || !y_range.contains(&s.y_max) {
+    if s.q.y_min > s.q.y_max || !y_range.contains(&s.q.y_min) || !y_range.contains(&s.q.y_max) {
         return Err(format!(
             "int8 convolution: output range [{}, {}] does not fit the output type",
-            s.y_min, s.y_max
+            s.q.y_min, s.q.y_max
         ));
     }
     Ok(())

@@ -18,6 +18,7 @@ use aoc_backend_ptx::kernels::gemm_s8::{
 };
 use aoc_backend_ptx::kernels::{ConvGeom, Geometry};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+use aoc_runtime::plan::QuantConv;
 
 const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
 
@@ -54,12 +55,14 @@ fn qconv(
             pads,
             group,
         },
-        x_signed: true,
-        x_zero: 0,
-        y_signed: true,
-        y_zero: 0,
-        y_min: -128,
-        y_max: 127,
+        q: QuantConv {
+            x_signed: true,
+            x_zero: 0,
+            y_signed: true,
+            y_zero: 0,
+            y_min: -128,
+            y_max: 127,
+        },
     }
 }
 
@@ -106,26 +109,26 @@ fn specs() -> Vec<(&'static str, QConvSpec)> {
     v[4].1.geom.oh = 100;
     // u8 x with zero point 128 (padding reads 128), 16-byte copies.
     let mut s = sq(2, 9, 16, 16, 3, 1, 1, 1);
-    s.x_signed = false;
-    s.x_zero = 128;
+    s.q.x_signed = false;
+    s.q.x_zero = 128;
     v.push(("u8x_zp128", s));
     // u8 x with a zero point through the byte path (the stem).
     let mut s = sq(1, 12, 3, 16, 3, 1, 1, 1);
-    s.x_signed = false;
-    s.x_zero = 7;
+    s.q.x_signed = false;
+    s.q.x_zero = 7;
     v.push(("u8x_stem", s));
     // i8 y, zero point -128, a fused relu (y_min = y_zero).
     let mut s = sq(2, 8, 32, 48, 3, 1, 1, 1);
-    s.y_zero = -128;
-    s.y_min = -128;
+    s.q.y_zero = -128;
+    s.q.y_min = -128;
     v.push(("relu_i8y", s));
     // u8 y with a zero point and a narrowed range; i8 x with a zero point.
     let mut s = sq(1, 9, 8, 12, 3, 2, 1, 1);
-    s.x_zero = -5;
-    s.y_signed = false;
-    s.y_zero = 100;
-    s.y_min = 3;
-    s.y_max = 250;
+    s.q.x_zero = -5;
+    s.q.y_signed = false;
+    s.q.y_zero = 100;
+    s.q.y_min = 3;
+    s.q.y_max = 250;
     v.push(("u8y_words", s));
     // Larger: several k-tiles (K = 576) and blocks, ring wrap-around.
     v.push(("c64_28", sq(4, 28, 64, 128, 3, 1, 1, 1)));
@@ -180,7 +183,7 @@ fn gemm_s8_assembles_for_every_sm() {
             }
             let (cg, ocg) = per_group(s);
             let k = g.kh * g.kw * cg;
-            let mma = if s.x_signed {
+            let mma = if s.q.x_signed {
                 "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
             } else {
                 "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32"
@@ -220,7 +223,7 @@ fn gemm_s8_assembles_for_every_sm() {
             // Padding in `x_zero` bytes: stored by the thread on the
             // cp.async path when the zero point is not 0.
             if cg % 16 == 0 {
-                assert_eq!(body.contains("st.shared.v4"), s.x_zero != 0, "{name}");
+                assert_eq!(body.contains("st.shared.v4"), s.q.x_zero != 0, "{name}");
             }
             // Store widths: 4 bytes (after a lane swap), 2, or 1.
             let w4 = g.oc % 4 == 0 && ocg % 4 == 0;
@@ -292,12 +295,12 @@ fn manifest_line(name: &str, s: &QConvSpec, g: &Geometry) -> String {
         c.pads[2],
         c.pads[3],
         c.group,
-        s.x_signed as u8,
-        s.x_zero,
-        s.y_signed as u8,
-        s.y_zero,
-        s.y_min,
-        s.y_max,
+        s.q.x_signed as u8,
+        s.q.x_zero,
+        s.q.y_signed as u8,
+        s.q.y_zero,
+        s.q.y_min,
+        s.q.y_max,
         g.grid[0],
         g.grid[1],
         g.grid[2],
@@ -379,19 +382,19 @@ fn gemm_s8_refusals() {
     bad.geom.group = 0;
     assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
     let mut bad = ok;
-    bad.x_zero = 128;
+    bad.q.x_zero = 128;
     assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
-    bad.x_signed = false;
+    bad.q.x_signed = false;
     qconv_s8(&mut m, "q_u8", &bad, Sm::Sm86).unwrap();
-    bad.x_zero = -1;
+    bad.q.x_zero = -1;
     assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
     let mut bad = ok;
-    bad.y_max = 200;
+    bad.q.y_max = 200;
     assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
-    bad.y_signed = false;
-    bad.y_min = 0;
+    bad.q.y_signed = false;
+    bad.q.y_min = 0;
     qconv_s8(&mut m, "q_u8y", &bad, Sm::Sm86).unwrap();
-    bad.y_min = 201;
+    bad.q.y_min = 201;
     assert!(qconv_s8(&mut m, "q", &bad, Sm::Sm86).is_err());
     let e = qconv_s8_tile(
         &mut m,
@@ -447,8 +450,8 @@ fn gemm_s8_tiles_do_not_spill() {
         return;
     };
     let mut u8x = sq(8, 28, 64, 128, 3, 1, 1, 1);
-    u8x.x_signed = false;
-    u8x.x_zero = 128;
+    u8x.q.x_signed = false;
+    u8x.q.x_zero = 128;
     let paths = [
         ("async", sq(8, 28, 64, 128, 3, 1, 1, 1)),
         ("async_u8", u8x),
@@ -520,10 +523,10 @@ fn gemm_s8_runs_on_the_host() {
     // Bytes and words across several k-tiles, u8 x with a zero point, on
     // the largest tile; a tail of rows and channels in the last tiles.
     let mut s = sq(1, 11, 20, 36, 3, 1, 1, 1);
-    s.x_signed = false;
-    s.x_zero = 200;
+    s.q.x_signed = false;
+    s.q.x_zero = 200;
     host::check("words_deep_t0", &s, Some(S8Tile::ALL[0]), 7);
     let mut s = sq(2, 10, 9, 18, 3, 1, 2, 1);
-    s.x_zero = -3;
+    s.q.x_zero = -3;
     host::check("bytes_deep_t1", &s, Some(S8Tile::ALL[1]), 8);
 }

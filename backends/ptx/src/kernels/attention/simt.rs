@@ -23,6 +23,7 @@
 //! 5. Every thread updates its row's running sum; output: thread `t` holds
 //!    rows `8·(t/32) .. +8` × features `t % 32 + 32·w`, rescales them and
 //!    adds `Σ_j p·V` (probabilities as broadcasts, V conflict-free).
+//!
 //! A last barrier frees the buffers for the next tile. At the end `Y = o /
 //! l` (IEEE division), stored where row and feature exist.
 

@@ -96,7 +96,7 @@ impl Gen<'_> {
 
     /// The four bytes `x_zero` as an i32.
     fn zero_word(&self) -> i32 {
-        (self.s.x_zero as u8 as u32 * 0x0101_0101) as i32
+        (self.s.q.x_zero as u8 as u32 * 0x0101_0101) as i32
     }
 
     /// Starts k-tile `kt` into the stage at byte `base` (not committed):
@@ -177,7 +177,7 @@ impl Gen<'_> {
     pub(super) fn fetch_a(&mut self, kt: &str, w: u32) {
         let k0 = self.v(format!("mul i32 {kt}, {BK}"));
         let zw = self.zero_word();
-        let zb = self.s.x_zero as u8 as i8;
+        let zb = self.s.q.x_zero as u8 as i8;
         for i in 0..self.apos.len() {
             let mut words = Vec::new();
             for e in (0..16).step_by(w as usize) {

@@ -170,7 +170,7 @@ impl Gen<'_> {
             .collect();
         let d = self.v(format!(
             "call {{ i32, i32, i32, i32 }} @llvm.nvvm.mma.m16n8k32.row.col.{}({})",
-            mma_suffix(self.s.x_signed),
+            mma_suffix(self.s.q.x_signed),
             args.join(", ")
         ));
         for (r, p) in ptrs.iter().enumerate() {
@@ -186,8 +186,8 @@ impl Gen<'_> {
         let s = self.s;
         let (_, comp, scale, shift) = col;
         // The clamp bounds as the CPU computes them (rounded to f32).
-        let lo = f32_lit((s.y_min as i64 - s.y_zero as i64) as f32);
-        let hi = f32_lit((s.y_max as i64 - s.y_zero as i64) as f32);
+        let lo = f32_lit((s.q.y_min as i64 - s.q.y_zero as i64) as f32);
+        let hi = f32_lit((s.q.y_max as i64 - s.q.y_zero as i64) as f32);
         let a = self.v(format!("add i32 {acc}, {comp}"));
         let f = self.v(format!("sitofp i32 {a} to float"));
         let f = self.v(format!(
@@ -200,7 +200,7 @@ impl Gen<'_> {
         let gt = self.v(format!("fcmp ogt float {r}, {hi}"));
         let r = self.v(format!("select i1 {gt}, float {hi}, float {r}"));
         let r = self.v(format!("call i64 @llvm.fptosi.sat.i64.f32(float {r})"));
-        let r = self.v(format!("add i64 {r}, {}", s.y_zero));
+        let r = self.v(format!("add i64 {r}, {}", s.q.y_zero));
         self.v(format!("trunc i64 {r} to i32"))
     }
 

@@ -244,7 +244,13 @@ fn reference(
     let g = &s.geom;
     let (cg, ocg) = (g.c / g.group, g.oc / g.group);
     let mut y = Vec::new();
-    let xv = |b: u8| if s.x_signed { b as i8 as i64 } else { b as i64 };
+    let xv = |b: u8| {
+        if s.q.x_signed {
+            b as i8 as i64
+        } else {
+            b as i64
+        }
+    };
     for img in 0..g.n {
         for oy in 0..g.oh {
             for ox in 0..g.ow {
@@ -260,7 +266,7 @@ fn reference(
                             for ci in 0..cg {
                                 let v = if iy < 0 || ix < 0 || iy >= g.h as i64 || ix >= g.w as i64
                                 {
-                                    s.x_zero as i64
+                                    s.q.x_zero as i64
                                 } else {
                                     let at = ((img * g.h + iy as u64) * g.w + ix as u64) * g.c
                                         + grp * cg
@@ -276,9 +282,9 @@ fn reference(
                     let r = (acc as f32)
                         .mul_add(scale[o as usize], shift[o as usize])
                         .round_ties_even();
-                    let lo = (s.y_min as i64 - s.y_zero as i64) as f32;
-                    let hi = (s.y_max as i64 - s.y_zero as i64) as f32;
-                    y.push((r.clamp(lo, hi) as i64 + s.y_zero as i64) as u8);
+                    let lo = (s.q.y_min as i64 - s.q.y_zero as i64) as f32;
+                    let hi = (s.q.y_max as i64 - s.q.y_zero as i64) as f32;
+                    y.push((r.clamp(lo, hi) as i64 + s.q.y_zero as i64) as u8);
                 }
             }
         }
