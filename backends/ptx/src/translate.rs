@@ -347,7 +347,7 @@ impl<'a> Tr<'a, '_> {
             && spec.batch == 1
             && spec.n >= WGMMA_MIN_N
             && spec.k >= 64
-            && spec.k % 8 == 0
+            && spec.k.is_multiple_of(8)
             && spec.c_strides[2] == 1
             && tiles >= WGMMA_MIN_TILES
             && aligned16(&[c].into_iter().chain(bias).collect::<Vec<_>>());
@@ -633,7 +633,7 @@ impl<'a> Tr<'a, '_> {
                     return Err("the integer convolution's input or output starts inside a tensor at an offset that is not a multiple of 16 bytes, which its GPU kernel cannot read; please report the model".to_string());
                 }
                 let sm = self.sm;
-                let kern = self.kernel("qconv_s8", &spec, |m, n| gemm_s8::qconv_s8(m, n, &spec, sm))?;
+                let kern = self.kernel("qconv_s8", spec, |m, n| gemm_s8::qconv_s8(m, n, &spec, sm))?;
                 let args = [x, &packed, comp, scale, shift].into_iter().map(|b| Arg::In(*b)).chain([Arg::Out(*y)]).collect();
                 self.launch(kern, args, origin);
                 Ok(())
