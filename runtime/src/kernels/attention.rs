@@ -16,6 +16,7 @@
 use rayon::prelude::*;
 
 use super::KernelError;
+use super::batched::check_operand;
 use super::norm;
 
 /// The problem and the operands' `[batch, head, row, feature]` strides in
@@ -34,19 +35,6 @@ pub struct AttentionShape {
     pub mask: [usize; 4],
     pub y: [usize; 4],
     pub scale: f32,
-}
-
-/// The last element index `strides` reach over `dims`, plus one (0 when a
-/// dimension is empty).
-fn extent(dims: [usize; 4], strides: [usize; 4]) -> Option<usize> {
-    if dims.contains(&0) {
-        return Some(0);
-    }
-    let mut last = 0usize;
-    for (n, s) in dims.iter().zip(strides) {
-        last = last.checked_add((n - 1).checked_mul(s)?)?;
-    }
-    last.checked_add(1)
 }
 
 /// Whether distinct indices of `dims` reach distinct offsets: sorted by
@@ -73,15 +61,6 @@ fn injective(dims: [usize; 4], strides: [usize; 4]) -> bool {
     true
 }
 
-fn check(name: &str, dims: [usize; 4], strides: [usize; 4], len: usize) -> Result<(), KernelError> {
-    match extent(dims, strides) {
-        Some(e) if e <= len => Ok(()),
-        _ => Err(KernelError::new(format!(
-            "attention: {name} with dims {dims:?} and strides {strides:?} does not fit its {len} elements"
-        ))),
-    }
-}
-
 /// Computes `y` (only the elements the `y` strides address are written).
 pub fn attention(
     s: &AttentionShape,
@@ -92,12 +71,13 @@ pub fn attention(
     y: &mut [f32],
 ) -> Result<(), KernelError> {
     let (bh, sq, sk) = ([s.batch, s.heads], s.sq, s.sk);
-    check("q", [bh[0], bh[1], sq, s.d], s.q, q.len())?;
-    check("k", [bh[0], bh[1], sk, s.d], s.k, k.len())?;
-    check("v", [bh[0], bh[1], sk, s.dv], s.v, v.len())?;
-    check("y", [bh[0], bh[1], sq, s.dv], s.y, y.len())?;
+    let u = |st: [usize; 4]| st.map(|x| x as u64);
+    check_operand("attention q", [bh[0], bh[1], sq, s.d], u(s.q), q.len())?;
+    check_operand("attention k", [bh[0], bh[1], sk, s.d], u(s.k), k.len())?;
+    check_operand("attention v", [bh[0], bh[1], sk, s.dv], u(s.v), v.len())?;
+    check_operand("attention y", [bh[0], bh[1], sq, s.dv], u(s.y), y.len())?;
     if let Some(m) = mask {
-        check("mask", [bh[0], bh[1], sq, sk], s.mask, m.len())?;
+        check_operand("attention mask", [bh[0], bh[1], sq, sk], u(s.mask), m.len())?;
     }
     if !injective([bh[0], bh[1], sq, s.dv], s.y) {
         return Err(KernelError::new(format!(

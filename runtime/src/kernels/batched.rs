@@ -47,33 +47,36 @@ struct Scratch {
     c: Vec<f32>,
 }
 
-/// Checks that a `dims[0] × dims[1] × dims[2]` operand with `strides` lies
-/// in `len` elements; returns the strides as `usize`.
-fn check_operand(
+/// Checks that an operand of extents `dims` with `strides` (elements)
+/// lies in `len` elements; returns the strides as `usize`, 0 where the
+/// extent is 1. Shared by the strided kernels (batched matmul, attention).
+pub(super) fn check_operand<const N: usize>(
     name: &str,
-    dims: [usize; 3],
-    strides: [u64; 3],
+    dims: [usize; N],
+    strides: [u64; N],
     len: usize,
-) -> Result<[usize; 3], KernelError> {
+) -> Result<[usize; N], KernelError> {
     if dims.contains(&0) {
-        return Ok([0; 3]);
+        return Ok([0; N]);
     }
-    let mut last: u128 = 0;
-    for (d, s) in dims.iter().zip(strides) {
-        last += (*d as u128 - 1) * u128::from(s);
-    }
+    // Each product fits u128; their sum may not (it is then too far anyway).
+    let last = dims.iter().zip(strides).try_fold(0u128, |acc, (d, s)| {
+        acc.checked_add((*d as u128 - 1) * u128::from(s))
+    });
+    let last = last.unwrap_or(u128::MAX - 1);
     if last >= len as u128 {
+        let shape: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
         return Err(KernelError::new(format!(
-            "{name} of {}x{}x{} with strides {strides:?} needs {} floats, found {len}",
-            dims[0],
-            dims[1],
-            dims[2],
+            "{name} of {} with strides {strides:?} needs {} floats, found {len}",
+            shape.join("x"),
             last + 1
         )));
     }
     // Each stride with a dimension above 1 is bounded by `len`; a stride of
     // a length-1 dimension is never multiplied by a nonzero index.
-    Ok([0, 1, 2].map(|i| if dims[i] > 1 { strides[i] as usize } else { 0 }))
+    Ok(std::array::from_fn(|i| {
+        if dims[i] > 1 { strides[i] as usize } else { 0 }
+    }))
 }
 
 /// `C_i = A_i · B_i` for `i < batch` (semantics of `Step::MatMul`).
