@@ -177,6 +177,13 @@ fn fnv(text: &str) -> u64 {
     h
 }
 
+/// Little-endian f32 `bytes` as f16 (or bf16) bits, rounded to nearest
+/// even (NaN stays NaN, overflow goes to infinity).
+fn half_bits(bytes: &[u8], bf16: bool) -> Vec<u16> {
+    let convert: fn(f32) -> u16 = if bf16 { |x| half::bf16::from_f32(x).to_bits() } else { |x| half::f16::from_f32(x).to_bits() };
+    bytes.chunks_exact(4).map(|c| convert(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()
+}
+
 fn overlaps(a: &Buf, b: &Buf) -> bool {
     a.space == b.space && a.index == b.index && a.offset < b.offset + b.len && b.offset < a.offset + a.len
 }
@@ -218,14 +225,9 @@ impl<'a> Tr<'a, '_> {
     /// A half-precision copy of the f32 weight at `b` (made once).
     fn half_weight(&mut self, b: &Buf) -> Result<Buf, String> {
         let bf16 = self.precision == Precision::Bf16;
-        // Round to nearest even (NaN stays NaN, overflow goes to infinity).
-        let convert: fn(f32) -> u16 = if bf16 { |x| half::bf16::from_f32(x).to_bits() } else { |x| half::f16::from_f32(x).to_bits() };
         let dtype = if bf16 { aoc_ir::types::Scalar::BF16 } else { aoc_ir::types::Scalar::F16 };
         self.derived_weight(b, self.precision.name(), dtype, |bytes| {
-            bytes
-                .chunks_exact(4)
-                .flat_map(|c| convert(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
-                .collect()
+            half_bits(bytes, bf16).into_iter().flat_map(|h| h.to_le_bytes()).collect()
         })
     }
 
@@ -364,19 +366,19 @@ impl<'a> Tr<'a, '_> {
         let half = if p == WgPrecision::Bf16 { Scalar::BF16 } else { Scalar::F16 };
         let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at, len: m * k * 2 };
         self.scratch_len = self.scratch_len.max(scratch.len);
-        let cast = PointwiseKernel {
-            name: format!("cvt_{:016x}", fnv(&format!("{m}|{k}|{lda}|{half:?}"))),
-            // One flat dimension when A is dense: the widest vector form.
-            dims: if lda == k { vec![m * k] } else { vec![m, k] },
-            operands: vec![crate::expr::Operand { dtype: Scalar::F32, strides: if lda == k { vec![1] } else { vec![lda, 1] } }],
-            exprs: vec![Expr::Load(0)],
-            result: 0,
-            out_dtype: half,
-        };
         // Consecutive GEMMs on one activation (attention's Q, K and V
         // projections) share one conversion.
         let key = (a, lda, m, k, half);
         if self.converted != Some(key) {
+            let cast = PointwiseKernel {
+                name: format!("cvt_{:016x}", fnv(&format!("{m}|{k}|{lda}|{half:?}"))),
+                // One flat dimension when A is dense: the widest vector form.
+                dims: if lda == k { vec![m * k] } else { vec![m, k] },
+                operands: vec![crate::expr::Operand { dtype: Scalar::F32, strides: if lda == k { vec![1] } else { vec![lda, 1] } }],
+                exprs: vec![Expr::Load(0)],
+                result: 0,
+                out_dtype: half,
+            };
             self.launch_pointwise(cast, &[a, scratch], origin)?;
             self.converted = Some(key);
         }
@@ -401,14 +403,7 @@ impl<'a> Tr<'a, '_> {
         };
         let bf16 = p == WgPrecision::Bf16;
         let packed = self.derived_weight(&b, &format!("wg{}x{}.{}", tile.bn, tile.stages, if bf16 { "bf16" } else { "f16" }), half, |bytes| {
-            let b_kn: Vec<u16> = bytes
-                .chunks_exact(4)
-                .map(|x| {
-                    let v = f32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                    if bf16 { half::bf16::from_f32(v).to_bits() } else { half::f16::from_f32(v).to_bits() }
-                })
-                .collect();
-            pack_b(&spec, tile, &b_kn).into_iter().flat_map(|v| v.to_le_bytes()).collect()
+            pack_b(&spec, tile, &half_bits(bytes, bf16)).into_iter().flat_map(|v| v.to_le_bytes()).collect()
         })?;
         let sm = self.sm;
         let e = epi.map(|(e, _)| e);
