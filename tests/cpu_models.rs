@@ -65,6 +65,7 @@ fn main() {
     trials.push(Trial::test("one_session_runs_from_several_threads", concurrent_runs));
     trials.push(Trial::test("fused_attention_step_on_the_cpu", fused_attention));
     trials.push(Trial::test("integer_convolution_step_on_the_cpu", integer_convolution));
+    trials.push(Trial::test("quant_add_is_a_pointwise_kernel", quant_add_native));
     libtest_mimic::run(&args, trials).exit();
 }
 
@@ -308,4 +309,24 @@ fn integer_convolution() -> Result<(), Failed> {
     let e = rel_err(&want[0], &got[0]);
     println!("integer path vs interpreter: {e:.3e} of max(1, max|y|)");
     close("integer convolution vs interpreter", &want, &got, 2e-2)
+}
+
+/// `quant.add` is a generated pointwise kernel, not a reference step (the
+/// qdq_cnn example has two; its exact agreement with the interpreter is
+/// `example_qdq_cnn_*`'s check).
+fn quant_add_native() -> Result<(), Failed> {
+    let (path, _) = example("qdq_cnn")?;
+    let mut loaded = load_model(&path, &[])?;
+    let config = aoc_compiler::opt::OptConfig { passes: Some(CPU_PIPELINE.to_string()), ..Default::default() };
+    aoc_compiler::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    let func = loaded.module.entry().ok_or("no entry function")?;
+    if !aoc_ir::print::print_module(&loaded.module).contains("quant.add") {
+        return Err("the optimized qdq_cnn has no quant.add to lower".into());
+    }
+    let out = compile(func, loaded.weights.as_ref(), X86Level::host()).map_err(|d| d.message)?;
+    let refs = &out.report.reference_ops;
+    if refs.iter().any(|(op, _)| op == "quant.add") {
+        return Err(format!("quant.add runs on the reference path: {refs:?}").into());
+    }
+    Ok(())
 }
