@@ -200,6 +200,9 @@ pub struct BenchArgs {
     /// Also print the time of each step kind (one profiled run).
     #[arg(long)]
     pub profile: bool,
+    /// With --profile: how many of the slowest steps to list.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub slowest: usize,
 }
 
 #[derive(Args, Debug)]
@@ -590,7 +593,7 @@ fn cmd_bench(a: BenchArgs) -> Result<(), String> {
         }
         let mut slow = p.steps.clone();
         slow.sort_by(|a, b| b.3.total_cmp(&a.3));
-        for (i, k, o, t) in slow.iter().take(8) {
+        for (i, k, o, t) in slow.iter().take(a.slowest) {
             eprintln!("  slowest: step {i} {k} {:.3} ms  <- {o}", t * 1e3);
         }
     }
@@ -632,7 +635,7 @@ fn cmd_bench_gpu(a: &BenchArgs, art: aoc_runtime::artifact::Artifact) -> Result<
     };
     let (r, dev) = bench_gpu(&s, &inputs, a.warmup, a.iters)?;
     if a.profile {
-        eprint!("{}", profile_gpu(&s)?);
+        eprint!("{}", profile_gpu(&s, a.slowest)?);
     }
     if a.json {
         let v = serde_json::json!({

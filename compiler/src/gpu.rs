@@ -238,8 +238,8 @@ pub fn bench_gpu(s: &GpuSession, inputs: &[Vec<u8>], warmup: usize, iters: usize
 }
 
 /// The `--profile` breakdown of a GPU artifact: device time per kernel kind
-/// and the slowest launches.
-pub fn profile_gpu(s: &GpuSession) -> Result<String, String> {
+/// and the `slowest` slowest launches (with their grids).
+pub fn profile_gpu(s: &GpuSession, slowest: usize) -> Result<String, String> {
     let t = s.profile_items().map_err(|e| format!("error: {e}"))?;
     let plan = s.plan();
     let kind = |i: usize| -> String {
@@ -264,8 +264,12 @@ pub fn profile_gpu(s: &GpuSession) -> Result<String, String> {
     }
     let mut order: Vec<usize> = (0..t.len()).collect();
     order.sort_by(|&a, &b| t[b].total_cmp(&t[a]));
-    for &i in order.iter().take(8) {
-        out.push_str(&format!("  slowest: item {i} {} {:.3} ms  <- {}\n", plan.items[i].kind(), t[i], plan.origins[i]));
+    for &i in order.iter().take(slowest) {
+        let grid = match &plan.items[i] {
+            GpuItem::Launch(l) => format!(" grid {:?} block {}", l.grid, l.block[0]),
+            GpuItem::Host { .. } => String::new(),
+        };
+        out.push_str(&format!("  slowest: item {i} {}{grid} {:.4} ms  <- {}\n", plan.items[i].kind(), t[i], plan.origins[i]));
     }
     Ok(out)
 }

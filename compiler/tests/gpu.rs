@@ -375,21 +375,24 @@ fn int8_uses_s8_mma() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A `rows × cols` dense literal of values in [-0.5, 0.5) (seeded).
+fn dense(rows: usize, cols: usize, seed: usize) -> String {
+    let lines: Vec<String> = (0..rows)
+        .map(|r| {
+            let v: Vec<String> =
+                (0..cols).map(|j| format!("{:.3}", (((r * cols + j) * 7919 + seed) % 97) as f32 / 97.0 - 0.5)).collect();
+            format!("[{}]", v.join(", "))
+        })
+        .collect();
+    format!("[{}]", lines.join(", "))
+}
+
 /// Two projections of one activation (`m × k` times constant `k × n`
 /// matrices) added together, in `.air`: on sm_90a at fp16 both GEMMs run
 /// on `wgmma`, share one half conversion of `x`, and the add becomes the
 /// second GEMM's epilogue.
 fn projections_air(dir: &Path, m: usize, k: usize, n: usize) -> Result<PathBuf, Failed> {
-    let weight = |seed: usize| {
-        let rows: Vec<String> = (0..k)
-            .map(|r| {
-                let v: Vec<String> =
-                    (0..n).map(|j| format!("{:.3}", (((r * n + j) * 7919 + seed) % 97) as f32 / 97.0 - 0.5)).collect();
-                format!("[{}]", v.join(", "))
-            })
-            .collect();
-        format!("[{}]", rows.join(", "))
-    };
+    let weight = |seed| dense(k, n, seed);
     let text = format!(
         "func @main(%x: tensor<{m}x{k}xf32>) -> tensor<{m}x{n}xf32> {{\n  \
          %w1 = const dense<{}> : tensor<{k}x{n}xf32>\n  \
@@ -452,6 +455,72 @@ fn fused_attention_and_wgmma() -> Result<(), Failed> {
         return Err("the sm_90 build uses wgmma, which needs sm_90a".into());
     }
     Ok(())
+}
+
+/// `relu(x·w + bias) + r` with `x` 64×2048 and `w` 2048×256: too few
+/// tiles for the GPU and a long k, so the tensor-core GEMM is split in
+/// four parts of k whose sum, bias, relu and residual add are one
+/// pointwise launch.
+fn split_k_model(dir: &Path) -> Result<Model, Failed> {
+    let (m, k, n) = (64, 2048, 256);
+    let text = format!(
+        "func @main(%x: tensor<{m}x{k}xf32>, %r: tensor<{m}x{n}xf32>) -> tensor<{m}x{n}xf32> {{\n  \
+         %w = const dense<{}> : tensor<{k}x{n}xf32>\n  \
+         %b = const dense<{}> : tensor<{n}xf32>\n  \
+         %p = core.matmul %x, %w : tensor<{m}x{n}xf32>\n  \
+         %q = core.add %p, %b : tensor<{m}x{n}xf32>\n  \
+         %h = core.relu %q : tensor<{m}x{n}xf32>\n  \
+         %y = core.add %h, %r : tensor<{m}x{n}xf32>\n  \
+         return %y : tensor<{m}x{n}xf32>\n}}\n",
+        dense(k, n, 3),
+        &dense(1, n, 4)[1..dense(1, n, 4).len() - 1]
+    );
+    let file = dir.join("split_k.air");
+    std::fs::write(&file, text)?;
+    Ok(Model {
+        name: "split_k".into(),
+        file,
+        inputs: vec![format!("x=@random:{m}x{k}"), format!("r=@random:{m}x{n}")],
+        shapes: vec![],
+        quantized: false,
+    })
+}
+
+/// The split-k build: the GEMM is one launch over four slices of k
+/// (grid z = 4) and its finish one pointwise launch, with no other launch
+/// left (bias, relu and the add ride in it); fp32 does not split.
+fn split_k_builds() -> Result<(), Failed> {
+    let d = scratch("split_k");
+    let m = split_k_model(&d)?;
+    let out = d.join("model.ptx");
+    let o = out.display().to_string();
+    let f = m.file.display().to_string();
+    run(&["compile", &f, "--target", "sm_86", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
+    let ptx = std::fs::read_to_string(&out)?;
+    let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect();
+    let split = launches.iter().filter(|l| l.contains("gemm_tc_") && l.contains(", 4] block")).count();
+    let sums = launches.iter().filter(|l| l.contains("splitk_")).count();
+    if launches.len() != 2 || split != 1 || sums != 1 {
+        return Err(format!("expected a 4-way split GEMM and its sum, got {launches:#?}").into());
+    }
+    let art = d.join("model.aoc");
+    compile(&m, "sm_86", "fp16", &art)?;
+    check_entries(&art)?;
+    run(&["compile", &f, "--target", "sm_86", "--precision", "fp32", "--emit", "ptx", "-o", &o])?;
+    if std::fs::read_to_string(&out)?.contains("splitk_") {
+        return Err("the fp32 build splits k".into());
+    }
+    Ok(())
+}
+
+/// The split-k GEMM on the GPU against the interpreter.
+fn split_k_on_gpu() -> Result<(), Failed> {
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let m = split_k_model(&scratch("split_k_gpu"))?;
+    check_on_gpu(&m, "sm_86", "fp16")
 }
 
 /// `--tune` times every GEMM's tiles on the GPU, caches the winners, and a
@@ -560,6 +629,8 @@ fn main() {
     trials.push(Trial::test("int8_build_uses_s8_mma", int8_uses_s8_mma));
     trials.push(Trial::test("fused_attention_and_wgmma_builds", fused_attention_and_wgmma));
     trials.push(Trial::test("gpu_wgmma_projections_sm_90a_fp16", wgmma_on_gpu));
+    trials.push(Trial::test("split_k_builds", split_k_builds));
+    trials.push(Trial::test("gpu_split_k_sm_86_fp16", split_k_on_gpu));
     trials.push(Trial::test("special_paths_match_their_entries", special_paths_match_their_entries));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));

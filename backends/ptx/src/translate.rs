@@ -24,10 +24,10 @@ use aoc_passes::lower::{Lowered, WeightBlob};
 use aoc_runtime::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
 use aoc_runtime::plan::{Buf, Space, Step};
 
-use crate::expr::{Expr, PointwiseKernel};
+use crate::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
 use crate::irtext::ModuleText;
 use crate::kernels::gemm_simt::SimtTile;
-use crate::kernels::gemm_tc::{TcPrecision, TcTile, gemm_tc_tile, gemm_tc_with};
+use crate::kernels::gemm_tc::{ENOUGH_BLOCKS, TcPrecision, TcTile, choose_tile, gemm_tc_tile, gemm_tc_with};
 use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
 use crate::kernels::gemm_s8::{self, QConvSpec};
 use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, choose_wg_tile, gemm_wgmma_tile, pack_b, packed_b_len};
@@ -166,6 +166,93 @@ fn a_rows(spec: &GemmSpec) -> Option<u64> {
     }
 }
 
+/// The k loop a split-k part keeps at least: shorter parts spend more on
+/// their extra partial sums than they gain in parallelism.
+const SPLIT_MIN_K: u64 = 512;
+
+/// Into how many parts a tensor-core GEMM's k loop is split, when it
+/// should be: a single product whose tiles leave most of the GPU idle
+/// and whose k loop is long (BERT-base's second FFN GEMM at batch 1,
+/// 128×768×3072: 96 blocks of 16×64 each walking 24 k-steps). Each part
+/// writes its partial product to the scratch; one pointwise launch adds
+/// them, with the bias, relu and epilogue. Parts are even and keep
+/// [`SPLIT_MIN_K`] of k (a multiple of 64); the most of them whose
+/// blocks stay under three waves of the GPU.
+fn split_k(spec: &GemmSpec) -> Option<u64> {
+    let plain = spec.batch == 1
+        && matches!(spec.a, AMode::Strided { .. })
+        && spec.c_strides[1] == spec.n
+        && spec.c_strides[2] == 1
+        && spec.m > 0
+        && spec.n > 0;
+    if !plain {
+        return None;
+    }
+    let t = choose_tile(spec);
+    let blocks = spec.m.div_ceil(t.bm as u64) * spec.n.div_ceil(t.bn as u64);
+    if blocks >= ENOUGH_BLOCKS {
+        return None;
+    }
+    (2..=8u64)
+        .filter(|&s| {
+            let part = spec.k / s;
+            spec.k.is_multiple_of(s) && part.is_multiple_of(64) && part >= SPLIT_MIN_K && blocks * (s - 1) < 3 * ENOUGH_BLOCKS
+        })
+        .max()
+}
+
+/// The pointwise kernel that finishes a split-k GEMM `m × n` in `parts`:
+/// the sum of the partial products (operands `0..parts`, row-major
+/// `m × n`), then the bias (next operand, one per column), relu, and the
+/// epilogue's expression (its further operands next, at its strides).
+fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&GemmEpilogue>) -> PointwiseKernel {
+    let mut operands = vec![Operand { dtype: Scalar::F32, strides: vec![n, 1] }; parts as usize];
+    if bias {
+        operands.push(Operand { dtype: Scalar::F32, strides: vec![0, 1] });
+    }
+    let mut k = PointwiseKernel {
+        name: String::new(),
+        dims: vec![m, n],
+        operands,
+        exprs: vec![],
+        result: 0,
+        out_dtype: Scalar::F32,
+    };
+    let mut acc = k.push(Expr::Load(0));
+    for p in 1..k.operands.len() {
+        let x = k.push(Expr::Load(p));
+        acc = k.push(Expr::Binary(Bin::Add, acc, x));
+    }
+    if relu {
+        acc = k.push(Expr::Unary(Un::Relu, acc));
+    }
+    if let Some(e) = epi {
+        // The epilogue's operand 0 is the product; its operand `j ≥ 1`
+        // becomes ours after the parts and the bias.
+        let first = k.operands.len();
+        for (st, op) in e.strides.iter().zip(&e.kernel.operands[1..]) {
+            k.operands.push(Operand { dtype: op.dtype, strides: vec![st[1], st[2]] });
+        }
+        let mut at = Vec::with_capacity(e.kernel.exprs.len());
+        for x in &e.kernel.exprs {
+            let i = match *x {
+                Expr::Load(0) => acc,
+                Expr::Load(j) => k.push(Expr::Load(first + j - 1)),
+                Expr::Const(c) => k.push(Expr::Const(c)),
+                Expr::Unary(u, a) => k.push(Expr::Unary(u, at[a])),
+                Expr::Binary(b, a, c) => k.push(Expr::Binary(b, at[a], at[c])),
+                Expr::Select(c, a, b) => k.push(Expr::Select(at[c], at[a], at[b])),
+            };
+            at.push(i);
+        }
+        acc = at[e.kernel.result];
+        k.out_dtype = e.kernel.out_dtype;
+    }
+    k.result = acc;
+    k.name = format!("splitk_{:016x}", fnv(&format!("{:?}", (&k.dims, &k.operands, &k.exprs, k.result, k.out_dtype))));
+    k
+}
+
 /// FNV-1a of the text: stable across runs and platforms (unlike `std`'s
 /// hasher), so the same model gives the same kernel names.
 fn fnv(text: &str) -> u64 {
@@ -290,6 +377,11 @@ impl<'a> Tr<'a, '_> {
             Some(TcPrecision::F16 | TcPrecision::Bf16) if b_const => (self.half_weight(b)?, true),
             _ => (*b, false),
         };
+        if let Some(p) = tc
+            && let Some(parts) = split_k(&spec)
+        {
+            return self.gemm_split_k(spec, p, parts, GemmBufs { a: *a, b, bias: bias.copied(), c: *c }, b_half, origin, epi);
+        }
         let mut spec = spec;
         let mut bufs = vec![a, &b, c];
         bufs.extend(bias);
@@ -331,6 +423,58 @@ impl<'a> Tr<'a, '_> {
         }
         self.launch(k, args, origin);
         Ok(())
+    }
+
+    /// A tensor-core GEMM in `parts` slices of k ([`split_k`]): one batched
+    /// launch writes each slice's product to the scratch, one pointwise
+    /// launch sums them into C with the bias, relu and epilogue.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_split_k(
+        &mut self,
+        spec: GemmSpec,
+        p: TcPrecision,
+        parts: u64,
+        bufs: GemmBufs,
+        b_half: bool,
+        origin: &str,
+        epi: Option<&(GemmEpilogue, Vec<Buf>)>,
+    ) -> Result<(), String> {
+        let GemmBufs { a, b, bias, c } = bufs;
+        let AMode::Strided { row, col, .. } = spec.a else {
+            return Err("internal error: split-k of a convolution".to_string());
+        };
+        let (m, n, part) = (spec.m, spec.n, spec.k / parts);
+        let slice = m * n * 4;
+        let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at, len: parts * slice };
+        self.scratch_len = self.scratch_len.max(scratch.len);
+        // The partial sums overwrite whatever half copy the scratch held.
+        self.converted = None;
+        let sliced = GemmSpec {
+            batch: parts,
+            k: part,
+            a: AMode::Strided { batch: part * col, row, col },
+            b_strides: [part * spec.b_strides[1], spec.b_strides[1], spec.b_strides[2]],
+            c_strides: [m * n, n, 1],
+            bias: None,
+            relu: false,
+            aligned16: aligned16(&[&a, &b, &scratch]),
+            ..spec
+        };
+        let sm = self.sm;
+        let k = self.kernel("gemm_tc", (&sliced, p, b_half, None::<TcTile>, None::<&GemmEpilogue>), |mt, nm| {
+            gemm_tc_with(mt, nm, &sliced, p, b_half, sm, None, None)
+        })?;
+        self.launch(k, vec![Arg::In(a), Arg::In(b), Arg::Out(scratch)], origin);
+        let sum = split_k_sum(parts, m, n, bias.is_some(), spec.relu, epi.map(|(e, _)| e));
+        let mut ins: Vec<Buf> = (0..parts)
+            .map(|i| Buf { offset: scratch.offset + i * slice, len: slice, ..scratch })
+            .collect();
+        ins.extend(bias);
+        if let Some((_, extra)) = epi {
+            ins.extend(extra.iter().copied());
+        }
+        ins.push(c);
+        self.launch_pointwise(sum, &ins, origin)
     }
 
     /// The precision `wgmma` runs `spec` in, when it should: sm_90a, a

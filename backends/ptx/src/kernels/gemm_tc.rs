@@ -290,7 +290,7 @@ enum Layout {
 }
 
 /// Blocks that fill a large GPU once (an H200 has 132 multiprocessors).
-const ENOUGH_BLOCKS: u64 = 132;
+pub const ENOUGH_BLOCKS: u64 = 132;
 
 /// The tile [`gemm_tc`] uses: the first of [`TcTile::ALL`]`[..3]` that
 /// fits the matrix and still gives a block per multiprocessor, else the
