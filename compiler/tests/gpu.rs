@@ -523,6 +523,76 @@ fn split_k_on_gpu() -> Result<(), Failed> {
     check_on_gpu(&m, "sm_86", "fp16")
 }
 
+/// A BERT-style block at `batch` × 128 tokens, hidden 512, 8 heads, in
+/// `.air`: layer norm → Q, K, V projections → fused attention → output
+/// projection → relu → a last projection. On sm_90a at fp16 every GEMM
+/// runs on `wgmma` and every A it reads comes as a half copy that the
+/// producer (layer norm, attention, the previous GEMM) writes beside its
+/// f32 output: no conversion launch.
+fn half_copies_model(dir: &Path) -> Result<Model, Failed> {
+    let (b, s, h, d) = (32, 128, 8, 64);
+    let (m, e) = (b * s, h * d);
+    let vec = |n: usize, seed| {
+        let rows = dense(1, n, seed);
+        rows[1..rows.len() - 1].to_string()
+    };
+    let mut t = format!("func @main(%x: tensor<{m}x{d}xf32>) -> tensor<{m}x{e}xf32> {{\n");
+    t += &format!("  %g = const dense<{}> : tensor<{d}xf32>\n", vec(d, 5));
+    t += &format!("  %be = const dense<{}> : tensor<{d}xf32>\n", vec(d, 6));
+    t += &format!("  %n = core.layer_norm %x, %g, %be {{epsilon = 1.0e-5}} : tensor<{m}x{d}xf32>\n");
+    for (name, seed) in [("q", 7), ("k", 8), ("v", 9)] {
+        t += &format!("  %w{name} = const dense<{}> : tensor<{d}x{e}xf32>\n", dense(d, e, seed));
+        t += &format!("  %{name}2 = core.matmul %n, %w{name} : tensor<{m}x{e}xf32>\n");
+        t += &format!("  %{name}4 = core.reshape %{name}2 {{shape = [{b}, {s}, {h}, {d}]}} : tensor<{b}x{s}x{h}x{d}xf32>\n");
+    }
+    t += &format!("  %qh = core.transpose %q4 {{perm = [0, 2, 1, 3]}} : tensor<{b}x{h}x{s}x{d}xf32>\n");
+    t += &format!("  %c = const dense<0.125> : tensor<f32>\n");
+    t += &format!("  %qs = core.mul %qh, %c : tensor<{b}x{h}x{s}x{d}xf32>\n");
+    t += &format!("  %kt = core.transpose %k4 {{perm = [0, 2, 3, 1]}} : tensor<{b}x{h}x{d}x{s}xf32>\n");
+    t += &format!("  %vh = core.transpose %v4 {{perm = [0, 2, 1, 3]}} : tensor<{b}x{h}x{s}x{d}xf32>\n");
+    t += &format!("  %a = core.attention %qs, %kt, %vh : tensor<{b}x{h}x{s}x{d}xf32>\n");
+    t += &format!("  %at = core.transpose %a {{perm = [0, 2, 1, 3]}} : tensor<{b}x{s}x{h}x{d}xf32>\n");
+    t += &format!("  %a2 = core.reshape %at {{shape = [{m}, {e}]}} : tensor<{m}x{e}xf32>\n");
+    t += &format!("  %wo = const dense<{}> : tensor<{e}x{e}xf32>\n", dense(e, e, 10));
+    t += &format!("  %o = core.matmul %a2, %wo : tensor<{m}x{e}xf32>\n");
+    t += &format!("  %r = core.relu %o : tensor<{m}x{e}xf32>\n");
+    t += &format!("  %w2 = const dense<{}> : tensor<{e}x{e}xf32>\n", dense(e, e, 11));
+    t += &format!("  %y = core.matmul %r, %w2 : tensor<{m}x{e}xf32>\n");
+    t += &format!("  return %y : tensor<{m}x{e}xf32>\n}}\n");
+    let file = dir.join("half_copies.air");
+    std::fs::write(&file, t)?;
+    Ok(Model { name: "half_copies".into(), file, inputs: vec![format!("x=@random:{m}x{d}")], shapes: vec![], quantized: false })
+}
+
+/// The half copies replace the conversion launches of [`half_copies_model`].
+fn half_copies_build() -> Result<(), Failed> {
+    let d = scratch("half_copies");
+    let m = half_copies_model(&d)?;
+    let out = d.join("model.ptx");
+    let o = out.display().to_string();
+    run(&["compile", &m.file.display().to_string(), "--target", "sm_90a", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
+    let ptx = std::fs::read_to_string(&out)?;
+    let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect();
+    let count = |p: &str| launches.iter().filter(|l| l.contains(p)).count();
+    if count("gemm_wgmma_") != 5 || count("cvt_") != 0 || count("attention_") != 1 || count("layer_norm_") != 1 {
+        return Err(format!("expected 5 wgmma GEMMs, attention, layer norm and no conversion: {launches:#?}").into());
+    }
+    let art = d.join("model.aoc");
+    compile(&m, "sm_90a", "fp16", &art)?;
+    check_entries(&art)
+}
+
+/// [`half_copies_model`] on the GPU against the interpreter (f16 and bf16
+/// copies).
+fn half_copies_on_gpu(precision: &str) -> Result<(), Failed> {
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let m = half_copies_model(&scratch(&format!("half_copies_gpu_{precision}")))?;
+    check_on_gpu(&m, "sm_90a", precision)
+}
+
 /// `--tune` times every GEMM's tiles on the GPU, caches the winners, and a
 /// second compile of the same model measures nothing; the tuned artifact
 /// computes what the untuned one does.
@@ -630,6 +700,9 @@ fn main() {
     trials.push(Trial::test("fused_attention_and_wgmma_builds", fused_attention_and_wgmma));
     trials.push(Trial::test("gpu_wgmma_projections_sm_90a_fp16", wgmma_on_gpu));
     trials.push(Trial::test("split_k_builds", split_k_builds));
+    trials.push(Trial::test("half_copies_replace_conversions", half_copies_build));
+    trials.push(Trial::test("gpu_half_copies_sm_90a_fp16", || half_copies_on_gpu("fp16")));
+    trials.push(Trial::test("gpu_half_copies_sm_90a_bf16", || half_copies_on_gpu("bf16")));
     trials.push(Trial::test("gpu_split_k_sm_86_fp16", split_k_on_gpu));
     trials.push(Trial::test("special_paths_match_their_entries", special_paths_match_their_entries));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));

@@ -108,6 +108,15 @@ impl ModuleText {
         self.funcs.push(text);
     }
 
+    /// Drops the kernels (`define ptx_kernel` functions) that `keep`
+    /// refuses by name; other functions stay.
+    pub(crate) fn retain_kernels(&mut self, keep: impl Fn(&str) -> bool) {
+        self.funcs.retain(|f| {
+            let Some(rest) = f.strip_prefix("define ptx_kernel void @") else { return true };
+            rest.split('(').next().is_none_or(&keep)
+        });
+    }
+
     /// The whole module: target triple, declarations, helpers, kernels.
     pub fn finish(self) -> String {
         let mut out = String::from("target triple = \"nvptx64-nvidia-cuda\"\n\n");

@@ -30,9 +30,9 @@ use crate::kernels::gemm_simt::SimtTile;
 use crate::kernels::gemm_tc::{ENOUGH_BLOCKS, TcPrecision, TcTile, choose_tile, gemm_tc_tile, gemm_tc_with};
 use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
 use crate::kernels::gemm_s8::{self, QConvSpec};
-use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, choose_wg_tile, gemm_wgmma_tile, pack_b, packed_b_len};
+use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, choose_wg_tile, gemm_wgmma_tile, gemm_wgmma_with, pack_b, packed_b_len};
 use aoc_ir::types::Scalar;
-use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_simt, index, rows};
+use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, HalfCopy, gemm_simt, index, rows};
 use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
@@ -123,9 +123,31 @@ struct Tr<'a, 't> {
     /// most any launch uses of it (launches run in order on one stream).
     scratch_at: u64,
     scratch_len: u64,
-    /// What the scratch holds: the half copy of this A (buffer, row
-    /// stride, rows, columns, type), until a launch writes that buffer.
+    /// The half copy of an A the scratch holds (buffer, row stride, rows,
+    /// columns, type), until a launch writes that buffer; and in which
+    /// of the two slots (the other is free for the next copy).
     converted: Option<(Buf, u64, u64, u64, Scalar)>,
+    slot: u64,
+    /// Bytes of each half-copy slot: half the largest activation.
+    slot_bytes: u64,
+    /// The last launch, when its kernel can also write a half copy of its
+    /// output for a `wgmma` GEMM that reads that output next.
+    producer: Option<Producer>,
+}
+
+/// A launch whose kernel can write a [`HalfCopy`] of its f32 output.
+struct Producer {
+    item: usize,
+    out: Buf,
+    remake: Remake,
+}
+
+/// How to make a producer's kernel again, with the copy.
+enum Remake {
+    /// `(rows, cols, epsilon bits, gamma, beta)`
+    LayerNorm((u64, u64, u32, bool, bool)),
+    Attention(AttentionSpec, AttnPrecision),
+    Wgmma(GemmSpec, WgPrecision, WgTile, Option<GemmEpilogue>),
 }
 
 /// `wgmma` pays for its conversion launch once the 128×128 tiles cover
@@ -253,6 +275,21 @@ fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&
     k
 }
 
+/// Bytes of a scratch slot that holds a half copy of any activation of
+/// `steps`: half the largest activation buffer a step names (arena,
+/// input or output), in 256-byte units.
+fn half_slot_bytes(steps: &[Step]) -> u64 {
+    let mut most = 0;
+    for s in steps {
+        s.clone().visit_bufs(|b, _| {
+            if b.space != Space::Weights {
+                most = most.max(b.len);
+            }
+        });
+    }
+    (most / 2).div_ceil(256) * 256
+}
+
 /// FNV-1a of the text: stable across runs and platforms (unlike `std`'s
 /// hasher), so the same model gives the same kernel names.
 fn fnv(text: &str) -> u64 {
@@ -307,6 +344,44 @@ impl<'a> Tr<'a, '_> {
         }
         self.items.push(GpuItem::Launch(Launch { kernel, grid: g.grid, block: g.block, smem: g.smem, args }));
         self.origins.push(origin.to_string());
+        self.producer = None;
+    }
+
+    /// Makes the last launch also write the half copy `to` of its output
+    /// when it is a [`Producer`] of exactly `a` (dense, `a.len` bytes of
+    /// f32) and reads nothing in `to`; whether it did.
+    fn copy_from_producer(&mut self, a: &Buf, dense: bool, half: Scalar, to: &Buf) -> Result<bool, String> {
+        let Some(p) = self.producer.take() else { return Ok(false) };
+        let Some(GpuItem::Launch(l)) = self.items.get(p.item) else { return Ok(false) };
+        let reads_slot = l.args.iter().any(|x| matches!(x, Arg::In(b) | Arg::Out(b) if overlaps(b, to)));
+        if !dense || p.out != *a || p.item + 1 != self.items.len() || reads_slot {
+            return Ok(false);
+        }
+        let h = if half == Scalar::BF16 { HalfCopy::Bf16 } else { HalfCopy::F16 };
+        let sm = self.sm;
+        let (kernel, g) = match &p.remake {
+            Remake::LayerNorm(q) => {
+                let q = *q;
+                self.kernel("layer_norm", (q, h), |m, n| {
+                    rows::layer_norm_with(m, n, q.0, q.1, f32::from_bits(q.2), q.3, q.4, Some(h))
+                })?
+            }
+            Remake::Attention(spec, ap) => {
+                let (spec, ap) = (*spec, *ap);
+                self.kernel("attention", (&spec, ap, h), |m, n| attention::attention_with(m, n, &spec, ap, sm, Some(h)))?
+            }
+            Remake::Wgmma(spec, wp, tile, e) => {
+                let (spec, wp, tile, e) = (*spec, *wp, *tile, e.clone());
+                self.kernel("gemm_wgmma", (&spec, wp, tile, e.as_ref(), h), |m, n| {
+                    gemm_wgmma_with(m, n, &spec, wp, e.as_ref(), sm, tile, Some(h))
+                })?
+            }
+        };
+        let Some(GpuItem::Launch(l)) = self.items.get_mut(p.item) else { unreachable!("checked above") };
+        l.kernel = kernel;
+        (l.grid, l.block, l.smem) = (g.grid, g.block, g.smem);
+        l.args.push(Arg::Out(*to));
+        Ok(true)
     }
 
     /// A half-precision copy of the f32 weight at `b` (made once).
@@ -508,11 +583,22 @@ impl<'a> Tr<'a, '_> {
         let lda = a_rows(&spec).ok_or("internal error: wgmma on an A it cannot read")?;
         let (m, k) = (spec.m, spec.k);
         let half = if p == WgPrecision::Bf16 { Scalar::BF16 } else { Scalar::F16 };
-        let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at, len: m * k * 2 };
-        self.scratch_len = self.scratch_len.max(scratch.len);
         // Consecutive GEMMs on one activation (attention's Q, K and V
         // projections) share one conversion.
         let key = (a, lda, m, k, half);
+        if self.converted != Some(key) {
+            // The other slot than the last copy's: a GEMM that read that
+            // one may be the producer writing this one.
+            self.slot = 1 - self.slot;
+        }
+        if m * k * 2 > self.slot_bytes {
+            return Err("internal error: a half copy larger than its scratch slot".to_string());
+        }
+        let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at + self.slot * self.slot_bytes, len: m * k * 2 };
+        self.scratch_len = self.scratch_len.max(self.slot * self.slot_bytes + scratch.len);
+        if self.converted != Some(key) && self.copy_from_producer(&a, lda == k && a.len == m * k * 4, half, &scratch)? {
+            self.converted = Some(key);
+        }
         if self.converted != Some(key) {
             let cast = PointwiseKernel {
                 name: format!("cvt_{:016x}", fnv(&format!("{m}|{k}|{lda}|{half:?}"))),
@@ -559,6 +645,10 @@ impl<'a> Tr<'a, '_> {
             args.extend(extra.iter().map(|b| Arg::In(*b)));
         }
         self.launch(kern, args, origin);
+        if spec.c_strides[1] == spec.n {
+            let item = self.items.len() - 1;
+            self.producer = Some(Producer { item, out: c, remake: Remake::Wgmma(spec, p, tile, e.cloned()) });
+        }
         Ok(())
     }
 
@@ -721,6 +811,8 @@ impl<'a> Tr<'a, '_> {
                 args.extend(beta.map(Arg::In));
                 args.push(Arg::Out(*y));
                 self.launch(k, args, origin);
+                let item = self.items.len() - 1;
+                self.producer = Some(Producer { item, out: *y, remake: Remake::LayerNorm(p) });
                 Ok(())
             }
             Step::Attention {
@@ -753,6 +845,8 @@ impl<'a> Tr<'a, '_> {
                 args.extend(mask.map(Arg::In));
                 args.push(Arg::Out(*y));
                 self.launch(kern, args, origin);
+                let item = self.items.len() - 1;
+                self.producer = Some(Producer { item, out: *y, remake: Remake::Attention(spec, p) });
                 Ok(())
             }
             Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
@@ -991,6 +1085,9 @@ pub fn translate_tuned(
         scratch_at: lowered.arena_bytes.div_ceil(256) * 256,
         scratch_len: 0,
         converted: None,
+        slot: 1,
+        slot_bytes: half_slot_bytes(&steps),
+        producer: None,
     };
     let mut i = 0;
     while i < steps.len() {
@@ -1001,7 +1098,17 @@ pub fn translate_tuned(
         tr.step(step, origin, fused.as_ref()).map_err(|e| format!("{origin}: {e}"))?;
         i += if fused.is_some() { 2 } else { 1 };
     }
-    let n = tr.made.len();
+    // Kernels a launch stopped naming (a producer remade with a half copy).
+    let used: std::collections::HashSet<String> = tr
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            GpuItem::Launch(l) => Some(l.kernel.clone()),
+            GpuItem::Host { .. } => None,
+        })
+        .collect();
+    tr.m.retain_kernels(|k| used.contains(k));
+    let n = used.len();
     if tr.scratch_len > 0 {
         lowered.arena_bytes = tr.scratch_at + tr.scratch_len;
     }

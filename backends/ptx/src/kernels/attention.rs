@@ -54,7 +54,7 @@ mod simt;
 mod tc;
 
 use crate::irtext::{Body, ModuleText, check_entry_name};
-use crate::kernels::Geometry;
+use crate::kernels::{Geometry, HalfCopy};
 use crate::target::Sm;
 
 /// The largest `d` and `dv` the kernels handle.
@@ -102,6 +102,19 @@ pub fn attention(
     precision: AttnPrecision,
     sm: Sm,
 ) -> Result<Geometry, String> {
+    attention_with(m, name, spec, precision, sm, None)
+}
+
+/// [`attention`] that also writes a [`HalfCopy`] of y through one more
+/// parameter after the others, when `half` asks for it.
+pub fn attention_with(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &AttentionSpec,
+    precision: AttnPrecision,
+    sm: Sm,
+    half: Option<HalfCopy>,
+) -> Result<Geometry, String> {
     check_entry_name(name)?;
     check(spec)?;
     let rows = match precision {
@@ -123,9 +136,10 @@ pub fn attention(
             "attention needs {blocks} blocks, more than a grid holds"
         ));
     }
-    let params = 4 + usize::from(s.mask.is_some());
+    let params = 4 + usize::from(s.mask.is_some()) + usize::from(half.is_some());
     if blocks == 0 || s.dv == 0 {
         let mut e = Emit::new();
+        e.half = half.map(|h| (h, format!("%p{}", params - 1)));
         e.ins("ret void");
         m.func(e.finish(name, params));
         return Ok(Geometry {
@@ -135,6 +149,7 @@ pub fn attention(
         });
     }
     let mut e = Emit::new();
+    e.half = half.map(|h| (h, format!("%p{}", params - 1)));
     let smem = match precision {
         AttnPrecision::F32 => simt::emit(m, &mut e, s, tiles),
         AttnPrecision::F16 => tc::emit(m, &mut e, s, tiles, false),
@@ -201,6 +216,8 @@ pub(super) struct Emit {
     next_alloca: u32,
     /// Extra function attributes (text after `nvvm.maxntid`).
     attrs: String,
+    /// Stores of y also write a half copy through this parameter.
+    half: Option<(HalfCopy, String)>,
 }
 
 impl Emit {
@@ -210,6 +227,17 @@ impl Emit {
             allocas: String::new(),
             next_alloca: 0,
             attrs: String::new(),
+            half: None,
+        }
+    }
+
+    /// Stores f32 `y` at element `off` of y (parameter `yp`), and of the
+    /// half copy when the kernel writes one.
+    fn store_y(&mut self, y: &str, yp: usize, off: &str) {
+        let p = self.gptr(yp, off);
+        self.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+        if let Some((h, hp)) = self.half.clone() {
+            h.store(&mut self.b, y, &hp, off);
         }
     }
 
@@ -294,9 +322,11 @@ impl Emit {
     }
 
     fn finish(self, name: &str, params: usize) -> String {
+        // The outputs are last: y, then the half copy.
+        let inputs = params - 1 - usize::from(self.half.is_some());
         let ps: Vec<String> = (0..params)
             .map(|i| {
-                let ro = if i + 1 < params { " readonly" } else { "" };
+                let ro = if i < inputs { " readonly" } else { "" };
                 format!("ptr addrspace(1) noalias{ro} %p{i}")
             })
             .collect();

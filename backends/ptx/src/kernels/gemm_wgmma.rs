@@ -77,7 +77,7 @@ mod epilogue;
 mod mainloop;
 
 use super::gemm_epilogue::{self, EpiFn};
-use super::{AMode, GemmEpilogue, GemmSpec, Geometry};
+use super::{AMode, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
 use crate::irtext::{Body, ModuleText, check_entry_name};
 use crate::target::Sm;
 
@@ -248,7 +248,27 @@ pub fn gemm_wgmma_tile(
     sm: Sm,
     tile: WgTile,
 ) -> Result<Geometry, String> {
+    gemm_wgmma_with(m, name, spec, prec, epi, sm, tile, None)
+}
+
+/// [`gemm_wgmma_tile`] that also writes a [`HalfCopy`] of C through one
+/// more parameter after all others, when `half` asks for it (C must then
+/// be dense: `c_strides[1] == n`).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_wgmma_with(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &GemmSpec,
+    prec: WgPrecision,
+    epi: Option<&GemmEpilogue>,
+    sm: Sm,
+    tile: WgTile,
+    half: Option<HalfCopy>,
+) -> Result<Geometry, String> {
     check_entry_name(name)?;
+    if half.is_some() && spec.c_strides[1] != spec.n {
+        return Err("a half copy of C needs a dense C".to_string());
+    }
     if sm != Sm::Sm90a {
         return Err(format!(
             "the wgmma gemm needs sm_90a (wgmma.mma_async), target is {sm}"
@@ -273,7 +293,10 @@ pub fn gemm_wgmma_tile(
     }
     // The epilogue's operands `%e1 …` after C; its helper is defined also
     // for the empty kernel.
-    let (sig, epi_fn) = gemm_epilogue::params(m, name, spec, epi)?;
+    let (mut sig, epi_fn) = gemm_epilogue::params(m, name, spec, epi)?;
+    if half.is_some() {
+        sig.push("ptr addrspace(1) noalias %h".to_string());
+    }
     let empty = spec.m == 0 || spec.n == 0;
     let body = if empty {
         "  ret void\n".to_string()
@@ -289,6 +312,7 @@ pub fn gemm_wgmma_tile(
             ntm,
             ntn,
             epi: epi_fn,
+            half,
             acc: String::new(),
             tid: String::new(),
             bm0: String::new(),
@@ -367,6 +391,8 @@ struct Gen<'a> {
     ntn: u64,
     /// The epilogue's helper and its operands' strides `[b, i, j]`.
     epi: Option<EpiFn>,
+    /// Stores of C also write a half copy through `%h`.
+    half: Option<HalfCopy>,
     acc: String,
     tid: String,
     bm0: String,

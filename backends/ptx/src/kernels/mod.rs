@@ -35,6 +35,44 @@ pub mod gemm_wgmma;
 pub mod index;
 pub mod rows;
 
+/// A half-precision copy of a kernel's f32 output that the kernel writes
+/// beside it, so that a following `wgmma` GEMM reading that output as A
+/// needs no conversion launch: a last pointer parameter (after all
+/// others), element `o` of the output also stored at element `o` of it,
+/// rounded as the pointwise conversion rounds (to nearest even; a NaN
+/// stays a NaN).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HalfCopy {
+    F16,
+    Bf16,
+}
+
+impl HalfCopy {
+    /// Stores f32 `x` as 16 bits at element `off` (i64) of `param`.
+    pub(crate) fn store(self, b: &mut crate::irtext::Body, x: &str, param: &str, off: &str) {
+        let bits = match self {
+            HalfCopy::F16 => {
+                let h = b.v(format!("fptrunc float {x} to half"));
+                b.v(format!("bitcast half {h} to i16"))
+            }
+            HalfCopy::Bf16 => {
+                let bits = b.v(format!("bitcast float {x} to i32"));
+                let hi = b.v(format!("lshr i32 {bits}, 16"));
+                let lsb = b.v(format!("and i32 {hi}, 1"));
+                let bias = b.v(format!("add i32 {lsb}, 32767"));
+                let r = b.v(format!("add i32 {bits}, {bias}"));
+                let r = b.v(format!("lshr i32 {r}, 16"));
+                let quiet = b.v(format!("or i32 {hi}, 64"));
+                let nan = b.v(format!("fcmp uno float {x}, 0.0"));
+                let h = b.v(format!("select i1 {nan}, i32 {quiet}, i32 {r}"));
+                b.v(format!("trunc i32 {h} to i16"))
+            }
+        };
+        let p = b.v(format!("getelementptr i16, ptr addrspace(1) {param}, i64 {off}"));
+        b.ins(format!("store i16 {bits}, ptr addrspace(1) {p}, align 2"));
+    }
+}
+
 /// How a generated kernel must be launched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {

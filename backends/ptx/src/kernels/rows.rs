@@ -62,6 +62,6 @@ mod pool;
 mod reduce;
 mod row;
 
-pub use norm::{layer_norm, softmax};
+pub use norm::{layer_norm, layer_norm_with, softmax};
 pub use pool::pool;
 pub use reduce::reduce;

@@ -10,7 +10,8 @@
 //! their specs there for `tests/gpu_checks/attention.py`.
 
 use aoc_backend_ptx::kernels::Geometry;
-use aoc_backend_ptx::kernels::attention::{AttentionSpec, AttnPrecision, attention};
+use aoc_backend_ptx::kernels::HalfCopy;
+use aoc_backend_ptx::kernels::attention::{AttentionSpec, AttnPrecision, attention, attention_with};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 
 use super::host_sim::{Mem, with_jit};
@@ -416,4 +417,39 @@ fn attention_f32_runs_masks_and_no_keys() {
     run_case("attn_run_rowmask", &s, Some(mask));
     // No keys: Y = 0.
     run_case("attn_run_nokeys", &spec(2, 2, 3, 0, 4, 5), None);
+}
+
+/// The half copy of y (for a following `wgmma` GEMM) holds each element
+/// of y rounded to nearest even, at y's element offsets, f16 and bf16;
+/// elements y does not define stay untouched.
+#[test]
+fn attention_half_copy_is_y_rounded() {
+    let mut s = spec(2, 3, 40, 37, 64, 64);
+    (s.q, s.k, s.v, s.y) = (bshf(3, 40, 64), bshf(3, 37, 64), bshf(3, 37, 64), bshf(3, 40, 64));
+    for h in [HalfCopy::F16, HalfCopy::Bf16] {
+        let name = format!("attn_half_{h:?}").to_lowercase();
+        let mut m = ModuleText::new();
+        let g = attention_with(&mut m, &name, &s, AttnPrecision::F32, Sm::Sm86, Some(h)).unwrap();
+        let ir = m.finish().replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
+        let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
+        let q = values(span(s.q, ext(s.sq, s.d)), 1);
+        let k = values(span(s.k, ext(s.sk, s.d)), 2);
+        let v = values(span(s.v, ext(s.sk, s.dv)), 3);
+        let n = span(s.y, ext(s.sq, s.dv));
+        let mut bufs = vec![Mem::from_f32s(&q), Mem::from_f32s(&k), Mem::from_f32s(&v)];
+        bufs.push(Mem::from_f32s(&vec![7.5; n]));
+        bufs.push(Mem::new(&vec![0xAB; 2 * n], 0));
+        let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
+        with_jit(&ir, |run| run(&name, g, &mut refs));
+        let y = bufs[3].to_f32s();
+        let copy: Vec<u16> = bufs[4].bytes().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+        assert_eq!(copy.len(), n);
+        for (o, (&x, &c)) in y.iter().zip(&copy).enumerate() {
+            let want = match h {
+                HalfCopy::F16 => half::f16::from_f32(x).to_bits(),
+                HalfCopy::Bf16 => half::bf16::from_f32(x).to_bits(),
+            };
+            assert_eq!(c, want, "{name}: element {o}: y = {x}");
+        }
+    }
 }

@@ -407,3 +407,24 @@ fn pool_checks_its_geometry() {
     let ir = m.finish();
     assert!(ir.contains("@p0(") && !ir.contains("@p1("), "{ir}");
 }
+
+/// Layer norm with a half copy of y: one more pointer and a 16-bit store
+/// beside each f32 store, for register rows and streamed ones.
+#[test]
+fn layer_norm_half_copy() {
+    use aoc_backend_ptx::kernels::HalfCopy;
+    let mut m = ModuleText::new();
+    rows::layer_norm(&mut m, "ln_plain", 64, 768, 1e-5, true, true).unwrap();
+    rows::layer_norm_with(&mut m, "ln_half", 64, 768, 1e-5, true, true, Some(HalfCopy::F16)).unwrap();
+    rows::layer_norm_with(&mut m, "ln_half_long", 3, 20000, 1e-5, true, false, Some(HalfCopy::Bf16)).unwrap();
+    let ptx = lower_all(&m.finish(), "rows_layer_norm_half");
+    assert_eq!(entry(&ptx, "ln_half").matches(".param .u64").count(), 5);
+    assert_eq!(entry(&ptx, "ln_half_long").matches(".param .u64").count(), 4);
+    for name in ["ln_half", "ln_half_long"] {
+        let b = entry(&ptx, name);
+        let f32_stores = b.matches("st.global.f32").count() + b.matches("st.global.b32").count();
+        let b16 = b.matches("st.global.b16").count() + b.matches("st.global.u16").count();
+        assert!(f32_stores > 0 && b16 == f32_stores, "{name}: {f32_stores} f32 stores, {b16} 16-bit");
+    }
+    assert_eq!(entry(&ptx, "ln_plain").matches("st.global.b16").count(), 0);
+}

@@ -388,8 +388,7 @@ pub(super) fn emit(m: &mut ModuleText, e: &mut Emit, s: &AttentionSpec, tiles: u
             };
             e.when(&ok, |e| {
                 let off = offset(e, yb, s.y, &row, &f, "true");
-                let p = e.gptr(blk.bases.len() - 1, &off);
-                e.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+                e.store_y(&y, blk.bases.len() - 1, &off);
             });
         }
     }

@@ -412,8 +412,7 @@ pub(super) fn emit(
             let row = rows[r / 2].clone();
             e.when(&ok, |e| {
                 let off = offset(e, yb, s.y, &row, &col, "true");
-                let p = e.gptr(ypi, &off);
-                e.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+                e.store_y(&y, ypi, &off);
             });
         }
     }

@@ -85,6 +85,13 @@ impl Gen<'_> {
                     };
                     let st = gemm_epilogue::c_store(&mut self.b, &ys, &p);
                     self.ins(st);
+                    if let Some(h) = self.half {
+                        // Element offsets in C are the copy's (C is dense).
+                        for (d, y) in ys.iter().enumerate() {
+                            let od = self.v(format!("add i64 {o}, {d}"));
+                            h.store(&mut self.b, y, "%h", &od);
+                        }
+                    }
                     self.b.br(&end);
                     self.b.place(&end);
                 }

@@ -19,7 +19,7 @@
 use aoc_runtime::plan::ReduceKind;
 
 use crate::irtext::{Body, ModuleText, check_entry_name, f32_lit};
-use crate::kernels::Geometry;
+use crate::kernels::{Geometry, HalfCopy};
 
 pub(super) const WARP: u64 = 32;
 /// Threads per block of the kernels over many independent rows/outputs.
@@ -58,10 +58,12 @@ impl Op {
 /// One kernel function being written.
 pub(super) struct Kernel<'m> {
     pub(super) m: &'m mut ModuleText,
-    b: Body,
+    pub(super) b: Body,
     name: String,
     /// The basic block being written (phis name their predecessors).
     cur: String,
+    /// Row stores also write a half copy through this parameter.
+    pub(super) half: Option<(HalfCopy, String)>,
 }
 
 impl<'m> Kernel<'m> {
@@ -72,6 +74,7 @@ impl<'m> Kernel<'m> {
             b: Body::new(),
             name: name.to_string(),
             cur: "entry".to_string(),
+            half: None,
         })
     }
 

@@ -15,7 +15,7 @@
 use super::kernel::{Kernel, Op};
 use super::row::{Elem, RowPlan};
 use crate::irtext::{ModuleText, f32_lit};
-use crate::kernels::Geometry;
+use crate::kernels::{Geometry, HalfCopy};
 use crate::pointwise::math::{self, MathFn};
 
 /// Softmax (`log`: log-softmax) over each `cols`-long row of the row-major
@@ -83,8 +83,24 @@ pub fn layer_norm(
     gamma: bool,
     beta: bool,
 ) -> Result<Geometry, String> {
+    layer_norm_with(m, name, rows, cols, epsilon, gamma, beta, None)
+}
+
+/// [`layer_norm`] that also writes a [`HalfCopy`] of `y` through one more
+/// parameter after `y`, when `half` asks for it.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_with(
+    m: &mut ModuleText,
+    name: &str,
+    rows: u64,
+    cols: u64,
+    epsilon: f32,
+    gamma: bool,
+    beta: bool,
+    half: Option<HalfCopy>,
+) -> Result<Geometry, String> {
     let mut k = Kernel::new(m, name)?;
-    let params = 2 + usize::from(gamma) + usize::from(beta);
+    let params = 2 + usize::from(gamma) + usize::from(beta) + usize::from(half.is_some());
     if rows == 0 || cols == 0 {
         return Ok(k.empty(params));
     }
@@ -115,7 +131,9 @@ pub fn layer_norm(
     k.m.declare("declare float @llvm.sqrt.f32(float)");
     let sq = k.v(format!("call float @llvm.sqrt.f32(float {ve})"));
     let rstd = k.v(format!("fdiv float 1.0, {sq}"));
-    k.row_write(&r, &mut src, &format!("%p{}", params - 1), |k, e| {
+    let y = params - 1 - usize::from(half.is_some());
+    k.half = half.map(|h| (h, format!("%p{}", params - 1)));
+    k.row_write(&r, &mut src, &format!("%p{y}"), |k, e| {
         let d = d(k, e);
         let t = k.v(format!("fsub float {d}, {delta}"));
         let mut o = k.v(format!("fmul float {t}, {rstd}"));

@@ -333,6 +333,9 @@ impl Kernel<'_> {
         self.if_then(&cond, |k| {
             let o = k.v(format!("add i64 {off}, {c}"));
             k.store(val, p, "i64", &o);
+            if let Some((h, hp)) = k.half.clone() {
+                h.store(&mut k.b, val, &hp, &o);
+            }
         });
     }
 
