@@ -133,6 +133,9 @@ struct Tr<'a, 't> {
     /// The last launch, when its kernel can also write a half copy of its
     /// output for a `wgmma` GEMM that reads that output next.
     producer: Option<Producer>,
+    /// The plan's steps and the index of the one being translated.
+    steps: &'a [Step],
+    step_at: usize,
 }
 
 /// A launch whose kernel can write a [`HalfCopy`] of its f32 output.
@@ -275,6 +278,34 @@ fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&
     k
 }
 
+/// Whether one of `steps` (in order) reads a byte of the arena range `a`
+/// before one overwrites all of it; always for a range outside the arena
+/// (an output must be written).
+fn read_later(steps: &[Step], a: &Buf) -> bool {
+    if a.space != Space::Arena {
+        return true;
+    }
+    for s in steps {
+        let (mut read, mut covered) = (false, false);
+        s.clone().visit_bufs(|b, write| {
+            if overlaps(b, a) {
+                if !write {
+                    read = true;
+                } else if b.offset <= a.offset && a.offset + a.len <= b.offset + b.len {
+                    covered = true;
+                }
+            }
+        });
+        if read {
+            return true;
+        }
+        if covered {
+            return false;
+        }
+    }
+    false
+}
+
 /// Bytes of a scratch slot that holds a half copy of any activation of
 /// `steps`: half the largest activation buffer a step names (arena,
 /// input or output), in 256-byte units.
@@ -357,7 +388,9 @@ impl<'a> Tr<'a, '_> {
         if !dense || p.out != *a || p.item + 1 != self.items.len() || reads_slot {
             return Ok(false);
         }
-        let h = if half == Scalar::BF16 { HalfCopy::Bf16 } else { HalfCopy::F16 };
+        // Without later readers of the f32 output, only the copy is stored.
+        let keep_f32 = read_later(&self.steps[self.step_at + 1..], a);
+        let h = HalfCopy { bf16: half == Scalar::BF16, keep_f32 };
         let sm = self.sm;
         let (kernel, g) = match &p.remake {
             Remake::LayerNorm(q) => {
@@ -1088,10 +1121,13 @@ pub fn translate_tuned(
         slot: 1,
         slot_bytes: half_slot_bytes(&steps),
         producer: None,
+        steps: &steps,
+        step_at: 0,
     };
     let mut i = 0;
     while i < steps.len() {
         let (step, origin) = (&steps[i], &origins[i]);
+        tr.step_at = i;
         let fused = gemm_output(step)
             .zip(steps.get(i + 1))
             .and_then(|((c, m, n), next)| fusable_epilogue(&c, m, n, next, &tr.pointwise));

@@ -234,8 +234,10 @@ impl Emit {
     /// Stores f32 `y` at element `off` of y (parameter `yp`), and of the
     /// half copy when the kernel writes one.
     fn store_y(&mut self, y: &str, yp: usize, off: &str) {
-        let p = self.gptr(yp, off);
-        self.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+        if self.half.as_ref().is_none_or(|(h, _)| h.keep_f32) {
+            let p = self.gptr(yp, off);
+            self.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+        }
         if let Some((h, hp)) = self.half.clone() {
             h.store(&mut self.b, y, &hp, off);
         }

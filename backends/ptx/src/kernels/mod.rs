@@ -40,36 +40,52 @@ pub mod rows;
 /// needs no conversion launch: a last pointer parameter (after all
 /// others), element `o` of the output also stored at element `o` of it,
 /// rounded as the pointwise conversion rounds (to nearest even; a NaN
-/// stays a NaN).
+/// stays a NaN). Without `keep_f32` (nothing else reads the f32 output)
+/// only the copy is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HalfCopy {
-    F16,
-    Bf16,
+pub struct HalfCopy {
+    pub bf16: bool,
+    pub keep_f32: bool,
 }
 
 impl HalfCopy {
+    pub const F16: HalfCopy = HalfCopy { bf16: false, keep_f32: true };
+    pub const BF16: HalfCopy = HalfCopy { bf16: true, keep_f32: true };
+
+    /// f32 `x` as the half type's 16 bits (an i16 value).
+    fn bits(self, b: &mut crate::irtext::Body, x: &str) -> String {
+        if !self.bf16 {
+            let h = b.v(format!("fptrunc float {x} to half"));
+            return b.v(format!("bitcast half {h} to i16"));
+        }
+        let bits = b.v(format!("bitcast float {x} to i32"));
+        let hi = b.v(format!("lshr i32 {bits}, 16"));
+        let lsb = b.v(format!("and i32 {hi}, 1"));
+        let bias = b.v(format!("add i32 {lsb}, 32767"));
+        let r = b.v(format!("add i32 {bits}, {bias}"));
+        let r = b.v(format!("lshr i32 {r}, 16"));
+        let quiet = b.v(format!("or i32 {hi}, 64"));
+        let nan = b.v(format!("fcmp uno float {x}, 0.0"));
+        let h = b.v(format!("select i1 {nan}, i32 {quiet}, i32 {r}"));
+        b.v(format!("trunc i32 {h} to i16"))
+    }
+
     /// Stores f32 `x` as 16 bits at element `off` (i64) of `param`.
     pub(crate) fn store(self, b: &mut crate::irtext::Body, x: &str, param: &str, off: &str) {
-        let bits = match self {
-            HalfCopy::F16 => {
-                let h = b.v(format!("fptrunc float {x} to half"));
-                b.v(format!("bitcast half {h} to i16"))
-            }
-            HalfCopy::Bf16 => {
-                let bits = b.v(format!("bitcast float {x} to i32"));
-                let hi = b.v(format!("lshr i32 {bits}, 16"));
-                let lsb = b.v(format!("and i32 {hi}, 1"));
-                let bias = b.v(format!("add i32 {lsb}, 32767"));
-                let r = b.v(format!("add i32 {bits}, {bias}"));
-                let r = b.v(format!("lshr i32 {r}, 16"));
-                let quiet = b.v(format!("or i32 {hi}, 64"));
-                let nan = b.v(format!("fcmp uno float {x}, 0.0"));
-                let h = b.v(format!("select i1 {nan}, i32 {quiet}, i32 {r}"));
-                b.v(format!("trunc i32 {h} to i16"))
-            }
-        };
+        let bits = self.bits(b, x);
         let p = b.v(format!("getelementptr i16, ptr addrspace(1) {param}, i64 {off}"));
         b.ins(format!("store i16 {bits}, ptr addrspace(1) {p}, align 2"));
+    }
+
+    /// Stores `x0`, `x1` at elements `off`, `off + 1` of `param` as one
+    /// 4-byte store (`off` even, `param` 4-byte aligned).
+    pub(crate) fn store_pair(self, b: &mut crate::irtext::Body, [x0, x1]: [&str; 2], param: &str, off: &str) {
+        let lo = self.bits(b, x0);
+        let hi = self.bits(b, x1);
+        let v = b.v(format!("insertelement <2 x i16> poison, i16 {lo}, i32 0"));
+        let v = b.v(format!("insertelement <2 x i16> {v}, i16 {hi}, i32 1"));
+        let p = b.v(format!("getelementptr i16, ptr addrspace(1) {param}, i64 {off}"));
+        b.ins(format!("store <2 x i16> {v}, ptr addrspace(1) {p}, align 4"));
     }
 }
 

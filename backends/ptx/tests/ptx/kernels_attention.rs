@@ -421,35 +421,37 @@ fn attention_f32_runs_masks_and_no_keys() {
 
 /// The half copy of y (for a following `wgmma` GEMM) holds each element
 /// of y rounded to nearest even, at y's element offsets, f16 and bf16;
-/// elements y does not define stay untouched.
+/// without `keep_f32` y itself is left untouched and the copy is the same.
 #[test]
 fn attention_half_copy_is_y_rounded() {
     let mut s = spec(2, 3, 40, 37, 64, 64);
     (s.q, s.k, s.v, s.y) = (bshf(3, 40, 64), bshf(3, 37, 64), bshf(3, 37, 64), bshf(3, 40, 64));
-    for h in [HalfCopy::F16, HalfCopy::Bf16] {
-        let name = format!("attn_half_{h:?}").to_lowercase();
+    let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
+    let q = values(span(s.q, ext(s.sq, s.d)), 1);
+    let k = values(span(s.k, ext(s.sk, s.d)), 2);
+    let v = values(span(s.v, ext(s.sk, s.dv)), 3);
+    let n = span(s.y, ext(s.sq, s.dv));
+    let run = |h: HalfCopy| -> (Vec<f32>, Vec<u16>) {
+        let name = format!("attn_half_{}_{}", u8::from(h.bf16), u8::from(h.keep_f32));
         let mut m = ModuleText::new();
         let g = attention_with(&mut m, &name, &s, AttnPrecision::F32, Sm::Sm86, Some(h)).unwrap();
         let ir = m.finish().replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
-        let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
-        let q = values(span(s.q, ext(s.sq, s.d)), 1);
-        let k = values(span(s.k, ext(s.sk, s.d)), 2);
-        let v = values(span(s.v, ext(s.sk, s.dv)), 3);
-        let n = span(s.y, ext(s.sq, s.dv));
         let mut bufs = vec![Mem::from_f32s(&q), Mem::from_f32s(&k), Mem::from_f32s(&v)];
         bufs.push(Mem::from_f32s(&vec![7.5; n]));
         bufs.push(Mem::new(&vec![0xAB; 2 * n], 0));
         let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
         with_jit(&ir, |run| run(&name, g, &mut refs));
-        let y = bufs[3].to_f32s();
-        let copy: Vec<u16> = bufs[4].bytes().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-        assert_eq!(copy.len(), n);
-        for (o, (&x, &c)) in y.iter().zip(&copy).enumerate() {
-            let want = match h {
-                HalfCopy::F16 => half::f16::from_f32(x).to_bits(),
-                HalfCopy::Bf16 => half::bf16::from_f32(x).to_bits(),
-            };
-            assert_eq!(c, want, "{name}: element {o}: y = {x}");
-        }
+        let copy = bufs[4].bytes().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+        (bufs[3].to_f32s(), copy)
+    };
+    let (y, f16) = run(HalfCopy::F16);
+    let (y2, bf16) = run(HalfCopy::BF16);
+    assert_eq!(y, y2);
+    for (o, &x) in y.iter().enumerate() {
+        assert_eq!(f16[o], half::f16::from_f32(x).to_bits(), "f16 copy of element {o}: y = {x}");
+        assert_eq!(bf16[o], half::bf16::from_f32(x).to_bits(), "bf16 copy of element {o}: y = {x}");
     }
+    let (untouched, only) = run(HalfCopy { keep_f32: false, ..HalfCopy::F16 });
+    assert!(untouched.iter().all(|&x| x == 7.5), "y written without keep_f32");
+    assert_eq!(only, f16);
 }

@@ -447,9 +447,9 @@ fn gemm_wgmma_pack_b_layout() {
     }
 }
 
-/// The half-copy form (for a following `wgmma` GEMM): one more pointer, a
-/// 16-bit store beside every f32 store of C, and it assembles; a strided C
-/// is refused.
+/// The half-copy form (for a following `wgmma` GEMM): one more pointer,
+/// 16-bit stores beside the f32 stores of C (only those without
+/// `keep_f32`), and it assembles; a strided C is refused.
 #[test]
 fn gemm_wgmma_half_copy() {
     use aoc_backend_ptx::kernels::HalfCopy;
@@ -457,25 +457,29 @@ fn gemm_wgmma_half_copy() {
     let s = spec(300, 768, 256, 256, 768);
     let e = residual(&s);
     let mut m = ModuleText::new();
-    for (name, h) in [("wg_half_f16", HalfCopy::F16), ("wg_half_bf16", HalfCopy::Bf16)] {
+    let only = HalfCopy { keep_f32: false, ..HalfCopy::F16 };
+    for (name, h) in [("wg_half_f16", HalfCopy::F16), ("wg_half_bf16", HalfCopy::BF16), ("wg_half_only", only)] {
         gemm_wgmma_with(&mut m, name, &s, WgPrecision::F16, Some(&e), Sm::Sm90a, WgTile::NARROW, Some(h)).unwrap();
     }
     gemm_wgmma_tile(&mut m, "wg_plain", &s, WgPrecision::F16, Some(&e), Sm::Sm90a, WgTile::NARROW).unwrap();
     let ptx = ir_to_ptx(&m.finish(), Sm::Sm90a).unwrap();
-    let plain = super::entry(&ptx, "wg_plain");
+    let stores = |name: &str| {
+        let b = super::entry(&ptx, name);
+        let wide = b.matches("st.global.v2.f32").count() + b.matches("st.global.v2.b32").count();
+        let half = b.matches("st.global.b16").count() + b.matches("st.global.v2.b16").count() + b.matches("st.global.b32").count();
+        (b.matches(".param .u64").count(), wide, half)
+    };
+    let (params, wide, half) = stores("wg_plain");
+    assert!(wide > 0 && half == 0, "{wide} {half}");
     for name in ["wg_half_f16", "wg_half_bf16"] {
-        let body = super::entry(&ptx, name);
-        assert_eq!(body.matches(".param .u64").count(), plain.matches(".param .u64").count() + 1, "{name}");
-        let f32_stores = 2 * (body.matches("st.global.v2.f32").count() + body.matches("st.global.v2.b32").count())
-            + body.matches("st.global.f32").count()
-            + body.matches("st.global.b32").count();
-        let b16 = body.matches("st.global.b16").count() + body.matches("st.global.u16").count();
-        assert!(f32_stores > 0 && b16 == f32_stores, "{name}: {f32_stores} f32 stores, {b16} 16-bit");
+        assert_eq!(stores(name), (params + 1, wide, wide), "{name}");
     }
+    assert_eq!(stores("wg_half_only"), (params + 1, 0, wide));
     if let Ok(x) = super::find_ptxas() {
         super::assemble(&x, &ptx, Sm::Sm90a, "gemm_wgmma_half");
     }
     let mut strided = s;
     strided.c_strides = [0, 1024, 1];
-    assert!(gemm_wgmma_with(&mut ModuleText::new(), "wg_bad", &strided, WgPrecision::F16, None, Sm::Sm90a, WgTile::NARROW, Some(HalfCopy::F16)).is_err());
+    let bad = gemm_wgmma_with(&mut ModuleText::new(), "wg_bad", &strided, WgPrecision::F16, None, Sm::Sm90a, WgTile::NARROW, Some(HalfCopy::F16));
+    assert!(bad.is_err());
 }

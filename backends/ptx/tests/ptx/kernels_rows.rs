@@ -416,7 +416,7 @@ fn layer_norm_half_copy() {
     let mut m = ModuleText::new();
     rows::layer_norm(&mut m, "ln_plain", 64, 768, 1e-5, true, true).unwrap();
     rows::layer_norm_with(&mut m, "ln_half", 64, 768, 1e-5, true, true, Some(HalfCopy::F16)).unwrap();
-    rows::layer_norm_with(&mut m, "ln_half_long", 3, 20000, 1e-5, true, false, Some(HalfCopy::Bf16)).unwrap();
+    rows::layer_norm_with(&mut m, "ln_half_long", 3, 20000, 1e-5, true, false, Some(HalfCopy::BF16)).unwrap();
     let ptx = lower_all(&m.finish(), "rows_layer_norm_half");
     assert_eq!(entry(&ptx, "ln_half").matches(".param .u64").count(), 5);
     assert_eq!(entry(&ptx, "ln_half_long").matches(".param .u64").count(), 4);

@@ -83,14 +83,15 @@ impl Gen<'_> {
                     } else {
                         xs[mine].to_vec()
                     };
-                    let st = gemm_epilogue::c_store(&mut self.b, &ys, &p);
-                    self.ins(st);
-                    if let Some(h) = self.half {
-                        // Element offsets in C are the copy's (C is dense).
-                        for (d, y) in ys.iter().enumerate() {
-                            let od = self.v(format!("add i64 {o}, {d}"));
-                            h.store(&mut self.b, y, "%h", &od);
-                        }
+                    if self.half.is_none_or(|h| h.keep_f32) {
+                        let st = gemm_epilogue::c_store(&mut self.b, &ys, &p);
+                        self.ins(st);
+                    }
+                    // Element offsets in C are the copy's (C is dense).
+                    match (self.half, ys.as_slice()) {
+                        (Some(h), [y0, y1]) => h.store_pair(&mut self.b, [y0, y1], "%h", &o),
+                        (Some(h), [y]) => h.store(&mut self.b, y, "%h", &o),
+                        _ => {}
                     }
                     self.b.br(&end);
                     self.b.place(&end);

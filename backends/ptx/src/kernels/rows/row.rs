@@ -332,8 +332,11 @@ impl Kernel<'_> {
         let off = r.off.clone();
         self.if_then(&cond, |k| {
             let o = k.v(format!("add i64 {off}, {c}"));
-            k.store(val, p, "i64", &o);
-            if let Some((h, hp)) = k.half.clone() {
+            let half = k.half.clone();
+            if half.as_ref().is_none_or(|(h, _)| h.keep_f32) {
+                k.store(val, p, "i64", &o);
+            }
+            if let Some((h, hp)) = half {
                 h.store(&mut k.b, val, &hp, &o);
             }
         });
