@@ -279,27 +279,39 @@ fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&
 }
 
 /// Whether one of `steps` (in order) reads a byte of the arena range `a`
-/// before one overwrites all of it; always for a range outside the arena
-/// (an output must be written).
+/// that no earlier one of them overwrote; always for a range outside the
+/// arena (an output must be written).
 fn read_later(steps: &[Step], a: &Buf) -> bool {
     if a.space != Space::Arena {
         return true;
     }
+    // The byte ranges of `a` still holding its values.
+    let mut live = vec![(a.offset, a.offset + a.len)];
     for s in steps {
-        let (mut read, mut covered) = (false, false);
+        let mut read = false;
+        let mut written = Vec::new();
         s.clone().visit_bufs(|b, write| {
-            if overlaps(b, a) {
-                if !write {
-                    read = true;
-                } else if b.offset <= a.offset && a.offset + a.len <= b.offset + b.len {
-                    covered = true;
-                }
+            if b.space != Space::Arena {
+                return;
+            }
+            let (lo, hi) = (b.offset, b.offset + b.len);
+            if write {
+                written.push((lo, hi));
+            } else if live.iter().any(|&(l, h)| lo < h && l < hi) {
+                read = true;
             }
         });
         if read {
             return true;
         }
-        if covered {
+        for (lo, hi) in written {
+            live = live
+                .into_iter()
+                .flat_map(|(l, h)| [(l, h.min(lo)), (l.max(hi), h)])
+                .filter(|(l, h)| l < h)
+                .collect();
+        }
+        if live.is_empty() {
             return false;
         }
     }
