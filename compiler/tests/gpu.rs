@@ -69,6 +69,8 @@ struct Model {
     inputs: Vec<String>,
     shapes: Vec<String>,
     quantized: bool,
+    /// The relative tolerance at bf16 when not the default 1e-2.
+    bf16_tolerance: Option<f64>,
 }
 
 fn models() -> Vec<Model> {
@@ -85,6 +87,7 @@ fn models() -> Vec<Model> {
             inputs: vec![d.join("input.npy").display().to_string()],
             shapes: vec![],
             quantized: text.contains("quant."),
+            bf16_tolerance: None,
         });
     }
     out
@@ -106,6 +109,7 @@ fn ocr_models() -> Vec<Model> {
             inputs: vec![format!("{input}=@random:{}", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))],
             shapes: vec![format!("{input}={}", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))],
             quantized: false,
+            bf16_tolerance: None,
         })
         .collect()
 }
@@ -312,6 +316,7 @@ fn check_on_gpu(m: &Model, target: &str, precision: &str) -> Result<(), Failed> 
     let tol = match (m.quantized, precision) {
         (true, _) => 0.1,
         (false, "fp32") => 1e-3,
+        (false, "bf16") => m.bf16_tolerance.unwrap_or(1e-2),
         _ => 1e-2,
     };
     for ((wn, w), (gn, g)) in want.iter().zip(&got) {
@@ -416,6 +421,7 @@ fn projections(d: &Path) -> Result<Model, Failed> {
         inputs: vec!["x=@random:8192x64".into()],
         shapes: vec![],
         quantized: false,
+        bf16_tolerance: None,
     })
 }
 
@@ -483,6 +489,7 @@ fn split_k_model(dir: &Path) -> Result<Model, Failed> {
         inputs: vec![format!("x=@random:{m}x{k}"), format!("r=@random:{m}x{n}")],
         shapes: vec![],
         quantized: false,
+        bf16_tolerance: None,
     })
 }
 
@@ -569,7 +576,10 @@ fn half_copies_model(dir: &Path, attention: bool) -> Result<Model, Failed> {
     t += &format!("  return %y : tensor<{m}x{e}xf32>\n}}\n");
     let file = dir.join(if attention { "half_copies.air" } else { "half_copies_short.air" });
     std::fs::write(&file, t)?;
-    Ok(Model { name: "half_copies".into(), file, inputs: vec![format!("x=@random:{m}x{d}")], shapes: vec![], quantized: false })
+    // 2 M outputs of two chained bf16 products: the largest error is a
+    // far tail of bf16's rounding (1.3e-2 of max|y| measured on an H200).
+    let bf16_tolerance = Some(2e-2);
+    Ok(Model { name: "half_copies".into(), file, inputs: vec![format!("x=@random:{m}x{d}")], shapes: vec![], quantized: false, bf16_tolerance })
 }
 
 /// The half copies replace the conversion launches of [`half_copies_model`].
