@@ -317,9 +317,12 @@ fn gemm_wgmma_geometry() {
     let g = gemm_wgmma(&mut m, "g_small", &small, f16, None, Sm::Sm90a).unwrap();
     assert_eq!(g.grid, [4 * 6, 1, 1]);
     // BERT-base at batch 32: n = 768 fills one wave with 128×192 tiles
-    // (128 blocks), n = 3072 three waves with 128×256 ones.
+    // (128 blocks); n = 3072 with k = 768 pairs 128×128 blocks (three
+    // stages) on each multiprocessor, k = 3072 does not.
     assert_eq!(choose_wg_tile(&spec(4096, 768, 768, 768, 768)), WgTile { bn: 192, stages: 4 });
-    assert_eq!(choose_wg_tile(&spec(4096, 3072, 768, 768, 3072)), WgTile::WIDE);
+    assert_eq!(choose_wg_tile(&spec(4096, 3072, 768, 768, 3072)), WgTile { bn: 128, stages: 3 });
+    assert_eq!(choose_wg_tile(&spec(4096, 3072, 3072, 3072, 3072)), WgTile::WIDE);
+    assert!(WgTile { bn: 128, stages: 3 }.smem_bytes() * 2 <= 227 * 1024);
     // m = 1: one tile row of four 128×256 tiles (no tile fills a wave).
     let g = gemm_wgmma(
         &mut m,
