@@ -12,7 +12,7 @@ use aoc_passes::lower::{LowerOptions, LowerReport, Lowered, lower};
 use aoc_runtime::artifact::ArtifactWriter;
 use aoc_runtime::gpu_plan::{GpuItem, PTX_BLOB};
 
-use crate::llvm::ir_to_ptx;
+use crate::llvm::ir_parts_to_ptx;
 use crate::target::Sm;
 use crate::translate::{Precision, Translated, Tuner, translate_tuned};
 
@@ -55,7 +55,7 @@ pub fn compile(
 ) -> Result<CompileOutput, Diagnostic> {
     let (lowered, t) = lowered_and_translated(func, weights, sm, precision, tuner)?;
     let err = |m: String| Diagnostic::error(m, func.loc.clone());
-    let ptx = ir_to_ptx(&t.llvm, sm).map_err(err)?;
+    let ptx = ir_parts_to_ptx(&t.llvm, &t.llvm_parts, sm).map_err(err)?;
     let mut w = ArtifactWriter::new(sm.name());
     for s in &lowered.inputs {
         w.input(&s.name, s.dtype.name(), &s.shape);
@@ -88,7 +88,7 @@ pub fn compile(
 pub fn emit_text(func: &Func, weights: &dyn WeightSource, sm: Sm, precision: Precision, ptx: bool) -> Result<String, Diagnostic> {
     let (_, t) = lowered_and_translated(func, weights, sm, precision, None)?;
     let body = if ptx {
-        ir_to_ptx(&t.llvm, sm).map_err(|m| Diagnostic::error(m, func.loc.clone()))?
+        ir_parts_to_ptx(&t.llvm, &t.llvm_parts, sm).map_err(|m| Diagnostic::error(m, func.loc.clone()))?
     } else {
         t.llvm.clone()
     };

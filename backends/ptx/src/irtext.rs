@@ -119,6 +119,34 @@ impl ModuleText {
 
     /// The whole module: target triple, declarations, helpers, kernels.
     pub fn finish(self) -> String {
+        self.text(self.funcs.iter())
+    }
+
+    /// The module as up to `parts` modules of about equal size, each with
+    /// every declaration and helper and some of the kernels (largest first
+    /// into the smallest part; each part keeps the kernels' order), for
+    /// code generation in parallel. The split depends only on the module
+    /// and `parts`, not on the machine.
+    pub fn split(&self, parts: usize) -> Vec<String> {
+        let parts = parts.clamp(1, self.funcs.len().max(1));
+        let mut order: Vec<usize> = (0..self.funcs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.funcs[i].len()));
+        let mut bins: Vec<(usize, Vec<usize>)> = vec![(0, Vec::new()); parts];
+        for i in order {
+            let b = (0..parts).min_by_key(|&b| (bins[b].0, b)).unwrap_or(0);
+            bins[b].0 += self.funcs[i].len();
+            bins[b].1.push(i);
+        }
+        bins.into_iter()
+            .filter(|(_, fs)| !fs.is_empty() || self.funcs.is_empty())
+            .map(|(_, mut fs)| {
+                fs.sort_unstable();
+                self.text(fs.into_iter().map(|i| &self.funcs[i]))
+            })
+            .collect()
+    }
+
+    fn text<'s>(&self, funcs: impl Iterator<Item = &'s String>) -> String {
         let mut out = String::from("target triple = \"nvptx64-nvidia-cuda\"\n\n");
         for d in &self.decls {
             out.push_str(d);
@@ -128,7 +156,7 @@ impl ModuleText {
             out.push('\n');
             out.push_str(h);
         }
-        for f in &self.funcs {
+        for f in funcs {
             out.push('\n');
             out.push_str(f);
         }

@@ -29,6 +29,6 @@ pub mod translate;
 
 pub use irtext::ModuleText;
 pub use gemm::{GemmOut, GemmTile, gemm_f16_llvm, gemm_f16_ptx};
-pub use llvm::ir_to_ptx;
+pub use llvm::{ir_parts_to_ptx, ir_to_ptx, join_ptx};
 pub use pointwise::{compile_ptx, pointwise_llvm};
 pub use target::Sm;

@@ -91,6 +91,9 @@ pub struct Translated {
     pub plan: GpuPlan,
     /// LLVM IR text of the module with every kernel.
     pub llvm: String,
+    /// The same module in parts for parallel code generation
+    /// (`llvm::ir_parts_to_ptx`).
+    pub llvm_parts: Vec<String>,
     /// Distinct kernels in the module.
     pub kernels: usize,
 }
@@ -152,6 +155,10 @@ enum Remake {
     Attention(AttentionSpec, AttnPrecision),
     Wgmma(GemmSpec, WgPrecision, WgTile, Option<GemmEpilogue>),
 }
+
+/// Parts a module is split into for code generation: the same on every
+/// machine (so the PTX is), enough for the cores of a GPU host.
+const CODEGEN_PARTS: usize = 8;
 
 /// `wgmma` pays for its conversion launch once the 128×128 tiles cover
 /// the GPU about once (an H200 has 132 multiprocessors).
@@ -1161,7 +1168,8 @@ pub fn translate_tuned(
         lowered.arena_bytes = tr.scratch_at + tr.scratch_len;
     }
     let plan = GpuPlan { items: tr.items, origins: tr.origins };
+    let llvm_parts = tr.m.split(CODEGEN_PARTS);
     let llvm = tr.m.finish();
     lowered.kernels = kernels;
-    Ok(Translated { plan, llvm, kernels: n })
+    Ok(Translated { plan, llvm, llvm_parts, kernels: n })
 }

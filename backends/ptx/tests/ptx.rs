@@ -589,3 +589,65 @@ fn pointwise_offsets_as_matrix_strides() {
     // Two broadcast dims merge too; a per-column operand still needs its split.
     assert_eq!(affine_over(&[2, 3, 4], &[0, 0, 1], 6, 4), Some([0, 1]));
 }
+
+/// A module split for parallel code generation lowers to one PTX module
+/// with every kernel once, one header, the shared-memory `.extern`s once,
+/// and the same kernel bodies as the whole module lowered at once; the
+/// split depends only on the module. Parts that both define a
+/// module-level symbol are not joined.
+#[test]
+fn split_code_generation_matches_the_whole_module() {
+    use aoc_backend_ptx::kernels::{attention, rows};
+    use aoc_backend_ptx::{ModuleText, ir_parts_to_ptx, ir_to_ptx, join_ptx};
+    let mut m = ModuleText::new();
+    for (i, cols) in [64u64, 768, 3000].into_iter().enumerate() {
+        rows::layer_norm(&mut m, &format!("ln{i}"), 128, cols, 1e-5, true, true).unwrap();
+        rows::softmax(&mut m, &format!("sm{i}"), 64, cols, false).unwrap();
+    }
+    let spec = attention::AttentionSpec {
+        batch: 2,
+        heads: 2,
+        sq: 70,
+        sk: 70,
+        d: 64,
+        dv: 64,
+        q: [8960, 4480, 64, 1],
+        k: [8960, 4480, 64, 1],
+        v: [8960, 4480, 64, 1],
+        y: [8960, 4480, 64, 1],
+        mask: None,
+        scale: 0.125,
+        aligned16: true,
+    };
+    attention::attention(&mut m, "attn", &spec, attention::AttnPrecision::F16, Sm::Sm86).unwrap();
+    let parts = m.split(4);
+    assert_eq!(parts, m.split(4), "the split is deterministic");
+    assert_eq!(parts.len(), 4);
+    let whole = m.finish();
+    let joined = ir_parts_to_ptx(&whole, &parts, Sm::Sm86).unwrap();
+    let alone = ir_to_ptx(&whole, Sm::Sm86).unwrap();
+    assert_eq!(joined.matches(".target sm_86").count(), 1);
+    assert_eq!(joined.matches(".extern .shared .align 16 .b8 aoc_smem[];").count(), 1);
+    let names = ["ln0", "ln1", "ln2", "sm0", "sm1", "sm2", "attn"];
+    for name in names {
+        assert_eq!(joined.matches(&format!(".entry {name}(")).count(), 1, "{name}");
+        // The text after the body names the next kernel, and block labels
+        // carry the function's index in its module (`$L__BB4_2`): both
+        // differ.
+        let body = |ptx| {
+            let e: &str = entry(ptx, name);
+            let mut out = String::new();
+            for (i, piece) in e[..e.rfind("\n}\n").expect("a body")].split("$L__BB").enumerate() {
+                out.push_str(if i == 0 { piece } else { piece.trim_start_matches(|c: char| c.is_ascii_digit()) });
+            }
+            out
+        };
+        assert_eq!(body(&joined), body(&alone), "{name}");
+    }
+    if let Ok(p) = find_ptxas() {
+        let report = assemble(&p, &joined, Sm::Sm86, "split");
+        assert_eq!(report.matches("Compiling entry function").count(), names.len(), "{report}");
+    }
+    let dup = "//\n.version 8.6\n.target sm_86\n.address_size 64\n\n.global .align 4 .b8 table[4];\n".to_string();
+    assert!(join_ptx(&[dup.clone(), dup]).is_none());
+}
