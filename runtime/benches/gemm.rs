@@ -3,7 +3,8 @@
 //! core's FMA peak measured in the same run with a register-only loop (12
 //! independent accumulators, no memory traffic).
 //!
-//! `cargo bench -p aoc-runtime --bench gemm [-- --threads N] [-- --quick]`
+//! `cargo bench -p aoc-runtime --bench gemm [-- --threads N] [-- --quick]
+//! [-- --shape M,N,K]` (`--shape`: that product alone, e.g. a model's layer).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -19,7 +20,15 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1usize);
     let quick = args.iter().any(|a| a == "--quick");
-    let sizes: &[usize] = if quick { &[512] } else { &[512, 1024, 2048] };
+    let shape: Option<[usize; 3]> = args.iter().position(|a| a == "--shape").and_then(|i| args.get(i + 1)).map(|s| {
+        let v: Vec<usize> = s.split(',').map(|x| x.parse().expect("--shape M,N,K")).collect();
+        [v[0], v[1], v[2]]
+    });
+    let sizes: Vec<[usize; 3]> = match shape {
+        Some(s) => vec![s],
+        None if quick => vec![[512; 3]],
+        None => vec![[512; 3], [1024; 3], [2048; 3]],
+    };
 
     println!("best isa: {}, threads: {threads}", Isa::best());
     let peak512 = peak(Isa::Avx512);
@@ -39,12 +48,12 @@ fn main() {
             println!("{isa:7} skipped: this cpu does not support it");
             continue;
         }
-        for &s in sizes {
-            if isa == Isa::Scalar && s > 512 {
+        for &[m, n, k] in &sizes {
+            if isa == Isa::Scalar && m * n * k > 512 * 512 * 512 {
                 continue; // minutes per run; 512³ shows its level
             }
-            let secs = time_gemm(isa, s, threads);
-            let gflops = 2.0 * (s as f64).powi(3) / secs / 1e9;
+            let secs = time_gemm(isa, [m, n, k], threads);
+            let gflops = 2.0 * (m * n * k) as f64 / secs / 1e9;
             let own = match isa {
                 Isa::Avx512 => peak512,
                 Isa::Avx2 => peak2,
@@ -55,10 +64,11 @@ fn main() {
                     format!("{:.1}%", 100.0 * gflops / (p * threads as f64))
                 })
             };
+            let size = if m == n && n == k { m.to_string() } else { format!("{m}x{n}x{k}") };
             println!(
-                "{:7} {:>5} {:>10.2} {:>9.1} {:>13} {:>14}",
+                "{:7} {:>5} {:>10.3} {:>9.1} {:>13} {:>14}",
                 isa.name(),
-                s,
+                size,
                 secs * 1e3,
                 gflops,
                 pct(own),
@@ -68,16 +78,16 @@ fn main() {
     }
 }
 
-/// Best time of several runs of an `s³` GEMM (overwrite, no epilogue).
-fn time_gemm(isa: Isa, s: usize, threads: usize) -> f64 {
-    let a: Vec<f32> = (0..s * s)
+/// Best time of several runs of an `m×n×k` GEMM (overwrite, no epilogue).
+fn time_gemm(isa: Isa, [m, n, k]: [usize; 3], threads: usize) -> f64 {
+    let a: Vec<f32> = (0..m * k)
         .map(|i| ((i * 7 % 13) as f32 - 6.0) * 0.1)
         .collect();
-    let b: Vec<f32> = (0..s * s)
+    let b: Vec<f32> = (0..k * n)
         .map(|i| ((i * 5 % 11) as f32 - 5.0) * 0.1)
         .collect();
-    let packed = pack_b(s, s, &b, s).unwrap();
-    let mut c = vec![0.0f32; s * s];
+    let packed = pack_b(k, n, &b, n).unwrap();
+    let mut c = vec![0.0f32; m * n];
     let opts = GemmOptions {
         isa: Some(isa),
         threads,
@@ -85,7 +95,7 @@ fn time_gemm(isa: Isa, s: usize, threads: usize) -> f64 {
     };
     let mut run = || {
         let t = Instant::now();
-        gemm(s, s, s, &a, s, packed.as_ref(), &mut c, s, &opts).unwrap();
+        gemm(m, n, k, &a, k, packed.as_ref(), &mut c, n, &opts).unwrap();
         black_box(&c);
         t.elapsed().as_secs_f64()
     };

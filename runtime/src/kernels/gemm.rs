@@ -361,6 +361,24 @@ impl Job<'_> {
                             let ap = apack[ir * kb..].as_ptr();
                             // SAFETY: row ic+ir, column col lie inside C.
                             let cp = unsafe { self.c.0.add((ic + ir) * ldc + col) };
+                            // The next tile of C (below this one, or the top
+                            // of the next column tile): its rows lie a row
+                            // stride apart, too far for the hardware
+                            // prefetchers, and in a large C they come from
+                            // memory (each was last touched a whole k block
+                            // ago).
+                            let (next_row, next_col) = if ir + lv.mr < mb {
+                                (ic + ir + lv.mr, col)
+                            } else {
+                                (ic, col + tile_cols)
+                            };
+                            if next_col < jc + nb {
+                                let next_rows = lv.mr.min(ic + mb - next_row);
+                                let next_cols = tile_cols.min(jc + nb - next_col);
+                                // SAFETY: the rectangle lies inside C (rows
+                                // of this block, columns of this job).
+                                unsafe { prefetch_rows(self.c.0.add(next_row * ldc + next_col), ldc, next_rows, next_cols) };
+                            }
                             unsafe {
                                 if rows == lv.mr && cols == panels * PANEL_WIDTH {
                                     kernel(kb, ap, bp, bstride, cp, ldc, load_c);
@@ -399,6 +417,25 @@ impl Job<'_> {
             }
         }
     }
+}
+
+/// Asks for `rows` rows of `cols` floats, `ld` apart from `p`, in L1.
+///
+/// # Safety
+/// The rows lie inside one allocation.
+#[inline]
+unsafe fn prefetch_rows(p: *const f32, ld: usize, rows: usize, cols: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for i in 0..rows {
+        for j in (0..cols).step_by(16) {
+            // SAFETY: inside the allocation (the caller's rectangle).
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(i * ld + j) as *const i8)
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, ld, rows, cols);
 }
 
 /// Bias per column, then relu, on one row segment.
