@@ -377,7 +377,14 @@ impl Job<'_> {
                                 let next_cols = tile_cols.min(jc + nb - next_col);
                                 // SAFETY: the rectangle lies inside C (rows
                                 // of this block, columns of this job).
-                                unsafe { prefetch_rows(self.c.0.add(next_row * ldc + next_col), ldc, next_rows, next_cols) };
+                                unsafe {
+                                    prefetch_rows(
+                                        self.c.0.add(next_row * ldc + next_col),
+                                        ldc,
+                                        next_rows,
+                                        next_cols,
+                                    )
+                                };
                             }
                             unsafe {
                                 if rows == lv.mr && cols == panels * PANEL_WIDTH {
@@ -430,7 +437,9 @@ unsafe fn prefetch_rows(p: *const f32, ld: usize, rows: usize, cols: usize) {
         for j in (0..cols).step_by(16) {
             // SAFETY: inside the allocation (the caller's rectangle).
             unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(i * ld + j) as *const i8)
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    p.add(i * ld + j) as *const i8,
+                )
             };
         }
     }
