@@ -426,7 +426,8 @@ impl Job<'_> {
     }
 }
 
-/// Asks for `rows` rows of `cols` floats, `ld` apart from `p`, in L1.
+/// Asks for `rows` rows of `cols` floats, `ld` apart from `p`, in L2 (not
+/// L1: the AVX-512 level's A and B micro-panels fill most of a 48 KiB L1).
 ///
 /// # Safety
 /// The rows lie inside one allocation.
@@ -437,7 +438,7 @@ unsafe fn prefetch_rows(p: *const f32, ld: usize, rows: usize, cols: usize) {
         for j in (0..cols).step_by(16) {
             // SAFETY: inside the allocation (the caller's rectangle).
             unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(
                     p.add(i * ld + j) as *const i8,
                 )
             };
