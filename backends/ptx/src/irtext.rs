@@ -73,6 +73,22 @@ impl Body {
     }
 }
 
+/// f32 `x` rounded to bf16 (to nearest even on the bits; a NaN stays a
+/// quiet NaN) as an i16 value: what the pointwise stores and the half
+/// copies write.
+pub(crate) fn bf16_bits(b: &mut Body, x: &str) -> String {
+    let bits = b.v(format!("bitcast float {x} to i32"));
+    let hi = b.v(format!("lshr i32 {bits}, 16"));
+    let lsb = b.v(format!("and i32 {hi}, 1"));
+    let bias = b.v(format!("add i32 {lsb}, 32767"));
+    let r = b.v(format!("add i32 {bits}, {bias}"));
+    let r = b.v(format!("lshr i32 {r}, 16"));
+    let quiet = b.v(format!("or i32 {hi}, 64"));
+    let nan = b.v(format!("fcmp uno float {x}, 0.0"));
+    let h = b.v(format!("select i1 {nan}, i32 {quiet}, i32 {r}"));
+    b.v(format!("trunc i32 {h} to i16"))
+}
+
 /// A module being assembled from kernels.
 #[derive(Default)]
 pub struct ModuleText {

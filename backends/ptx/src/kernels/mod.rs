@@ -58,16 +58,7 @@ impl HalfCopy {
             let h = b.v(format!("fptrunc float {x} to half"));
             return b.v(format!("bitcast half {h} to i16"));
         }
-        let bits = b.v(format!("bitcast float {x} to i32"));
-        let hi = b.v(format!("lshr i32 {bits}, 16"));
-        let lsb = b.v(format!("and i32 {hi}, 1"));
-        let bias = b.v(format!("add i32 {lsb}, 32767"));
-        let r = b.v(format!("add i32 {bits}, {bias}"));
-        let r = b.v(format!("lshr i32 {r}, 16"));
-        let quiet = b.v(format!("or i32 {hi}, 64"));
-        let nan = b.v(format!("fcmp uno float {x}, 0.0"));
-        let h = b.v(format!("select i1 {nan}, i32 {quiet}, i32 {r}"));
-        b.v(format!("trunc i32 {h} to i16"))
+        crate::irtext::bf16_bits(b, x)
     }
 
     /// Stores f32 `x` as 16 bits at element `off` (i64) of `param`.

@@ -125,19 +125,7 @@ impl Gen<'_> {
             Elem::F32 => x.to_string(),
             Elem::F64 => self.b.v(format!("fpext float {x} to double")),
             Elem::F16 => self.b.v(format!("fptrunc float {x} to half")),
-            Elem::Bf16 => {
-                // Round to nearest even on the bits; NaN stays a (quiet) NaN.
-                let bits = self.b.v(format!("bitcast float {x} to i32"));
-                let hi = self.b.v(format!("lshr i32 {bits}, 16"));
-                let lsb = self.b.v(format!("and i32 {hi}, 1"));
-                let bias = self.b.v(format!("add i32 {lsb}, 32767"));
-                let r = self.b.v(format!("add i32 {bits}, {bias}"));
-                let r = self.b.v(format!("lshr i32 {r}, 16"));
-                let quiet = self.b.v(format!("or i32 {hi}, 64"));
-                let nan = self.b.v(format!("fcmp uno float {x}, 0.0"));
-                let h = self.b.v(format!("select i1 {nan}, i32 {quiet}, i32 {r}"));
-                self.b.v(format!("trunc i32 {h} to i16"))
-            }
+            Elem::Bf16 => crate::irtext::bf16_bits(&mut self.b, x),
             Elem::I8 => self.narrow(x, "i8", -128, 127),
             Elem::U8 => self.narrow(x, "i8", 0, 255),
             Elem::I16 => self.narrow(x, "i16", -32768, 32767),
