@@ -27,7 +27,7 @@ use aoc_runtime::plan::{Buf, Space, Step};
 use crate::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
 use crate::irtext::ModuleText;
 use crate::kernels::gemm_simt::SimtTile;
-use crate::kernels::gemm_tc::{ENOUGH_BLOCKS, TcPrecision, TcTile, choose_tile, gemm_tc_tile, gemm_tc_with};
+use crate::kernels::gemm_tc::{ENOUGH_BLOCKS, TcPrecision, TcTile, choose_tile, gemm_tc_with};
 use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
 use crate::kernels::gemm_s8::{self, QConvSpec};
 use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, choose_wg_tile, gemm_wgmma_tile, gemm_wgmma_with, pack_b, packed_b_len};
@@ -340,6 +340,19 @@ fn half_slot_bytes(steps: &[Step]) -> u64 {
     (most / 2).div_ceil(256) * 256
 }
 
+/// The tuning key's mark of a GEMM's epilogue: candidates are timed with
+/// it (a GELU's math or a residual's reads change which tile wins).
+fn epi_key(e: Option<&GemmEpilogue>) -> String {
+    e.map_or(String::new(), |e| format!("|epi{:016x}", fnv(&format!("{e:?}"))))
+}
+
+/// A tuned launch's pointer sizes: `args`, then the epilogue's operands.
+fn with_extras(args: &[u64], epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Vec<u64> {
+    let mut all = args.to_vec();
+    all.extend(epi.iter().flat_map(|(_, extra)| extra.iter().map(|b| b.len)));
+    all
+}
+
 /// FNV-1a of the text: stable across runs and platforms (unlike `std`'s
 /// hasher), so the same model gives the same kernel names.
 fn fnv(text: &str) -> u64 {
@@ -522,8 +535,9 @@ impl<'a> Tr<'a, '_> {
             (Some(p), tuned) => {
                 let t = if tuned {
                     let tiles: Vec<TcTile> = TcTile::ALL.into_iter().filter(|t| t.check(p).is_ok()).collect();
-                    let pick = self.tune(&format!("gemm_tc|{p:?}|{b_half}"), &spec, &tiles, &arg_bytes, |m, n, t| {
-                        gemm_tc_tile(m, n, &spec, p, b_half, sm, *t)
+                    let kind = format!("gemm_tc|{p:?}|{b_half}{}", epi_key(e));
+                    let pick = self.tune(&kind, &spec, &tiles, &with_extras(&arg_bytes, epi), |m, n, t| {
+                        gemm_tc_with(m, n, &spec, p, b_half, sm, Some(*t), e)
                     })?;
                     Some(tiles[pick])
                 } else {
@@ -534,7 +548,10 @@ impl<'a> Tr<'a, '_> {
             (None, tuned) => {
                 let t = if tuned {
                     let tiles: Vec<SimtTile> = SimtTile::CANDIDATES.into_iter().filter(|t| t.check().is_ok()).collect();
-                    let pick = self.tune("gemm_f32", &spec, &tiles, &arg_bytes, |m, n, t| gemm_simt::gemm_f32_tile(m, n, &spec, *t))?;
+                    let kind = format!("gemm_f32{}", epi_key(e));
+                    let pick = self.tune(&kind, &spec, &tiles, &with_extras(&arg_bytes, epi), |m, n, t| {
+                        gemm_simt::gemm_f32_with(m, n, &spec, *t, e)
+                    })?;
                     tiles[pick]
                 } else {
                     gemm_simt::pick_tile(&spec)
@@ -673,11 +690,11 @@ impl<'a> Tr<'a, '_> {
             let mut arg_bytes = vec![m * k * 2, b_bytes];
             arg_bytes.extend(bias.map(|x| x.len));
             arg_bytes.push(c.len);
-            // Timed without the epilogue: the tuner passes only these
-            // buffers (as for the other GEMMs).
             let sm = self.sm;
-            let pick = self.tune(&format!("gemm_wgmma|{p:?}"), &spec, &tiles, &arg_bytes, |mt, nm, t| {
-                gemm_wgmma_tile(mt, nm, &spec, p, None, sm, *t)
+            let e = epi.map(|(e, _)| e);
+            let kind = format!("gemm_wgmma|{p:?}{}", epi_key(e));
+            let pick = self.tune(&kind, &spec, &tiles, &with_extras(&arg_bytes, epi), |mt, nm, t| {
+                gemm_wgmma_tile(mt, nm, &spec, p, e, sm, *t)
             })?;
             tiles[pick]
         } else {
