@@ -294,15 +294,15 @@ fn fused_attention() -> Result<(), Failed> {
     close("encoder layer, fused attention vs interpreter", &want, &got, 1e-3)
 }
 
-/// The GPU's integer lowering of `quant.conv2d` / `quant.gemm` run by the
-/// CPU runtime against the interpreter's float definition of those ops.
+/// The integer lowering of `quant.conv2d` / `quant.gemm` (the CPU's and
+/// the GPU's) run by the CPU runtime against the interpreter's float
+/// definition of those ops.
 /// Integer accumulation differs from the float sum only by rounding, which
 /// can move a quantized activation by one step; the bar is two steps of the
 /// output's scale (the model's last dequantize), relative as elsewhere.
 fn integer_convolution() -> Result<(), Failed> {
     let (path, input) = example("qdq_cnn")?;
-    let opts = LowerOptions { int8: true, ..LowerOptions::CPU };
-    let (want, got, kinds) = compile_and_run_with(&path, &[], vec![input], X86Level::host(), &opts)?;
+    let (want, got, kinds) = compile_and_run_with(&path, &[], vec![input], X86Level::host(), &LowerOptions::CPU)?;
     if !kinds.iter().any(|k| k == "qconv2d") {
         return Err(format!("no qconv2d step in the plan: {kinds:?}").into());
     }
