@@ -3,11 +3,18 @@
 //! requantization `clamp(round_half_even(fma(acc, scale, shift)) + y_zero,
 //! y_min, y_max)` per output channel.
 //!
-//! This is the portable implementation every executor agrees with bit for
-//! bit (the GPU kernel does the same f32 operations): for each output pixel
-//! and group the im2col row is gathered once as i32 (padding reads as the
-//! input's zero point), then dotted with each of the group's weight rows.
-//! Pixels are split across the pool's threads.
+//! [`qconv2d_scalar`] is the portable implementation every executor agrees
+//! with bit for bit (the GPU kernel does the same f32 operations): for each
+//! output pixel and group the im2col row is gathered once as i32 (padding
+//! reads as the input's zero point), then dotted with each of the group's
+//! weight rows. Pixels are split across the pool's threads.
+//!
+//! [`qconv2d`] runs products with enough output pixels on the int8 GEMM
+//! instead (`int8::gemm_u8s8`: AMX, AVX-512 VNNI, AVX2 or portable): the
+//! im2col rows of a block of pixels as u8 (i8 inputs shifted by 128 and the
+//! GEMM's zero point 128 taking it back), the group's weights packed per
+//! call, the same requantization. Integer sums are exact (wrapping alike),
+//! so both paths give the same bytes.
 //!
 //! Invariant: every slice length is checked against the geometry first, so
 //! a bad plan is an error, never an out-of-bounds access.
@@ -15,7 +22,15 @@
 use rayon::prelude::*;
 
 use super::KernelError;
+use super::int8::{gemm_u8s8, pack_b_s8};
 use crate::plan::{ConvGeom, QuantConv};
+
+/// Output pixels below which the scalar loop runs (packing the weights
+/// per call would cost more than it saves).
+const GEMM_MIN_PIXELS: usize = 16;
+
+/// Output pixels per block of the GEMM path (bounds its im2col buffer).
+const BLOCK_PIXELS: usize = 1024;
 
 /// The requantization of one accumulator (shared with the tests and, as a
 /// specification, with the GPU kernel).
@@ -40,6 +55,29 @@ pub fn qconv2d(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
+    let pixels = g.n.saturating_mul(g.oh).saturating_mul(g.ow);
+    // The input's zero point as a u8 of the shifted domain.
+    let pad = p.x_zero + if p.x_signed { 128 } else { 0 };
+    let taps = g.kh.saturating_mul(g.kw).saturating_mul(g.c);
+    if pixels >= GEMM_MIN_PIXELS as u64 && taps > 0 && (0..=255).contains(&pad) {
+        qconv2d_gemm(g, p, x, w, comp, scale, shift, y)
+    } else {
+        qconv2d_scalar(g, p, x, w, comp, scale, shift, y)
+    }
+}
+
+/// The checked extents of a convolution: `[n, h, w, c, oh, ow, oc, kh, kw,
+/// group]`, after the slices were checked against them.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    g: &ConvGeom,
+    x: &[u8],
+    w: &[i8],
+    comp: &[i32],
+    scale: &[f32],
+    shift: &[f32],
+    y: &[u8],
+) -> Result<[usize; 10], KernelError> {
     let err = |m: String| KernelError::new(format!("qconv2d: {m}"));
     let dims = [g.n, g.h, g.w, g.c, g.oh, g.ow, g.oc, g.kh, g.kw, g.group];
     if dims
@@ -57,8 +95,7 @@ pub fn qconv2d(
             "group {group} does not divide c {c} and oc {oc}"
         )));
     }
-    let (cg, ocg) = (c / group, oc / group);
-    let kk = kh * kw * cg;
+    let kk = kh * kw * (c / group);
     let need = |a: &[usize]| a.iter().try_fold(1usize, |acc, &v| acc.checked_mul(v));
     let lens = [
         ("x", need(&[n, h, wd, c]), x.len()),
@@ -78,6 +115,118 @@ pub fn qconv2d(
             }
         }
     }
+    Ok([n, h, wd, c, oh, ow, oc, kh, kw, group])
+}
+
+/// [`qconv2d`] on the int8 GEMM (see the module doc); the input's zero
+/// point plus 128 for i8 inputs must be a u8.
+#[allow(clippy::too_many_arguments)]
+fn qconv2d_gemm(
+    g: &ConvGeom,
+    p: &QuantConv,
+    x: &[u8],
+    w: &[i8],
+    comp: &[i32],
+    scale: &[f32],
+    shift: &[f32],
+    y: &mut [u8],
+) -> Result<(), KernelError> {
+    let [n, h, wd, c, oh, ow, oc, kh, kw, group] = check(g, x, w, comp, scale, shift, y)?;
+    let (cg, ocg) = (c / group, oc / group);
+    let kk = kh * kw * cg;
+    let pixels = n * oh * ow;
+    if pixels == 0 || oc == 0 {
+        return Ok(());
+    }
+    let [sh, sw] = g.stride.map(|v| v as usize);
+    let [dh, dw] = g.dilation.map(|v| v as usize);
+    let (pt, pl) = (g.pads[0] as usize, g.pads[1] as usize);
+    // i8 inputs as u8 shifted by 128; the GEMM takes the 128 back.
+    let (flip, a_zero) = if p.x_signed { (0x80u8, 128) } else { (0, 0) };
+    let pad = (p.x_zero + a_zero) as u8;
+    let store = |v: i32| if p.y_signed { v as i8 as u8 } else { v as u8 };
+    let mut a = vec![0u8; BLOCK_PIXELS.min(pixels) * kk];
+    let mut acc = vec![0i32; BLOCK_PIXELS.min(pixels) * ocg];
+    let mut bt = vec![0i8; kk * ocg];
+    for gi in 0..group {
+        // The group's B (`kk × ocg`) is its weight rows transposed.
+        for o in 0..ocg {
+            for (k, &v) in w[(gi * ocg + o) * kk..][..kk].iter().enumerate() {
+                bt[k * ocg + o] = v;
+            }
+        }
+        let b = pack_b_s8(kk, ocg, &bt, ocg)?;
+        for p0 in (0..pixels).step_by(BLOCK_PIXELS) {
+            let rows = BLOCK_PIXELS.min(pixels - p0);
+            a[..rows * kk]
+                .par_chunks_mut(kk)
+                .enumerate()
+                .for_each(|(r, row)| {
+                    let pix = p0 + r;
+                    let (img, rest) = (pix / (oh * ow), pix % (oh * ow));
+                    let (oy, ox) = (rest / ow, rest % ow);
+                    for ky in 0..kh {
+                        let iy = (oy * sh + ky * dh).checked_sub(pt).filter(|&v| v < h);
+                        for kx in 0..kw {
+                            let ix = (ox * sw + kx * dw).checked_sub(pl).filter(|&v| v < wd);
+                            let dst = &mut row[(ky * kw + kx) * cg..][..cg];
+                            match (iy, ix) {
+                                (Some(iy), Some(ix)) => {
+                                    let src = &x[((img * h + iy) * wd + ix) * c + gi * cg..][..cg];
+                                    for (d, &s) in dst.iter_mut().zip(src) {
+                                        *d = s ^ flip;
+                                    }
+                                }
+                                _ => dst.fill(pad),
+                            }
+                        }
+                    }
+                });
+            gemm_u8s8(
+                rows,
+                ocg,
+                kk,
+                &a[..rows * kk],
+                kk,
+                a_zero,
+                b.as_ref(),
+                &mut acc[..rows * ocg],
+                ocg,
+            )?;
+            y[p0 * oc..(p0 + rows) * oc]
+                .par_chunks_mut(oc)
+                .zip(acc[..rows * ocg].par_chunks(ocg))
+                .for_each(|(out, sums)| {
+                    for (o, &s) in sums.iter().enumerate() {
+                        let og = gi * ocg + o;
+                        out[og] = store(requantize(
+                            s.wrapping_add(comp[og]),
+                            scale[og],
+                            shift[og],
+                            p,
+                        ));
+                    }
+                });
+        }
+    }
+    Ok(())
+}
+
+/// [`qconv2d`] as plain loops over pixels (the specification).
+#[allow(clippy::too_many_arguments)]
+pub fn qconv2d_scalar(
+    g: &ConvGeom,
+    p: &QuantConv,
+    x: &[u8],
+    w: &[i8],
+    comp: &[i32],
+    scale: &[f32],
+    shift: &[f32],
+    y: &mut [u8],
+) -> Result<(), KernelError> {
+    let [n, h, wd, c, oh, ow, oc, kh, kw, group] = check(g, x, w, comp, scale, shift, y)?;
+    let (cg, ocg) = (c / group, oc / group);
+    let kk = kh * kw * cg;
     let pixels = n * oh * ow;
     if pixels == 0 || oc == 0 {
         return Ok(());
@@ -126,4 +275,107 @@ pub fn qconv2d(
             },
         );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic byte sequence.
+    fn bytes(n: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(12345);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 7) as u8
+            })
+            .collect()
+    }
+
+    fn geom(
+        n: u64,
+        hw: u64,
+        c: u64,
+        oc: u64,
+        k: u64,
+        stride: u64,
+        pad: u64,
+        dil: u64,
+        group: u64,
+    ) -> ConvGeom {
+        let out = (hw + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+        ConvGeom {
+            n,
+            h: hw,
+            w: hw + 1,
+            c,
+            oh: out,
+            ow: (hw + 1 + 2 * pad - dil * (k - 1) - 1) / stride + 1,
+            oc,
+            kh: k,
+            kw: k,
+            stride: [stride; 2],
+            dilation: [dil; 2],
+            pads: [pad; 4],
+            group,
+        }
+    }
+
+    /// The GEMM path gives the scalar loops' bytes: i8 and u8 inputs with
+    /// zero points at the ends of their ranges (padding reads them), groups,
+    /// strides, dilation, 1×1 and 3×3, more pixels than one block, i8 and
+    /// u8 outputs with clips.
+    #[test]
+    fn gemm_path_matches_the_scalar_loops() {
+        let cases = [
+            (geom(1, 9, 8, 16, 3, 1, 1, 1, 1), true, -128, true),
+            (geom(2, 12, 6, 9, 3, 2, 1, 1, 3), false, 255, false),
+            (geom(1, 35, 16, 24, 1, 1, 0, 1, 1), false, 0, true),
+            (geom(1, 40, 4, 8, 3, 1, 2, 2, 2), true, 127, false),
+            (geom(1, 7, 3, 5, 5, 1, 2, 1, 1), false, 128, false),
+        ];
+        for (i, (g, x_signed, x_zero, y_signed)) in cases.into_iter().enumerate() {
+            let q = QuantConv {
+                x_signed,
+                x_zero,
+                y_signed,
+                y_zero: if y_signed { -3 } else { 7 },
+                y_min: if y_signed { -100 } else { 0 },
+                y_max: if y_signed { 127 } else { 200 },
+            };
+            let kk = (g.kh * g.kw * g.c / g.group) as usize;
+            let oc = g.oc as usize;
+            let x = bytes((g.n * g.h * g.w * g.c) as usize, 1 + i as u32);
+            let w: Vec<i8> = bytes(oc * kk, 100 + i as u32)
+                .into_iter()
+                .map(|b| b as i8)
+                .collect();
+            let comp: Vec<i32> = (0..oc).map(|o| (o as i32 * 977) % 5000 - 2500).collect();
+            let scale: Vec<f32> = (0..oc).map(|o| 1.0 / (300.0 + 37.0 * o as f32)).collect();
+            let shift: Vec<f32> = (0..oc).map(|o| (o as f32 - 2.0) * 0.75).collect();
+            let len = (g.n * g.oh * g.ow) as usize * oc;
+            assert!(
+                len / oc >= GEMM_MIN_PIXELS,
+                "case {i} is too small for the GEMM path"
+            );
+            let (mut fast, mut slow) = (vec![0u8; len], vec![1u8; len]);
+            qconv2d_gemm(&g, &q, &x, &w, &comp, &scale, &shift, &mut fast).unwrap();
+            qconv2d_scalar(&g, &q, &x, &w, &comp, &scale, &shift, &mut slow).unwrap();
+            assert_eq!(fast, slow, "case {i}: {g:?}");
+            // The clip is reached both ways, so the comparison covers it.
+            let lo = if y_signed {
+                (q.y_min as i8) as u8
+            } else {
+                q.y_min as u8
+            };
+            assert!(slow.contains(&lo), "case {i}: no output at the lower clip");
+        }
+        let big = geom(1, 40, 8, 8, 3, 1, 1, 1, 1);
+        assert!(
+            big.oh * big.ow > BLOCK_PIXELS as u64,
+            "one case spans two pixel blocks"
+        );
+    }
 }
