@@ -74,6 +74,8 @@ pub struct Session {
     kernels: Vec<Option<LoadedKernel>>,
     /// For each step, the index into `kernels` (pointwise steps only).
     step_kernel: Vec<usize>,
+    /// Per step: an integer convolution's weights packed for the int8 GEMM.
+    qconv_packed: Vec<Option<crate::kernels::qconv::PackedQConv>>,
     pool: rayon::ThreadPool,
     threads: usize,
     input_bytes: Vec<u64>,
@@ -241,6 +243,22 @@ impl Session {
                 _ => {}
             }
         }
+        // Integer convolutions on the int8 GEMM: their weights packed once.
+        let weights = &artifact.as_bytes()[artifact.weights_range()];
+        let mut qconv_packed = Vec::with_capacity(plan.steps.len());
+        for (i, step) in plan.steps.iter().enumerate() {
+            let packed = match step {
+                Step::QConv2d { w, geom, q, .. } if w.space == Space::Weights && crate::kernels::qconv::uses_gemm(geom, q) => {
+                    let bytes = &weights[w.offset as usize..(w.offset + w.len) as usize];
+                    let w8: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
+                    let p = crate::kernels::qconv::pack_qconv(geom, &w8)
+                        .map_err(|e| RuntimeError::new(format!("{file}: step {i} ({}): {e}", plan.origins[i])))?;
+                    Some(p)
+                }
+                _ => None,
+            };
+            qconv_packed.push(packed);
+        }
         #[cfg(feature = "reference")]
         let reference = reference::Prepared::new(&file, &plan)?;
         let threads = if opts.threads == 0 {
@@ -258,6 +276,7 @@ impl Session {
             plan,
             kernels,
             step_kernel,
+            qconv_packed,
             pool,
             threads,
             input_bytes,
@@ -447,6 +466,9 @@ impl Session {
             }
             #[cfg(feature = "reference")]
             Step::Reference { inputs, outputs, .. } => self.reference.run(i, inputs, outputs, sp),
+            Step::QConv2d { .. } if self.qconv_packed[i].is_some() => {
+                steps::qconv2d_packed(step, self.qconv_packed[i].as_ref().expect("checked"), sp)
+            }
             _ => steps::run(step, sp),
         }
     }

@@ -245,10 +245,20 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
         }
         Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
             let (w, comp, scale, shift) = (i8s(sp, w), i32s(sp, comp)?, f32s(sp, scale)?, f32s(sp, shift)?);
-            kernels::qconv::qconv2d(geom, q, bytes(sp, x), w, comp, scale, shift, bytes_mut(sp, y)).map_err(e)
+            kernels::qconv::qconv2d(geom, q, bytes(sp, x), w, None, comp, scale, shift, bytes_mut(sp, y)).map_err(e)
         }
         Step::Pointwise { .. } | Step::Reference { .. } => Err("internal error: dispatched to the wrong runner".to_string()),
     }
+}
+
+/// `Step::QConv2d` with its weights packed at load.
+pub(crate) fn qconv2d_packed(step: &Step, packed: &kernels::qconv::PackedQConv, sp: &Spaces) -> Result<(), String> {
+    let Step::QConv2d { x, w, comp, scale, shift, y, geom, q } = step else {
+        return Err("internal error: packed weights for a step that is no integer convolution".to_string());
+    };
+    let (w, comp, scale, shift) = (i8s(sp, w), i32s(sp, comp)?, f32s(sp, scale)?, f32s(sp, shift)?);
+    kernels::qconv::qconv2d(geom, q, bytes(sp, x), w, Some(packed), comp, scale, shift, bytes_mut(sp, y))
+        .map_err(|e| e.to_string())
 }
 
 /// Pointer array of a kernel's arguments, shared by the worker threads.

@@ -22,7 +22,7 @@
 use rayon::prelude::*;
 
 use super::KernelError;
-use super::int8::{gemm_u8s8, pack_b_s8};
+use super::int8::{PackedS8, gemm_u8s8, pack_b_s8};
 use crate::plan::{ConvGeom, QuantConv};
 
 /// Output pixels below which the scalar loop runs (packing the weights
@@ -43,27 +43,88 @@ pub fn requantize(acc: i32, scale: f32, shift: f32, p: &QuantConv) -> i32 {
     (r.clamp(lo, hi) as i64 + p.y_zero as i64) as i32
 }
 
-/// Runs the convolution; `x`, `y` are raw bytes of the storage type.
+/// The weights of a convolution packed for the int8 GEMM, one B per group
+/// (made once, e.g. when a session loads).
+#[derive(Clone, Debug)]
+pub struct PackedQConv {
+    groups: Vec<PackedS8>,
+}
+
+/// Whether [`qconv2d`] runs `g` with `p` on the int8 GEMM: enough output
+/// pixels, a non-empty window, and the input's zero point a u8 once i8
+/// inputs are shifted by 128.
+pub fn uses_gemm(g: &ConvGeom, p: &QuantConv) -> bool {
+    let pixels = g.n.saturating_mul(g.oh).saturating_mul(g.ow);
+    let pad = p.x_zero + if p.x_signed { 128 } else { 0 };
+    let taps = g.kh.saturating_mul(g.kw).saturating_mul(g.c);
+    pixels >= GEMM_MIN_PIXELS as u64 && taps > 0 && (0..=255).contains(&pad)
+}
+
+/// Packs the weights `w` (`[oc][kh][kw][c/group]`) of `g` for the GEMM path.
+pub fn pack_qconv(g: &ConvGeom, w: &[i8]) -> Result<PackedQConv, KernelError> {
+    let err = |m: String| KernelError::new(format!("qconv2d: {m}"));
+    let group = usize::try_from(g.group).map_err(|_| err("too many groups".into()))?;
+    if group == 0 || !g.c.is_multiple_of(g.group) || !g.oc.is_multiple_of(g.group) {
+        return Err(err(format!(
+            "group {group} does not divide c {} and oc {}",
+            g.c, g.oc
+        )));
+    }
+    let kk = usize::try_from(g.kh * g.kw * (g.c / g.group))
+        .map_err(|_| err("window too large".into()))?;
+    let ocg = usize::try_from(g.oc / g.group).map_err(|_| err("too many channels".into()))?;
+    if kk
+        .checked_mul(ocg)
+        .and_then(|v| v.checked_mul(group))
+        .is_none_or(|need| need > w.len())
+    {
+        return Err(err(format!(
+            "w holds {} elements, fewer than the geometry needs",
+            w.len()
+        )));
+    }
+    let mut bt = vec![0i8; kk * ocg];
+    let mut groups = Vec::with_capacity(group);
+    for gi in 0..group {
+        // The group's B (`kk × ocg`) is its weight rows transposed.
+        for o in 0..ocg {
+            for (k, &v) in w[(gi * ocg + o) * kk..][..kk].iter().enumerate() {
+                bt[k * ocg + o] = v;
+            }
+        }
+        groups.push(pack_b_s8(kk, ocg, &bt, ocg)?);
+    }
+    Ok(PackedQConv { groups })
+}
+
+/// Runs the convolution; `x`, `y` are raw bytes of the storage type;
+/// `packed`: `w` packed by [`pack_qconv`] (packed here when the GEMM path
+/// runs without it).
 #[allow(clippy::too_many_arguments)]
 pub fn qconv2d(
     g: &ConvGeom,
     p: &QuantConv,
     x: &[u8],
     w: &[i8],
+    packed: Option<&PackedQConv>,
     comp: &[i32],
     scale: &[f32],
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
-    let pixels = g.n.saturating_mul(g.oh).saturating_mul(g.ow);
-    // The input's zero point as a u8 of the shifted domain.
-    let pad = p.x_zero + if p.x_signed { 128 } else { 0 };
-    let taps = g.kh.saturating_mul(g.kw).saturating_mul(g.c);
-    if pixels >= GEMM_MIN_PIXELS as u64 && taps > 0 && (0..=255).contains(&pad) {
-        qconv2d_gemm(g, p, x, w, comp, scale, shift, y)
-    } else {
-        qconv2d_scalar(g, p, x, w, comp, scale, shift, y)
+    if !uses_gemm(g, p) {
+        return qconv2d_scalar(g, p, x, w, comp, scale, shift, y);
     }
+    check(g, x, w, comp, scale, shift, y)?;
+    let made;
+    let packed = match packed {
+        Some(pk) => pk,
+        None => {
+            made = pack_qconv(g, w)?;
+            &made
+        }
+    };
+    qconv2d_gemm(g, p, x, packed, w, comp, scale, shift, y)
 }
 
 /// The checked extents of a convolution: `[n, h, w, c, oh, ow, oc, kh, kw,
@@ -125,6 +186,7 @@ fn qconv2d_gemm(
     g: &ConvGeom,
     p: &QuantConv,
     x: &[u8],
+    packed: &PackedQConv,
     w: &[i8],
     comp: &[i32],
     scale: &[f32],
@@ -147,15 +209,12 @@ fn qconv2d_gemm(
     let store = |v: i32| if p.y_signed { v as i8 as u8 } else { v as u8 };
     let mut a = vec![0u8; BLOCK_PIXELS.min(pixels) * kk];
     let mut acc = vec![0i32; BLOCK_PIXELS.min(pixels) * ocg];
-    let mut bt = vec![0i8; kk * ocg];
-    for gi in 0..group {
-        // The group's B (`kk × ocg`) is its weight rows transposed.
-        for o in 0..ocg {
-            for (k, &v) in w[(gi * ocg + o) * kk..][..kk].iter().enumerate() {
-                bt[k * ocg + o] = v;
-            }
-        }
-        let b = pack_b_s8(kk, ocg, &bt, ocg)?;
+    if packed.groups.len() != group || packed.groups.iter().any(|b| b.k() != kk || b.n() != ocg) {
+        return Err(KernelError::new(
+            "qconv2d: the packed weights do not match the geometry".to_string(),
+        ));
+    }
+    for (gi, b) in packed.groups.iter().enumerate() {
         for p0 in (0..pixels).step_by(BLOCK_PIXELS) {
             let rows = BLOCK_PIXELS.min(pixels - p0);
             a[..rows * kk]
@@ -361,7 +420,11 @@ mod tests {
                 "case {i} is too small for the GEMM path"
             );
             let (mut fast, mut slow) = (vec![0u8; len], vec![1u8; len]);
-            qconv2d_gemm(&g, &q, &x, &w, &comp, &scale, &shift, &mut fast).unwrap();
+            let packed = pack_qconv(&g, &w).unwrap();
+            qconv2d_gemm(&g, &q, &x, &packed, &w, &comp, &scale, &shift, &mut fast).unwrap();
+            let mut again = vec![2u8; len];
+            qconv2d(&g, &q, &x, &w, None, &comp, &scale, &shift, &mut again).unwrap();
+            assert_eq!(again, fast, "case {i}: packing on the fly");
             qconv2d_scalar(&g, &q, &x, &w, &comp, &scale, &shift, &mut slow).unwrap();
             assert_eq!(fast, slow, "case {i}: {g:?}");
             // The clip is reached both ways, so the comparison covers it.
