@@ -115,7 +115,6 @@ pub fn qconv2d(
     if !uses_gemm(g, p) {
         return qconv2d_scalar(g, p, x, w, comp, scale, shift, y);
     }
-    check(g, x, w, comp, scale, shift, y)?;
     let made;
     let packed = match packed {
         Some(pk) => pk,
@@ -179,6 +178,88 @@ fn check(
     Ok([n, h, wd, c, oh, ow, oc, kh, kw, group])
 }
 
+/// Where a convolution's windows read its NHWC input (extents from
+/// [`check`]).
+struct Window {
+    h: usize,
+    w: usize,
+    c: usize,
+    cg: usize,
+    oh: usize,
+    ow: usize,
+    kh: usize,
+    kw: usize,
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    /// Top, left.
+    pads: [usize; 2],
+}
+
+impl Window {
+    fn new(g: &ConvGeom, [_, h, w, c, oh, ow, _, kh, kw, group]: [usize; 10]) -> Window {
+        Window {
+            h,
+            w,
+            c,
+            cg: c / group,
+            oh,
+            ow,
+            kh,
+            kw,
+            stride: g.stride.map(|v| v as usize),
+            dilation: g.dilation.map(|v| v as usize),
+            pads: [g.pads[0] as usize, g.pads[1] as usize],
+        }
+    }
+
+    /// The im2col row of output pixel `pix` and group `gi` into `row`
+    /// (`kh·kw·cg` values, tap-major): each input byte through `load`,
+    /// `pad` where the window leaves the image.
+    fn gather<T: Copy>(
+        &self,
+        x: &[u8],
+        pix: usize,
+        gi: usize,
+        row: &mut [T],
+        pad: T,
+        load: impl Fn(u8) -> T,
+    ) {
+        let Window {
+            h,
+            w,
+            c,
+            cg,
+            oh,
+            ow,
+            kh,
+            kw,
+            ..
+        } = *self;
+        let (img, rest) = (pix / (oh * ow), pix % (oh * ow));
+        let (oy, ox) = (rest / ow, rest % ow);
+        for ky in 0..kh {
+            let iy = (oy * self.stride[0] + ky * self.dilation[0])
+                .checked_sub(self.pads[0])
+                .filter(|&v| v < h);
+            for kx in 0..kw {
+                let ix = (ox * self.stride[1] + kx * self.dilation[1])
+                    .checked_sub(self.pads[1])
+                    .filter(|&v| v < w);
+                let dst = &mut row[(ky * kw + kx) * cg..][..cg];
+                match (iy, ix) {
+                    (Some(iy), Some(ix)) => {
+                        let src = &x[((img * h + iy) * w + ix) * c + gi * cg..][..cg];
+                        for (d, &s) in dst.iter_mut().zip(src) {
+                            *d = load(s);
+                        }
+                    }
+                    _ => dst.fill(pad),
+                }
+            }
+        }
+    }
+}
+
 /// [`qconv2d`] on the int8 GEMM (see the module doc); the input's zero
 /// point plus 128 for i8 inputs must be a u8.
 #[allow(clippy::too_many_arguments)]
@@ -193,16 +274,15 @@ fn qconv2d_gemm(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
-    let [n, h, wd, c, oh, ow, oc, kh, kw, group] = check(g, x, w, comp, scale, shift, y)?;
+    let dims = check(g, x, w, comp, scale, shift, y)?;
+    let [n, _, _, c, oh, ow, oc, kh, kw, group] = dims;
     let (cg, ocg) = (c / group, oc / group);
     let kk = kh * kw * cg;
     let pixels = n * oh * ow;
     if pixels == 0 || oc == 0 {
         return Ok(());
     }
-    let [sh, sw] = g.stride.map(|v| v as usize);
-    let [dh, dw] = g.dilation.map(|v| v as usize);
-    let (pt, pl) = (g.pads[0] as usize, g.pads[1] as usize);
+    let win = Window::new(g, dims);
     // i8 inputs as u8 shifted by 128; the GEMM takes the 128 back.
     let (flip, a_zero) = if p.x_signed { (0x80u8, 128) } else { (0, 0) };
     let pad = (p.x_zero + a_zero) as u8;
@@ -220,27 +300,7 @@ fn qconv2d_gemm(
             a[..rows * kk]
                 .par_chunks_mut(kk)
                 .enumerate()
-                .for_each(|(r, row)| {
-                    let pix = p0 + r;
-                    let (img, rest) = (pix / (oh * ow), pix % (oh * ow));
-                    let (oy, ox) = (rest / ow, rest % ow);
-                    for ky in 0..kh {
-                        let iy = (oy * sh + ky * dh).checked_sub(pt).filter(|&v| v < h);
-                        for kx in 0..kw {
-                            let ix = (ox * sw + kx * dw).checked_sub(pl).filter(|&v| v < wd);
-                            let dst = &mut row[(ky * kw + kx) * cg..][..cg];
-                            match (iy, ix) {
-                                (Some(iy), Some(ix)) => {
-                                    let src = &x[((img * h + iy) * wd + ix) * c + gi * cg..][..cg];
-                                    for (d, &s) in dst.iter_mut().zip(src) {
-                                        *d = s ^ flip;
-                                    }
-                                }
-                                _ => dst.fill(pad),
-                            }
-                        }
-                    }
-                });
+                .for_each(|(r, row)| win.gather(x, p0 + r, gi, row, pad, |s| s ^ flip));
             gemm_u8s8(
                 rows,
                 ocg,
@@ -283,16 +343,15 @@ pub fn qconv2d_scalar(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
-    let [n, h, wd, c, oh, ow, oc, kh, kw, group] = check(g, x, w, comp, scale, shift, y)?;
+    let dims = check(g, x, w, comp, scale, shift, y)?;
+    let [n, _, _, c, oh, ow, oc, kh, kw, group] = dims;
     let (cg, ocg) = (c / group, oc / group);
     let kk = kh * kw * cg;
     let pixels = n * oh * ow;
     if pixels == 0 || oc == 0 {
         return Ok(());
     }
-    let [sh, sw] = g.stride.map(|v| v as usize);
-    let [dh, dw] = g.dilation.map(|v| v as usize);
-    let (pt, pl) = (g.pads[0] as usize, g.pads[1] as usize);
+    let win = Window::new(g, dims);
     let load = |b: u8| if p.x_signed { b as i8 as i32 } else { b as i32 };
     let store = |v: i32| if p.y_signed { v as i8 as u8 } else { v as u8 };
     y[..pixels * oc]
@@ -301,26 +360,8 @@ pub fn qconv2d_scalar(
         .for_each_init(
             || vec![0i32; kk],
             |row, (pix, out)| {
-                let (img, rest) = (pix / (oh * ow), pix % (oh * ow));
-                let (oy, ox) = (rest / ow, rest % ow);
                 for gi in 0..group {
-                    // Gather the im2col row of this pixel and group.
-                    for ky in 0..kh {
-                        let iy = (oy * sh + ky * dh).checked_sub(pt).filter(|&v| v < h);
-                        for kx in 0..kw {
-                            let ix = (ox * sw + kx * dw).checked_sub(pl).filter(|&v| v < wd);
-                            let dst = &mut row[(ky * kw + kx) * cg..][..cg];
-                            match (iy, ix) {
-                                (Some(iy), Some(ix)) => {
-                                    let src = &x[((img * h + iy) * wd + ix) * c + gi * cg..][..cg];
-                                    for (d, &s) in dst.iter_mut().zip(src) {
-                                        *d = load(s);
-                                    }
-                                }
-                                _ => dst.fill(p.x_zero),
-                            }
-                        }
-                    }
+                    win.gather(x, pix, gi, row, p.x_zero, load);
                     for o in gi * ocg..(gi + 1) * ocg {
                         let wr = &w[o * kk..][..kk];
                         let dot = row
