@@ -136,8 +136,9 @@ struct Tr<'a, 't> {
     /// The last launch, when its kernel can also write a half copy of its
     /// output for a `wgmma` GEMM that reads that output next.
     producer: Option<Producer>,
-    /// The plan's steps and the index of the one being translated.
-    steps: &'a [Step],
+    /// Each step's buffers (written or not), and the index of the step
+    /// being translated.
+    step_bufs: Vec<Vec<(Buf, bool)>>,
     step_at: usize,
 }
 
@@ -285,10 +286,17 @@ fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&
     k
 }
 
-/// Whether one of `steps` (in order) reads a byte of the arena range `a`
-/// that no earlier one of them overwrote; always for a range outside the
-/// arena (an output must be written).
-fn read_later(steps: &[Step], a: &Buf) -> bool {
+/// The buffers of `step`, each with whether the step writes it.
+fn bufs_of(step: &Step) -> Vec<(Buf, bool)> {
+    let mut bufs = Vec::new();
+    step.clone().visit_bufs(|b, write| bufs.push((*b, write)));
+    bufs
+}
+
+/// Whether one of `steps` (their buffers, in order) reads a byte of the
+/// arena range `a` that no earlier one of them overwrote; always for a
+/// range outside the arena (an output must be written).
+fn read_later(steps: &[Vec<(Buf, bool)>], a: &Buf) -> bool {
     if a.space != Space::Arena {
         return true;
     }
@@ -297,17 +305,14 @@ fn read_later(steps: &[Step], a: &Buf) -> bool {
     for s in steps {
         let mut read = false;
         let mut written = Vec::new();
-        s.clone().visit_bufs(|b, write| {
-            if b.space != Space::Arena {
-                return;
-            }
+        for &(b, write) in s.iter().filter(|(b, _)| b.space == Space::Arena) {
             let (lo, hi) = (b.offset, b.offset + b.len);
             if write {
                 written.push((lo, hi));
             } else if live.iter().any(|&(l, h)| lo < h && l < hi) {
                 read = true;
             }
-        });
+        }
         if read {
             return true;
         }
@@ -326,17 +331,10 @@ fn read_later(steps: &[Step], a: &Buf) -> bool {
 }
 
 /// Bytes of a scratch slot that holds a half copy of any activation of
-/// `steps`: half the largest activation buffer a step names (arena,
-/// input or output), in 256-byte units.
-fn half_slot_bytes(steps: &[Step]) -> u64 {
-    let mut most = 0;
-    for s in steps {
-        s.clone().visit_bufs(|b, _| {
-            if b.space != Space::Weights {
-                most = most.max(b.len);
-            }
-        });
-    }
+/// `steps` (their buffers): half the largest activation buffer a step
+/// names (arena, input or output), in 256-byte units.
+fn half_slot_bytes(steps: &[Vec<(Buf, bool)>]) -> u64 {
+    let most = steps.iter().flatten().filter(|(b, _)| b.space != Space::Weights).map(|(b, _)| b.len).max().unwrap_or(0);
     (most / 2).div_ceil(256) * 256
 }
 
@@ -421,7 +419,7 @@ impl<'a> Tr<'a, '_> {
             return Ok(false);
         }
         // Without later readers of the f32 output, only the copy is stored.
-        let keep_f32 = read_later(&self.steps[self.step_at + 1..], a);
+        let keep_f32 = read_later(&self.step_bufs[self.step_at + 1..], a);
         let h = HalfCopy { bf16: half == Scalar::BF16, keep_f32 };
         let sm = self.sm;
         let (kernel, g) = match &p.remake {
@@ -1086,7 +1084,7 @@ fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &HashMap<&str
     }
     let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == row_major && op.dtype == aoc_ir::types::Scalar::F32)?;
     // No other operand may read c (it would see the value before the epilogue).
-    if ins.iter().enumerate().any(|(i, b)| i != me && b.space == c.space && b.index == c.index && b.offset < c.offset + c.len && c.offset < b.offset + b.len) {
+    if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, c)) {
         return None;
     }
     let mut order = vec![me];
@@ -1139,6 +1137,7 @@ pub fn translate_tuned(
     let kernels = std::mem::take(&mut lowered.kernels);
     let steps = lowered.plan.steps.clone();
     let origins = lowered.plan.origins.clone();
+    let step_bufs: Vec<Vec<(Buf, bool)>> = steps.iter().map(bufs_of).collect();
     let mut tr = Tr {
         sm,
         tuner,
@@ -1155,9 +1154,9 @@ pub fn translate_tuned(
         scratch_len: 0,
         converted: None,
         slot: 1,
-        slot_bytes: half_slot_bytes(&steps),
+        slot_bytes: half_slot_bytes(&step_bufs),
         producer: None,
-        steps: &steps,
+        step_bufs,
         step_at: 0,
     };
     let mut i = 0;
