@@ -20,9 +20,15 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1usize);
     let quick = args.iter().any(|a| a == "--quick");
-    let shape: Option<[usize; 3]> = args.iter().position(|a| a == "--shape").and_then(|i| args.get(i + 1)).map(|s| {
-        let v: Vec<usize> = s.split(',').map(|x| x.parse().expect("--shape M,N,K")).collect();
-        [v[0], v[1], v[2]]
+    let shape: Option<[usize; 3]> = args.iter().position(|a| a == "--shape").map(|i| {
+        let dims: Option<Vec<usize>> = args.get(i + 1).and_then(|s| s.split(',').map(|x| x.parse().ok()).collect());
+        match dims.as_deref() {
+            Some(&[m, n, k]) if m > 0 && n > 0 && k > 0 => [m, n, k],
+            _ => {
+                eprintln!("error: --shape takes M,N,K (three positive integers)");
+                std::process::exit(2);
+            }
+        }
     });
     let sizes: Vec<[usize; 3]> = match shape {
         Some(s) => vec![s],
