@@ -833,6 +833,14 @@ fn compile_run_and_bench_an_artifact() {
         .and_then(|n| n.trim().parse().ok())
         .expect("p50_ms is a number");
     assert!(v > 0.0);
+    // --profile lists the step kinds and, with --slowest N, N slowest steps.
+    for n in [1usize, 3] {
+        let o = aoc(&[&"bench", &aocf, &"--iters", &"1", &"--profile", &"--slowest", &n.to_string()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.matches("slowest: step").count(), n, "{err}");
+        assert!(err.contains("conv2d"), "{err}");
+    }
 }
 
 #[test]
