@@ -620,6 +620,89 @@ fn half_copies_on_gpu(precision: &str) -> Result<(), Failed> {
     check_on_gpu(&m, "sm_90a", precision)
 }
 
+/// A seeded literal of `shape` (nested brackets), values in
+/// [-scale/2, scale/2).
+fn nested(shape: &[usize], scale: f32, seed: usize) -> String {
+    fn go(shape: &[usize], scale: f32, seed: usize, at: &mut usize) -> String {
+        let Some((&n, rest)) = shape.split_first() else {
+            *at += 1;
+            return format!("{:.4}", (((*at * 7919 + seed) % 97) as f32 / 97.0 - 0.5) * scale);
+        };
+        let parts: Vec<String> = (0..n).map(|_| go(rest, scale, seed, at)).collect();
+        format!("[{}]", parts.join(", "))
+    }
+    go(shape, scale, seed, &mut 0)
+}
+
+/// Convolutions the `wgmma` kernel reads implicitly (NCHW in `.air`):
+/// `x` 16×64×40×40 → 3×3 padded + relu (`c1`) → 3×3 stride 2 + relu
+/// (`c2`) → 3×3 dilation 2 (`c3`), plus a 1×1 stride-2 projection of `c1`
+/// (`d`), `relu(c3 + d)`. On sm_90a at fp16 all four run on `wgmma`, with
+/// one conversion (of `x`): `c1`'s half copy serves both `c2` and `d`,
+/// `c2`'s is written by `c2`'s launch for `c3`.
+fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
+    let w = |o: usize, i: usize, k: usize, seed| {
+        let scale = 2.0 / ((i * k * k) as f32).sqrt();
+        format!("const dense<{}> : tensor<{o}x{i}x{k}x{k}xf32>", nested(&[o, i, k, k], scale, seed))
+    };
+    let mut t = "func @main(%x: tensor<16x64x40x40xf32>) -> tensor<16x128x20x20xf32> {\n".to_string();
+    t += &format!("  %w1 = {}\n  %w2 = {}\n  %w3 = {}\n  %wd = {}\n", w(64, 64, 3, 1), w(128, 64, 3, 2), w(128, 128, 3, 3), w(128, 64, 1, 4));
+    t += "  %a1 = core.conv2d %x, %w1 {pads = [1, 1, 1, 1]} : tensor<16x64x40x40xf32>\n";
+    t += "  %c1 = core.relu %a1 : tensor<16x64x40x40xf32>\n";
+    t += "  %a2 = core.conv2d %c1, %w2 {strides = [2, 2], pads = [1, 1, 1, 1]} : tensor<16x128x20x20xf32>\n";
+    t += "  %c2 = core.relu %a2 : tensor<16x128x20x20xf32>\n";
+    t += "  %c3 = core.conv2d %c2, %w3 {dilations = [2, 2], pads = [2, 2, 2, 2]} : tensor<16x128x20x20xf32>\n";
+    t += "  %d = core.conv2d %c1, %wd {strides = [2, 2]} : tensor<16x128x20x20xf32>\n";
+    t += "  %s = core.add %c3, %d : tensor<16x128x20x20xf32>\n";
+    t += "  %y = core.relu %s : tensor<16x128x20x20xf32>\n";
+    t += "  return %y : tensor<16x128x20x20xf32>\n}\n";
+    let file = dir.join("wgmma_convs.air");
+    std::fs::write(&file, t)?;
+    Ok(Model { name: "wgmma_convs".into(), file, inputs: vec!["x=@random:16x64x40x40".into()], shapes: vec![], quantized: false, bf16_tolerance: None })
+}
+
+/// [`wgmma_convs_model`] for sm_90a: four `wgmma` convolutions, one
+/// conversion, no `mma.sync` GEMM; `c1` and `c2` store only their half
+/// copies (every reader of theirs reads those).
+fn wgmma_convs_build() -> Result<(), Failed> {
+    let d = scratch("wgmma_convs");
+    let m = wgmma_convs_model(&d)?;
+    let out = d.join("model.ptx");
+    let o = out.display().to_string();
+    run(&["compile", &m.file.display().to_string(), "--target", "sm_90a", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
+    let ptx = std::fs::read_to_string(&out)?;
+    let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect();
+    let count = |p: &str| launches.iter().filter(|l| l.contains(p)).count();
+    if count("gemm_wgmma_") != 4 || count("cvt_") != 1 || count("gemm_tc_") != 0 {
+        return Err(format!("expected 4 wgmma convolutions and one conversion: {launches:#?}").into());
+    }
+    // In the LLVM IR: which convolution kernels store 16-bit values, and
+    // which store no f32 to global memory.
+    let ll = d.join("model.ll");
+    run(&["compile", &m.file.display().to_string(), "--target", "sm_90a", "--precision", "fp16", "--emit", "llvm", "-o", &ll.display().to_string()])?;
+    let ir = std::fs::read_to_string(&ll)?;
+    let convs: Vec<&str> = ir.split("define ptx_kernel void @").filter(|k| k.starts_with("gemm_wgmma_")).collect();
+    let stores = |k: &str, ty: &str| k.lines().any(|l| l.trim_start().starts_with(&format!("store {ty}")) && l.contains("ptr addrspace(1)"));
+    let halves = convs.iter().filter(|k| stores(k, "i16") || stores(k, "<2 x i16>")).count();
+    let only_halves = convs.iter().filter(|k| (stores(k, "i16") || stores(k, "<2 x i16>")) && !stores(k, "float") && !stores(k, "<2 x float>")).count();
+    if halves != 2 || only_halves != 2 {
+        return Err(format!("expected c1 and c2 to write only half copies ({halves} write 16-bit values, {only_halves} only those)").into());
+    }
+    let art = d.join("model.aoc");
+    compile(&m, "sm_90a", "fp16", &art)?;
+    check_entries(&art)
+}
+
+/// [`wgmma_convs_model`] on the GPU against the interpreter.
+fn wgmma_convs_on_gpu(precision: &str) -> Result<(), Failed> {
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let m = wgmma_convs_model(&scratch(&format!("wgmma_convs_gpu_{precision}")))?;
+    check_on_gpu(&m, "sm_90a", precision)
+}
+
 /// `--tune` times every GEMM's tiles on the GPU, caches the winners, and a
 /// second compile of the same model measures nothing; the tuned artifact
 /// computes what the untuned one does.
@@ -731,6 +814,9 @@ fn main() {
     trials.push(Trial::test("gpu_half_copies_sm_90a_fp16", || half_copies_on_gpu("fp16")));
     trials.push(Trial::test("gpu_half_copies_sm_90a_bf16", || half_copies_on_gpu("bf16")));
     trials.push(Trial::test("gpu_split_k_sm_86_fp16", split_k_on_gpu));
+    trials.push(Trial::test("wgmma_convolutions_build", wgmma_convs_build));
+    trials.push(Trial::test("gpu_wgmma_convolutions_sm_90a_fp16", || wgmma_convs_on_gpu("fp16")));
+    trials.push(Trial::test("gpu_wgmma_convolutions_sm_90a_bf16", || wgmma_convs_on_gpu("bf16")));
     trials.push(Trial::test("special_paths_match_their_entries", special_paths_match_their_entries));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));

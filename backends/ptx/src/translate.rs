@@ -126,21 +126,34 @@ struct Tr<'a, 't> {
     /// most any launch uses of it (launches run in order on one stream).
     scratch_at: u64,
     scratch_len: u64,
-    /// The half copy of an A the scratch holds (buffer, row stride, rows,
-    /// columns, type), until a launch writes that buffer; and in which
-    /// of the two slots (the other is free for the next copy).
-    converted: Option<(Buf, u64, u64, u64, Scalar)>,
-    slot: u64,
+    /// The half copy of an activation each scratch slot holds, until a
+    /// launch writes that activation, and when it was made (for choosing
+    /// which copy to replace).
+    halves: [Option<(HalfKey, usize)>; HALF_SLOTS],
     /// Bytes of each half-copy slot: half the largest activation.
     slot_bytes: u64,
-    /// The last launch, when its kernel can also write a half copy of its
-    /// output for a `wgmma` GEMM that reads that output next.
-    producer: Option<Producer>,
+    /// Recent launches whose kernels can also write a half copy of their
+    /// output for a later `wgmma` GEMM, while that output stands (oldest
+    /// first).
+    producers: Vec<Producer>,
+    /// Producers remade to write a half copy beside their f32 output,
+    /// which they stop storing at the end unless a launch reads it.
+    copied: Vec<Copied>,
     /// Each step's buffers (written or not), and the index of the step
     /// being translated.
     step_bufs: Vec<Vec<(Buf, bool)>>,
     step_at: usize,
 }
+
+/// A half copy of an f32 activation: the buffer, its row stride, rows and
+/// columns (elements), and the half type. The copy is dense (`rows ×
+/// cols`).
+type HalfKey = (Buf, u64, u64, u64, Scalar);
+
+/// Scratch slots for half copies: a ResNet bottleneck keeps its input's
+/// copy (read again by the downsampling convolution) while the copies of
+/// its two inner activations come and go.
+const HALF_SLOTS: usize = 3;
 
 /// A launch whose kernel can write a [`HalfCopy`] of its f32 output.
 struct Producer {
@@ -148,6 +161,23 @@ struct Producer {
     out: Buf,
     remake: Remake,
 }
+
+/// A producer writing a half copy of its f32 output `out` (the copy's
+/// `HalfCopy` keeps the f32 stores): whether a launch since it read `out`,
+/// and whether a launch overwrote `out` (later reads are of other values).
+struct Copied {
+    item: usize,
+    out: Buf,
+    remake: Remake,
+    half: HalfCopy,
+    f32_read: bool,
+    closed: bool,
+}
+
+/// Producers [`Tr`] remembers: a ResNet bottleneck's downsampling
+/// convolution runs between the one that writes its last convolution's
+/// input and that convolution.
+const PRODUCERS: usize = 4;
 
 /// How to make a producer's kernel again, with the copy.
 enum Remake {
@@ -164,6 +194,13 @@ const CODEGEN_PARTS: usize = 8;
 /// `wgmma` pays for its conversion launch once the 128×128 tiles cover
 /// the GPU about once (an H200 has 132 multiprocessors).
 const WGMMA_MIN_TILES: u64 = 128;
+
+/// Convolutions go to `wgmma` from this many 128×64 tiles on: with the
+/// producers writing half copies of their outputs, a network of them
+/// pays one conversion at its start. ResNet-50 at batch 32 has 104 in its
+/// last stage; at batch 1 none qualifies (its `mma.sync` tiles of 64 rows
+/// fill the GPU better).
+const WGMMA_MIN_CONV_TILES: u64 = 96;
 
 /// The `wgmma` tiles `--tune` times: 128×`bn` with `stages` k-tiles of 64
 /// in flight (three stages of 128×128 or less fit two blocks per
@@ -183,6 +220,18 @@ const WGMMA_CANDIDATES: [WgTile; 7] = [
 /// H200 (mma.sync against wgmma rates): worth it from `n ≈ 430` on.
 /// ResNet-50's early 1×1 convolutions (n ≤ 256) measured slower with it.
 const WGMMA_MIN_N: u64 = 512;
+
+/// The f32 activation the `wgmma` GEMM `spec` reads through a half copy,
+/// as `(row stride, rows, columns)`: a plain A (see [`a_rows`]) itself, or
+/// the whole NHWC input of a convolution the kernel reads implicitly (one
+/// group, channels in multiples of 64: one pixel per row).
+fn wgmma_activation(spec: &GemmSpec) -> Option<(u64, u64, u64)> {
+    match (a_rows(spec), spec.a) {
+        (Some(lda), _) => Some((lda, spec.m, spec.k)),
+        (None, AMode::Conv(g)) if g.group == 1 && g.c.is_multiple_of(64) && g.c > 0 => Some((g.c, g.n * g.h * g.w, g.c)),
+        _ => None,
+    }
+}
 
 /// The row stride of A when it is a plain row-major matrix with unit column
 /// stride: a strided A, or the NHWC input of a 1×1, stride-1, unpadded,
@@ -396,33 +445,79 @@ impl<'a> Tr<'a, '_> {
     }
 
     fn launch(&mut self, (kernel, g): (String, Geometry), args: Vec<Arg>, origin: &str) {
-        // A launch that writes the activation the scratch holds a half copy
+        // A launch that writes an activation the scratch holds a half copy
         // of makes that copy stale.
-        if let Some((src, ..)) = self.converted
-            && args.iter().any(|a| matches!(a, Arg::Out(b) if overlaps(b, &src)))
-        {
-            self.converted = None;
+        for h in &mut self.halves {
+            if let Some(((src, ..), _)) = *h
+                && args.iter().any(|a| matches!(a, Arg::Out(b) if overlaps(b, &src)))
+            {
+                *h = None;
+            }
+        }
+        // A producer whose output this launch overwrites made its last copy.
+        self.producers.retain(|p| !args.iter().any(|a| matches!(a, Arg::Out(b) if overlaps(b, &p.out))));
+        for c in self.copied.iter_mut().filter(|c| !c.closed) {
+            c.f32_read |= args.iter().any(|a| matches!(a, Arg::In(b) if overlaps(b, &c.out)));
+            c.closed = args.iter().any(|a| matches!(a, Arg::Out(b) if overlaps(b, &c.out)));
         }
         self.items.push(GpuItem::Launch(Launch { kernel, grid: g.grid, block: g.block, smem: g.smem, args }));
         self.origins.push(origin.to_string());
-        self.producer = None;
     }
 
-    /// Makes the last launch also write the half copy `to` of its output
-    /// when it is a [`Producer`] of exactly `a` (dense, `a.len` bytes of
-    /// f32) and reads nothing in `to`; whether it did.
-    fn copy_from_producer(&mut self, a: &Buf, dense: bool, half: Scalar, to: &Buf) -> Result<bool, String> {
-        let Some(p) = self.producer.take() else { return Ok(false) };
-        let Some(GpuItem::Launch(l)) = self.items.get(p.item) else { return Ok(false) };
-        let reads_slot = l.args.iter().any(|x| matches!(x, Arg::In(b) | Arg::Out(b) if overlaps(b, to)));
-        if !dense || p.out != *a || p.item + 1 != self.items.len() || reads_slot {
-            return Ok(false);
+    /// Records the launch just made as a [`Producer`] of `out`.
+    fn produced(&mut self, out: Buf, remake: Remake) {
+        let item = self.items.len() - 1;
+        self.producers.push(Producer { item, out, remake });
+        if self.producers.len() > PRODUCERS {
+            self.producers.remove(0);
         }
-        // Without later readers of the f32 output, only the copy is stored.
-        let keep_f32 = read_later(&self.step_bufs[self.step_at + 1..], a);
-        let h = HalfCopy { bf16: half == Scalar::BF16, keep_f32 };
+    }
+
+    /// Whether a launch from item `from` on reads or writes the scratch
+    /// slot `slot` (a host step may touch anything).
+    fn touched(&self, slot: usize, from: usize) -> bool {
+        let region = self.slot_buf(slot, self.slot_bytes);
+        self.items[from..].iter().any(|it| match it {
+            GpuItem::Launch(l) => l.args.iter().any(|x| matches!(x, Arg::In(b) | Arg::Out(b) if overlaps(b, &region))),
+            GpuItem::Host { .. } => true,
+        })
+    }
+
+    /// Scratch slot `slot`'s first `len` bytes.
+    fn slot_buf(&self, slot: usize, len: u64) -> Buf {
+        Buf { space: Space::Arena, index: 0, offset: self.scratch_at + slot as u64 * self.slot_bytes, len }
+    }
+
+    /// Makes a remembered producer of exactly `a` (dense, `a.len` bytes of
+    /// f32) also write its half copy into one of `slots` (best first) that
+    /// no launch since it has read or written; the slot it did, if any.
+    fn copy_from_producer(&mut self, a: &Buf, dense: bool, half: Scalar, slots: &[usize], len: u64) -> Result<Option<usize>, String> {
+        let Some(pi) = self.producers.iter().rposition(|p| p.out == *a).filter(|_| dense) else { return Ok(None) };
+        let item = self.producers[pi].item;
+        let Some(&slot) = slots.iter().find(|&&s| !self.touched(s, item)) else { return Ok(None) };
+        let to = self.slot_buf(slot, len);
+        let p = self.producers.remove(pi);
+        // The f32 stores stay until the end of the translation shows that
+        // no launch read them ([`Tr::drop_unread_f32`]).
+        let half = HalfCopy { bf16: half == Scalar::BF16, keep_f32: true };
+        self.remake(p.item, &p.remake, half)?;
+        if let Some(GpuItem::Launch(l)) = self.items.get_mut(p.item) {
+            l.args.push(Arg::Out(to));
+        }
+        let f32_read = a.space != Space::Arena
+            || self.items[p.item + 1..].iter().any(|it| match it {
+                GpuItem::Launch(l) => l.args.iter().any(|x| matches!(x, Arg::In(b) if overlaps(b, a))),
+                GpuItem::Host { .. } => true,
+            });
+        self.copied.push(Copied { item: p.item, out: *a, remake: p.remake, half, f32_read, closed: false });
+        Ok(Some(slot))
+    }
+
+    /// Makes the kernel of launch `item` again from `remake`, writing the
+    /// half copy `h`.
+    fn remake(&mut self, item: usize, remake: &Remake, h: HalfCopy) -> Result<(), String> {
         let sm = self.sm;
-        let (kernel, g) = match &p.remake {
+        let (kernel, g) = match remake {
             Remake::LayerNorm(q) => {
                 let q = *q;
                 self.kernel("layer_norm", (q, h), |m, n| {
@@ -440,11 +535,23 @@ impl<'a> Tr<'a, '_> {
                 })?
             }
         };
-        let Some(GpuItem::Launch(l)) = self.items.get_mut(p.item) else { unreachable!("checked above") };
+        let Some(GpuItem::Launch(l)) = self.items.get_mut(item) else {
+            return Err("internal error: a producer is not a launch".to_string());
+        };
         l.kernel = kernel;
         (l.grid, l.block, l.smem) = (g.grid, g.block, g.smem);
-        l.args.push(Arg::Out(*to));
-        Ok(true)
+        Ok(())
+    }
+
+    /// Producers whose f32 output no launch read (every reader took the
+    /// half copy) store only the copy.
+    fn drop_unread_f32(&mut self) -> Result<(), String> {
+        for c in std::mem::take(&mut self.copied) {
+            if !c.f32_read {
+                self.remake(c.item, &c.remake, HalfCopy { keep_f32: false, ..c.half })?;
+            }
+        }
+        Ok(())
     }
 
     /// A half-precision copy of the f32 weight at `b` (made once).
@@ -589,8 +696,8 @@ impl<'a> Tr<'a, '_> {
         let slice = m * n * 4;
         let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at, len: parts * slice };
         self.scratch_len = self.scratch_len.max(scratch.len);
-        // The partial sums overwrite whatever half copy the scratch held.
-        self.converted = None;
+        // The partial sums overwrite whatever half copies the scratch held.
+        self.halves = [None; HALF_SLOTS];
         let sliced = GemmSpec {
             batch: parts,
             k: part,
@@ -622,24 +729,27 @@ impl<'a> Tr<'a, '_> {
     /// The precision `wgmma` runs `spec` in, when it should: sm_90a, a
     /// plain GEMM with a constant B, k a multiple of 8 (the half copy of A
     /// is then dense with 16-byte rows), C with unit column stride, and
-    /// enough rows and columns to fill most of the GPU with 128-row tiles.
+    /// enough rows and columns to fill most of the GPU with 128-row tiles;
+    /// or a convolution the kernel reads implicitly ([`wgmma_activation`])
+    /// with enough tiles of 128 × 64.
     fn wgmma_form(&self, spec: &GemmSpec, p: TcPrecision, c: &Buf, bias: Option<&Buf>) -> Option<WgPrecision> {
         let wp = match p {
             TcPrecision::F16 => WgPrecision::F16,
             TcPrecision::Bf16 => WgPrecision::Bf16,
             TcPrecision::Tf32 => return None,
         };
-        a_rows(spec)?;
-        let tiles = spec.m.div_ceil(128) * spec.n.div_ceil(128);
-        let fits = self.sm == Sm::Sm90a
+        wgmma_activation(spec)?;
+        let common = self.sm == Sm::Sm90a
             && spec.batch == 1
-            && spec.n >= WGMMA_MIN_N
             && spec.k >= 64
             && spec.k.is_multiple_of(8)
             && spec.c_strides[2] == 1
-            && tiles >= WGMMA_MIN_TILES
             && aligned16(&[c].into_iter().chain(bias).collect::<Vec<_>>());
-        fits.then_some(wp)
+        let wide = spec.n >= WGMMA_MIN_N && spec.m.div_ceil(128) * spec.n.div_ceil(128) >= WGMMA_MIN_TILES;
+        let conv = matches!(spec.a, AMode::Conv(_))
+            && spec.n >= 64
+            && spec.m.div_ceil(128) * spec.n.div_ceil(64) >= WGMMA_MIN_CONV_TILES;
+        (common && (wide || conv)).then_some(wp)
     }
 
     /// A GEMM on `wgmma`: A is converted into a half scratch buffer at the
@@ -647,45 +757,24 @@ impl<'a> Tr<'a, '_> {
     /// kernel's tile at compile time.
     fn gemm_wgmma(&mut self, spec: GemmSpec, p: WgPrecision, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
         let GemmBufs { a, b, bias, c } = bufs;
-        let lda = a_rows(&spec).ok_or("internal error: wgmma on an A it cannot read")?;
-        let (m, k) = (spec.m, spec.k);
+        let (lda, rows, cols) = wgmma_activation(&spec).ok_or("internal error: wgmma on an A it cannot read")?;
+        let k = spec.k;
         let half = if p == WgPrecision::Bf16 { Scalar::BF16 } else { Scalar::F16 };
-        // Consecutive GEMMs on one activation (attention's Q, K and V
-        // projections) share one conversion.
-        let key = (a, lda, m, k, half);
-        if self.converted != Some(key) {
-            // The other slot than the last copy's: a GEMM that read that
-            // one may be the producer writing this one.
-            self.slot = 1 - self.slot;
-        }
-        if m * k * 2 > self.slot_bytes {
-            return Err("internal error: a half copy larger than its scratch slot".to_string());
-        }
-        let scratch = Buf { space: Space::Arena, index: 0, offset: self.scratch_at + self.slot * self.slot_bytes, len: m * k * 2 };
-        self.scratch_len = self.scratch_len.max(self.slot * self.slot_bytes + scratch.len);
-        if self.converted != Some(key) && self.copy_from_producer(&a, lda == k && a.len == m * k * 4, half, &scratch)? {
-            self.converted = Some(key);
-        }
-        if self.converted != Some(key) {
-            let cast = PointwiseKernel {
-                name: format!("cvt_{:016x}", fnv(&format!("{m}|{k}|{lda}|{half:?}"))),
-                // One flat dimension when A is dense: the widest vector form.
-                dims: if lda == k { vec![m * k] } else { vec![m, k] },
-                operands: vec![crate::expr::Operand { dtype: Scalar::F32, strides: if lda == k { vec![1] } else { vec![lda, 1] } }],
-                exprs: vec![Expr::Load(0)],
-                result: 0,
-                out_dtype: half,
-            };
-            self.launch_pointwise(cast, &[a, scratch], origin)?;
-            self.converted = Some(key);
-        }
+        // GEMMs on one activation (attention's Q, K and V projections, a
+        // bottleneck's first and downsampling convolutions) share its copy.
+        let key = (a, lda, rows, cols, half);
+        let scratch = self.half_copy(key, origin)?;
+        let epi = self.epilogue_from_halves(epi, half);
+        let epi = epi.as_ref();
         let mut spec = spec;
-        spec.a = AMode::Strided { batch: 0, row: k, col: 1 };
+        if a_rows(&spec).is_some() {
+            spec.a = AMode::Strided { batch: 0, row: k, col: 1 };
+        }
         spec.aligned16 = true;
         let tile = if self.tuner.is_some() {
             let tiles: Vec<WgTile> = WGMMA_CANDIDATES.into_iter().filter(|t| t.check().is_ok()).collect();
             let b_bytes = tiles.iter().map(|&t| packed_b_len(&spec, t) as u64 * 2).max().unwrap_or(0);
-            let mut arg_bytes = vec![m * k * 2, b_bytes];
+            let mut arg_bytes = vec![scratch.len, b_bytes];
             arg_bytes.extend(bias.map(|x| x.len));
             arg_bytes.push(c.len);
             let sm = self.sm;
@@ -713,10 +802,83 @@ impl<'a> Tr<'a, '_> {
         }
         self.launch(kern, args, origin);
         if spec.c_strides[1] == spec.n {
-            let item = self.items.len() - 1;
-            self.producer = Some(Producer { item, out: c, remake: Remake::Wgmma(spec, p, tile, e.cloned()) });
+            self.produced(c, Remake::Wgmma(spec, p, tile, e.cloned()));
         }
         Ok(())
+    }
+
+    /// `epi` reading, in place of each extra operand that a scratch slot
+    /// holds a half copy of (in `half`), that copy: a residual added in a
+    /// GEMM's epilogue is read at half the bytes, and its producer may stop
+    /// storing it as f32.
+    fn epilogue_from_halves(&self, epi: Option<&(GemmEpilogue, Vec<Buf>)>, half: Scalar) -> Option<(GemmEpilogue, Vec<Buf>)> {
+        let (mut e, mut extra) = epi.cloned()?;
+        for (i, b) in extra.iter_mut().enumerate() {
+            let held = self.halves.iter().enumerate().find_map(|(slot, h)| match h {
+                // A dense copy: element `o` of the copy is element `o` of `b`.
+                Some(((src, lda, rows, cols, t), _)) if src == b && *t == half && lda == cols && b.len == rows * cols * 4 => {
+                    Some(self.slot_buf(slot, rows * cols * 2))
+                }
+                _ => None,
+            });
+            if let Some(copy) = held {
+                *b = copy;
+                e.kernel.operands[i + 1].dtype = half;
+            }
+        }
+        Some((e, extra))
+    }
+
+    /// The scratch buffer holding the half copy `key` of an activation for
+    /// a `wgmma` GEMM: the slot that already holds it, or a free slot
+    /// filled by the launch just made (when it produced the activation and
+    /// can write the copy too) or by a conversion launch.
+    fn half_copy(&mut self, key: HalfKey, origin: &str) -> Result<Buf, String> {
+        let (a, lda, rows, cols, half) = key;
+        let len = rows * cols * 2;
+        if len > self.slot_bytes {
+            return Err("internal error: a half copy larger than its scratch slot".to_string());
+        }
+        if let Some(slot) = self.halves.iter().position(|h| h.is_some_and(|(k, _)| k == key)) {
+            return Ok(self.slot_buf(slot, len));
+        }
+        let order = self.slot_order();
+        let dense = lda == cols && a.len == rows * cols * 4;
+        let slot = match self.copy_from_producer(&a, dense, half, &order, len)? {
+            Some(slot) => slot,
+            None => {
+                let cast = PointwiseKernel {
+                    name: format!("cvt_{:016x}", fnv(&format!("{rows}|{cols}|{lda}|{half:?}"))),
+                    // One flat dimension when A is dense: the widest vector form.
+                    dims: if lda == cols { vec![rows * cols] } else { vec![rows, cols] },
+                    operands: vec![crate::expr::Operand { dtype: Scalar::F32, strides: if lda == cols { vec![1] } else { vec![lda, 1] } }],
+                    exprs: vec![Expr::Load(0)],
+                    result: 0,
+                    out_dtype: half,
+                };
+                let slot = order[0];
+                let to = self.slot_buf(slot, len);
+                self.launch_pointwise(cast, &[a, to], origin)?;
+                slot
+            }
+        };
+        self.scratch_len = self.scratch_len.max(slot as u64 * self.slot_bytes + len);
+        self.halves[slot] = Some((key, self.items.len()));
+        Ok(self.slot_buf(slot, len))
+    }
+
+    /// The scratch slots in the order a new half copy takes them: empty
+    /// ones, then those whose activation no later step reads, then the
+    /// oldest copies.
+    fn slot_order(&self) -> Vec<usize> {
+        let later = &self.step_bufs[(self.step_at + 1).min(self.step_bufs.len())..];
+        let rank = |slot: usize| match self.halves[slot] {
+            None => (0, 0),
+            Some(((src, ..), made)) => (1 + read_later(later, &src) as usize, made),
+        };
+        let mut order: Vec<usize> = (0..HALF_SLOTS).collect();
+        order.sort_by_key(|&s| rank(s));
+        order
     }
 
     /// Asks the tuner which of `tiles` runs `spec` fastest; a tile the
@@ -878,8 +1040,7 @@ impl<'a> Tr<'a, '_> {
                 args.extend(beta.map(Arg::In));
                 args.push(Arg::Out(*y));
                 self.launch(k, args, origin);
-                let item = self.items.len() - 1;
-                self.producer = Some(Producer { item, out: *y, remake: Remake::LayerNorm(p) });
+                self.produced(*y, Remake::LayerNorm(p));
                 Ok(())
             }
             Step::Attention {
@@ -912,8 +1073,7 @@ impl<'a> Tr<'a, '_> {
                 args.extend(mask.map(Arg::In));
                 args.push(Arg::Out(*y));
                 self.launch(kern, args, origin);
-                let item = self.items.len() - 1;
-                self.producer = Some(Producer { item, out: *y, remake: Remake::Attention(spec, p) });
+                self.produced(*y, Remake::Attention(spec, p));
                 Ok(())
             }
             Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
@@ -940,7 +1100,10 @@ impl<'a> Tr<'a, '_> {
             }
             Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
             Step::Reference { .. } => {
-                self.converted = None;
+                self.halves = [None; HALF_SLOTS];
+                for c in &mut self.copied {
+                    c.f32_read = true;
+                }
                 self.items.push(GpuItem::Host { step: step.clone() });
                 self.origins.push(origin.to_string());
                 Ok(())
@@ -1152,10 +1315,10 @@ pub fn translate_tuned(
         origins: Vec::new(),
         scratch_at: lowered.arena_bytes.div_ceil(256) * 256,
         scratch_len: 0,
-        converted: None,
-        slot: 1,
+        halves: [None; HALF_SLOTS],
         slot_bytes: half_slot_bytes(&step_bufs),
-        producer: None,
+        producers: Vec::new(),
+        copied: Vec::new(),
         step_bufs,
         step_at: 0,
     };
@@ -1169,6 +1332,7 @@ pub fn translate_tuned(
         tr.step(step, origin, fused.as_ref()).map_err(|e| format!("{origin}: {e}"))?;
         i += if fused.is_some() { 2 } else { 1 };
     }
+    tr.drop_unread_f32()?;
     // Kernels a launch stopped naming (a producer remade with a half copy).
     let used: std::collections::HashSet<String> = tr
         .items

@@ -9,7 +9,12 @@
 //!   `a[i·row + kk]` (`spec.a = Strided { row, col: 1 }`); `row` must be a
 //!   multiple of 8 and A 16-byte aligned (`spec.aligned16`), so that every
 //!   8-element run of a row is one 16-byte `cp.async` (pad the scratch rows
-//!   of a converted activation to a multiple of 8).
+//!   of a converted activation to a multiple of 8). Or an implicit
+//!   convolution (`spec.a = Conv(g)`, [`AMode::Conv`]'s rows and columns):
+//!   A is then the NHWC input `x` itself in the half type, dense, one
+//!   group, `g.c` a multiple of 64 so that each k-tile is 64 channels of
+//!   one filter tap; a chunk whose tap lies in the padding is zero-filled
+//!   through `cp.async`'s source size.
 //! - B: f16/bf16 packed by [`pack_b`] for the kernel's tile ([`WgTile`],
 //!   [`choose_wg_tile`]); `spec.b_strides` are not used. [`packed_b_offset`]
 //!   is the layout: block `(kt, nt)` of `64 × bn` (k-tile `kt`, n-tile `nt`)
@@ -77,7 +82,7 @@ mod epilogue;
 mod mainloop;
 
 use super::gemm_epilogue::{self, EpiFn};
-use super::{AMode, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
+use super::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
 use crate::irtext::{Body, ModuleText, check_entry_name};
 use crate::target::Sm;
 
@@ -181,22 +186,43 @@ const PAIRED_MAX_K: u64 = 1024;
 /// BERT-base's first FFN GEMM at batch 32 (4096×3072×768, GELU epilogue)
 /// ran in 73 µs against 110 with 128×256 on an H200, the whole model 2.36
 /// ms against 2.82 (four stages: 2.65; 128×192×3: 2.81).
+///
+/// Tiles no wider than `n` needs (64 for ResNet's 64-channel
+/// convolutions); and where even the widest of those leaves more than
+/// half the multiprocessors idle, 128×64 (ResNet-50's last stage at batch
+/// 32, 13 tile rows: 104 blocks).
 pub fn choose_wg_tile(spec: &GemmSpec) -> WgTile {
-    let paired = spec.m.div_ceil(BM as u64) * spec.n.div_ceil(128);
-    if spec.k <= PAIRED_MAX_K && paired >= 2 * SMS {
+    let ntm = spec.m.div_ceil(BM as u64);
+    let blocks = |bn: u32| ntm * spec.n.div_ceil(bn as u64);
+    // Widths that leave no 64-column quarter of the tile empty.
+    let widths: Vec<u32> = [256u32, 192, 128, 64]
+        .into_iter()
+        .filter(|&bn| bn == 64 || (bn as u64) < spec.n + 64)
+        .collect();
+    let widest = widths[0];
+    if widest >= 128 && spec.k <= PAIRED_MAX_K && blocks(128) >= 2 * SMS {
         return WgTile { bn: 128, stages: 3 };
     }
-    let fill = |bn: u64| {
-        let blocks = spec.m.div_ceil(BM as u64) * spec.n.div_ceil(bn);
-        blocks as f64 / (blocks.div_ceil(SMS).max(1) * SMS) as f64
+    // Far fewer blocks than multiprocessors: the narrowest tile (with
+    // widths a factor of two or less apart, no wider one would give every
+    // multiprocessor a block).
+    if blocks(widest) < SMS / 2 {
+        return WgTile { bn: 64, stages: 4 };
+    }
+    let fill = |bn: u32| {
+        let b = blocks(bn);
+        b as f64 / (b.div_ceil(SMS).max(1) * SMS) as f64
     };
-    let mut best = WgTile::WIDE;
-    for bn in [192u32, 128] {
-        if fill(bn as u64) > fill(best.bn as u64) + 0.05 {
-            best = WgTile { bn, stages: 4 };
+    let mut best = widest;
+    for &bn in widths.iter().filter(|&&bn| bn != 64 && bn < widest) {
+        if fill(bn) > fill(best) + 0.05 {
+            best = bn;
         }
     }
-    best
+    WgTile {
+        bn: best,
+        stages: 4,
+    }
 }
 
 /// k-tiles and n-tiles of `spec` under `tile`.
@@ -290,7 +316,7 @@ pub fn gemm_wgmma_with(
         ));
     }
     tile.check()?;
-    let row = check_spec(spec)?;
+    let (row, conv) = check_spec(spec)?;
     if let Some(e) = epi {
         // Batch 1 (checked above): the batch stride never counts.
         gemm_epilogue::check(spec, e)?;
@@ -323,6 +349,7 @@ pub fn gemm_wgmma_with(
             p: prec,
             t: tile,
             row,
+            conv,
             ktiles,
             ntm,
             ntn,
@@ -347,11 +374,9 @@ pub fn gemm_wgmma_with(
     })
 }
 
-/// Checks what the kernel supports; returns A's row stride.
-fn check_spec(s: &GemmSpec) -> Result<u64, String> {
-    let AMode::Strided { row, col, .. } = s.a else {
-        return Err("the wgmma gemm takes a strided A (no implicit convolution)".to_string());
-    };
+/// Checks what the kernel supports; returns A's row stride (0 for an
+/// implicit convolution) and the convolution.
+fn check_spec(s: &GemmSpec) -> Result<(u64, Option<ConvGeom>), String> {
     if s.batch != 1 {
         return Err(format!("the wgmma gemm takes batch 1, found {}", s.batch));
     }
@@ -361,19 +386,60 @@ fn check_spec(s: &GemmSpec) -> Result<u64, String> {
             s.m, s.n, s.k
         ));
     }
-    if (col != 1 && s.k > 1) || (!row.is_multiple_of(8) && s.m > 1) || !s.aligned16 {
-        return Err(format!(
-            "the wgmma gemm needs A in rows of unit column stride, 16-byte aligned with a row stride that is a multiple of 8 (found row {row}, col {col}, aligned {})",
-            s.aligned16
-        ));
-    }
     if s.c_strides[2] != 1 && s.n > 1 {
         return Err(format!(
             "the wgmma gemm needs C with unit column stride, found {}",
             s.c_strides[2]
         ));
     }
-    Ok(if s.m > 1 { row } else { 0 })
+    if !s.aligned16 {
+        return Err("the wgmma gemm needs 16-byte aligned operands".to_string());
+    }
+    let (row, col) = match s.a {
+        AMode::Conv(g) => {
+            check_conv(s, &g)?;
+            return Ok((0, Some(g)));
+        }
+        AMode::Strided { row, col, .. } => (row, col),
+    };
+    if (col != 1 && s.k > 1) || (!row.is_multiple_of(8) && s.m > 1) {
+        return Err(format!(
+            "the wgmma gemm needs A in rows of unit column stride with a row stride that is a multiple of 8 (found row {row}, col {col})"
+        ));
+    }
+    Ok((if s.m > 1 { row } else { 0 }, None))
+}
+
+/// An implicit convolution the kernel reads: one group whose channels come
+/// in whole k-tiles (`c` a multiple of 64, so a k-tile is 64 channels of one
+/// tap and every chunk one 16-byte run of a pixel), image positions
+/// within i32 (element offsets are i64).
+fn check_conv(s: &GemmSpec, g: &ConvGeom) -> Result<(), String> {
+    if g.group != 1 || !g.c.is_multiple_of(BK as u64) || g.c == 0 {
+        return Err(format!(
+            "the wgmma convolution needs one group of channels in multiples of {BK} (found {} channels in {} groups)",
+            g.c, g.group
+        ));
+    }
+    let expect = (g.n * g.oh * g.ow, g.kh * g.kw * g.c);
+    if (s.m, s.k) != expect {
+        return Err(format!(
+            "internal error: a convolution GEMM of {}x{} for a geometry of {}x{}",
+            s.m, s.k, expect.0, expect.1
+        ));
+    }
+    let dims = [
+        g.h,
+        g.w,
+        g.oh * g.stride[0],
+        g.ow * g.stride[1],
+        g.kh * g.dilation[0],
+        g.kw * g.dilation[1],
+    ];
+    if dims.iter().any(|&d| d > I31 / 4) {
+        return Err("the convolution is too large for one wgmma kernel".to_string());
+    }
+    Ok(())
 }
 
 fn declare(m: &mut ModuleText) {
@@ -399,8 +465,10 @@ struct Gen<'a> {
     s: &'a GemmSpec,
     p: WgPrecision,
     t: WgTile,
-    /// A's row stride (elements).
+    /// A's row stride (elements), for a strided A.
     row: u64,
+    /// An implicit convolution's geometry: A is its f16/bf16 NHWC input.
+    conv: Option<ConvGeom>,
     ktiles: u64,
     ntm: u64,
     ntn: u64,

@@ -11,7 +11,7 @@ use aoc_backend_ptx::kernels::gemm_wgmma::{
     WgPrecision, WgTile, choose_wg_tile, gemm_wgmma, gemm_wgmma_tile, pack_b, packed_b_len,
     packed_b_offset,
 };
-use aoc_backend_ptx::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry};
+use aoc_backend_ptx::kernels::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 use aoc_ir::types::Scalar;
 
@@ -160,6 +160,33 @@ fn cases() -> Vec<Case> {
         s5,
         false,
     ));
+    // Implicit convolutions: 3×3 padded, strided, dilated, 1×1 strided, more
+    // than one k-tile per tap, m and n tails.
+    let narrow64 = WgTile { bn: 64, stages: 4 };
+    for (name, g, t) in [
+        (
+            "wg_conv3x3",
+            conv_geom(2, 10, 10, 64, 64, 3, 1, 1, 1),
+            narrow64,
+        ),
+        (
+            "wg_conv3x3_s2",
+            conv_geom(3, 9, 11, 128, 96, 3, 2, 1, 1),
+            WgTile::NARROW,
+        ),
+        (
+            "wg_conv3x3_d2",
+            conv_geom(1, 12, 12, 64, 200, 3, 1, 2, 2),
+            WgTile::WIDE,
+        ),
+        (
+            "wg_conv1x1_s2",
+            conv_geom(4, 14, 14, 256, 128, 1, 2, 1, 0),
+            narrow64,
+        ),
+    ] {
+        v.push(case(name, conv_spec(&g), F16, t, false));
+    }
     let mut s3 = WgTile::WIDE;
     s3.stages = 3;
     v.push(case(
@@ -218,7 +245,11 @@ fn gemm_wgmma_assembles_without_spills() {
         let e = c.epi.then(|| residual(&c.s));
         let g = gemm_wgmma_tile(&mut m, c.name, &c.s, c.p, e.as_ref(), Sm::Sm90a, c.t)
             .unwrap_or_else(|e| panic!("{}: {e}", c.name));
-        lines.push(manifest_line(c, &g));
+        // (The GPU check runs the plain GEMMs; convolutions run end to end
+        // in compiler/tests/gpu.rs.)
+        if matches!(c.s.a, AMode::Strided { .. }) {
+            lines.push(manifest_line(c, &g));
+        }
     }
     let ptx = ir_to_ptx(&m.finish(), Sm::Sm90a).unwrap();
     // Written before the checks, so that a failure can be looked at.
@@ -311,19 +342,39 @@ fn gemm_wgmma_geometry() {
     assert_eq!(g.smem, 4 * (128 * 64 * 2 + 256 * 64 * 2) + 1024);
     assert!(g.smem <= 227 * 1024);
     assert_eq!(WgTile::NARROW.smem_bytes(), 4 * 32 * 1024 + 1024);
-    // Few wide tiles: the narrow one.
+    // Far fewer wide tiles than multiprocessors: the narrowest.
     let small = spec(512, 768, 768, 768, 768);
-    assert_eq!(choose_wg_tile(&small), WgTile::NARROW);
+    assert_eq!(choose_wg_tile(&small), WgTile { bn: 64, stages: 4 });
     let g = gemm_wgmma(&mut m, "g_small", &small, f16, None, Sm::Sm90a).unwrap();
-    assert_eq!(g.grid, [4 * 6, 1, 1]);
+    assert_eq!(g.grid, [4 * 12, 1, 1]);
+    // No tile wider than n needs: 64 columns, one width.
+    assert_eq!(
+        choose_wg_tile(&spec(100352, 64, 576, 576, 64)),
+        WgTile { bn: 64, stages: 4 }
+    );
+    assert_eq!(choose_wg_tile(&spec(100352, 128, 1152, 1152, 128)).bn, 128);
+    // ResNet-50's last stage at batch 32 (13 tile rows, n = 512): 128×64.
+    assert_eq!(
+        choose_wg_tile(&spec(1568, 512, 4608, 4608, 512)),
+        WgTile { bn: 64, stages: 4 }
+    );
     // BERT-base at batch 32: n = 768 fills one wave with 128×192 tiles
     // (128 blocks); n = 3072 with k = 768 pairs 128×128 blocks (three
     // stages) on each multiprocessor, k = 3072 does not.
-    assert_eq!(choose_wg_tile(&spec(4096, 768, 768, 768, 768)), WgTile { bn: 192, stages: 4 });
-    assert_eq!(choose_wg_tile(&spec(4096, 3072, 768, 768, 3072)), WgTile { bn: 128, stages: 3 });
-    assert_eq!(choose_wg_tile(&spec(4096, 3072, 3072, 3072, 3072)), WgTile::WIDE);
+    assert_eq!(
+        choose_wg_tile(&spec(4096, 768, 768, 768, 768)),
+        WgTile { bn: 192, stages: 4 }
+    );
+    assert_eq!(
+        choose_wg_tile(&spec(4096, 3072, 768, 768, 3072)),
+        WgTile { bn: 128, stages: 3 }
+    );
+    assert_eq!(
+        choose_wg_tile(&spec(4096, 3072, 3072, 3072, 3072)),
+        WgTile::WIDE
+    );
     assert!(WgTile { bn: 128, stages: 3 }.smem_bytes() * 2 <= 227 * 1024);
-    // m = 1: one tile row of four 128×256 tiles (no tile fills a wave).
+    // m = 1: one tile row of 16 128×64 tiles (no tile fills a wave).
     let g = gemm_wgmma(
         &mut m,
         "g_m1",
@@ -332,7 +383,7 @@ fn gemm_wgmma_geometry() {
         None,
         Sm::Sm90a,
     );
-    assert_eq!(g.unwrap().grid, [4, 1, 1]);
+    assert_eq!(g.unwrap().grid, [16, 1, 1]);
     // Empty products return at once; k = 0 is a real launch.
     for (name, s) in [("g_m0", spec(0, 8, 8, 8, 8)), ("g_n0", spec(8, 0, 8, 8, 8))] {
         let g = gemm_wgmma(&mut m, name, &s, f16, None, Sm::Sm90a).unwrap();
@@ -394,24 +445,76 @@ fn gemm_wgmma_refuses_what_it_cannot_do() {
         let e = gemm_wgmma_tile(&mut m, "r_t", &s, f16, None, Sm::Sm90a, t).unwrap_err();
         assert!(e.contains("wgmma tile"), "{e}");
     }
-    // A convolution's A is not a strided matrix.
-    let mut b = s;
-    b.a = AMode::Conv(aoc_backend_ptx::kernels::ConvGeom {
-        n: 1,
-        h: 8,
-        w: 8,
-        c: 64,
-        oh: 8,
-        ow: 8,
-        oc: 64,
-        kh: 1,
-        kw: 1,
-        stride: [1, 1],
-        dilation: [1, 1],
-        pads: [0; 4],
+    // Implicit convolutions: channels in whole k-tiles, one group, a GEMM
+    // of the geometry's shape.
+    let g = conv_geom(2, 8, 8, 64, 64, 3, 1, 1, 1);
+    gemm_wgmma(&mut m, "r_conv", &conv_spec(&g), f16, None, Sm::Sm90a).unwrap();
+    for bad in [
+        conv_geom(2, 8, 8, 48, 64, 3, 1, 1, 1),
+        ConvGeom {
+            group: 2,
+            oc: 128,
+            ..conv_geom(2, 8, 8, 128, 128, 3, 1, 1, 1)
+        },
+    ] {
+        assert!(
+            err(&conv_spec(&bad))
+                .unwrap_err()
+                .contains("multiples of 64")
+        );
+    }
+    let mut b = conv_spec(&g);
+    b.k -= 64;
+    assert!(err(&b).unwrap_err().contains("internal error"));
+}
+
+/// An NHWC convolution `n × h × w × c → oc`, `kh × kh` filter, stride,
+/// dilation, padding `pad` on every side.
+#[allow(clippy::too_many_arguments)]
+fn conv_geom(
+    n: u64,
+    h: u64,
+    w: u64,
+    c: u64,
+    oc: u64,
+    kh: u64,
+    stride: u64,
+    dil: u64,
+    pad: u64,
+) -> ConvGeom {
+    let out = |x: u64| (x + 2 * pad - dil * (kh - 1) - 1) / stride + 1;
+    ConvGeom {
+        n,
+        h,
+        w,
+        c,
+        oh: out(h),
+        ow: out(w),
+        oc,
+        kh,
+        kw: kh,
+        stride: [stride; 2],
+        dilation: [dil; 2],
+        pads: [pad; 4],
         group: 1,
-    });
-    assert!(err(&b).unwrap_err().contains("strided A"));
+    }
+}
+
+/// The GEMM of convolution `g` as the translator states it: bias, relu,
+/// C the NHWC output.
+fn conv_spec(g: &ConvGeom) -> GemmSpec {
+    GemmSpec {
+        batch: 1,
+        m: g.n * g.oh * g.ow,
+        n: g.oc,
+        k: g.kh * g.kw * g.c,
+        a: AMode::Conv(*g),
+        b_strides: [0, g.oc, 1],
+        c_strides: [g.oc, g.oc, 1],
+        bias: Some(g.oc),
+        relu: true,
+        aligned16: true,
+    }
 }
 
 /// Every `(k, n)` lands where the shared-memory layout says: block
@@ -460,16 +563,44 @@ fn gemm_wgmma_half_copy() {
     let s = spec(300, 768, 256, 256, 768);
     let e = residual(&s);
     let mut m = ModuleText::new();
-    let only = HalfCopy { keep_f32: false, ..HalfCopy::F16 };
-    for (name, h) in [("wg_half_f16", HalfCopy::F16), ("wg_half_bf16", HalfCopy::BF16), ("wg_half_only", only)] {
-        gemm_wgmma_with(&mut m, name, &s, WgPrecision::F16, Some(&e), Sm::Sm90a, WgTile::NARROW, Some(h)).unwrap();
+    let only = HalfCopy {
+        keep_f32: false,
+        ..HalfCopy::F16
+    };
+    for (name, h) in [
+        ("wg_half_f16", HalfCopy::F16),
+        ("wg_half_bf16", HalfCopy::BF16),
+        ("wg_half_only", only),
+    ] {
+        gemm_wgmma_with(
+            &mut m,
+            name,
+            &s,
+            WgPrecision::F16,
+            Some(&e),
+            Sm::Sm90a,
+            WgTile::NARROW,
+            Some(h),
+        )
+        .unwrap();
     }
-    gemm_wgmma_tile(&mut m, "wg_plain", &s, WgPrecision::F16, Some(&e), Sm::Sm90a, WgTile::NARROW).unwrap();
+    gemm_wgmma_tile(
+        &mut m,
+        "wg_plain",
+        &s,
+        WgPrecision::F16,
+        Some(&e),
+        Sm::Sm90a,
+        WgTile::NARROW,
+    )
+    .unwrap();
     let ptx = ir_to_ptx(&m.finish(), Sm::Sm90a).unwrap();
     let stores = |name: &str| {
         let b = super::entry(&ptx, name);
         let wide = b.matches("st.global.v2.f32").count() + b.matches("st.global.v2.b32").count();
-        let half = b.matches("st.global.b16").count() + b.matches("st.global.v2.b16").count() + b.matches("st.global.b32").count();
+        let half = b.matches("st.global.b16").count()
+            + b.matches("st.global.v2.b16").count()
+            + b.matches("st.global.b32").count();
         (b.matches(".param .u64").count(), wide, half)
     };
     let (params, wide, half) = stores("wg_plain");
@@ -483,6 +614,15 @@ fn gemm_wgmma_half_copy() {
     }
     let mut strided = s;
     strided.c_strides = [0, 1024, 1];
-    let bad = gemm_wgmma_with(&mut ModuleText::new(), "wg_bad", &strided, WgPrecision::F16, None, Sm::Sm90a, WgTile::NARROW, Some(HalfCopy::F16));
+    let bad = gemm_wgmma_with(
+        &mut ModuleText::new(),
+        "wg_bad",
+        &strided,
+        WgPrecision::F16,
+        None,
+        Sm::Sm90a,
+        WgTile::NARROW,
+        Some(HalfCopy::F16),
+    );
     assert!(bad.is_err());
 }

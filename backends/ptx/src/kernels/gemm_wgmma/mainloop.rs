@@ -3,6 +3,7 @@
 //! waits as inline assembly (see the parent's doc for the pipeline).
 
 use super::{A_BYTES, ALIGN, BK, BM, Gen, THREADS};
+use crate::kernels::conv_index;
 
 /// Where this thread's copies of a k-tile go: per A chunk the element
 /// offset of its row's first chunk column (i64) and its byte count (i32,
@@ -16,6 +17,11 @@ struct Copies {
     b_dst: String,
     /// Column (in k) of this thread's A chunks within a k-tile.
     a_col: String,
+    /// An implicit convolution's A: per chunk the input origin row and
+    /// column of its pixel (i32, negative in the padding) and whether its
+    /// GEMM row exists; `a_src` is then the offset of the pixel's channel
+    /// `a_col` (i64, meaningful only where the tap lies in the image).
+    pixels: Vec<(String, String, String)>,
 }
 
 impl Gen<'_> {
@@ -31,10 +37,17 @@ impl Gen<'_> {
         let c64 = self.v(format!("zext i32 {a_col} to i64"));
         let mut a_src = Vec::new();
         let mut a_bytes = Vec::new();
+        let mut pixels = Vec::new();
         for i in 0..BM * BK / 8 / THREADS {
             let row = self.v(format!("add i32 {}, {r0}", self.bm0));
             let row = self.v(format!("add i32 {row}, {}", 32 * i));
             let ok = self.v(format!("icmp ult i32 {row}, {}", s.m));
+            if let Some(g) = self.conv {
+                let (iy, ix, off) = conv_index::pixel(&mut self.b, &g, &row, "0", "i64");
+                a_src.push(self.v(format!("add i64 {off}, {c64}")));
+                pixels.push((iy, ix, ok));
+                continue;
+            }
             let r64 = self.v(format!("zext i32 {row} to i64"));
             let o = self.v(format!("mul i64 {r64}, {}", self.row));
             let o = self.v(format!("add i64 {o}, {c64}"));
@@ -67,7 +80,50 @@ impl Gen<'_> {
             b_src,
             b_dst,
             a_col,
+            pixels,
         }
+    }
+
+    /// `cp.async` of this thread's A chunks of k-tile `kt` of an implicit
+    /// convolution (`c` a multiple of 64: the k-tile is 64 channels of one
+    /// filter tap) into the stage at byte `stage`; chunks whose tap falls in
+    /// the padding, or whose row is past `m`, are zero-filled.
+    fn issue_conv(&mut self, cp: &Copies, kt: &str, stage: &str) {
+        let g = self.conv.expect("issue_conv is called for a convolution");
+        let per_tap = g.c / BK as u64;
+        let tap = self.v(format!("udiv i32 {kt}, {per_tap}"));
+        let c0 = self.v(format!("urem i32 {kt}, {per_tap}"));
+        let c0 = self.v(format!("mul i32 {c0}, {BK}"));
+        let ky = self.v(format!("udiv i32 {tap}, {}", g.kw));
+        let kx = self.v(format!("urem i32 {tap}, {}", g.kw));
+        let dy = self.v(format!("mul i32 {ky}, {}", g.dilation[0]));
+        let dx = self.v(format!("mul i32 {kx}, {}", g.dilation[1]));
+        let tap_off = conv_index::tap_offset(&mut self.b, &g, [&dy, &dx, &c0], "0", "i64");
+        for (i, (src, (iy, ix, row_ok))) in cp.a_src.iter().zip(&cp.pixels).enumerate() {
+            let y = self.v(format!("add i32 {iy}, {dy}"));
+            let x = self.v(format!("add i32 {ix}, {dx}"));
+            let yin = self.v(format!("icmp ult i32 {y}, {}", g.h));
+            let xin = self.v(format!("icmp ult i32 {x}, {}", g.w));
+            let ok = self.v(format!("and i1 {yin}, {xin}"));
+            let ok = self.v(format!("and i1 {ok}, {row_ok}"));
+            let o = self.v(format!("add i64 {src}, {tap_off}"));
+            let o = self.v(format!("select i1 {ok}, i64 {o}, i64 0"));
+            let bytes = self.v(format!("select i1 {ok}, i32 16, i32 0"));
+            self.cp_async_a(cp, i, &o, &bytes, stage);
+        }
+    }
+
+    /// One 16-byte `cp.async` of A chunk `i` of this thread from element
+    /// `o` of A (`bytes` of it, the rest zero-filled) into the stage at
+    /// byte `stage`.
+    fn cp_async_a(&mut self, cp: &Copies, i: usize, o: &str, bytes: &str, stage: &str) {
+        let srcp = self.v(format!("getelementptr i16, ptr addrspace(1) %p0, i64 {o}"));
+        let d = self.v(format!("add i32 {}, {stage}", cp.a_dst));
+        let d = self.v(format!("add i32 {d}, {}", i as u32 * 32 * 128));
+        let dst = self.smem(&d);
+        self.ins(format!(
+            "call void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3) {dst}, ptr addrspace(1) {srcp}, i32 {bytes})"
+        ));
     }
 
     /// `cp.async` (not committed) of k-tile `kt` into the stage at byte
@@ -76,6 +132,9 @@ impl Gen<'_> {
         let (t, s) = (self.t, self.s);
         let k0 = self.v(format!("mul i32 {kt}, {BK}"));
         let k064 = self.v(format!("zext i32 {k0} to i64"));
+        if self.conv.is_some() {
+            self.issue_conv(cp, kt, stage);
+        }
         let tail = !s.k.is_multiple_of(BK as u64);
         let left = if tail {
             // Elements of this thread's chunk inside k: k − (k0 + col),
@@ -88,6 +147,7 @@ impl Gen<'_> {
         } else {
             None
         };
+        // (No plain A chunks for a convolution: `a_bytes` is empty.)
         for (i, (src, bytes)) in cp.a_src.iter().zip(&cp.a_bytes).enumerate() {
             let (bytes, o) = match &left {
                 None => {
@@ -102,13 +162,7 @@ impl Gen<'_> {
                     (nb, o)
                 }
             };
-            let srcp = self.v(format!("getelementptr i16, ptr addrspace(1) %p0, i64 {o}"));
-            let d = self.v(format!("add i32 {}, {stage}", cp.a_dst));
-            let d = self.v(format!("add i32 {d}, {}", i as u32 * 32 * 128));
-            let dst = self.smem(&d);
-            self.ins(format!(
-                "call void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3) {dst}, ptr addrspace(1) {srcp}, i32 {bytes})"
-            ));
+            self.cp_async_a(cp, i, &o, &bytes, stage);
         }
         let bo = self.v(format!("mul i64 {k064}, {}", t.bn));
         let bo = self.v(format!("add i64 {bo}, {}", cp.b_src));
