@@ -635,19 +635,23 @@ fn nested(shape: &[usize], scale: f32, seed: usize) -> String {
 }
 
 /// Convolutions the `wgmma` kernel reads implicitly (NCHW in `.air`):
-/// `x` 16×64×40×40 → 3×3 padded + relu (`c1`) → 3×3 stride 2 + relu
-/// (`c2`) → 3×3 dilation 2 (`c3`), plus a 1×1 stride-2 projection of `c1`
-/// (`d`), `relu(c3 + d)`. On sm_90a at fp16 all four run on `wgmma`, with
-/// one conversion (of `x`): `c1`'s half copy serves both `c2` and `d`,
+/// `x` 16×3×80×80 → a 7×7 stride-2 stem + relu (`c0`, its 3 channels
+/// padded to 8 in the half copy) → 3×3 padded + relu (`c1`) → 3×3 stride
+/// 2 + relu (`c2`) → 3×3 dilation 2 (`c3`), plus a 1×1 stride-2
+/// projection of `c1` (`d`), `relu(c3 + d)`. On sm_90a at fp16 all five
+/// run on `wgmma`, with one padding copy of `x` and no conversion: `c0`
+/// writes `c1`'s half input, `c1`'s half copy serves both `c2` and `d`,
 /// `c2`'s is written by `c2`'s launch for `c3`.
 fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
     let w = |o: usize, i: usize, k: usize, seed| {
         let scale = 2.0 / ((i * k * k) as f32).sqrt();
         format!("const dense<{}> : tensor<{o}x{i}x{k}x{k}xf32>", nested(&[o, i, k, k], scale, seed))
     };
-    let mut t = "func @main(%x: tensor<16x64x40x40xf32>) -> tensor<16x128x20x20xf32> {\n".to_string();
-    t += &format!("  %w1 = {}\n  %w2 = {}\n  %w3 = {}\n  %wd = {}\n", w(64, 64, 3, 1), w(128, 64, 3, 2), w(128, 128, 3, 3), w(128, 64, 1, 4));
-    t += "  %a1 = core.conv2d %x, %w1 {pads = [1, 1, 1, 1]} : tensor<16x64x40x40xf32>\n";
+    let mut t = "func @main(%x: tensor<16x3x80x80xf32>) -> tensor<16x128x20x20xf32> {\n".to_string();
+    t += &format!("  %w0 = {}\n  %w1 = {}\n  %w2 = {}\n  %w3 = {}\n  %wd = {}\n", w(64, 3, 7, 5), w(64, 64, 3, 1), w(128, 64, 3, 2), w(128, 128, 3, 3), w(128, 64, 1, 4));
+    t += "  %a0 = core.conv2d %x, %w0 {strides = [2, 2], pads = [3, 3, 3, 3]} : tensor<16x64x40x40xf32>\n";
+    t += "  %c0 = core.relu %a0 : tensor<16x64x40x40xf32>\n";
+    t += "  %a1 = core.conv2d %c0, %w1 {pads = [1, 1, 1, 1]} : tensor<16x64x40x40xf32>\n";
     t += "  %c1 = core.relu %a1 : tensor<16x64x40x40xf32>\n";
     t += "  %a2 = core.conv2d %c1, %w2 {strides = [2, 2], pads = [1, 1, 1, 1]} : tensor<16x128x20x20xf32>\n";
     t += "  %c2 = core.relu %a2 : tensor<16x128x20x20xf32>\n";
@@ -658,12 +662,12 @@ fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
     t += "  return %y : tensor<16x128x20x20xf32>\n}\n";
     let file = dir.join("wgmma_convs.air");
     std::fs::write(&file, t)?;
-    Ok(Model { name: "wgmma_convs".into(), file, inputs: vec!["x=@random:16x64x40x40".into()], shapes: vec![], quantized: false, bf16_tolerance: None })
+    Ok(Model { name: "wgmma_convs".into(), file, inputs: vec!["x=@random:16x3x80x80".into()], shapes: vec![], quantized: false, bf16_tolerance: None })
 }
 
-/// [`wgmma_convs_model`] for sm_90a: four `wgmma` convolutions, one
-/// conversion, no `mma.sync` GEMM; `c1` and `c2` store only their half
-/// copies (every reader of theirs reads those).
+/// [`wgmma_convs_model`] for sm_90a: five `wgmma` convolutions, one
+/// padding copy, no conversion, no `mma.sync` GEMM; `c0`, `c1` and `c2`
+/// store only their half copies (every reader of theirs reads those).
 fn wgmma_convs_build() -> Result<(), Failed> {
     let d = scratch("wgmma_convs");
     let m = wgmma_convs_model(&d)?;
@@ -673,8 +677,8 @@ fn wgmma_convs_build() -> Result<(), Failed> {
     let ptx = std::fs::read_to_string(&out)?;
     let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect();
     let count = |p: &str| launches.iter().filter(|l| l.contains(p)).count();
-    if count("gemm_wgmma_") != 4 || count("cvt_") != 1 || count("gemm_tc_") != 0 {
-        return Err(format!("expected 4 wgmma convolutions and one conversion: {launches:#?}").into());
+    if count("gemm_wgmma_") != 5 || count("pad_half_") != 1 || count("cvt_") != 0 || count("gemm_tc_") != 0 {
+        return Err(format!("expected 5 wgmma convolutions and one padding copy: {launches:#?}").into());
     }
     // In the LLVM IR: which convolution kernels store 16-bit values, and
     // which store no f32 to global memory.
@@ -685,8 +689,8 @@ fn wgmma_convs_build() -> Result<(), Failed> {
     let stores = |k: &str, ty: &str| k.lines().any(|l| l.trim_start().starts_with(&format!("store {ty}")) && l.contains("ptr addrspace(1)"));
     let halves = convs.iter().filter(|k| stores(k, "i16") || stores(k, "<2 x i16>")).count();
     let only_halves = convs.iter().filter(|k| (stores(k, "i16") || stores(k, "<2 x i16>")) && !stores(k, "float") && !stores(k, "<2 x float>")).count();
-    if halves != 2 || only_halves != 2 {
-        return Err(format!("expected c1 and c2 to write only half copies ({halves} write 16-bit values, {only_halves} only those)").into());
+    if halves != 3 || only_halves != 3 {
+        return Err(format!("expected c0, c1 and c2 to write only half copies ({halves} write 16-bit values, {only_halves} only those)").into());
     }
     let art = d.join("model.aoc");
     compile(&m, "sm_90a", "fp16", &art)?;

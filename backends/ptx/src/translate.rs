@@ -32,7 +32,7 @@ use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
 use crate::kernels::gemm_s8::{self, QConvSpec};
 use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, choose_wg_tile, gemm_wgmma_tile, gemm_wgmma_with, pack_b, packed_b_len};
 use aoc_ir::types::Scalar;
-use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, HalfCopy, gemm_simt, index, rows};
+use crate::kernels::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy, gemm_simt, index, rows};
 use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
@@ -224,11 +224,15 @@ const WGMMA_MIN_N: u64 = 512;
 /// The f32 activation the `wgmma` GEMM `spec` reads through a half copy,
 /// as `(row stride, rows, columns)`: a plain A (see [`a_rows`]) itself, or
 /// the whole NHWC input of a convolution the kernel reads implicitly (one
-/// group, channels in multiples of 64: one pixel per row).
+/// group, one pixel per row), its channels padded with zeros to a multiple
+/// of 8 in the copy where they are not (`columns > row stride`: a stem's
+/// 3 channels become 8).
 fn wgmma_activation(spec: &GemmSpec) -> Option<(u64, u64, u64)> {
     match (a_rows(spec), spec.a) {
         (Some(lda), _) => Some((lda, spec.m, spec.k)),
-        (None, AMode::Conv(g)) if g.group == 1 && g.c.is_multiple_of(64) && g.c > 0 => Some((g.c, g.n * g.h * g.w, g.c)),
+        (None, AMode::Conv(g)) if g.group == 1 && g.c > 0 && g.c.next_multiple_of(8) <= index::PAD_MAX.max(g.c) => {
+            Some((g.c, g.n * g.h * g.w, g.c.next_multiple_of(8)))
+        }
         _ => None,
     }
 }
@@ -738,11 +742,16 @@ impl<'a> Tr<'a, '_> {
             TcPrecision::Bf16 => WgPrecision::Bf16,
             TcPrecision::Tf32 => return None,
         };
-        wgmma_activation(spec)?;
+        let (_, _, cols) = wgmma_activation(spec)?;
+        // k of the product the kernel computes (a padded convolution's).
+        let k = match spec.a {
+            AMode::Conv(g) if a_rows(spec).is_none() => g.kh * g.kw * cols,
+            _ => spec.k,
+        };
         let common = self.sm == Sm::Sm90a
             && spec.batch == 1
-            && spec.k >= 64
-            && spec.k.is_multiple_of(8)
+            && k >= 64
+            && k.is_multiple_of(8)
             && spec.c_strides[2] == 1
             && aligned16(&[c].into_iter().chain(bias).collect::<Vec<_>>());
         let wide = spec.n >= WGMMA_MIN_N && spec.m.div_ceil(128) * spec.n.div_ceil(128) >= WGMMA_MIN_TILES;
@@ -767,8 +776,16 @@ impl<'a> Tr<'a, '_> {
         let epi = self.epilogue_from_halves(epi, half);
         let epi = epi.as_ref();
         let mut spec = spec;
-        if a_rows(&spec).is_some() {
-            spec.a = AMode::Strided { batch: 0, row: k, col: 1 };
+        // The padded channels' weights are zeros (rows of B inserted below).
+        let mut pad = None;
+        match spec.a {
+            _ if a_rows(&spec).is_some() => spec.a = AMode::Strided { batch: 0, row: k, col: 1 },
+            AMode::Conv(g) if g.c != cols => {
+                pad = Some((g.c, cols, g.kh * g.kw));
+                spec.a = AMode::Conv(ConvGeom { c: cols, ..g });
+                spec.k = g.kh * g.kw * cols;
+            }
+            _ => {}
         }
         spec.aligned16 = true;
         let tile = if self.tuner.is_some() {
@@ -788,8 +805,21 @@ impl<'a> Tr<'a, '_> {
             choose_wg_tile(&spec)
         };
         let bf16 = p == WgPrecision::Bf16;
-        let packed = self.derived_weight(&b, &format!("wg{}x{}.{}", tile.bn, tile.stages, if bf16 { "bf16" } else { "f16" }), half, |bytes| {
-            pack_b(&spec, tile, &half_bits(bytes, bf16)).into_iter().flat_map(|v| v.to_le_bytes()).collect()
+        let suffix = format!("wg{}x{}.{}{}", tile.bn, tile.stages, if bf16 { "bf16" } else { "f16" }, pad.map_or(String::new(), |(_, cp, _)| format!(".c{cp}")));
+        let packed = self.derived_weight(&b, &suffix, half, |bytes| {
+            let mut bits = half_bits(bytes, bf16);
+            if let Some((c, cp, taps)) = pad {
+                // Row (tap, ci) of B moves to row tap·cp + ci.
+                let n = spec.n as usize;
+                let mut padded = vec![0u16; (taps * cp) as usize * n];
+                for (r, row) in bits.chunks(n).enumerate() {
+                    let (tap, ci) = (r as u64 / c, r as u64 % c);
+                    let at = (tap * cp + ci) as usize * n;
+                    padded[at..at + n].copy_from_slice(row);
+                }
+                bits = padded;
+            }
+            pack_b(&spec, tile, &bits).into_iter().flat_map(|v| v.to_le_bytes()).collect()
         })?;
         let sm = self.sm;
         let e = epi.map(|(e, _)| e);
@@ -846,6 +876,14 @@ impl<'a> Tr<'a, '_> {
         let dense = lda == cols && a.len == rows * cols * 4;
         let slot = match self.copy_from_producer(&a, dense, half, &order, len)? {
             Some(slot) => slot,
+            None if cols > lda => {
+                let slot = order[0];
+                let to = self.slot_buf(slot, len);
+                let bf16 = half == Scalar::BF16;
+                let kern = self.kernel("pad_half", (rows, lda, cols, bf16), |m, n| index::pad_half(m, n, rows, lda, cols, bf16))?;
+                self.launch(kern, vec![Arg::In(a), Arg::Out(to)], origin);
+                slot
+            }
             None => {
                 let cast = PointwiseKernel {
                     name: format!("cvt_{:016x}", fnv(&format!("{rows}|{cols}|{lda}|{half:?}"))),

@@ -12,9 +12,9 @@
 //!   of a converted activation to a multiple of 8). Or an implicit
 //!   convolution (`spec.a = Conv(g)`, [`AMode::Conv`]'s rows and columns):
 //!   A is then the NHWC input `x` itself in the half type, dense, one
-//!   group, `g.c` a multiple of 64 so that each k-tile is 64 channels of
-//!   one filter tap; a chunk whose tap lies in the padding is zero-filled
-//!   through `cp.async`'s source size.
+//!   group, `g.c` a multiple of 8 so that each 16-byte chunk is 8 channels
+//!   of one filter tap; a chunk whose tap lies in the padding, or past k,
+//!   is zero-filled through `cp.async`'s source size.
 //! - B: f16/bf16 packed by [`pack_b`] for the kernel's tile ([`WgTile`],
 //!   [`choose_wg_tile`]); `spec.b_strides` are not used. [`packed_b_offset`]
 //!   is the layout: block `(kt, nt)` of `64 × bn` (k-tile `kt`, n-tile `nt`)
@@ -410,14 +410,14 @@ fn check_spec(s: &GemmSpec) -> Result<(u64, Option<ConvGeom>), String> {
     Ok((if s.m > 1 { row } else { 0 }, None))
 }
 
-/// An implicit convolution the kernel reads: one group whose channels come
-/// in whole k-tiles (`c` a multiple of 64, so a k-tile is 64 channels of one
-/// tap and every chunk one 16-byte run of a pixel), image positions
-/// within i32 (element offsets are i64).
+/// An implicit convolution the kernel reads: one group whose channels
+/// come in 16-byte runs (`c` a multiple of 8, so every chunk is 8
+/// channels of one tap), image positions within i32 (element offsets are
+/// i64).
 fn check_conv(s: &GemmSpec, g: &ConvGeom) -> Result<(), String> {
-    if g.group != 1 || !g.c.is_multiple_of(BK as u64) || g.c == 0 {
+    if g.group != 1 || !g.c.is_multiple_of(8) || g.c == 0 {
         return Err(format!(
-            "the wgmma convolution needs one group of channels in multiples of {BK} (found {} channels in {} groups)",
+            "the wgmma convolution needs one group of channels in multiples of 8 (found {} channels in {} groups)",
             g.c, g.group
         ));
     }

@@ -78,10 +78,12 @@ mod conv;
 mod copy;
 mod fill;
 mod gather;
+mod pad;
 mod resize;
 
 pub use conv::{conv_transpose2d, depthwise_conv2d};
 pub use copy::{CopyDim, CopyForm, CopyPlan, copy, copy_plan};
 pub use fill::fill;
 pub use gather::gather;
+pub use pad::{PAD_MAX, pad_half};
 pub use resize::resize;

@@ -53,7 +53,7 @@ impl HalfCopy {
     pub const BF16: HalfCopy = HalfCopy { bf16: true, keep_f32: true };
 
     /// f32 `x` as the half type's 16 bits (an i16 value).
-    fn bits(self, b: &mut crate::irtext::Body, x: &str) -> String {
+    pub(crate) fn bits(self, b: &mut crate::irtext::Body, x: &str) -> String {
         if !self.bf16 {
             let h = b.v(format!("fptrunc float {x} to half"));
             return b.v(format!("bitcast half {h} to i16"));

@@ -445,12 +445,12 @@ fn gemm_wgmma_refuses_what_it_cannot_do() {
         let e = gemm_wgmma_tile(&mut m, "r_t", &s, f16, None, Sm::Sm90a, t).unwrap_err();
         assert!(e.contains("wgmma tile"), "{e}");
     }
-    // Implicit convolutions: channels in whole k-tiles, one group, a GEMM
+    // Implicit convolutions: channels in 16-byte runs, one group, a GEMM
     // of the geometry's shape.
     let g = conv_geom(2, 8, 8, 64, 64, 3, 1, 1, 1);
     gemm_wgmma(&mut m, "r_conv", &conv_spec(&g), f16, None, Sm::Sm90a).unwrap();
     for bad in [
-        conv_geom(2, 8, 8, 48, 64, 3, 1, 1, 1),
+        conv_geom(2, 8, 8, 12, 64, 3, 1, 1, 1),
         ConvGeom {
             group: 2,
             oc: 128,
@@ -460,7 +460,7 @@ fn gemm_wgmma_refuses_what_it_cannot_do() {
         assert!(
             err(&conv_spec(&bad))
                 .unwrap_err()
-                .contains("multiples of 64")
+                .contains("multiples of 8")
         );
     }
     let mut b = conv_spec(&g);

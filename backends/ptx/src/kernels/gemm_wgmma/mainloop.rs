@@ -20,7 +20,7 @@ struct Copies {
     /// An implicit convolution's A: per chunk the input origin row and
     /// column of its pixel (i32, negative in the padding) and whether its
     /// GEMM row exists; `a_src` is then the offset of the pixel's channel
-    /// `a_col` (i64, meaningful only where the tap lies in the image).
+    /// 0 (i64, meaningful only where the tap lies in the image).
     pixels: Vec<(String, String, String)>,
 }
 
@@ -44,7 +44,7 @@ impl Gen<'_> {
             let ok = self.v(format!("icmp ult i32 {row}, {}", s.m));
             if let Some(g) = self.conv {
                 let (iy, ix, off) = conv_index::pixel(&mut self.b, &g, &row, "0", "i64");
-                a_src.push(self.v(format!("add i64 {off}, {c64}")));
+                a_src.push(off);
                 pixels.push((iy, ix, ok));
                 continue;
             }
@@ -85,20 +85,23 @@ impl Gen<'_> {
     }
 
     /// `cp.async` of this thread's A chunks of k-tile `kt` of an implicit
-    /// convolution (`c` a multiple of 64: the k-tile is 64 channels of one
-    /// filter tap) into the stage at byte `stage`; chunks whose tap falls in
-    /// the padding, or whose row is past `m`, are zero-filled.
+    /// convolution (`c` a multiple of 8: each chunk is 8 channels of one
+    /// filter tap; the thread's chunks share their column `kk`, so one tap
+    /// per k-tile and thread) into the stage at byte `stage`; chunks whose
+    /// tap falls in the padding, whose row is past `m` or whose column is
+    /// past `k`, are zero-filled.
     fn issue_conv(&mut self, cp: &Copies, kt: &str, stage: &str) {
         let g = self.conv.expect("issue_conv is called for a convolution");
-        let per_tap = g.c / BK as u64;
-        let tap = self.v(format!("udiv i32 {kt}, {per_tap}"));
-        let c0 = self.v(format!("urem i32 {kt}, {per_tap}"));
-        let c0 = self.v(format!("mul i32 {c0}, {BK}"));
+        let k0 = self.v(format!("mul i32 {kt}, {BK}"));
+        let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
+        let k_ok = self.v(format!("icmp ult i32 {kk}, {}", self.s.k));
+        let tap = self.v(format!("udiv i32 {kk}, {}", g.c));
+        let ci = self.v(format!("urem i32 {kk}, {}", g.c));
         let ky = self.v(format!("udiv i32 {tap}, {}", g.kw));
         let kx = self.v(format!("urem i32 {tap}, {}", g.kw));
         let dy = self.v(format!("mul i32 {ky}, {}", g.dilation[0]));
         let dx = self.v(format!("mul i32 {kx}, {}", g.dilation[1]));
-        let tap_off = conv_index::tap_offset(&mut self.b, &g, [&dy, &dx, &c0], "0", "i64");
+        let tap_off = conv_index::tap_offset(&mut self.b, &g, [&dy, &dx, &ci], "0", "i64");
         for (i, (src, (iy, ix, row_ok))) in cp.a_src.iter().zip(&cp.pixels).enumerate() {
             let y = self.v(format!("add i32 {iy}, {dy}"));
             let x = self.v(format!("add i32 {ix}, {dx}"));
@@ -106,6 +109,7 @@ impl Gen<'_> {
             let xin = self.v(format!("icmp ult i32 {x}, {}", g.w));
             let ok = self.v(format!("and i1 {yin}, {xin}"));
             let ok = self.v(format!("and i1 {ok}, {row_ok}"));
+            let ok = self.v(format!("and i1 {ok}, {k_ok}"));
             let o = self.v(format!("add i64 {src}, {tap_off}"));
             let o = self.v(format!("select i1 {ok}, i64 {o}, i64 0"));
             let bytes = self.v(format!("select i1 {ok}, i32 16, i32 0"));
@@ -135,7 +139,7 @@ impl Gen<'_> {
         if self.conv.is_some() {
             self.issue_conv(cp, kt, stage);
         }
-        let tail = !s.k.is_multiple_of(BK as u64);
+        let tail = self.conv.is_none() && !s.k.is_multiple_of(BK as u64);
         let left = if tail {
             // Elements of this thread's chunk inside k: k − (k0 + col),
             // clamped to 0 … 8.

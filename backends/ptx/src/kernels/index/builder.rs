@@ -81,7 +81,7 @@ pub(super) fn product(what: &str, dims: &[u64]) -> Result<u128, String> {
 /// registers by `mem2reg`), and the launch it is written for.
 pub(super) struct K<'m> {
     pub(super) m: &'m mut ModuleText,
-    b: Body,
+    pub(super) b: Body,
     slots: String,
     nslot: u32,
     /// Type of offsets and item indices inside a loop body.
