@@ -205,13 +205,14 @@ const WGMMA_MIN_CONV_TILES: u64 = 96;
 /// The `wgmma` tiles `--tune` times: 128×`bn` with `stages` k-tiles of 64
 /// in flight (three stages of 128×128 or less fit two blocks per
 /// multiprocessor).
-const WGMMA_CANDIDATES: [WgTile; 7] = [
+const WGMMA_CANDIDATES: [WgTile; 8] = [
     WgTile { bn: 256, stages: 3 },
     WgTile { bn: 256, stages: 4 },
     WgTile { bn: 192, stages: 4 },
     WgTile { bn: 128, stages: 3 },
     WgTile { bn: 128, stages: 4 },
     WgTile { bn: 128, stages: 6 },
+    WgTile { bn: 64, stages: 3 },
     WgTile { bn: 64, stages: 4 },
 ];
 

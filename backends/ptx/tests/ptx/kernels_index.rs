@@ -790,3 +790,55 @@ fn huge_shapes_get_64_bit_offsets_and_capped_grids() {
     let ptx = ir_to_ptx(&m.finish(), Sm::Sm86).unwrap();
     assert!(!entry(&ptx, "e0").contains("st.global"));
 }
+
+// ---------------------------------------------------------------- pad_half
+
+/// `pad_half` writes each pixel's channels rounded to f16 / bf16 then
+/// zeros up to the padded count, in place of the scratch's old bytes, and
+/// nothing past it; it refuses paddings it cannot make.
+#[test]
+fn pad_half_kernels_run_like_the_step() {
+    let cases: [(u64, u64, u64, bool); 5] = [
+        (0, 3, 8, false),
+        (37, 3, 8, false),
+        (300, 3, 8, true),
+        (21, 13, 16, false),
+        (5, 40, 40, true),
+    ];
+    let mut m = ModuleText::new();
+    let mut geoms = Vec::new();
+    for (i, &(rows, c, cp, bf16)) in cases.iter().enumerate() {
+        geoms.push(index::pad_half(&mut m, &format!("pad{i}"), rows, c, cp, bf16).unwrap());
+    }
+    for (c, cp) in [(3, 4), (9, 8), (0, 8), (65, 72)] {
+        assert!(
+            index::pad_half(&mut m, "pad_bad", 4, c, cp, false).is_err(),
+            "{c} -> {cp}"
+        );
+    }
+    let ir = m.finish();
+    let ptx = lower_everywhere(&ir, "index_pad_half");
+    assert!(stores16(entry(&ptx, "pad1")));
+    with_jit(&ir, |run| {
+        for (i, (&(rows, c, cp, bf16), &g)) in cases.iter().zip(&geoms).enumerate() {
+            let x = values((rows * c) as usize, i as u64 + 1);
+            let round = |v: f32| {
+                if bf16 {
+                    half::bf16::from_f32(v).to_bits()
+                } else {
+                    half::f16::from_f32(v).to_bits()
+                }
+            };
+            let mut want = Vec::new();
+            for row in x.chunks(c.max(1) as usize) {
+                let mut r: Vec<u16> = row.iter().map(|&v| round(v)).collect();
+                r.resize(cp as usize, 0);
+                want.extend(r.iter().flat_map(|h| h.to_le_bytes()));
+            }
+            let mut xs = Mem::new(&f32_bytes(&x), 0);
+            let mut d = Mem::new(&noise(want.len(), 5), 0);
+            run(&format!("pad{i}"), g, &mut [&mut xs, &mut d]);
+            assert!(d.bytes() == &want[..], "pad{i}: {rows} rows of {c} -> {cp}");
+        }
+    });
+}

@@ -37,7 +37,10 @@ pub fn pad_half(
     let ix = index_type(bytes);
     let g = launch(rows, BLOCK);
     let mut k = K::new(m, ix, g);
-    let h = HalfCopy { bf16, keep_f32: false };
+    let h = HalfCopy {
+        bf16,
+        keep_f32: false,
+    };
     k.items(rows, |k, p| {
         let mut lanes = Vec::new();
         for ci in 0..c {
@@ -50,7 +53,9 @@ pub fn pad_half(
         for (v, chunk) in lanes.chunks(8).enumerate() {
             let mut vec = "poison".to_string();
             for (j, lane) in chunk.iter().enumerate() {
-                vec = k.v(format!("insertelement <8 x i16> {vec}, i16 {lane}, i32 {j}"));
+                vec = k.v(format!(
+                    "insertelement <8 x i16> {vec}, i16 {lane}, i32 {j}"
+                ));
             }
             let off = k.lin((v * 16) as i128, &[(p, (cp * 2) as i128)]);
             let at = k.at("%dst", ix, &off);
