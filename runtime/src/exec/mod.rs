@@ -76,6 +76,9 @@ pub struct Session {
     step_kernel: Vec<usize>,
     /// Per step: an integer convolution's weights packed for the int8 GEMM.
     qconv_packed: Vec<Option<crate::kernels::qconv::PackedQConv>>,
+    /// Per step: how many GEMMs on one A run from it as one product
+    /// (`steps::shared_a_runs`; 0 for the members after the first).
+    shared_a: Vec<usize>,
     pool: rayon::ThreadPool,
     threads: usize,
     input_bytes: Vec<u64>,
@@ -266,6 +269,7 @@ impl Session {
         } else {
             opts.threads
         };
+        let shared_a = steps::shared_a_runs(&plan.steps);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("aoc-worker-{i}"))
@@ -277,6 +281,7 @@ impl Session {
             kernels,
             step_kernel,
             qconv_packed,
+            shared_a,
             pool,
             threads,
             input_bytes,
@@ -428,8 +433,17 @@ impl Session {
         };
         let result = self.pool.install(|| -> Result<(), RuntimeError> {
             for (i, step) in self.plan.steps.iter().enumerate() {
+                let run = self.shared_a[i];
+                if run == 0 {
+                    continue;
+                }
                 let t0 = profile.as_ref().map(|_| Instant::now());
-                self.run_step(i, step, &spaces).map_err(|e| {
+                let done = if run > 1 {
+                    steps::gemm_shared_a(&self.plan.steps[i..i + run], &spaces)
+                } else {
+                    self.run_step(i, step, &spaces)
+                };
+                done.map_err(|e| {
                     RuntimeError::new(format!(
                         "step {i} ({}, {}): {e}",
                         step.kind(),

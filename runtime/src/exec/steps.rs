@@ -119,6 +119,77 @@ fn us(v: u64) -> usize {
     v as usize
 }
 
+/// For each step, how many `Gemm` steps starting there run as one
+/// [`kernels::gemm_shared_a`] product: 2 or more at the head of a run of
+/// consecutive `Gemm`s with the same A (buffer, `m`, `k`, `lda`), weights
+/// for B, and outputs that overlap neither A nor each other (so no member
+/// reads another's result); 0 for the other members; 1 elsewhere.
+pub(crate) fn shared_a_runs(steps: &[Step]) -> Vec<usize> {
+    let gemm_a = |s: &Step| match s {
+        Step::Gemm { a, b, m, k, lda, .. } if b.space == Space::Weights => Some((*a, *m, *k, *lda)),
+        _ => None,
+    };
+    let out = |s: &Step| match s {
+        Step::Gemm { c, .. } => Some(*c),
+        _ => None,
+    };
+    let overlap = |x: &Buf, y: &Buf| {
+        x.space == y.space && x.index == y.index && x.offset < y.offset + y.len && y.offset < x.offset + x.len
+    };
+    let mut runs = vec![1; steps.len()];
+    let mut i = 0;
+    while i < steps.len() {
+        let (Some(head), Some(c0)) = (gemm_a(&steps[i]), out(&steps[i])) else {
+            i += 1;
+            continue;
+        };
+        let mut outs = vec![c0];
+        let mut j = i + 1;
+        while j < steps.len() && gemm_a(&steps[j]) == Some(head) {
+            let Some(c) = out(&steps[j]) else { break };
+            if overlap(&c, &head.0) || outs.iter().any(|o| overlap(o, &c) || overlap(o, &head.0)) {
+                break;
+            }
+            outs.push(c);
+            j += 1;
+        }
+        if j - i > 1 {
+            runs[i] = j - i;
+            runs[i + 1..j].fill(0);
+        }
+        i = j;
+    }
+    runs
+}
+
+/// Runs `Gemm` steps with one A as one [`kernels::gemm_shared_a`]
+/// product (see [`shared_a_runs`]).
+pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
+    let e = |e: kernels::GemmError| e.to_string();
+    let Some(Step::Gemm { a, m, k, lda, .. }) = steps.first() else {
+        return Err("internal error: a shared-A run does not start with a gemm".to_string());
+    };
+    let mut parts = Vec::with_capacity(steps.len());
+    for s in steps {
+        let Step::Gemm { b, bias, c, n, ldc, relu, .. } = s else {
+            return Err("internal error: a shared-A run holds a step that is not a gemm".to_string());
+        };
+        parts.push(kernels::SharedAPart {
+            n: us(*n),
+            b: PackedBRef::new(us(*k), us(*n), f32s(sp, b)?).map_err(e)?,
+            c: f32s_mut(sp, c)?,
+            ldc: us(*ldc),
+            opts: GemmOptions {
+                bias: opt_f32s(sp, bias)?,
+                relu: *relu,
+                threads: rayon::current_num_threads(),
+                ..GemmOptions::default()
+            },
+        });
+    }
+    kernels::gemm_shared_a(us(*m), us(*k), f32s(sp, a)?, us(*lda), &mut parts).map_err(e)
+}
+
 /// Runs every step kind but `Pointwise` and `Reference`.
 pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
     let e = |e: kernels::GemmError| e.to_string();
@@ -296,4 +367,76 @@ pub(crate) fn pointwise(k: &LoadedKernel, args: &[Buf], rows: u64, sp: &Spaces) 
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arena(offset: u64, len: u64) -> Buf {
+        Buf {
+            space: Space::Arena,
+            index: 0,
+            offset,
+            len,
+        }
+    }
+
+    fn gemm(a: Buf, b_offset: u64, c: Buf, k: u64) -> Step {
+        Step::Gemm {
+            a,
+            b: Buf {
+                space: Space::Weights,
+                index: 0,
+                offset: b_offset,
+                len: 4 * k * 8,
+            },
+            bias: None,
+            c,
+            m: 4,
+            n: 8,
+            k,
+            lda: k,
+            ldc: 8,
+            relu: false,
+        }
+    }
+
+    /// Runs of GEMMs on one A group; a different A or k, an output that
+    /// overlaps an earlier one or A, or another step between, ends a run.
+    #[test]
+    fn shared_a_runs_group_independent_products_of_one_a() {
+        let x = arena(0, 4 * 16 * 4);
+        let y = arena(4096, 4 * 16 * 4);
+        let c = |i: u64| arena(8192 + i * 128, 128);
+        let copy = Step::Copy {
+            src: c(0),
+            dst: arena(20000, 128),
+            elem_size: 4,
+            shape: vec![32],
+            src_start: 0,
+            src_strides: vec![1],
+            dst_strides: vec![1],
+        };
+        let steps = vec![
+            gemm(x, 0, c(0), 16),
+            gemm(x, 1024, c(1), 16),
+            gemm(x, 2048, c(2), 16),
+            copy.clone(),
+            gemm(x, 0, c(3), 16),
+            gemm(y, 0, c(4), 16),
+            gemm(y, 0, arena(8192 + 4 * 128 + 64, 128), 16),
+            gemm(y, 0, c(6), 8),
+            gemm(x, 0, c(7), 16),
+            gemm(x, 0, arena(0, 128), 16),
+        ];
+        assert_eq!(shared_a_runs(&steps), vec![3, 0, 0, 1, 1, 1, 1, 1, 1, 1]);
+        let steps = vec![
+            gemm(x, 0, c(0), 16),
+            copy,
+            gemm(x, 0, c(1), 16),
+            gemm(x, 0, c(2), 16),
+        ];
+        assert_eq!(shared_a_runs(&steps), vec![1, 1, 2, 0]);
+    }
 }

@@ -155,46 +155,12 @@ pub fn gemm(
     ldc: usize,
     opts: &GemmOptions<'_>,
 ) -> Result<(), GemmError> {
-    if b.k() != k || b.n() != n {
-        return Err(GemmError::new(format!(
-            "packed b must be {k}x{n}, found {}x{}",
-            b.k(),
-            b.n()
-        )));
-    }
-    check_matrix("a", m, k, a.len(), lda)?;
-    check_matrix("c", m, n, c.len(), ldc)?;
-    if let Some(bias) = opts.bias
-        && bias.len() != n
-    {
-        return Err(GemmError::new(format!(
-            "bias must have {n} elements, found {}",
-            bias.len()
-        )));
-    }
-    if opts.threads == 0 {
-        return Err(GemmError::new(
-            "threads must be at least 1, found 0".to_string(),
-        ));
-    }
-    let isa = opts.isa.unwrap_or_else(Isa::best);
-    if !isa.is_supported() {
-        return Err(GemmError::new(format!(
-            "isa {isa} is not supported by this cpu"
-        )));
-    }
+    let isa = check(m, n, k, a, lda, b, c, ldc, opts)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
     if k == 0 {
-        // No product: only β·C and the epilogue.
-        for i in 0..m {
-            let row = &mut c[i * ldc..i * ldc + n];
-            if !opts.accumulate {
-                row.fill(0.0);
-            }
-            epilogue(row, opts.bias, opts.relu);
-        }
+        only_epilogue(m, n, c, ldc, opts);
         return Ok(());
     }
     let lv = level(isa);
@@ -233,6 +199,167 @@ pub fn gemm(
             unsafe { job.run(i0, i1, j0, j1) };
         }
     });
+    Ok(())
+}
+
+/// Checks one product's arguments; returns the level it runs at.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: PackedBRef<'_>,
+    c: &[f32],
+    ldc: usize,
+    opts: &GemmOptions<'_>,
+) -> Result<Isa, GemmError> {
+    if b.k() != k || b.n() != n {
+        return Err(GemmError::new(format!(
+            "packed b must be {k}x{n}, found {}x{}",
+            b.k(),
+            b.n()
+        )));
+    }
+    check_matrix("a", m, k, a.len(), lda)?;
+    check_matrix("c", m, n, c.len(), ldc)?;
+    if let Some(bias) = opts.bias
+        && bias.len() != n
+    {
+        return Err(GemmError::new(format!(
+            "bias must have {n} elements, found {}",
+            bias.len()
+        )));
+    }
+    if opts.threads == 0 {
+        return Err(GemmError::new(
+            "threads must be at least 1, found 0".to_string(),
+        ));
+    }
+    let isa = opts.isa.unwrap_or_else(Isa::best);
+    if !isa.is_supported() {
+        return Err(GemmError::new(format!(
+            "isa {isa} is not supported by this cpu"
+        )));
+    }
+    Ok(isa)
+}
+
+/// A product with `k = 0`: only β·C and the epilogue.
+fn only_epilogue(m: usize, n: usize, c: &mut [f32], ldc: usize, opts: &GemmOptions<'_>) {
+    for i in 0..m {
+        let row = &mut c[i * ldc..i * ldc + n];
+        if !opts.accumulate {
+            row.fill(0.0);
+        }
+        epilogue(row, opts.bias, opts.relu);
+    }
+}
+
+/// One product of [`gemm_shared_a`]: `C = epilogue(A · B)` with its own
+/// packed B (`k × n`), C and options (bias, relu, accumulate; `isa` and
+/// `threads` are the first part's for all).
+pub struct SharedAPart<'a> {
+    pub n: usize,
+    pub b: PackedBRef<'a>,
+    pub c: &'a mut [f32],
+    pub ldc: usize,
+    pub opts: GemmOptions<'a>,
+}
+
+/// Several products of one A (`m × k`) with different B, run as one
+/// parallel region: the units of the grid [`split`] picks for the parts'
+/// columns side by side, each cut where one part ends and the next
+/// begins. An encoder layer's Q, K and V projections (three 128×256×256
+/// products at sequence 128) then fill the threads as one 128×768 product
+/// would, instead of three regions of a third of the work. Every element
+/// is computed as [`gemm`] computes it (same kernels, same depth order).
+pub fn gemm_shared_a(
+    m: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    parts: &mut [SharedAPart<'_>],
+) -> Result<(), GemmError> {
+    let Some(first) = parts.first() else {
+        return Ok(());
+    };
+    let (isa0, threads) = (first.opts.isa, first.opts.threads);
+    let mut isa = Isa::Scalar;
+    for p in parts.iter() {
+        let opts = GemmOptions {
+            isa: isa0,
+            threads,
+            ..p.opts
+        };
+        isa = check(m, p.n, k, a, lda, p.b, p.c, p.ldc, &opts)?;
+    }
+    if m == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        for p in parts.iter_mut() {
+            only_epilogue(m, p.n, p.c, p.ldc, &p.opts);
+        }
+        return Ok(());
+    }
+    let lv = level(isa);
+    let tile_cols = lv.max_panels * PANEL_WIDTH;
+    let jobs: Vec<(Job<'_>, usize)> = parts
+        .iter_mut()
+        .map(|p| {
+            let job = Job {
+                k,
+                a,
+                lda,
+                b: p.b,
+                c: SharedC(p.c.as_mut_ptr()),
+                ldc: p.ldc,
+                opts: &p.opts,
+                lv: &lv,
+            };
+            (job, p.n)
+        })
+        .collect();
+    // The parts' column tiles side by side: part p owns tiles first[p]..first[p + 1].
+    let mut first = vec![0usize];
+    for (_, n) in &jobs {
+        first.push(first.last().copied().unwrap_or(0) + n.div_ceil(tile_cols));
+    }
+    let total = first.last().copied().unwrap_or(0);
+    let macs = jobs.iter().fold(0usize, |acc, (_, n)| {
+        acc.saturating_add(m.saturating_mul(*n).saturating_mul(k))
+    });
+    let threads = threads
+        .min(rayon::current_num_threads())
+        .min((macs / MIN_UNIT_MACS).max(1));
+    let (rparts, cparts) = split(m, total * tile_cols, lv.mr, tile_cols, threads);
+    let rt = m.div_ceil(lv.mr);
+    let unit = |u: usize| {
+        let (ri, ci) = (u / cparts, u % cparts);
+        let i0 = (ri * rt / rparts * lv.mr).min(m);
+        let i1 = ((ri + 1) * rt / rparts * lv.mr).min(m);
+        let (t0, t1) = (ci * total / cparts, (ci + 1) * total / cparts);
+        for (p, (job, n)) in jobs.iter().enumerate() {
+            let (lo, hi) = (t0.max(first[p]), t1.min(first[p + 1]));
+            let (j0, j1) = (
+                (lo - first[p]) * tile_cols,
+                ((hi.max(lo) - first[p]) * tile_cols).min(*n),
+            );
+            if i0 < i1 && j0 < j1 {
+                // SAFETY: arguments checked above; the parts' C are
+                // disjoint (distinct mutable slices) and within a part the
+                // units' rectangles are (row and tile ranges partition it).
+                unsafe { job.run(i0, i1, j0, j1) };
+            }
+        }
+    };
+    if rparts * cparts == 1 {
+        unit(0);
+    } else {
+        (0..rparts * cparts).into_par_iter().for_each(unit);
+    }
     Ok(())
 }
 

@@ -62,7 +62,7 @@ mod misc_tests;
 mod tests;
 
 pub use detect::Isa;
-pub use gemm::{GemmError, GemmOptions, gemm};
+pub use gemm::{GemmError, GemmOptions, SharedAPart, gemm, gemm_shared_a};
 
 /// The error of every kernel: a message naming the expectation.
 pub type KernelError = GemmError;

@@ -357,3 +357,115 @@ fn best_isa_is_supported_and_cached() {
     // The best level is the first supported one in ALL.
     assert_eq!(Some(best), Isa::ALL.into_iter().find(|i| i.is_supported()));
 }
+
+/// `gemm_shared_a` computes every part bit for bit as `gemm` alone does
+/// (same kernels, same depth order), whatever the grid: parts of unequal
+/// widths with column tails, bias/relu per part, accumulate, a padded A
+/// and C, thread counts that cut units across part boundaries; a bad part
+/// is refused before anything is written.
+#[test]
+fn gemm_shared_a_matches_separate_products() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .unwrap();
+    for isa in supported_levels() {
+        for &(m, k, ref widths) in &[
+            (37usize, 70usize, vec![100usize, 17, 64]),
+            (128, 256, vec![256, 256, 256]),
+            (5, 3, vec![40, 1]),
+            (64, 0, vec![9, 33]),
+        ] {
+            let lda = k + 3;
+            let a = values(m * lda, 11 + k as u64);
+            let bs: Vec<Vec<f32>> = widths
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| values(k.max(1) * n, 20 + i as u64))
+                .collect();
+            let packed: Vec<_> = widths
+                .iter()
+                .zip(&bs)
+                .map(|(&n, b)| pack_b(k, n, b, n).unwrap())
+                .collect();
+            let biases: Vec<Vec<f32>> = widths
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| values(n, 30 + i as u64))
+                .collect();
+            let opts = |i: usize, threads: usize| GemmOptions {
+                isa: Some(isa),
+                threads,
+                bias: (i % 2 == 0).then(|| biases[i].as_slice()),
+                relu: i == 1,
+                accumulate: i == 2,
+            };
+            let c0: Vec<Vec<f32>> = widths
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| values(m * (n + 2), 40 + i as u64))
+                .collect();
+            let mut want = c0.clone();
+            for (i, &n) in widths.iter().enumerate() {
+                gemm(
+                    m,
+                    n,
+                    k,
+                    &a,
+                    lda,
+                    packed[i].as_ref(),
+                    &mut want[i],
+                    n + 2,
+                    &opts(i, 1),
+                )
+                .unwrap();
+            }
+            for threads in [1, 2, 3] {
+                let mut got = c0.clone();
+                let mut parts: Vec<SharedAPart<'_>> = got
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(i, c)| SharedAPart {
+                        n: widths[i],
+                        b: packed[i].as_ref(),
+                        c,
+                        ldc: widths[i] + 2,
+                        opts: opts(i, threads),
+                    })
+                    .collect();
+                pool.install(|| gemm_shared_a(m, k, &a, lda, &mut parts))
+                    .unwrap();
+                for i in 0..widths.len() {
+                    assert!(
+                        got[i] == want[i],
+                        "{isa} m {m} k {k} part {i} threads {threads}"
+                    );
+                }
+            }
+        }
+    }
+    // A part whose B does not match k is refused, and no C is touched.
+    let (a, b) = (values(4 * 8, 1), values(8 * 4, 2));
+    let good = pack_b(8, 4, &b, 4).unwrap();
+    let bad = pack_b(7, 4, &b, 4).unwrap();
+    let (mut c1, mut c2) = (vec![5.0f32; 16], vec![5.0f32; 16]);
+    let mut parts = vec![
+        SharedAPart {
+            n: 4,
+            b: good.as_ref(),
+            c: &mut c1,
+            ldc: 4,
+            opts: GemmOptions::default(),
+        },
+        SharedAPart {
+            n: 4,
+            b: bad.as_ref(),
+            c: &mut c2,
+            ldc: 4,
+            opts: GemmOptions::default(),
+        },
+    ];
+    let e = gemm_shared_a(4, 8, &a, 8, &mut parts).unwrap_err();
+    assert!(e.message().contains("packed b"), "{e}");
+    assert!(c1.iter().chain(&c2).all(|&x| x == 5.0));
+}
