@@ -13,12 +13,16 @@ For each model (OUTDIR/NAME.onnx from bench/models/build_models.py):
          ORT_ENABLE_ALL, sequential; p50/p99/mean over the iterations,
          each timed with time.perf_counter around session.run
        aoc bench NAME.aoc --threads N --warmup W --iters I --json
+     With --rounds R the two measurements alternate R times (each with
+     1/R of the time budget) and the ratio is the median of the rounds'
+     ratios: on shared machines whose speed drifts within minutes, both
+     sides of a round see the same machine.
 Steps 1-2 are skipped when their output is newer than both the input and
 the aoc binary (--rebuild forces them). A failure of an aoc step marks that
 model's rows `failed: STEP: first line of the error` and the script goes on
 with the next model. Progress goes to stderr, the markdown table to stdout.
 
-    run.py [MODEL ...] [--threads 1,2] [--warmup 3] [--iters auto|N] [--json-out FILE]
+    run.py [MODEL ...] [--threads 1,2] [--warmup 3] [--iters auto|N] [--rounds R] [--json-out FILE]
 
 MODEL: a name such as resnet18_b1, or a glob / prefix (resnet18 = resnet18*);
 default: the seven models of build_models.py (not the older aliases resnet50
@@ -214,6 +218,15 @@ def parse_bench_json(stdout):
 
 # --- one model -------------------------------------------------------------
 
+def median_round(rounds):
+    """The measurement of the round with the median p50 (the lower middle
+    one for an even count), or None."""
+    if not rounds:
+        return None
+    ordered = sorted(rounds, key=lambda x: float(x["p50_ms"]))
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def bench_model(name, a, threads_list):
     onnx_path = os.path.join(a.models_dir, name + ".onnx")
     work = os.path.join(a.work_dir, name)
@@ -307,31 +320,54 @@ def bench_model(name, a, threads_list):
 
     for r in rows:
         n = r["threads"]
+        sess = None
         if not a.no_ort and feeds is not None:
             try:
                 sess = ort_session(onnx_path, n, spin=not a.ort_no_spin)
-                iters, times = ort_bench(sess, feeds, a.warmup, a.iters, a.time_budget, a.min_iters, a.max_iters)
-                del sess
-                r["ort"] = stats_ms(times, batch)
-                log(f"  ort  threads={n}: p50 {r['ort']['p50_ms']:.2f} ms over {iters} iters")
             except Exception as e:
                 r["ort_error"] = f"onnxruntime: {first_line(str(e))}"
                 log("  " + r["ort_error"])
-        if a.no_aoc:
-            continue
-        if aoc_error is not None:
+        # Rounds alternate ONNX Runtime and aoc, each with a share of the
+        # time budget, so that a machine whose speed drifts (shared cores)
+        # moves both sides of each round's ratio alike.
+        ort_rounds, aoc_rounds = [], []
+        for k in range(a.rounds):
+            tag = f" (round {k + 1}/{a.rounds})" if a.rounds > 1 else ""
+            ort_r = None
+            if sess is not None:
+                try:
+                    iters, times = ort_bench(sess, feeds, a.warmup, a.iters, a.time_budget / a.rounds,
+                                             a.min_iters, a.max_iters)
+                    ort_r = stats_ms(times, batch)
+                    ort_rounds.append(ort_r)
+                    log(f"  ort  threads={n}: p50 {ort_r['p50_ms']:.2f} ms over {iters} iters{tag}")
+                except Exception as e:
+                    r["ort_error"] = f"onnxruntime: {first_line(str(e))}"
+                    log("  " + r["ort_error"])
+                    sess = None
+            if a.no_aoc or aoc_error is not None:
+                continue
+            iters = a.iters or (ort_r["iters"] if ort_r else a.min_iters)
+            cmd = [a.aoc, "bench", art, "--threads", str(n), "--warmup", str(a.warmup), "--iters", str(iters), "--json"]
+            if k == 0:
+                result["commands"].append(" ".join(cmd))
+            try:
+                aoc_r = parse_bench_json(run_step("bench", cmd, a.timeout))
+                aoc_rounds.append(aoc_r)
+                log(f"  aoc  threads={n}: p50 {aoc_r['p50_ms']:.2f} ms over {iters} iters{tag}")
+            except StepError as e:
+                r["aoc_error"] = str(e)
+                break
+        if aoc_error is not None and not a.no_aoc:
             r["aoc_error"] = aoc_error
-            continue
-        iters = a.iters or (r["ort"]["iters"] if r["ort"] else a.min_iters)
-        cmd = [a.aoc, "bench", art, "--threads", str(n), "--warmup", str(a.warmup), "--iters", str(iters), "--json"]
-        result["commands"].append(" ".join(cmd))
-        try:
-            r["aoc"] = parse_bench_json(run_step("bench", cmd, a.timeout))
-            log(f"  aoc  threads={n}: p50 {r['aoc']['p50_ms']:.2f} ms over {iters} iters")
-        except StepError as e:
-            r["aoc_error"] = str(e)
-        if r["aoc"] and r["ort"] and r["ort"]["p50_ms"] > 0:
-            r["ratio"] = float(r["aoc"]["p50_ms"]) / r["ort"]["p50_ms"]
+        del sess
+        r["ort"] = median_round(ort_rounds)
+        r["aoc"] = median_round(aoc_rounds)
+        if len(ort_rounds) == len(aoc_rounds) and ort_rounds:
+            ratios = [float(x["p50_ms"]) / y["p50_ms"] for x, y in zip(aoc_rounds, ort_rounds) if y["p50_ms"] > 0]
+            if ratios:
+                r["ratio"] = float(np.median(ratios))
+                r["round_ratios"] = ratios
     return result
 
 
@@ -428,6 +464,9 @@ def main():
                          "take about --time-budget seconds, within [--min-iters, --max-iters]; aoc gets the same")
     ap.add_argument("--time-budget", type=float, default=10.0, help="seconds per measurement for --iters auto")
     ap.add_argument("--min-iters", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate ONNX Runtime and aoc this many times per thread count, each with a share "
+                         "of --time-budget; the ratio is the median of the rounds' ratios (default 1)")
     ap.add_argument("--max-iters", type=int, default=500)
     ap.add_argument("--models-dir", default=os.path.join(ROOT, "build", "bench-models"))
     ap.add_argument("--work-dir", default=os.path.join(ROOT, "build", "bench-cpu"),
@@ -452,6 +491,8 @@ def main():
             raise ValueError
     except ValueError:
         ap.error(f"--threads must be a comma-separated list of positive integers, found {a.threads!r}")
+    if a.rounds < 1:
+        ap.error(f"--rounds must be at least 1, found {a.rounds}")
     if a.iters == "auto":
         a.iters = None
     else:

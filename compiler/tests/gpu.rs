@@ -636,12 +636,12 @@ fn nested(shape: &[usize], scale: f32, seed: usize) -> String {
 
 /// Convolutions the `wgmma` kernel reads implicitly (NCHW in `.air`):
 /// `x` 16×3×80×80 → a 7×7 stride-2 stem + relu (`c0`, its 3 channels
-/// padded to 8 in the half copy) → 3×3 padded + relu (`c1`) → 3×3 stride
-/// 2 + relu (`c2`) → 3×3 dilation 2 (`c3`), plus a 1×1 stride-2
-/// projection of `c1` (`d`), `relu(c3 + d)`. On sm_90a at fp16 all five
-/// run on `wgmma`, with one padding copy of `x` and no conversion: `c0`
-/// writes `c1`'s half input, `c1`'s half copy serves both `c2` and `d`,
-/// `c2`'s is written by `c2`'s launch for `c3`.
+/// padded to 8 in the half copy) → a 3×3 max pool (`p`) → 3×3 padded +
+/// relu (`c1`) → 3×3 stride 2 + relu (`c2`) → 3×3 dilation 2 (`c3`), plus
+/// a 1×1 stride-2 projection of `c1` (`d`), `relu(c3 + d)`. On sm_90a at
+/// fp16 all five run on `wgmma`, with one padding copy of `x` and no
+/// conversion: the pool writes `c1`'s half input, `c1`'s half copy serves
+/// both `c2` and `d`, `c2`'s is written by `c2`'s launch for `c3`.
 fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
     let w = |o: usize, i: usize, k: usize, seed| {
         let scale = 2.0 / ((i * k * k) as f32).sqrt();
@@ -651,7 +651,8 @@ fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
     t += &format!("  %w0 = {}\n  %w1 = {}\n  %w2 = {}\n  %w3 = {}\n  %wd = {}\n", w(64, 3, 7, 5), w(64, 64, 3, 1), w(128, 64, 3, 2), w(128, 128, 3, 3), w(128, 64, 1, 4));
     t += "  %a0 = core.conv2d %x, %w0 {strides = [2, 2], pads = [3, 3, 3, 3]} : tensor<16x64x40x40xf32>\n";
     t += "  %c0 = core.relu %a0 : tensor<16x64x40x40xf32>\n";
-    t += "  %a1 = core.conv2d %c0, %w1 {pads = [1, 1, 1, 1]} : tensor<16x64x40x40xf32>\n";
+    t += "  %p = core.max_pool2d %c0 {kernel = [3, 3], pads = [1, 1, 1, 1]} : tensor<16x64x40x40xf32>\n";
+    t += "  %a1 = core.conv2d %p, %w1 {pads = [1, 1, 1, 1]} : tensor<16x64x40x40xf32>\n";
     t += "  %c1 = core.relu %a1 : tensor<16x64x40x40xf32>\n";
     t += "  %a2 = core.conv2d %c1, %w2 {strides = [2, 2], pads = [1, 1, 1, 1]} : tensor<16x128x20x20xf32>\n";
     t += "  %c2 = core.relu %a2 : tensor<16x128x20x20xf32>\n";
@@ -666,8 +667,8 @@ fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
 }
 
 /// [`wgmma_convs_model`] for sm_90a: five `wgmma` convolutions, one
-/// padding copy, no conversion, no `mma.sync` GEMM; `c0`, `c1` and `c2`
-/// store only their half copies (every reader of theirs reads those).
+/// padding copy, no conversion, no `mma.sync` GEMM; the pool, `c1` and
+/// `c2` store only their half copies (every reader of theirs reads those).
 fn wgmma_convs_build() -> Result<(), Failed> {
     let d = scratch("wgmma_convs");
     let m = wgmma_convs_model(&d)?;
@@ -685,12 +686,13 @@ fn wgmma_convs_build() -> Result<(), Failed> {
     let ll = d.join("model.ll");
     run(&["compile", &m.file.display().to_string(), "--target", "sm_90a", "--precision", "fp16", "--emit", "llvm", "-o", &ll.display().to_string()])?;
     let ir = std::fs::read_to_string(&ll)?;
-    let convs: Vec<&str> = ir.split("define ptx_kernel void @").filter(|k| k.starts_with("gemm_wgmma_")).collect();
+    let convs: Vec<&str> =
+        ir.split("define ptx_kernel void @").filter(|k| k.starts_with("gemm_wgmma_") || k.starts_with("pool_")).collect();
     let stores = |k: &str, ty: &str| k.lines().any(|l| l.trim_start().starts_with(&format!("store {ty}")) && l.contains("ptr addrspace(1)"));
     let halves = convs.iter().filter(|k| stores(k, "i16") || stores(k, "<2 x i16>")).count();
     let only_halves = convs.iter().filter(|k| (stores(k, "i16") || stores(k, "<2 x i16>")) && !stores(k, "float") && !stores(k, "<2 x float>")).count();
     if halves != 3 || only_halves != 3 {
-        return Err(format!("expected c0, c1 and c2 to write only half copies ({halves} write 16-bit values, {only_halves} only those)").into());
+        return Err(format!("expected the pool, c1 and c2 to write only half copies ({halves} write 16-bit values, {only_halves} only those)").into());
     }
     let art = d.join("model.aoc");
     compile(&m, "sm_90a", "fp16", &art)?;

@@ -22,7 +22,7 @@ use std::fmt::Debug;
 
 use aoc_passes::lower::{Lowered, WeightBlob};
 use aoc_runtime::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
-use aoc_runtime::plan::{Buf, Space, Step};
+use aoc_runtime::plan::{Buf, PoolKind, Space, Step};
 
 use crate::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
 use crate::irtext::ModuleText;
@@ -185,6 +185,7 @@ enum Remake {
     LayerNorm((u64, u64, u32, bool, bool)),
     Attention(AttentionSpec, AttnPrecision),
     Wgmma(GemmSpec, WgPrecision, WgTile, Option<GemmEpilogue>),
+    Pool(PoolKind, ConvGeom, bool),
 }
 
 /// Parts a module is split into for code generation: the same on every
@@ -538,6 +539,10 @@ impl<'a> Tr<'a, '_> {
                 self.kernel("gemm_wgmma", (&spec, wp, tile, e.as_ref(), h), |m, n| {
                     gemm_wgmma_with(m, n, &spec, wp, e.as_ref(), sm, tile, Some(h))
                 })?
+            }
+            Remake::Pool(kind, geom, ceil) => {
+                let (kind, geom, ceil) = (*kind, *geom, *ceil);
+                self.kernel("pool", (kind, &geom, ceil, h), |m, n| rows::pool_with(m, n, kind, &geom, ceil, Some(h)))?
             }
         };
         let Some(GpuItem::Launch(l)) = self.items.get_mut(item) else {
@@ -1026,6 +1031,7 @@ impl<'a> Tr<'a, '_> {
                 let (kind, geom, ceil) = (*kind, *geom, *ceil_mode);
                 let k = self.kernel("pool", (kind, &geom, ceil), |m, n| rows::pool(m, n, kind, &geom, ceil))?;
                 self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
+                self.produced(*y, Remake::Pool(kind, geom, ceil));
                 Ok(())
             }
             Step::Reduce { kind, x, y, outer, len, inner } => {

@@ -63,5 +63,5 @@ mod reduce;
 mod row;
 
 pub use norm::{layer_norm, layer_norm_with, softmax};
-pub use pool::pool;
+pub use pool::{pool, pool_with};
 pub use reduce::reduce;

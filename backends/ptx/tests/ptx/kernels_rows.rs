@@ -428,3 +428,23 @@ fn layer_norm_half_copy() {
     }
     assert_eq!(entry(&ptx, "ln_plain").matches("st.global.b16").count(), 0);
 }
+
+/// A pool with a half copy of y: a third pointer and a 16-bit store per
+/// output, beside the f32 store or (without `keep_f32`) instead of it.
+#[test]
+fn pool_half_copy() {
+    use aoc_backend_ptx::kernels::HalfCopy;
+    let g = geom([2, 9, 9, 64], [5, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]);
+    let mut m = ModuleText::new();
+    rows::pool_with(&mut m, "pool_keep", PoolKind::Max, &g, false, Some(HalfCopy::F16)).unwrap();
+    let only = HalfCopy { bf16: true, keep_f32: false };
+    rows::pool_with(&mut m, "pool_only", PoolKind::AvgExcludePad, &g, false, Some(only)).unwrap();
+    let ptx = lower_all(&m.finish(), "rows_pool_half");
+    for (name, f32_stores) in [("pool_keep", true), ("pool_only", false)] {
+        let b = entry(&ptx, name);
+        assert_eq!(b.matches(".param .u64").count(), 3, "{name}");
+        let f = b.matches("st.global.f32").count() + b.matches("st.global.b32").count();
+        let h = b.matches("st.global.b16").count() + b.matches("st.global.u16").count();
+        assert!(h > 0 && (f > 0) == f32_stores, "{name}: {f} f32 stores, {h} 16-bit");
+    }
+}

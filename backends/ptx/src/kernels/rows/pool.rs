@@ -17,7 +17,7 @@ use aoc_runtime::plan::{ConvGeom, PoolKind};
 
 use super::kernel::{Kernel, Op, flat_geometry};
 use crate::irtext::ModuleText;
-use crate::kernels::Geometry;
+use crate::kernels::{Geometry, HalfCopy};
 
 /// A pool's output size along one dimension (the CPU's rule): the
 /// convolution formula, rounded up with `ceil_mode`, where a last window
@@ -60,6 +60,21 @@ pub fn pool(
     geom: &ConvGeom,
     ceil_mode: bool,
 ) -> Result<Geometry, String> {
+    pool_with(m, name, kind, geom, ceil_mode, None)
+}
+
+/// [`pool`] that also writes a [`HalfCopy`] of `y` through a third
+/// parameter, when `half` asks for it (a max pool before a `wgmma`
+/// convolution: ResNet's stem).
+pub fn pool_with(
+    m: &mut ModuleText,
+    name: &str,
+    kind: PoolKind,
+    geom: &ConvGeom,
+    ceil_mode: bool,
+    half: Option<HalfCopy>,
+) -> Result<Geometry, String> {
+    let params = 2 + usize::from(half.is_some());
     let g = *geom;
     let mut k = Kernel::new(m, name)?;
     if g.c != g.oc {
@@ -114,7 +129,7 @@ pub fn pool(
     let total = prod(&[g.n, g.oh, g.ow, g.c]).ok_or_else(big)?;
     let x_len = prod(&[g.n, g.h, g.w, g.c]).ok_or_else(big)?;
     if total == 0 {
-        return Ok(k.empty(2));
+        return Ok(k.empty(params));
     }
     // 32-bit arithmetic when every index and intermediate coordinate (at
     // most a window's reach past the padded extent) stays far below 2^31;
@@ -193,9 +208,18 @@ pub fn pool(
                 k.v(format!("fdiv float {}, {cf}", acc[0]))
             }
         };
-        k.store(&res, y, ty, &q);
+        match half {
+            None => k.store(&res, y, ty, &q),
+            Some(h) => {
+                if h.keep_f32 {
+                    k.store(&res, y, ty, &q);
+                }
+                let o = if ty == "i32" { k.v(format!("zext i32 {q} to i64")) } else { q.clone() };
+                h.store(&mut k.b, &res, "%p2", &o);
+            }
+        }
     });
-    k.finish(2);
+    k.finish(params);
     Ok(flat_geometry(total))
 }
 
