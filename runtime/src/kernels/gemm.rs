@@ -18,7 +18,9 @@
 //! chosen by a small cost model (`split`). Each unit packs its own A rows
 //! and writes a disjoint rectangle of C; every element of C is computed by
 //! exactly one unit with the same depth order, so results are bit-identical
-//! for every thread count and grid.
+//! for every thread count and grid. Several products of one A
+//! ([`gemm_shared_a`]: an encoder layer's Q, K and V projections) are cut
+//! as one, their column tiles side by side; [`gemm`] is the group of one.
 
 use std::cell::RefCell;
 use std::fmt;
@@ -155,51 +157,15 @@ pub fn gemm(
     ldc: usize,
     opts: &GemmOptions<'_>,
 ) -> Result<(), GemmError> {
-    let isa = check(m, n, k, a, lda, b, c, ldc, opts)?;
-    if m == 0 || n == 0 {
-        return Ok(());
-    }
-    if k == 0 {
-        only_epilogue(m, n, c, ldc, opts);
-        return Ok(());
-    }
-    let lv = level(isa);
-    let tile_cols = lv.max_panels * PANEL_WIDTH;
-    let job = Job {
-        k,
-        a,
-        lda,
+    // One product is a group of one.
+    let mut part = [SharedAPart {
+        n,
         b,
-        c: SharedC(c.as_mut_ptr()),
+        c,
         ldc,
-        opts,
-        lv: &lv,
-    };
-    let macs = m.saturating_mul(n).saturating_mul(k);
-    let threads = opts
-        .threads
-        .min(rayon::current_num_threads())
-        .min((macs / MIN_UNIT_MACS).max(1));
-    let (rparts, cparts) = split(m, n, lv.mr, tile_cols, threads);
-    if rparts * cparts == 1 {
-        // SAFETY: arguments checked above; one worker owns all of C.
-        unsafe { job.run(0, m, 0, n) };
-        return Ok(());
-    }
-    let (rt, ct) = (m.div_ceil(lv.mr), n.div_ceil(tile_cols));
-    (0..rparts * cparts).into_par_iter().for_each(|u| {
-        let (ri, ci) = (u / cparts, u % cparts);
-        let i0 = (ri * rt / rparts * lv.mr).min(m);
-        let i1 = ((ri + 1) * rt / rparts * lv.mr).min(m);
-        let j0 = (ci * ct / cparts * tile_cols).min(n);
-        let j1 = ((ci + 1) * ct / cparts * tile_cols).min(n);
-        if i0 < i1 && j0 < j1 {
-            // SAFETY: arguments checked above; the units' rectangles of C
-            // are disjoint (row and column ranges partition m and n).
-            unsafe { job.run(i0, i1, j0, j1) };
-        }
-    });
-    Ok(())
+        opts: *opts,
+    }];
+    gemm_shared_a(m, k, a, lda, &mut part)
 }
 
 /// Checks one product's arguments; returns the level it runs at.
