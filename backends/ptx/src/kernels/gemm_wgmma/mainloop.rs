@@ -84,15 +84,15 @@ impl Gen<'_> {
         }
     }
 
-    /// `cp.async` of this thread's A chunks of k-tile `kt` of an implicit
+    /// `cp.async` of this thread's A chunks of the k-tile starting at
+    /// column `k0` (i32) of an implicit
     /// convolution (`c` a multiple of 8: each chunk is 8 channels of one
     /// filter tap; the thread's chunks share their column `kk`, so one tap
     /// per k-tile and thread) into the stage at byte `stage`; chunks whose
     /// tap falls in the padding, whose row is past `m` or whose column is
     /// past `k`, are zero-filled.
-    fn issue_conv(&mut self, cp: &Copies, kt: &str, stage: &str) {
+    fn issue_conv(&mut self, cp: &Copies, k0: &str, stage: &str) {
         let g = self.conv.expect("issue_conv is called for a convolution");
-        let k0 = self.v(format!("mul i32 {kt}, {BK}"));
         let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
         let k_ok = self.v(format!("icmp ult i32 {kk}, {}", self.s.k));
         let tap = self.v(format!("udiv i32 {kk}, {}", g.c));
@@ -117,6 +117,40 @@ impl Gen<'_> {
         }
     }
 
+    /// `cp.async` of this thread's A chunks of the k-tile starting at
+    /// column `k0` (i32; `k064` as i64) of a strided A into the stage at
+    /// byte `stage`: rows past `m` and the k tail zero-filled.
+    fn issue_a(&mut self, cp: &Copies, k0: &str, k064: &str, stage: &str) {
+        let s = self.s;
+        let left = if s.k.is_multiple_of(BK as u64) {
+            None
+        } else {
+            // Elements of this thread's chunk inside k: k − (k0 + col),
+            // clamped to 0 … 8.
+            let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
+            let l = self.v(format!("sub i32 {}, {kk}", s.k));
+            let l = self.v(format!("call i32 @llvm.smax.i32(i32 {l}, i32 0)"));
+            let l = self.v(format!("call i32 @llvm.smin.i32(i32 {l}, i32 8)"));
+            Some(self.v(format!("shl i32 {l}, 1")))
+        };
+        for (i, (src, bytes)) in cp.a_src.iter().zip(&cp.a_bytes).enumerate() {
+            let (bytes, o) = match &left {
+                None => {
+                    let o = self.v(format!("add i64 {src}, {k064}"));
+                    (bytes.clone(), o)
+                }
+                Some(l) => {
+                    let nb = self.v(format!("call i32 @llvm.smin.i32(i32 {bytes}, i32 {l})"));
+                    let some = self.v(format!("icmp ne i32 {nb}, 0"));
+                    let o = self.v(format!("add i64 {src}, {k064}"));
+                    let o = self.v(format!("select i1 {some}, i64 {o}, i64 0"));
+                    (nb, o)
+                }
+            };
+            self.cp_async_a(cp, i, &o, &bytes, stage);
+        }
+    }
+
     /// One 16-byte `cp.async` of A chunk `i` of this thread from element
     /// `o` of A (`bytes` of it, the rest zero-filled) into the stage at
     /// byte `stage`.
@@ -133,40 +167,13 @@ impl Gen<'_> {
     /// `cp.async` (not committed) of k-tile `kt` into the stage at byte
     /// `stage` of the ring.
     fn issue(&mut self, cp: &Copies, kt: &str, stage: &str) {
-        let (t, s) = (self.t, self.s);
+        let t = self.t;
         let k0 = self.v(format!("mul i32 {kt}, {BK}"));
         let k064 = self.v(format!("zext i32 {k0} to i64"));
         if self.conv.is_some() {
-            self.issue_conv(cp, kt, stage);
-        }
-        let tail = self.conv.is_none() && !s.k.is_multiple_of(BK as u64);
-        let left = if tail {
-            // Elements of this thread's chunk inside k: k − (k0 + col),
-            // clamped to 0 … 8.
-            let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
-            let l = self.v(format!("sub i32 {}, {kk}", s.k));
-            let l = self.v(format!("call i32 @llvm.smax.i32(i32 {l}, i32 0)"));
-            let l = self.v(format!("call i32 @llvm.smin.i32(i32 {l}, i32 8)"));
-            Some(self.v(format!("shl i32 {l}, 1")))
+            self.issue_conv(cp, &k0, stage);
         } else {
-            None
-        };
-        // (No plain A chunks for a convolution: `a_bytes` is empty.)
-        for (i, (src, bytes)) in cp.a_src.iter().zip(&cp.a_bytes).enumerate() {
-            let (bytes, o) = match &left {
-                None => {
-                    let o = self.v(format!("add i64 {src}, {k064}"));
-                    (bytes.clone(), o)
-                }
-                Some(l) => {
-                    let nb = self.v(format!("call i32 @llvm.smin.i32(i32 {bytes}, i32 {l})"));
-                    let some = self.v(format!("icmp ne i32 {nb}, 0"));
-                    let o = self.v(format!("add i64 {src}, {k064}"));
-                    let o = self.v(format!("select i1 {some}, i64 {o}, i64 0"));
-                    (nb, o)
-                }
-            };
-            self.cp_async_a(cp, i, &o, &bytes, stage);
+            self.issue_a(cp, &k0, &k064, stage);
         }
         let bo = self.v(format!("mul i64 {k064}, {}", t.bn));
         let bo = self.v(format!("add i64 {bo}, {}", cp.b_src));
