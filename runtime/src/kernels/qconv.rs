@@ -126,8 +126,21 @@ pub fn qconv2d(
     qconv2d_gemm(g, p, x, packed, w, comp, scale, shift, y)
 }
 
-/// The checked extents of a convolution: `[n, h, w, c, oh, ow, oc, kh, kw,
-/// group]`, after the slices were checked against them.
+/// A convolution whose slices were checked against its geometry: the
+/// extents both paths loop over and where its windows read.
+struct Checked {
+    oc: usize,
+    group: usize,
+    /// Output channels per group.
+    ocg: usize,
+    /// `kh·kw·cg`: one im2col row, one weight row.
+    kk: usize,
+    /// `n·oh·ow`.
+    pixels: usize,
+    win: Window,
+}
+
+/// Checks the slices against the geometry (see [`Checked`]).
 #[allow(clippy::too_many_arguments)]
 fn check(
     g: &ConvGeom,
@@ -137,7 +150,7 @@ fn check(
     scale: &[f32],
     shift: &[f32],
     y: &[u8],
-) -> Result<[usize; 10], KernelError> {
+) -> Result<Checked, KernelError> {
     let err = |m: String| KernelError::new(format!("qconv2d: {m}"));
     let dims = [g.n, g.h, g.w, g.c, g.oh, g.ow, g.oc, g.kh, g.kw, g.group];
     if dims
@@ -175,7 +188,22 @@ fn check(
             }
         }
     }
-    Ok([n, h, wd, c, oh, ow, oc, kh, kw, group])
+    Ok(Checked {
+        oc,
+        group,
+        ocg: oc / group,
+        kk,
+        pixels: n * oh * ow,
+        win: Window::new(g, [n, h, wd, c, oh, ow, oc, kh, kw, group]),
+    })
+}
+
+/// Output channel `o`'s stored value from its accumulator `sum`: plus its
+/// compensation `comp`, requantized with `scale`, `shift`, as the output's
+/// type.
+fn output(p: &QuantConv, sum: i32, comp: i32, scale: f32, shift: f32) -> u8 {
+    let v = requantize(sum.wrapping_add(comp), scale, shift, p);
+    if p.y_signed { v as i8 as u8 } else { v as u8 }
 }
 
 /// Where a convolution's windows read its NHWC input (extents from
@@ -274,19 +302,20 @@ fn qconv2d_gemm(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
-    let dims = check(g, x, w, comp, scale, shift, y)?;
-    let [n, _, _, c, oh, ow, oc, kh, kw, group] = dims;
-    let (cg, ocg) = (c / group, oc / group);
-    let kk = kh * kw * cg;
-    let pixels = n * oh * ow;
+    let Checked {
+        oc,
+        group,
+        ocg,
+        kk,
+        pixels,
+        win,
+    } = check(g, x, w, comp, scale, shift, y)?;
     if pixels == 0 || oc == 0 {
         return Ok(());
     }
-    let win = Window::new(g, dims);
     // i8 inputs as u8 shifted by 128; the GEMM takes the 128 back.
     let (flip, a_zero) = if p.x_signed { (0x80u8, 128) } else { (0, 0) };
     let pad = (p.x_zero + a_zero) as u8;
-    let store = |v: i32| if p.y_signed { v as i8 as u8 } else { v as u8 };
     let mut a = vec![0u8; BLOCK_PIXELS.min(pixels) * kk];
     let mut acc = vec![0i32; BLOCK_PIXELS.min(pixels) * ocg];
     if packed.groups.len() != group || packed.groups.iter().any(|b| b.k() != kk || b.n() != ocg) {
@@ -318,12 +347,7 @@ fn qconv2d_gemm(
                 .for_each(|(out, sums)| {
                     for (o, &s) in sums.iter().enumerate() {
                         let og = gi * ocg + o;
-                        out[og] = store(requantize(
-                            s.wrapping_add(comp[og]),
-                            scale[og],
-                            shift[og],
-                            p,
-                        ));
+                        out[og] = output(p, s, comp[og], scale[og], shift[og]);
                     }
                 });
         }
@@ -343,17 +367,18 @@ pub fn qconv2d_scalar(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
-    let dims = check(g, x, w, comp, scale, shift, y)?;
-    let [n, _, _, c, oh, ow, oc, kh, kw, group] = dims;
-    let (cg, ocg) = (c / group, oc / group);
-    let kk = kh * kw * cg;
-    let pixels = n * oh * ow;
+    let Checked {
+        oc,
+        group,
+        ocg,
+        kk,
+        pixels,
+        win,
+    } = check(g, x, w, comp, scale, shift, y)?;
     if pixels == 0 || oc == 0 {
         return Ok(());
     }
-    let win = Window::new(g, dims);
     let load = |b: u8| if p.x_signed { b as i8 as i32 } else { b as i32 };
-    let store = |v: i32| if p.y_signed { v as i8 as u8 } else { v as u8 };
     y[..pixels * oc]
         .par_chunks_mut(oc)
         .enumerate()
@@ -368,8 +393,7 @@ pub fn qconv2d_scalar(
                             .iter()
                             .zip(wr)
                             .fold(0i32, |a, (&xv, &wv)| a.wrapping_add(xv * wv as i32));
-                        out[o] =
-                            store(requantize(dot.wrapping_add(comp[o]), scale[o], shift[o], p));
+                        out[o] = output(p, dot, comp[o], scale[o], shift[o]);
                     }
                 }
             },
