@@ -300,12 +300,9 @@ pub fn gemm_shared_a(
     let threads = threads
         .min(rayon::current_num_threads())
         .min((macs / MIN_UNIT_MACS).max(1));
-    let (rparts, cparts) = split(m, total * tile_cols, lv.mr, tile_cols, threads);
-    let rt = m.div_ceil(lv.mr);
-    let unit = |u: usize| {
-        let (ri, ci) = (u / cparts, u % cparts);
-        let i0 = (ri * rt / rparts * lv.mr).min(m);
-        let i1 = ((ri + 1) * rt / rparts * lv.mr).min(m);
+    let grid = split(m, total * tile_cols, lv.mr, tile_cols, threads);
+    let cparts = grid.1;
+    for_each_unit(m, lv.mr, grid, |i0, i1, ci| {
         let (t0, t1) = (ci * total / cparts, (ci + 1) * total / cparts);
         for (p, (job, n)) in jobs.iter().enumerate() {
             let (lo, hi) = (t0.max(first[p]), t1.min(first[p + 1]));
@@ -320,13 +317,32 @@ pub fn gemm_shared_a(
                 unsafe { job.run(i0, i1, j0, j1) };
             }
         }
+    });
+    Ok(())
+}
+
+/// Runs `unit(i0, i1, ci)` for every unit of a `rparts × cparts` grid
+/// from [`split`] over `m` rows cut in whole `mr`-row tiles: rows
+/// `i0..i1` of row part `ri` (possibly empty), column part `ci`; on this
+/// thread when the grid is one unit, else as rayon tasks.
+pub(super) fn for_each_unit(
+    m: usize,
+    mr: usize,
+    (rparts, cparts): (usize, usize),
+    unit: impl Fn(usize, usize, usize) + Send + Sync,
+) {
+    let rt = m.div_ceil(mr);
+    let run = |u: usize| {
+        let (ri, ci) = (u / cparts, u % cparts);
+        let i0 = (ri * rt / rparts * mr).min(m);
+        let i1 = ((ri + 1) * rt / rparts * mr).min(m);
+        unit(i0, i1, ci);
     };
     if rparts * cparts == 1 {
-        unit(0);
+        run(0);
     } else {
-        (0..rparts * cparts).into_par_iter().for_each(unit);
+        (0..rparts * cparts).into_par_iter().for_each(run);
     }
-    Ok(())
 }
 
 /// Fewest multiply-adds worth a parallel unit: below this the rayon task

@@ -22,10 +22,8 @@
 
 use std::cell::RefCell;
 
-use rayon::prelude::*;
-
 use super::KernelError;
-use super::gemm::split;
+use super::gemm::{for_each_unit, split};
 
 /// Columns per panel of a grouped packed B.
 pub const PANEL: usize = 16;
@@ -213,15 +211,13 @@ pub(super) unsafe fn run<T: Elem>(lv: &Level<T>, p: Problem<'_, T>) {
     let tile_cols = lv.max_panels * PANEL;
     let macs = m.saturating_mul(n).saturating_mul(p.k);
     let threads = rayon::current_num_threads().min((macs / MIN_UNIT_MACS).max(1));
-    let (rparts, cparts) = split(m, n, lv.mr, tile_cols, threads);
+    let grid = split(m, n, lv.mr, tile_cols, threads);
+    let cparts = grid.1;
     // Workers write C only through this pointer (never through `p.c`).
     let c = SharedC(p.c.as_mut_ptr());
     let job = Job { p: &p, c, lv };
-    let (rt, ct) = (m.div_ceil(lv.mr), n.div_ceil(tile_cols));
-    let unit = |u: usize| {
-        let (ri, ci) = (u / cparts, u % cparts);
-        let i0 = (ri * rt / rparts * lv.mr).min(m);
-        let i1 = ((ri + 1) * rt / rparts * lv.mr).min(m);
+    let ct = n.div_ceil(tile_cols);
+    for_each_unit(m, lv.mr, grid, |i0, i1, ci| {
         let j0 = (ci * ct / cparts * tile_cols).min(n);
         let j1 = ((ci + 1) * ct / cparts * tile_cols).min(n);
         if i0 < i1 && j0 < j1 {
@@ -229,12 +225,7 @@ pub(super) unsafe fn run<T: Elem>(lv: &Level<T>, p: Problem<'_, T>) {
             // are disjoint (row and column ranges partition m and n).
             unsafe { job.run(i0, i1, j0, j1) };
         }
-    };
-    if rparts * cparts == 1 {
-        unit(0);
-    } else {
-        (0..rparts * cparts).into_par_iter().for_each(unit);
-    }
+    });
 }
 
 struct Job<'a, T> {
