@@ -428,10 +428,6 @@ fn projections(d: &Path) -> Result<Model, Failed> {
 /// The `wgmma` path (conversion into the scratch, packed B, epilogue) on
 /// the GPU against the interpreter.
 fn wgmma_on_gpu() -> Result<(), Failed> {
-    if let Some(why) = no_gpu() {
-        println!("skipped: {why}");
-        return Ok(());
-    }
     let m = projections(&scratch("wgmma_model"))?;
     check_on_gpu(&m, "sm_90a", "fp16")
 }
@@ -461,6 +457,19 @@ fn fused_attention_and_wgmma() -> Result<(), Failed> {
         return Err("the sm_90 build uses wgmma, which needs sm_90a".into());
     }
     Ok(())
+}
+
+/// `aoc compile FILE --target T --precision P --emit KIND -o OUT`; the
+/// emitted text.
+fn emit(file: &Path, target: &str, precision: &str, kind: &str, out: &Path) -> Result<String, Failed> {
+    let (f, o) = (file.display().to_string(), out.display().to_string());
+    run(&["compile", &f, "--target", target, "--precision", precision, "--emit", kind, "-o", &o])?;
+    Ok(std::fs::read_to_string(out)?)
+}
+
+/// The launch lines (`// item N: launch KERNEL ...`) of an emitted PTX file.
+fn launch_lines(ptx: &str) -> Vec<&str> {
+    ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect()
 }
 
 /// `relu(x·w + bias) + r` with `x` 64×2048 and `w` 2048×256: too few
@@ -500,11 +509,8 @@ fn split_k_builds() -> Result<(), Failed> {
     let d = scratch("split_k");
     let m = split_k_model(&d)?;
     let out = d.join("model.ptx");
-    let o = out.display().to_string();
-    let f = m.file.display().to_string();
-    run(&["compile", &f, "--target", "sm_86", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
-    let ptx = std::fs::read_to_string(&out)?;
-    let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect();
+    let ptx = emit(&m.file, "sm_86", "fp16", "ptx", &out)?;
+    let launches = launch_lines(&ptx);
     let split = launches.iter().filter(|l| l.contains("gemm_tc_") && l.contains(", 4] block")).count();
     let sums = launches.iter().filter(|l| l.contains("splitk_")).count();
     if launches.len() != 2 || split != 1 || sums != 1 {
@@ -513,8 +519,7 @@ fn split_k_builds() -> Result<(), Failed> {
     let art = d.join("model.aoc");
     compile(&m, "sm_86", "fp16", &art)?;
     check_entries(&art)?;
-    run(&["compile", &f, "--target", "sm_86", "--precision", "fp32", "--emit", "ptx", "-o", &o])?;
-    if std::fs::read_to_string(&out)?.contains("splitk_") {
+    if emit(&m.file, "sm_86", "fp32", "ptx", &out)?.contains("splitk_") {
         return Err("the fp32 build splits k".into());
     }
     Ok(())
@@ -522,10 +527,6 @@ fn split_k_builds() -> Result<(), Failed> {
 
 /// The split-k GEMM on the GPU against the interpreter.
 fn split_k_on_gpu() -> Result<(), Failed> {
-    if let Some(why) = no_gpu() {
-        println!("skipped: {why}");
-        return Ok(());
-    }
     let m = split_k_model(&scratch("split_k_gpu"))?;
     check_on_gpu(&m, "sm_86", "fp16")
 }
@@ -586,11 +587,8 @@ fn half_copies_model(dir: &Path, attention: bool) -> Result<Model, Failed> {
 fn half_copies_build() -> Result<(), Failed> {
     let d = scratch("half_copies");
     let m = half_copies_model(&d, true)?;
-    let out = d.join("model.ptx");
-    let o = out.display().to_string();
-    run(&["compile", &m.file.display().to_string(), "--target", "sm_90a", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
-    let ptx = std::fs::read_to_string(&out)?;
-    let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect();
+    let ptx = emit(&m.file, "sm_90a", "fp16", "ptx", &d.join("model.ptx"))?;
+    let launches = launch_lines(&ptx);
     let count = |p: &str| launches.iter().filter(|l| l.contains(p)).count();
     if count("gemm_wgmma_") != 5 || count("cvt_") != 0 || count("attention_") != 1 || count("layer_norm_") != 1 {
         return Err(format!("expected 5 wgmma GEMMs, attention, layer norm and no conversion: {launches:#?}").into());
@@ -610,10 +608,6 @@ fn half_copies_build() -> Result<(), Failed> {
 /// [`half_copies_model`] on the GPU against the interpreter (f16 and bf16
 /// copies).
 fn half_copies_on_gpu(precision: &str) -> Result<(), Failed> {
-    if let Some(why) = no_gpu() {
-        println!("skipped: {why}");
-        return Ok(());
-    }
     // bf16's 8-bit mantissa drifts past 1e-2 over the five chained
     // products of the full block: the short chain for it.
     let m = half_copies_model(&scratch(&format!("half_copies_gpu_{precision}")), precision == "fp16")?;
@@ -672,20 +666,15 @@ fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
 fn wgmma_convs_build() -> Result<(), Failed> {
     let d = scratch("wgmma_convs");
     let m = wgmma_convs_model(&d)?;
-    let out = d.join("model.ptx");
-    let o = out.display().to_string();
-    run(&["compile", &m.file.display().to_string(), "--target", "sm_90a", "--precision", "fp16", "--emit", "ptx", "-o", &o])?;
-    let ptx = std::fs::read_to_string(&out)?;
-    let launches: Vec<&str> = ptx.lines().filter(|l| l.starts_with("// item") && l.contains(": launch ")).collect();
+    let ptx = emit(&m.file, "sm_90a", "fp16", "ptx", &d.join("model.ptx"))?;
+    let launches = launch_lines(&ptx);
     let count = |p: &str| launches.iter().filter(|l| l.contains(p)).count();
     if count("gemm_wgmma_") != 5 || count("pad_half_") != 1 || count("cvt_") != 0 || count("gemm_tc_") != 0 {
         return Err(format!("expected 5 wgmma convolutions and one padding copy: {launches:#?}").into());
     }
     // In the LLVM IR: which convolution kernels store 16-bit values, and
     // which store no f32 to global memory.
-    let ll = d.join("model.ll");
-    run(&["compile", &m.file.display().to_string(), "--target", "sm_90a", "--precision", "fp16", "--emit", "llvm", "-o", &ll.display().to_string()])?;
-    let ir = std::fs::read_to_string(&ll)?;
+    let ir = emit(&m.file, "sm_90a", "fp16", "llvm", &d.join("model.ll"))?;
     let convs: Vec<&str> =
         ir.split("define ptx_kernel void @").filter(|k| k.starts_with("gemm_wgmma_") || k.starts_with("pool_")).collect();
     let stores = |k: &str, ty: &str| k.lines().any(|l| l.trim_start().starts_with(&format!("store {ty}")) && l.contains("ptr addrspace(1)"));
@@ -701,10 +690,6 @@ fn wgmma_convs_build() -> Result<(), Failed> {
 
 /// [`wgmma_convs_model`] on the GPU against the interpreter.
 fn wgmma_convs_on_gpu(precision: &str) -> Result<(), Failed> {
-    if let Some(why) = no_gpu() {
-        println!("skipped: {why}");
-        return Ok(());
-    }
     let m = wgmma_convs_model(&scratch(&format!("wgmma_convs_gpu_{precision}")))?;
     check_on_gpu(&m, "sm_90a", precision)
 }
