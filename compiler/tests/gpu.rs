@@ -632,10 +632,11 @@ fn nested(shape: &[usize], scale: f32, seed: usize) -> String {
 /// `x` 16×3×80×80 → a 7×7 stride-2 stem + relu (`c0`, its 3 channels
 /// padded to 8 in the half copy) → a 3×3 max pool (`p`) → 3×3 padded +
 /// relu (`c1`) → 3×3 stride 2 + relu (`c2`) → 3×3 dilation 2 (`c3`), plus
-/// a 1×1 stride-2 projection of `c1` (`d`), `relu(c3 + d)`. On sm_90a at
+/// a 1×1 stride-2 projection of `c1` (`d`), `relu(c3 + c2) + d`. On sm_90a at
 /// fp16 all five run on `wgmma`, with one padding copy of `x` and no
 /// conversion: the pool writes `c1`'s half input, `c1`'s half copy serves
-/// both `c2` and `d`, `c2`'s is written by `c2`'s launch for `c3`.
+/// both `c2` and `d`, `c2`'s is written by `c2`'s launch for `c3`, whose
+/// epilogue also reads it as the residual.
 fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
     let w = |o: usize, i: usize, k: usize, seed| {
         let scale = 2.0 / ((i * k * k) as f32).sqrt();
@@ -652,8 +653,9 @@ fn wgmma_convs_model(dir: &Path) -> Result<Model, Failed> {
     t += "  %c2 = core.relu %a2 : tensor<16x128x20x20xf32>\n";
     t += "  %c3 = core.conv2d %c2, %w3 {dilations = [2, 2], pads = [2, 2, 2, 2]} : tensor<16x128x20x20xf32>\n";
     t += "  %d = core.conv2d %c1, %wd {strides = [2, 2]} : tensor<16x128x20x20xf32>\n";
-    t += "  %s = core.add %c3, %d : tensor<16x128x20x20xf32>\n";
-    t += "  %y = core.relu %s : tensor<16x128x20x20xf32>\n";
+    t += "  %s = core.add %c3, %c2 : tensor<16x128x20x20xf32>\n";
+    t += "  %r = core.relu %s : tensor<16x128x20x20xf32>\n";
+    t += "  %y = core.add %r, %d : tensor<16x128x20x20xf32>\n";
     t += "  return %y : tensor<16x128x20x20xf32>\n}\n";
     let file = dir.join("wgmma_convs.air");
     std::fs::write(&file, t)?;
@@ -680,6 +682,10 @@ fn wgmma_convs_build() -> Result<(), Failed> {
     let stores = |k: &str, ty: &str| k.lines().any(|l| l.trim_start().starts_with(&format!("store {ty}")) && l.contains("ptr addrspace(1)"));
     let halves = convs.iter().filter(|k| stores(k, "i16") || stores(k, "<2 x i16>")).count();
     let only_halves = convs.iter().filter(|k| (stores(k, "i16") || stores(k, "<2 x i16>")) && !stores(k, "float") && !stores(k, "<2 x float>")).count();
+    // c3's epilogue reads the residual c2 from its half copy.
+    if !ir.contains("fpext half") {
+        return Err("no epilogue reads a half copy".into());
+    }
     if halves != 3 || only_halves != 3 {
         return Err(format!("expected the pool, c1 and c2 to write only half copies ({halves} write 16-bit values, {only_halves} only those)").into());
     }
