@@ -3,7 +3,7 @@
 //! waits as inline assembly (see the parent's doc for the pipeline).
 
 use super::{A_BYTES, ALIGN, BK, BM, Gen, THREADS};
-use crate::kernels::conv_index;
+use crate::kernels::{ConvGeom, conv_index};
 
 /// Where this thread's copies of a k-tile go: per A chunk the element
 /// offset of its row's first chunk column (i64) and its byte count (i32,
@@ -91,8 +91,7 @@ impl Gen<'_> {
     /// per k-tile and thread) into the stage at byte `stage`; chunks whose
     /// tap falls in the padding, whose row is past `m` or whose column is
     /// past `k`, are zero-filled.
-    fn issue_conv(&mut self, cp: &Copies, k0: &str, stage: &str) {
-        let g = self.conv.expect("issue_conv is called for a convolution");
+    fn issue_conv(&mut self, cp: &Copies, g: &ConvGeom, k0: &str, stage: &str) {
         let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
         let k_ok = self.v(format!("icmp ult i32 {kk}, {}", self.s.k));
         let tap = self.v(format!("udiv i32 {kk}, {}", g.c));
@@ -101,7 +100,7 @@ impl Gen<'_> {
         let kx = self.v(format!("urem i32 {tap}, {}", g.kw));
         let dy = self.v(format!("mul i32 {ky}, {}", g.dilation[0]));
         let dx = self.v(format!("mul i32 {kx}, {}", g.dilation[1]));
-        let tap_off = conv_index::tap_offset(&mut self.b, &g, [&dy, &dx, &ci], "0", "i64");
+        let tap_off = conv_index::tap_offset(&mut self.b, g, [&dy, &dx, &ci], "0", "i64");
         for (i, (src, (iy, ix, row_ok))) in cp.a_src.iter().zip(&cp.pixels).enumerate() {
             let y = self.v(format!("add i32 {iy}, {dy}"));
             let x = self.v(format!("add i32 {ix}, {dx}"));
@@ -170,10 +169,9 @@ impl Gen<'_> {
         let t = self.t;
         let k0 = self.v(format!("mul i32 {kt}, {BK}"));
         let k064 = self.v(format!("zext i32 {k0} to i64"));
-        if self.conv.is_some() {
-            self.issue_conv(cp, &k0, stage);
-        } else {
-            self.issue_a(cp, &k0, &k064, stage);
+        match self.conv {
+            Some(g) => self.issue_conv(cp, &g, &k0, stage),
+            None => self.issue_a(cp, &k0, &k064, stage),
         }
         let bo = self.v(format!("mul i64 {k064}, {}", t.bn));
         let bo = self.v(format!("add i64 {bo}, {}", cp.b_src));
