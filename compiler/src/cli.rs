@@ -23,9 +23,11 @@ const LONG_ABOUT: &str = "\
 aoc: an ahead-of-time compiler for neural-network models.
 
 A model enters as ONNX or as aoc's text IR (.air), is verified and
-optimized, and runs in the reference interpreter (compilation to PTX and
-x86-64 comes with later versions). Weights live in .safetensors files next
-to the .air file; inputs and outputs of `aoc run` are .npy files.";
+optimized, and either runs in the reference interpreter or is compiled to
+one .aoc artifact: native x86-64 code (Cranelift and AVX-512/AVX2/VNNI/AMX
+micro-kernels) or PTX for an NVIDIA GPU, with its plan and weights.
+Weights live in .safetensors files next to the .air file; inputs and
+outputs of `aoc run` are .npy files.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -35,6 +37,10 @@ Examples:
   aoc opt resnet.air --passes default --timing -o resnet.opt.air   # optimize
   aoc opt resnet.air --passes 'fold-bn,fuse{max-ops=8}' --verify-rewrites -o out.air
   aoc run resnet.air --input x=img.npy --output-dir out/
+  aoc compile resnet.air --target host -o resnet.aoc          # this CPU
+  aoc compile resnet.air --target sm_86 --precision fp16 -o resnet.gpu.aoc
+  aoc run resnet.aoc --input x=img.npy --output-dir out/
+  aoc bench resnet.aoc --threads 2 --json
 
 Exit status: 0 on success, 1 when the input has a problem (the message says
 which and where), 2 on a command-line usage error.";
