@@ -203,7 +203,7 @@ pub struct BenchArgs {
     /// Inputs as for `aoc run` (default: synthetic).
     #[arg(long = "input", short = 'i', value_name = "NAME=PATH.npy")]
     pub inputs: Vec<String>,
-    /// Also print the time of each step kind (one profiled run).
+    /// Also print the time of each step kind (each step's median over up to 20 profiled runs).
     #[arg(long)]
     pub profile: bool,
     /// With --profile: how many of the slowest steps to list.
@@ -564,6 +564,9 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Profiled runs behind `aoc bench --profile` (fewer when --iters is smaller).
+const PROFILE_RUNS: usize = 20;
+
 fn cmd_bench(a: BenchArgs) -> Result<(), String> {
     use crate::cpu::{bench, bind_artifact_inputs, load_session, synthetic_inputs};
     if a.iters == 0 {
@@ -582,7 +585,22 @@ fn cmd_bench(a: BenchArgs) -> Result<(), String> {
     let r = bench(&s, &inputs, a.warmup, a.iters)?;
     if a.profile {
         let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
-        let (_, p) = s.run_profiled(&refs).map_err(|e| format!("error: {e}"))?;
+        // Each step's median over several profiled runs: one run's step
+        // times move with every hiccup of a shared machine.
+        let runs = a.iters.clamp(1, PROFILE_RUNS);
+        let mut p = s.run_profiled(&refs).map_err(|e| format!("error: {e}"))?.1;
+        let mut times: Vec<Vec<f64>> = p.steps.iter().map(|st| vec![st.3]).collect();
+        for _ in 1..runs {
+            let (_, q) = s.run_profiled(&refs).map_err(|e| format!("error: {e}"))?;
+            for (t, st) in times.iter_mut().zip(&q.steps) {
+                t.push(st.3);
+            }
+        }
+        for (st, t) in p.steps.iter_mut().zip(&mut times) {
+            t.sort_by(f64::total_cmp);
+            st.3 = t[t.len() / 2];
+        }
+        eprintln!("  profile: median of each step over {runs} runs");
         let mut by_kind: Vec<(&str, f64, usize)> = vec![];
         for (_, kind, _, t) in &p.steps {
             match by_kind.iter_mut().find(|(k, _, _)| k == kind) {

@@ -170,9 +170,9 @@ pub enum WeightForm {
 }
 
 impl LowerOptions {
-    /// The CPU backend's choices.
+    /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: 0, int8: true };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
         LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true };

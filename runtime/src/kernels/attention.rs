@@ -2,12 +2,18 @@
 //! per batch `b` and head `h`, `s = scale · Q Kᵀ (+ mask)`, `p =
 //! softmax(s)` row by row, `Y = p V`.
 //!
-//! One score row at a time: a query row's `sk` scores live in a scratch
-//! vector, never in a `sq × sk` matrix (dot products in eight partial sums;
-//! `p·V` accumulated along contiguous feature rows), and the row's softmax is
-//! [`norm::softmax`]'s, so a row behaves exactly as the unfused plan's
-//! softmax step (a row of `-inf` scores gives NaN there and here). Rows are
-//! split across the pool's threads; each writes only its own output row.
+//! A task is a block of query rows of one head (the whole head when there
+//! are enough heads to keep every thread busy). It packs the head's Kᵀ and V
+//! into the GEMM's panel layout straight from their strides (so the
+//! transposes that split heads cost no copy), computes its `rows × sk`
+//! scores with [`gemm`], scales and masks them, takes each row's softmax
+//! ([`norm::softmax`]'s kernel, so a row of `-inf` scores gives NaN as the
+//! unfused softmax step does) and multiplies by V with a second [`gemm`].
+//! Scores and probabilities never leave the worker's caches, the whole
+//! attention is one parallel region, and the results are those of the
+//! unfused plan's matmul, pointwise, softmax and matmul steps (same
+//! kernels, same order of operations). Each task writes only its own
+//! output rows.
 //!
 //! Invariant: every offset is checked against its slice before the loops
 //! (the largest index each operand's strides reach), so bad strides are an
@@ -16,8 +22,10 @@
 use rayon::prelude::*;
 
 use super::KernelError;
-use super::batched::check_operand;
+use super::batched::{check_operand, pack_strided};
+use super::gemm::{GemmOptions, gemm};
 use super::norm;
+use super::pack::PackedBRef;
 
 /// The problem and the operands' `[batch, head, row, feature]` strides in
 /// elements (the mask's are `[batch, head, query, key]`).
@@ -39,8 +47,12 @@ pub struct AttentionShape {
 
 /// Whether distinct indices of `dims` reach distinct offsets: sorted by
 /// stride, each stride must step past everything the smaller ones reach (a
-/// sufficient condition, which every dense layout meets).
+/// sufficient condition, which every dense layout meets). An empty extent
+/// reaches nothing.
 fn injective(dims: [usize; 4], strides: [usize; 4]) -> bool {
+    if dims.contains(&0) {
+        return true;
+    }
     let mut ds: Vec<(usize, usize)> = dims
         .into_iter()
         .zip(strides)
@@ -60,6 +72,14 @@ fn injective(dims: [usize; 4], strides: [usize; 4]) -> bool {
     }
     true
 }
+
+/// Query rows a task takes at least when heads are split over several
+/// tasks: each task packs its head's K and V, which this many rows amortize.
+const MIN_TASK_ROWS: usize = 32;
+
+/// Scores one task holds at most (floats, per buffer): bounds the scratch
+/// for long sequences and keeps a task's scores in L2.
+const MAX_TASK_SCORES: usize = 64 * 1024;
 
 /// Computes `y` (only the elements the `y` strides address are written).
 pub fn attention(
@@ -85,88 +105,147 @@ pub fn attention(
             s.y
         )));
     }
-    let rows = s.batch * s.heads * sq;
-    if rows == 0 || s.dv == 0 {
+    let heads = s.batch * s.heads;
+    if heads == 0 || sq == 0 || s.dv == 0 {
         return Ok(());
     }
-    // Each output row is written by one task; rows may interleave in
-    // memory (any strides), so tasks write through a raw pointer.
+    let chunks = chunks_per_head(heads, sq, sk, rayon::current_num_threads());
+    let rows_per = sq.div_ceil(chunks);
+    // Tasks write interleaved elements of y (another head's columns of the
+    // same rows), so they write through a raw pointer.
     let out = OutPtr(y.as_mut_ptr());
     let out = &out;
-    let (d, dv) = (s.d, s.dv);
-    (0..rows).into_par_iter().for_each_init(
-        || {
-            (
-                vec![0f32; sk],
-                vec![0f32; sk],
-                vec![0f32; d],
-                vec![0f32; d],
-                vec![0f32; dv],
-                vec![0f32; dv],
-            )
-        },
-        |(scores, probs, qrow, krow, vrow, acc), r| {
-            let (bh_i, i) = (r / sq, r % sq);
-            let (b, h) = (bh_i / s.heads, bh_i % s.heads);
-            let qo = b * s.q[0] + h * s.q[1] + i * s.q[2];
-            let q_row = row(q, qo, s.q[3], qrow);
-            for (j, sc) in scores.iter_mut().enumerate() {
-                let k_row = row(k, b * s.k[0] + h * s.k[1] + j * s.k[2], s.k[3], krow);
-                *sc = dot(q_row, k_row) * s.scale;
-                if let Some(m) = mask {
-                    *sc += m[b * s.mask[0] + h * s.mask[1] + i * s.mask[2] + j * s.mask[3]];
-                }
+    (0..heads * chunks)
+        .into_par_iter()
+        .try_for_each_init(Scratch::default, |scr, t| {
+            let (head, c) = (t / chunks, t % chunks);
+            let (i0, i1) = (c * rows_per, ((c + 1) * rows_per).min(sq));
+            if i0 >= i1 {
+                return Ok(());
             }
-            // A one-row softmax cannot fail: both slices hold `sk` values.
-            let _ = norm::softmax(1, sk, false, scores, probs);
-            acc.fill(0.0);
-            for (j, &p) in probs.iter().enumerate() {
-                let v_row = row(v, b * s.v[0] + h * s.v[1] + j * s.v[2], s.v[3], vrow);
-                for (a, &x) in acc.iter_mut().zip(v_row) {
-                    *a += p * x;
-                }
-            }
-            let yo = b * s.y[0] + h * s.y[1] + i * s.y[2];
-            for (f, &a) in acc.iter().enumerate() {
-                // SAFETY: `check` bounded every index of y and
-                // `injective` made distinct (b, h, i, f) distinct elements.
-                unsafe { *out.0.add(yo + f * s.y[3]) = a };
-            }
-        },
-    );
-    Ok(())
+            let task = Task {
+                b: head / s.heads,
+                h: head % s.heads,
+                i0,
+                i1,
+            };
+            task.run(s, [q, k, v], mask, out, scr)
+        })
 }
 
-/// The `tmp.len()` elements of `x` from `start` at `stride`: a slice of `x`
-/// when contiguous, else gathered into `tmp`.
-fn row<'a>(x: &'a [f32], start: usize, stride: usize, tmp: &'a mut [f32]) -> &'a [f32] {
-    let n = tmp.len();
-    if stride == 1 {
-        return &x[start..start + n];
-    }
-    for (f, t) in tmp.iter_mut().enumerate() {
-        *t = x[start + f * stride];
-    }
-    tmp
+/// How many tasks share one head's query rows: enough tasks for two per
+/// thread when there are few heads, never fewer than [`MIN_TASK_ROWS`]
+/// rows each, and small enough score blocks ([`MAX_TASK_SCORES`]).
+pub(super) fn chunks_per_head(heads: usize, sq: usize, sk: usize, threads: usize) -> usize {
+    let for_threads = (2 * threads).div_ceil(heads);
+    let by_rows = sq.div_ceil(MIN_TASK_ROWS);
+    let by_scores = sq.saturating_mul(sk).div_ceil(MAX_TASK_SCORES);
+    for_threads.min(by_rows).max(by_scores).clamp(1, sq)
 }
 
-/// Dot product in eight partial sums (so the compiler can use vector
-/// registers; the rounding differs from one running sum by reassociation).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ac.zip(bc) {
-        for ((l, &xv), &yv) in lanes.iter_mut().zip(x).zip(y) {
-            *l += xv * yv;
+/// One task's buffers, reused across the tasks a worker runs.
+#[derive(Default)]
+struct Scratch {
+    /// Kᵀ (`d × sk`) and V (`sk × dv`) in the GEMM's packed-B layout.
+    kt: Vec<f32>,
+    v: Vec<f32>,
+    /// Q rows gathered when they are not contiguous.
+    q: Vec<f32>,
+    /// Scores and probabilities, `rows × sk`; the output rows, `rows × dv`.
+    scores: Vec<f32>,
+    probs: Vec<f32>,
+    y: Vec<f32>,
+}
+
+/// Query rows `i0..i1` of head `h` of batch `b`.
+struct Task {
+    b: usize,
+    h: usize,
+    i0: usize,
+    i1: usize,
+}
+
+impl Task {
+    /// Scores as one GEMM (Q rows × packed Kᵀ), scale and mask, each row's
+    /// softmax, then the output rows as a second GEMM (probabilities ×
+    /// packed V), all in this worker's caches. The products are [`gemm`]'s
+    /// and the softmax is [`norm::softmax`]'s, so a row is computed as the
+    /// unfused plan's matmul, pointwise, softmax and matmul steps compute
+    /// it.
+    fn run(
+        &self,
+        s: &AttentionShape,
+        [q, k, v]: [&[f32]; 3],
+        mask: Option<&[f32]>,
+        out: &OutPtr,
+        scr: &mut Scratch,
+    ) -> Result<(), KernelError> {
+        let (sk, d, dv) = (s.sk, s.d, s.dv);
+        let rows = self.i1 - self.i0;
+        let base = |st: [usize; 4]| self.b * st[0] + self.h * st[1];
+        // Kᵀ[f][j] = K[j][f]: rows step along K's features, columns along keys.
+        pack_strided(d, sk, k, base(s.k), [s.k[3], s.k[2]], &mut scr.kt);
+        pack_strided(sk, dv, v, base(s.v), [s.v[2], s.v[3]], &mut scr.v);
+        let q0 = base(s.q) + self.i0 * s.q[2];
+        let (qa, lda): (&[f32], usize) = if s.q[3] == 1 && (rows == 1 || s.q[2] >= d) {
+            (&q[q0..], if rows == 1 { d } else { s.q[2] })
+        } else {
+            scr.q.clear();
+            for r in 0..rows {
+                scr.q
+                    .extend((0..d).map(|f| q[q0 + r * s.q[2] + f * s.q[3]]));
+            }
+            (&scr.q, d)
+        };
+        let one = GemmOptions::default();
+        scr.scores.resize(rows * sk, 0.0);
+        scr.probs.resize(rows * sk, 0.0);
+        gemm(
+            rows,
+            sk,
+            d,
+            qa,
+            lda,
+            PackedBRef::new(d, sk, &scr.kt)?,
+            &mut scr.scores,
+            sk,
+            &one,
+        )?;
+        for (r, row) in scr.scores.chunks_exact_mut(sk.max(1)).enumerate() {
+            match mask {
+                Some(m) => {
+                    let m0 = base(s.mask) + (self.i0 + r) * s.mask[2];
+                    for (j, x) in row.iter_mut().enumerate() {
+                        *x = *x * s.scale + m[m0 + j * s.mask[3]];
+                    }
+                }
+                None => row.iter_mut().for_each(|x| *x *= s.scale),
+            }
         }
+        norm::softmax_rows_here(rows, sk, &scr.scores, &mut scr.probs)?;
+        scr.y.resize(rows * dv, 0.0);
+        gemm(
+            rows,
+            dv,
+            sk,
+            &scr.probs,
+            sk,
+            PackedBRef::new(sk, dv, &scr.v)?,
+            &mut scr.y,
+            dv,
+            &one,
+        )?;
+        let y0 = base(s.y) + self.i0 * s.y[2];
+        for (r, yr) in scr.y.chunks_exact(dv).enumerate() {
+            for (f, &x) in yr.iter().enumerate() {
+                // SAFETY: `attention` bounded every index of y and
+                // `injective` made distinct (b, h, i, f) distinct elements;
+                // each (b, h, i) belongs to one task.
+                unsafe { *out.0.add(y0 + r * s.y[2] + f * s.y[3]) = x };
+            }
+        }
+        Ok(())
     }
-    lanes.iter().sum::<f32>() + tail
 }
 
 struct OutPtr(*mut f32);

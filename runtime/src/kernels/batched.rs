@@ -120,7 +120,7 @@ pub fn batched_matmul(
     // One packed B serves every batch when B does not move with the batch.
     let shared = if use_gemm && g.b[0] == 0 {
         let mut p = Vec::new();
-        pack_strided(&g, b, 0, &mut p);
+        pack_strided(k, n, b, 0, [g.b[1], g.b[2]], &mut p);
         Some(p)
     } else {
         None
@@ -194,7 +194,7 @@ fn one(
     let packed = match shared {
         Some(p) => p,
         None => {
-            pack_strided(g, b, b0, &mut scr.packed);
+            pack_strided(k, n, b, b0, [g.b[1], g.b[2]], &mut scr.packed);
             &scr.packed
         }
     };
@@ -246,12 +246,19 @@ fn direct(g: &Geom, a: &[f32], b: &[f32], c: &mut [f32], acc: &mut Vec<f32>) {
     }
 }
 
-/// Packs `B_i` (starting at element `b0`, row and column strides from `g`)
-/// into `out` in the `pack_b` panel layout: panel `p` holds, for each row
-/// `r < k`, columns `16p .. 16p+16` at `p·k·16 + r·16`, zero past `n`.
-fn pack_strided(g: &Geom, b: &[f32], b0: usize, out: &mut Vec<f32>) {
-    let (k, n) = (g.k, g.n);
-    let (rs, cs) = (g.b[1], g.b[2]);
+/// Packs the `k × n` matrix of `b` starting at element `b0` with `[row,
+/// column]` strides `st` into `out` in the `pack_b` panel layout: panel `p`
+/// holds, for each row `r < k`, columns `16p .. 16p+16` at `p·k·16 + r·16`,
+/// zero past `n`. The caller has checked that every element lies in `b`.
+pub(super) fn pack_strided(
+    k: usize,
+    n: usize,
+    b: &[f32],
+    b0: usize,
+    st: [usize; 2],
+    out: &mut Vec<f32>,
+) {
+    let [rs, cs] = st;
     let panels = n.div_ceil(PANEL_WIDTH);
     out.clear();
     out.resize(panels * PANEL_WIDTH * k, 0.0);

@@ -53,6 +53,8 @@ mod avx512;
 mod scalar;
 
 #[cfg(test)]
+mod attention_tests;
+#[cfg(test)]
 mod conv_tests;
 #[cfg(test)]
 mod int8_tests;

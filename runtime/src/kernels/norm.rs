@@ -328,6 +328,21 @@ pub fn softmax(
     Ok(())
 }
 
+/// [`softmax`] of a row block on the calling thread (for kernels that
+/// already run one task per thread, such as fused attention).
+pub(super) fn softmax_rows_here(
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let len = check_rows(rows, cols, x.len(), y.len())?;
+    if len > 0 {
+        softmax_block(Isa::best(), &x[..len], &mut y[..len], cols, false);
+    }
+    Ok(())
+}
+
 /// Layer normalization of each `cols`-long row of the row-major `rows ×
 /// cols` matrix `x` into `y`: `(x - mean) / sqrt(var + eps) · gamma + beta`
 /// with the population variance; `gamma`/`beta` absent mean 1 and 0, present

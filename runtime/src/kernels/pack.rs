@@ -140,6 +140,11 @@ pub(crate) fn check_matrix(
 /// micro-panels of `mr` rows: panel `i` holds, for each `p < depth`, the
 /// `mr` floats `A[i·mr .. i·mr+mr][p]`, rows past `rows` zero. The
 /// micro-kernel then reads one contiguous run of `mr` floats per k step.
+///
+/// `out` keeps its allocation (and length, when large enough) from call to
+/// call: every element of the packed block is written here, so nothing is
+/// cleared first. Each panel is written in order, one k step at a time,
+/// from `mr` sequential row streams.
 pub(crate) fn pack_a(
     mr: usize,
     a: &[f32],
@@ -149,15 +154,59 @@ pub(crate) fn pack_a(
     out: &mut Vec<f32>,
 ) {
     let panels = rows.div_ceil(mr);
-    out.clear();
-    out.resize(panels * mr * depth, 0.0);
-    for ip in 0..panels {
-        let base = ip * mr * depth;
+    let len = panels * mr * depth;
+    if out.len() < len {
+        out.resize(len, 0.0);
+    }
+    if depth == 0 {
+        return;
+    }
+    for (ip, panel) in out[..len].chunks_exact_mut(mr * depth).enumerate() {
         let live = mr.min(rows - ip * mr);
-        for i in 0..live {
-            let src = &a[(ip * mr + i) * lda..(ip * mr + i) * lda + depth];
-            for (p, &v) in src.iter().enumerate() {
-                out[base + p * mr + i] = v;
+        let src = &a[ip * mr * lda..];
+        match mr {
+            4 => pack_panel::<4>(panel, src, lda, live, depth),
+            6 => pack_panel::<6>(panel, src, lda, live, depth),
+            14 => pack_panel::<14>(panel, src, lda, live, depth),
+            _ => {
+                for (p, step) in panel.chunks_exact_mut(mr).enumerate() {
+                    for (i, x) in step.iter_mut().enumerate() {
+                        *x = if i < live { src[i * lda + p] } else { 0.0 };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One panel of [`pack_a`] for a register tile of `MR` rows, `live` of them
+/// present in `src` (the rest packed as zeros).
+#[inline(always)]
+fn pack_panel<const MR: usize>(
+    panel: &mut [f32],
+    src: &[f32],
+    lda: usize,
+    live: usize,
+    depth: usize,
+) {
+    let row = |i: usize| {
+        if i < live {
+            &src[i * lda..i * lda + depth]
+        } else {
+            &[][..]
+        }
+    };
+    let rows: [&[f32]; MR] = std::array::from_fn(row);
+    if live == MR {
+        for (p, step) in panel.chunks_exact_mut(MR).enumerate() {
+            for i in 0..MR {
+                step[i] = rows[i][p];
+            }
+        }
+    } else {
+        for (p, step) in panel.chunks_exact_mut(MR).enumerate() {
+            for i in 0..MR {
+                step[i] = if i < live { rows[i][p] } else { 0.0 };
             }
         }
     }
