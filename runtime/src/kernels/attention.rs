@@ -213,6 +213,13 @@ impl Task {
         )?;
         for (r, row) in scr.scores.chunks_exact_mut(sk.max(1)).enumerate() {
             match mask {
+                // A key mask (BERT's) is contiguous along the keys.
+                Some(m) if s.mask[3] == 1 || sk == 1 => {
+                    let m0 = base(s.mask) + (self.i0 + r) * s.mask[2];
+                    for (x, &mv) in row.iter_mut().zip(&m[m0..m0 + sk]) {
+                        *x = *x * s.scale + mv;
+                    }
+                }
                 Some(m) => {
                     let m0 = base(s.mask) + (self.i0 + r) * s.mask[2];
                     for (j, x) in row.iter_mut().enumerate() {
@@ -237,11 +244,18 @@ impl Task {
         )?;
         let y0 = base(s.y) + self.i0 * s.y[2];
         for (r, yr) in scr.y.chunks_exact(dv).enumerate() {
-            for (f, &x) in yr.iter().enumerate() {
-                // SAFETY: `attention` bounded every index of y and
-                // `injective` made distinct (b, h, i, f) distinct elements;
-                // each (b, h, i) belongs to one task.
-                unsafe { *out.0.add(y0 + r * s.y[2] + f * s.y[3]) = x };
+            let row = y0 + r * s.y[2];
+            // SAFETY: `attention` bounded every index of y and `injective`
+            // made distinct (b, h, i, f) distinct elements; each (b, h, i)
+            // belongs to one task.
+            unsafe {
+                if s.y[3] == 1 {
+                    std::ptr::copy_nonoverlapping(yr.as_ptr(), out.0.add(row), dv);
+                } else {
+                    for (f, &x) in yr.iter().enumerate() {
+                        *out.0.add(row + f * s.y[3]) = x;
+                    }
+                }
             }
         }
         Ok(())

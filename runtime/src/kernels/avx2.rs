@@ -1,7 +1,9 @@
 //! AVX2 + FMA micro-kernel: a 6×16 register tile (12 ymm accumulators, two
 //! B vectors, one A broadcast), the classic shape for 16 ymm registers.
 //!
-//! Contract: as in `avx512.rs`, with [`MR`] = 6 and one panel per tile.
+//! Contract: as in `avx512.rs`, with [`MR`] = 6 and one panel per tile;
+//! `tile::<R>` computes the first `R` rows of the tile (the A micro-panel
+//! keeps its stride of `MR` floats per step).
 
 use std::arch::x86_64::*;
 
@@ -14,7 +16,7 @@ pub(crate) const MAX_PANELS: usize = 1;
 /// The CPU supports AVX2 and FMA; the pointers cover the ranges described in
 /// `avx512.rs`. `bstride` is unused (one panel).
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn tile(
+pub(crate) unsafe fn tile<const R: usize>(
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -24,7 +26,7 @@ pub(crate) unsafe fn tile(
     load_c: bool,
 ) {
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let mut ap = a;
         let mut bp = b;
         for _ in 0..kc {

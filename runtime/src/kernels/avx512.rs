@@ -7,7 +7,10 @@
 //! micro-panel (`kc` steps of [`MR`] floats), `b` the first of `NP` packed B
 //! panels (`kc` rows of 16 floats each, the next panel `bstride` floats
 //! further), `c` a full `MR × 16·NP` tile with row stride `ldc`; with
-//! `load_c` the tile is added to, otherwise overwritten.
+//! `load_c` the tile is added to, otherwise overwritten. A kernel of `R`
+//! rows (`R ≤ MR`) computes the tile's first `R` rows, reading the A
+//! micro-panel at its stride of `MR` floats per step: the last rows of a
+//! product take no more work than they have.
 
 use std::arch::x86_64::*;
 
@@ -20,7 +23,7 @@ pub(crate) const MAX_PANELS: usize = 2;
 /// The CPU supports AVX-512F; the pointers cover the ranges described in the
 /// module doc.
 #[target_feature(enable = "avx512f")]
-pub(crate) unsafe fn tile<const NP: usize>(
+pub(crate) unsafe fn tile<const NP: usize, const R: usize>(
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -30,7 +33,7 @@ pub(crate) unsafe fn tile<const NP: usize>(
     load_c: bool,
 ) {
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); NP]; MR];
+        let mut acc = [[_mm512_setzero_ps(); NP]; R];
         let mut ap = a;
         let mut bp = b;
         for _ in 0..kc {

@@ -260,12 +260,18 @@ pub(super) fn pack_strided(
 ) {
     let [rs, cs] = st;
     let panels = n.div_ceil(PANEL_WIDTH);
-    out.clear();
+    // Every element is written below (the padding columns with zeros), so a
+    // buffer reused at the same size is not cleared first.
     out.resize(panels * PANEL_WIDTH * k, 0.0);
     for p in 0..panels {
         let c0 = p * PANEL_WIDTH;
         let width = PANEL_WIDTH.min(n - c0);
         let panel = &mut out[p * k * PANEL_WIDTH..(p + 1) * k * PANEL_WIDTH];
+        if width < PANEL_WIDTH {
+            for row in panel.chunks_exact_mut(PANEL_WIDTH) {
+                row[width..].fill(0.0);
+            }
+        }
         if cs == 1 {
             for (r, row) in panel.chunks_exact_mut(PANEL_WIDTH).enumerate() {
                 let s = b0 + r * rs + c0;

@@ -5,9 +5,10 @@
 //! Blocking (BLIS order): columns in blocks of `nc`, depth in blocks of `kc`,
 //! rows in blocks of `mc`; each `mc × kc` block of A is packed once and
 //! stays in L2 while the loop over B micro-panels (`kc × 16·panels`, in L1)
-//! and over A micro-panels calls the register-tile kernel. Edge tiles (rows
-//! past `m`, columns past `n`) run the same kernel on a scratch tile and copy
-//! back the live part, so the kernels only ever see full tiles. The
+//! and over A micro-panels calls the register-tile kernel. The last rows of
+//! a block run a kernel of just that many rows (same operations per
+//! element, so the same results); a tile cut by `n` runs on a scratch tile
+//! whose live columns are copied back. The
 //! epilogue (bias per column, then relu) is applied to each tile right after
 //! its last depth block, while the tile is still in L1.
 //!
@@ -88,24 +89,35 @@ type TileFn = unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, b
 struct Level {
     mr: usize,
     max_panels: usize,
-    /// Kernel for a tile of `p` panels is `tiles[p - 1]`.
-    tiles: &'static [TileFn],
+    /// Kernel for a tile of `p` panels and `r` rows is `tiles[p - 1][r - 1]`.
+    tiles: &'static [&'static [TileFn]],
     mc: usize,
     kc: usize,
     /// Column block, a multiple of `16·max_panels`.
     nc: usize,
 }
 
+/// The AVX-512 tiles of `$np` panels for each row count listed.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows {
+    ($np:literal; $($r:literal)+) => {
+        [$(super::avx512::tile::<$np, $r> as TileFn),+]
+    };
+}
+
 fn level(isa: Isa) -> Level {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => {
-            use super::avx512::{MAX_PANELS, MR, tile};
+            use super::avx512::{MAX_PANELS, MR};
             // B micro-panel 256×32 floats = 32 KiB (L1); A block 168×256 = 168 KiB (L2).
             Level {
                 mr: MR,
                 max_panels: MAX_PANELS,
-                tiles: &[tile::<1>, tile::<2>],
+                tiles: &[
+                    &rows!(1; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                    &rows!(2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                ],
                 mc: 12 * MR,
                 kc: 256,
                 nc: 4096,
@@ -118,7 +130,9 @@ fn level(isa: Isa) -> Level {
             Level {
                 mr: MR,
                 max_panels: MAX_PANELS,
-                tiles: &[tile],
+                tiles: &[&[
+                    tile::<1>, tile::<2>, tile::<3>, tile::<4>, tile::<5>, tile::<6>,
+                ]],
                 mc: 24 * MR,
                 kc: 256,
                 nc: 4096,
@@ -135,7 +149,7 @@ fn scalar_level() -> Level {
     Level {
         mr: MR,
         max_panels: MAX_PANELS,
-        tiles: &[tile],
+        tiles: &[&[tile::<1>, tile::<2>, tile::<3>, tile::<4>]],
         mc: 32 * MR,
         kc: 256,
         nc: 4096,
@@ -461,12 +475,13 @@ impl Job<'_> {
                         let col = jc + jr;
                         let cols = tile_cols.min(nb - jr);
                         let panels = cols.div_ceil(PANEL_WIDTH);
-                        let kernel = lv.tiles[panels - 1];
+                        let kernels = lv.tiles[panels - 1];
                         // SAFETY: panel `col / 16` exists and has rows pc..pc+kb.
                         let bp =
                             unsafe { bdata.add((col / PANEL_WIDTH) * bstride + pc * PANEL_WIDTH) };
                         for ir in (0..mb).step_by(lv.mr) {
                             let rows = lv.mr.min(mb - ir);
+                            let kernel = kernels[rows - 1];
                             let ap = apack[ir * kb..].as_ptr();
                             // SAFETY: row ic+ir, column col lie inside C.
                             let cp = unsafe { self.c.0.add((ic + ir) * ldc + col) };
@@ -496,7 +511,7 @@ impl Job<'_> {
                                 };
                             }
                             unsafe {
-                                if rows == lv.mr && cols == panels * PANEL_WIDTH {
+                                if cols == panels * PANEL_WIDTH {
                                     kernel(kb, ap, bp, bstride, cp, ldc, load_c);
                                 } else {
                                     let sld = panels * PANEL_WIDTH;

@@ -3,9 +3,10 @@
 //! with hand-checked values, odd sizes, negative and broadcast strides,
 //! rayon pools of 1 and 3 threads, and the rejection of bad arguments.
 
+use super::Isa;
 use super::batched::batched_matmul;
 use super::copy::{fill, gather, strided_copy, strided_copy_with};
-use super::norm::{exp_f32, exp_slice, layer_norm, softmax};
+use super::norm::{exp_f32, exp_slice, exp_with, layer_norm, softmax};
 
 /// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
 fn values(len: usize, seed: u64) -> Vec<f32> {
@@ -435,39 +436,52 @@ fn ulps(a: f32, b: f32) -> u32 {
 
 #[test]
 fn exp_is_accurate_and_handles_extremes() {
-    let mut worst = 0;
-    let (lo, hi) = (-87.3f32, 88.72f32);
-    let steps = 2_000_000;
-    for s in 0..=steps {
-        let x = lo + (hi - lo) * (s as f32 / steps as f32);
-        let want = (x as f64).exp() as f32;
-        worst = worst.max(ulps(exp_f32(x), want));
-    }
-    // Every f32 in [-1, 1] near 0 (dense bits) as well.
-    for bits in (0u32..0x3F80_0000).step_by(97) {
-        for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
-            worst = worst.max(ulps(exp_f32(x), (x as f64).exp() as f32));
+    // Both forms: separate multiplies and adds (plain level) and fused
+    // multiply-adds (AVX2 and AVX-512 levels).
+    let forms: [(&str, fn(f32) -> f32); 2] =
+        [("unfused", exp_with::<false>), ("fused", exp_with::<true>)];
+    for (name, exp) in forms {
+        let mut worst = 0;
+        let (lo, hi) = (-87.3f32, 88.72f32);
+        let steps = 2_000_000;
+        for s in 0..=steps {
+            let x = lo + (hi - lo) * (s as f32 / steps as f32);
+            let want = (x as f64).exp() as f32;
+            worst = worst.max(ulps(exp(x), want));
         }
+        // Every f32 in [-1, 1] near 0 (dense bits) as well.
+        for bits in (0u32..0x3F80_0000).step_by(97) {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                worst = worst.max(ulps(exp(x), (x as f64).exp() as f32));
+            }
+        }
+        assert!(worst <= 2, "{name}: worst error {worst} ulp");
+        assert_eq!(exp(0.0), 1.0, "{name}");
+        assert_eq!(exp(f32::NEG_INFINITY), 0.0, "{name}");
+        assert_eq!(exp(-104.0), 0.0, "{name}");
+        assert_eq!(exp(-1e30), 0.0, "{name}");
+        assert_eq!(exp(f32::INFINITY), f32::INFINITY, "{name}");
+        assert_eq!(exp(89.0), f32::INFINITY, "{name}");
+        assert!(exp(88.72).is_finite(), "{name}");
+        assert!(exp(f32::NAN).is_nan(), "{name}");
+        // Subnormal results: e^-100 = 3.72e-44 is 27 · 2^-149 (rounded).
+        assert_eq!(exp(-100.0), f32::from_bits(27), "{name}");
+        let sub = exp(-90.0) as f64;
+        assert!((sub / (-90f64).exp() - 1.0).abs() < 1e-5, "{name}: {sub}");
     }
-    assert!(worst <= 2, "worst error {worst} ulp");
-    assert_eq!(exp_f32(0.0), 1.0);
-    assert_eq!(exp_f32(f32::NEG_INFINITY), 0.0);
-    assert_eq!(exp_f32(-104.0), 0.0);
-    assert_eq!(exp_f32(-1e30), 0.0);
-    assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
-    assert_eq!(exp_f32(89.0), f32::INFINITY);
-    assert!(exp_f32(88.72).is_finite());
-    assert!(exp_f32(f32::NAN).is_nan());
-    // Subnormal results: e^-100 = 3.72e-44 is 27 · 2^-149 (rounded).
-    assert_eq!(exp_f32(-100.0), f32::from_bits(27));
-    let sub = exp_f32(-90.0) as f64;
-    assert!((sub / (-90f64).exp() - 1.0).abs() < 1e-5, "{sub}");
-    // The slice version computes the same values.
+    assert_eq!(exp_f32(1.5).to_bits(), exp_with::<false>(1.5).to_bits());
+    // The slice version computes the values of the best level's form.
+    let fused = Isa::best() != Isa::Scalar;
     let xs: Vec<f32> = values(1001, 9).iter().map(|v| v * 90.0).collect();
     let mut ys = xs.clone();
     exp_slice(&mut ys);
     for (x, y) in xs.iter().zip(&ys) {
-        assert_eq!(y.to_bits(), exp_f32(*x).to_bits(), "x = {x}");
+        let want = if fused {
+            exp_with::<true>(*x)
+        } else {
+            exp_with::<false>(*x)
+        };
+        assert_eq!(y.to_bits(), want.to_bits(), "x = {x}");
     }
 }
 

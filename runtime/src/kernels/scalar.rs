@@ -2,7 +2,8 @@
 //! without AVX2. The fixed-size arrays let the compiler keep the tile in
 //! registers and vectorize with whatever the baseline target offers.
 //!
-//! Contract: as in `avx512.rs`, with [`MR`] = 4 and one panel per tile.
+//! Contract: as in `avx512.rs`, with [`MR`] = 4, one panel per tile and
+//! `tile::<R>` computing the first `R` rows.
 
 /// Rows of the register tile.
 pub(crate) const MR: usize = 4;
@@ -11,7 +12,7 @@ pub(crate) const MAX_PANELS: usize = 1;
 
 /// # Safety
 /// The pointers cover the ranges described in `avx512.rs`.
-pub(crate) unsafe fn tile(
+pub(crate) unsafe fn tile<const R: usize>(
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -20,7 +21,7 @@ pub(crate) unsafe fn tile(
     ldc: usize,
     load_c: bool,
 ) {
-    let mut acc = [[0.0f32; 16]; MR];
+    let mut acc = [[0.0f32; 16]; R];
     // SAFETY: the caller guarantees `kc·MR` floats at `a` and `kc·16` at `b`.
     let (a, b) = unsafe {
         (
