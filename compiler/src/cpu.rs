@@ -330,7 +330,11 @@ pub fn explain(path: &Path) -> Result<String, String> {
     }
     for (i, (step, origin)) in s.plan().steps.iter().zip(&s.plan().origins).enumerate() {
         let what = match step {
-            Step::Gemm { m, n, k, relu, .. } => format!("gemm {m}x{n}x{k}{}", if *relu { " +relu" } else { "" }),
+            Step::Gemm { m, n, k, relu, gelu, .. } => format!(
+                "gemm {m}x{n}x{k}{}{}",
+                if *relu { " +relu" } else { "" },
+                if *gelu { " +gelu" } else { "" }
+            ),
             Step::MatMul { batch, m, n, k, .. } => format!("matmul {batch}x({m}x{n}x{k})"),
             Step::Conv2d { geom: g, relu, .. } => format!(
                 "conv2d {}x{}x{}x{} -> {}x{}x{} k{}x{} s{} g{}{}",

@@ -24,8 +24,8 @@
 
 use memmap2::{Mmap, MmapMut};
 
-mod lanes;
-mod math;
+pub(crate) mod lanes;
+pub(crate) mod math;
 
 #[cfg(target_arch = "x86_64")]
 use std::sync::atomic::{AtomicU8, Ordering};

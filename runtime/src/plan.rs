@@ -119,9 +119,9 @@ pub enum ResizeMode {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
-    /// `c[m×n] = a[m×k] · B + bias` (then relu), B packed at compile time
-    /// (`kernels::pack_b` layout) in the weights. `lda`/`ldc` are row
-    /// strides in elements.
+    /// `c[m×n] = a[m×k] · B + bias` (then relu, or GELU), B packed at
+    /// compile time (`kernels::pack_b` layout) in the weights. `lda`/`ldc`
+    /// are row strides in elements.
     Gemm {
         a: Buf,
         b: Buf,
@@ -133,6 +133,10 @@ pub enum Step {
         lda: u64,
         ldc: u64,
         relu: bool,
+        /// `0.5·x·(1 + erf(x/√2))` after the bias (never with `relu`);
+        /// absent in artifacts written before it existed.
+        #[serde(default)]
+        gelu: bool,
     },
     /// Batched product of two activations: for every batch index `i`,
     /// `c_i[m×n] = a_i[m×k] · b_i[k×n]`. Each operand is addressed by

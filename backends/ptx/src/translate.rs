@@ -956,7 +956,12 @@ impl<'a> Tr<'a, '_> {
 
     fn step(&mut self, step: &Step, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
         match step {
-            Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu } => {
+            Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu, gelu } => {
+                if *gelu {
+                    // The GPU lowering keeps GELU a pointwise step
+                    // (`LowerOptions::GPU.gemm_gelu` is false).
+                    return Err("a GEMM with a GELU epilogue has no GPU kernel".to_string());
+                }
                 let spec = GemmSpec {
                     batch: 1,
                     m: *m,

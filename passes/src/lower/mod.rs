@@ -156,6 +156,9 @@ pub struct LowerOptions {
     /// Lower `quant.conv2d` and `quant.gemm` to integer `Step::QConv2d`
     /// (else they run on the reference path).
     pub int8: bool,
+    /// Apply a matmul epilogue's GELU (erf form, right after the bias) in
+    /// `Step::Gemm` itself instead of a pointwise step after it.
+    pub gemm_gelu: bool,
 }
 
 /// How constant GEMM and convolution weights are stored.
@@ -172,10 +175,10 @@ pub enum WeightForm {
 impl LowerOptions {
     /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, gemm_gelu: true };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true };
+        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, gemm_gelu: false };
 }
 
 pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {

@@ -85,6 +85,14 @@ enum Mat<'t> {
     B(aoc_runtime::plan::Buf, &'t TensorType),
 }
 
+/// An activation a GEMM step applies in its epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Act {
+    None,
+    Relu,
+    Gelu,
+}
+
 impl Lower<'_> {
     fn mat_ty(&self, m: Mat) -> TensorType {
         match m {
@@ -133,6 +141,21 @@ impl Lower<'_> {
         match steps.first() {
             Some(EpiStep::Unary { opcode: Opcode::Relu, .. }) => (true, steps[1..].to_vec()),
             _ => (false, steps),
+        }
+    }
+
+    /// The activation a GEMM applies itself, split off the front of the
+    /// epilogue: relu, or GELU in its erf form where the target's GEMM has it.
+    fn split_act(&self, steps: Vec<EpiStep>) -> (Act, Vec<EpiStep>) {
+        match steps.first() {
+            Some(EpiStep::Unary { opcode: Opcode::Relu, .. }) => (Act::Relu, steps[1..].to_vec()),
+            Some(EpiStep::Unary { opcode: Opcode::Gelu, attrs })
+                if self.opts.gemm_gelu
+                    && !matches!(attrs.get("approximate"), Some(Attr::Str(s)) if s != "none") =>
+            {
+                (Act::Gelu, steps[1..].to_vec())
+            }
+            _ => (Act::None, steps),
         }
     }
 
@@ -233,7 +256,7 @@ impl Lower<'_> {
     /// buffer of type `yt` (identity order); `b` constant and 2-D (or with
     /// unit batch dimensions) becomes a packed GEMM. Returns the buffer, or
     /// `None` when the shapes need the reference path.
-    fn matmul_into(&mut self, a: Mat, b: Mat, yt: &TensorType, relu_bias: (bool, Option<Vec<f32>>)) -> Result<Option<aoc_runtime::plan::Buf>, String> {
+    fn matmul_into(&mut self, a: Mat, b: Mat, yt: &TensorType, act_bias: (Act, Option<Vec<f32>>)) -> Result<Option<aoc_runtime::plan::Buf>, String> {
         let (at, bt) = (self.mat_ty(a), self.mat_ty(b));
         if at.rank() < 2 || bt.rank() < 2 {
             return Ok(None);
@@ -243,7 +266,8 @@ impl Lower<'_> {
         let out_batch: Vec<usize> = yt.shape[..yt.rank() - 2].to_vec();
         let a_batch = &at.shape[..at.rank() - 2];
         let b_batch = &bt.shape[..bt.rank() - 2];
-        let (relu, bias) = relu_bias;
+        let (act, bias) = act_bias;
+        let (relu, gelu) = (act == Act::Relu, act == Act::Gelu);
         if let Some(bc) = self.mat_const(b)
             && b_batch.iter().all(|&d| d == 1)
             && a_batch.iter().product::<usize>() == out_batch.iter().product::<usize>()
@@ -253,10 +277,10 @@ impl Lower<'_> {
             let y = self.alloc(yt)?;
             let bias = bias.map(|v| self.add_weight_f32("bias", &[n as u64], &v));
             let rows = (out_batch.iter().product::<usize>() * m) as u64;
-            self.push(Step::Gemm { a: ab, b: bb, bias, c: y, m: rows, n: u(n), k: u(k), lda: u(k), ldc: u(n), relu });
+            self.push(Step::Gemm { a: ab, b: bb, bias, c: y, m: rows, n: u(n), k: u(k), lda: u(k), ldc: u(n), relu, gelu });
             return Ok(Some(y));
         }
-        if relu || bias.is_some() {
+        if act != Act::None || bias.is_some() {
             return Ok(None);
         }
         // Batched product with strides; each operand's batch dimensions
@@ -351,14 +375,14 @@ impl Lower<'_> {
             }
             _ => (None, steps, extras),
         };
-        let (relu, steps) = if bias.is_some() { Lower::split_relu(steps) } else { (false, steps) };
+        let (act, steps) = if bias.is_some() { self.split_act(steps) } else { (Act::None, steps) };
         let (a, b) = (Mat::V(op.operands[0]), Mat::V(op.operands[1]));
-        let try_fused = self.matmul_into(a, b, &yt, (relu, bias.clone()))?;
+        let try_fused = self.matmul_into(a, b, &yt, (act, bias.clone()))?;
         let (y, steps, extras) = match try_fused {
             Some(y) => (y, steps, extras),
             None => {
                 // Not a packed GEMM: plain product, the whole epilogue after.
-                let Some(y) = self.matmul_into(a, b, &yt, (false, None))? else {
+                let Some(y) = self.matmul_into(a, b, &yt, (Act::None, None))? else {
                     return Ok(false);
                 };
                 let all = if op.opcode == Opcode::FusedMatMul { epilogue(&attrs)? } else { vec![] };
@@ -438,7 +462,7 @@ impl Lower<'_> {
         let bb = self.gemm_weights(k, n, &b_kn)?;
         let bias_buf = bias.map(|v| self.add_weight_f32("bias", &[u(n)], &v));
         let y = self.alloc(&yt)?;
-        self.push(Step::Gemm { a: a_buf, b: bb, bias: bias_buf, c: y, m: u(m), n: u(n), k: u(k), lda: u(k), ldc: u(n), relu });
+        self.push(Step::Gemm { a: a_buf, b: bb, bias: bias_buf, c: y, m: u(m), n: u(n), k: u(k), lda: u(k), ldc: u(n), relu, gelu: false });
         if let Some(c) = c_val {
             // y += beta · C (C broadcast), as a pointwise step first.
             let mut pre = vec![];
@@ -478,14 +502,14 @@ impl Lower<'_> {
         let mut st = yt.shape.clone();
         st[r - 1] = sk;
         let scores_ty = TensorType::new(st.clone(), Scalar::F32);
-        let Some(scores) = self.matmul_into(Mat::V(q), Mat::V(kt), &scores_ty, (false, None))? else { return Ok(false) };
+        let Some(scores) = self.matmul_into(Mat::V(q), Mat::V(kt), &scores_ty, (Act::None, None))? else { return Ok(false) };
         let steps = epilogue(&attrs)?;
         self.epilogue_in_place(scores, &scores_ty, &identity(r), &steps, &op.operands[3..].to_vec())?;
         let probs = self.alloc(&scores_ty)?;
         let rows: usize = st[..r - 1].iter().product();
         self.push(Step::Softmax { x: scores, y: probs, rows: u(rows), cols: u(sk), log: false });
         let p = Mat::B(probs, &scores_ty);
-        let Some(y) = self.matmul_into(p, Mat::V(v), &yt, (false, None))? else { return Ok(false) };
+        let Some(y) = self.matmul_into(p, Mat::V(v), &yt, (Act::None, None))? else { return Ok(false) };
         self.define(op.results[0], y, identity(r));
         Ok(true)
     }

@@ -171,7 +171,7 @@ pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
     };
     let mut parts = Vec::with_capacity(steps.len());
     for s in steps {
-        let Step::Gemm { b, bias, c, n, ldc, relu, .. } = s else {
+        let Step::Gemm { b, bias, c, n, ldc, relu, gelu, .. } = s else {
             return Err("internal error: a shared-A run holds a step that is not a gemm".to_string());
         };
         parts.push(kernels::SharedAPart {
@@ -182,6 +182,7 @@ pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
             opts: GemmOptions {
                 bias: opt_f32s(sp, bias)?,
                 relu: *relu,
+                gelu: *gelu,
                 threads: rayon::current_num_threads(),
                 ..GemmOptions::default()
             },
@@ -194,11 +195,12 @@ pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
 pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
     let e = |e: kernels::GemmError| e.to_string();
     match step {
-        Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu } => {
+        Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu, gelu } => {
             let packed = PackedBRef::new(us(*k), us(*n), f32s(sp, b)?).map_err(e)?;
             let opts = GemmOptions {
                 bias: opt_f32s(sp, bias)?,
                 relu: *relu,
+                gelu: *gelu,
                 threads: rayon::current_num_threads(),
                 ..GemmOptions::default()
             };
@@ -398,6 +400,7 @@ mod tests {
             k,
             lda: k,
             ldc: 8,
+            gelu: false,
             relu: false,
         }
     }

@@ -65,6 +65,9 @@ pub struct GemmOptions<'a> {
     pub bias: Option<&'a [f32]>,
     /// `max(x, 0)` after the bias.
     pub relu: bool,
+    /// GELU (erf form, [`act::gelu`](super::act::gelu)) after the bias
+    /// (and relu, were both set).
+    pub gelu: bool,
     /// Upper bound on the worker threads (at least 1); the work runs in the
     /// current rayon pool and uses at most `min(threads, pool size)` of them.
     pub threads: usize,
@@ -77,6 +80,7 @@ impl Default for GemmOptions<'_> {
             accumulate: false,
             bias: None,
             relu: false,
+            gelu: false,
             threads: 1,
         }
     }
@@ -233,7 +237,12 @@ fn only_epilogue(m: usize, n: usize, c: &mut [f32], ldc: usize, opts: &GemmOptio
         if !opts.accumulate {
             row.fill(0.0);
         }
-        epilogue(row, opts.bias, opts.relu);
+        epilogue(
+            row,
+            opts.bias,
+            opts.relu,
+            opts.gelu.then_some(opts.isa.unwrap_or_else(Isa::best)),
+        );
     }
 }
 
@@ -290,6 +299,7 @@ pub fn gemm_shared_a(
         .iter_mut()
         .map(|p| {
             let job = Job {
+                isa,
                 k,
                 a,
                 lda,
@@ -415,6 +425,8 @@ unsafe impl Send for SharedC {}
 unsafe impl Sync for SharedC {}
 
 struct Job<'a> {
+    /// The level the product runs at (the GELU epilogue's too).
+    isa: Isa,
     k: usize,
     a: &'a [f32],
     lda: usize,
@@ -533,12 +545,21 @@ impl Job<'_> {
                                         );
                                     }
                                 }
-                                if last && (self.opts.bias.is_some() || self.opts.relu) {
+                                if last
+                                    && (self.opts.bias.is_some()
+                                        || self.opts.relu
+                                        || self.opts.gelu)
+                                {
                                     for i in 0..rows {
                                         let row =
                                             std::slice::from_raw_parts_mut(cp.add(i * ldc), cols);
                                         let bias = self.opts.bias.map(|b| &b[col..col + cols]);
-                                        epilogue(row, bias, self.opts.relu);
+                                        epilogue(
+                                            row,
+                                            bias,
+                                            self.opts.relu,
+                                            self.opts.gelu.then_some(self.isa),
+                                        );
                                     }
                                 }
                             }
@@ -572,8 +593,8 @@ unsafe fn prefetch_rows(p: *const f32, ld: usize, rows: usize, cols: usize) {
     let _ = (p, ld, rows, cols);
 }
 
-/// Bias per column, then relu, on one row segment.
-fn epilogue(row: &mut [f32], bias: Option<&[f32]>, relu: bool) {
+/// Bias per column, then relu, then GELU, on one row segment.
+fn epilogue(row: &mut [f32], bias: Option<&[f32]>, relu: bool, gelu: Option<Isa>) {
     if let Some(bias) = bias {
         for (x, &b) in row.iter_mut().zip(bias) {
             *x += b;
@@ -583,5 +604,8 @@ fn epilogue(row: &mut [f32], bias: Option<&[f32]>, relu: bool) {
         for x in row.iter_mut() {
             *x = x.max(0.0);
         }
+    }
+    if let Some(isa) = gelu {
+        super::act::gelu(isa, row);
     }
 }

@@ -17,6 +17,7 @@
 //!   over per-point GEMMs, and the packing of its transformed weights;
 //! - [`copy`]: strided copy (transposes, slices, expand), fill and gather;
 //! - [`norm`]: softmax, layer normalization and the vectorizable f32 exp;
+//!   [`act`]: activations applied in other kernels' epilogues (GELU);
 //! - [`batched`]: batched matmul of two activations over [`gemm()`];
 //! - [`attention`]: fused scaled dot-product attention over strided
 //!   operands; [`qconv`]: integer (i8/u8) convolution with requantization.
@@ -29,6 +30,7 @@
 //! [`GemmError`]); every level computes the same function, so results differ
 //! only by floating-point rounding of the summation order.
 
+pub mod act;
 pub mod amx;
 pub mod attention;
 pub mod batched;

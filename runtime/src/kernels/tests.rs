@@ -63,6 +63,7 @@ fn check(isa: Isa, cs: &Case, accumulate: bool, epi: bool, threads: usize) {
         accumulate,
         bias: if epi { Some(&bias) } else { None },
         relu: epi,
+        gelu: false,
         threads,
     };
     gemm(m, n, k, &a, lda, packed.as_ref(), &mut c, ldc, &opts).unwrap();
@@ -371,7 +372,7 @@ fn gemm_shared_a_matches_separate_products() {
         .unwrap();
     for isa in supported_levels() {
         for &(m, k, ref widths) in &[
-            (37usize, 70usize, vec![100usize, 17, 64]),
+            (37usize, 70usize, vec![100usize, 17, 64, 21]),
             (128, 256, vec![256, 256, 256]),
             (5, 3, vec![40, 1]),
             (64, 0, vec![9, 33]),
@@ -399,6 +400,7 @@ fn gemm_shared_a_matches_separate_products() {
                 bias: (i % 2 == 0).then(|| biases[i].as_slice()),
                 relu: i == 1,
                 accumulate: i == 2,
+                gelu: i == 3,
             };
             let c0: Vec<Vec<f32>> = widths
                 .iter()
@@ -468,4 +470,83 @@ fn gemm_shared_a_matches_separate_products() {
     let e = gemm_shared_a(4, 8, &a, 8, &mut parts).unwrap_err();
     assert!(e.message().contains("packed b"), "{e}");
     assert!(c1.iter().chain(&c2).all(|&x| x == 5.0));
+}
+
+/// `0.5·x·(1 + erf(x/√2))` in f64.
+fn gelu_f64(x: f64) -> f64 {
+    0.5 * x * (1.0 + crate::jit::erf_f64(x / std::f64::consts::SQRT_2))
+}
+
+#[test]
+fn gelu_matches_f64_at_every_level() {
+    // A sweep over [-12, 12] (both tails saturate), tiny values, and odd
+    // lengths (vector bodies and tails).
+    let mut xs: Vec<f32> = (0..=48_001)
+        .map(|i| -12.0 + 24.0 * i as f32 / 48_001.0)
+        .collect();
+    xs.extend([0.0, -0.0, 1e-30, -1e-30, 1e-7, 3.0e38, f32::INFINITY]);
+    for isa in supported_levels() {
+        let mut y = xs.clone();
+        act::gelu(isa, &mut y);
+        for (&x, &g) in xs.iter().zip(&y) {
+            let want = gelu_f64(x as f64);
+            // erf within 2e-7 absolute, times 0.5·|x|, plus f32 rounding.
+            let tol = 1.2e-7 * (x as f64).abs() + 2.4e-7 * want.abs() + 1e-37;
+            assert!(
+                (g as f64 - want).abs() <= tol || (g.is_infinite() && want.is_infinite()),
+                "{isa}: gelu({x}) = {g}, want {want}"
+            );
+        }
+        let mut nan = [f32::NAN; 3];
+        act::gelu(isa, &mut nan);
+        assert!(nan.iter().all(|v| v.is_nan()), "{isa}: NaN must stay NaN");
+    }
+}
+
+#[test]
+fn gemm_gelu_epilogue_equals_gelu_after_the_product() {
+    // Row and column tails, a depth over one block, 1 and 3 threads: the
+    // fused epilogue gives the bits of the product followed by `act::gelu`.
+    for isa in supported_levels() {
+        for &(m, n, k) in &[(7, 37, 5), (29, 64, 300), (128, 1024 / 8, 64)] {
+            let a = values(m * k, 11);
+            let b = values(k * n, 12);
+            let bias = values(n, 13);
+            let packed = pack_b(k, n, &b, n).unwrap();
+            let plain = {
+                let mut c = vec![0f32; m * n];
+                let opts = GemmOptions {
+                    isa: Some(isa),
+                    bias: Some(&bias),
+                    ..Default::default()
+                };
+                gemm(m, n, k, &a, k, packed.as_ref(), &mut c, n, &opts).unwrap();
+                act::gelu(isa, &mut c);
+                c
+            };
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut c = vec![f32::NAN; m * n];
+                let opts = GemmOptions {
+                    isa: Some(isa),
+                    bias: Some(&bias),
+                    gelu: true,
+                    threads,
+                    ..Default::default()
+                };
+                pool.install(|| gemm(m, n, k, &a, k, packed.as_ref(), &mut c, n, &opts))
+                    .unwrap();
+                for (i, (x, y)) in c.iter().zip(&plain).enumerate() {
+                    assert_eq!(
+                        x.to_bits(),
+                        y.to_bits(),
+                        "{isa} {m}x{n}x{k} threads {threads}: c[{i}]"
+                    );
+                }
+            }
+        }
+    }
 }
