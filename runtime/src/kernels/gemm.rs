@@ -114,7 +114,10 @@ fn level(isa: Isa) -> Level {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => {
             use super::avx512::{MAX_PANELS, MR};
-            // B micro-panel 256×32 floats = 32 KiB (L1); A block 168×256 = 168 KiB (L2).
+            // B micro-panel 256×32 floats = 32 KiB (L1); A block 336×256 =
+            // 336 KiB (L2 of 1-2 MiB): each B micro-panel serves 24 tiles.
+            // On a Xeon (one core) 336 rows beat 168 at 1024³, 2048³ and
+            // 128×512×512 (docs/performance.md, fifth session).
             Level {
                 mr: MR,
                 max_panels: MAX_PANELS,
@@ -122,7 +125,7 @@ fn level(isa: Isa) -> Level {
                     &rows!(1; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
                     &rows!(2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
                 ],
-                mc: 12 * MR,
+                mc: 24 * MR,
                 kc: 256,
                 nc: 4096,
             }
