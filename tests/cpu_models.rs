@@ -65,6 +65,7 @@ fn main() {
     trials.push(Trial::test("one_session_runs_from_several_threads", concurrent_runs));
     trials.push(Trial::test("fused_attention_step_on_the_cpu", fused_attention));
     trials.push(Trial::test("gelu_in_the_gemm_epilogue", gemm_gelu));
+    trials.push(Trial::test("clips_in_convolution_and_gemm_steps", step_clips));
     trials.push(Trial::test("integer_convolution_step_on_the_cpu", integer_convolution));
     trials.push(Trial::test("quant_add_is_a_pointwise_kernel", quant_add_native));
     libtest_mimic::run(&args, trials).exit();
@@ -324,7 +325,7 @@ fn gemm_gelu() -> Result<(), Failed> {
     };
     let dir = std::env::temp_dir().join(format!("aoc-gelu-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let separate = LowerOptions { gemm_gelu: false, ..LowerOptions::CPU };
+    let separate = LowerOptions { step_activations: false, ..LowerOptions::CPU };
     let count = |ks: &[String], kind: &str| ks.iter().filter(|x| *x == kind).count();
     let inputs = vec![random(&[2, 19, k], 7)];
     for approx in ["none", "tanh"] {
@@ -344,6 +345,72 @@ fn gemm_gelu() -> Result<(), Failed> {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// ReLU6-style clips after a 1×1 convolution, a depthwise convolution and
+/// a dense layer (each with its bias): the CPU lowers each to one step that
+/// applies the clip itself, no pointwise step, with results bit for bit
+/// those of the lowering with separate clip steps and within 1e-3 of the
+/// interpreter.
+fn step_clips() -> Result<(), Failed> {
+    let dense = |shape: &[usize], seed: u64| {
+        let v = random(shape, seed).to_f64();
+        let items: Vec<String> = v.iter().map(|x| format!("{x:.6}")).collect();
+        format!("dense<[{}]> : tensor<{}xf32>", items.join(", "), shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))
+    };
+    // Flat literals need a rank-1 tensor: reshape them to the weights' shapes.
+    let air = format!(
+        "func @main(%x: tensor<1x8x9x10xf32>) -> tensor<1x90x5xf32> {{\n\
+         %w0 = const {} \n\
+         %w = core.reshape %w0 {{shape = [12, 8, 1, 1]}} : tensor<12x8x1x1xf32>\n\
+         %b = const {}\n\
+         %c = core.conv2d %x, %w, %b : tensor<1x12x9x10xf32>\n\
+         %y = core.clip %c {{min = 0.0, max = 0.5}} : tensor<1x12x9x10xf32>\n\
+         %dw0 = const {}\n\
+         %dw = core.reshape %dw0 {{shape = [12, 1, 3, 3]}} : tensor<12x1x3x3xf32>\n\
+         %db = const {}\n\
+         %d = core.conv2d %y, %dw, %db {{pads = [1, 1, 1, 1], groups = 12}} : tensor<1x12x9x10xf32>\n\
+         %z = core.clip %d {{min = -0.2, max = 0.3}} : tensor<1x12x9x10xf32>\n\
+         %t = core.transpose %z {{perm = [0, 2, 3, 1]}} : tensor<1x9x10x12xf32>\n\
+         %r = core.reshape %t {{shape = [1, 90, 12]}} : tensor<1x90x12xf32>\n\
+         %fw0 = const {}\n\
+         %fw = core.reshape %fw0 {{shape = [12, 5]}} : tensor<12x5xf32>\n\
+         %fb = const {}\n\
+         %h = core.matmul %r, %fw : tensor<1x90x5xf32>\n\
+         %hb = core.add %h, %fb : tensor<1x90x5xf32>\n\
+         %o = core.clip %hb {{min = -0.1, max = 0.1}} : tensor<1x90x5xf32>\n\
+         return %o : tensor<1x90x5xf32>\n}}\n",
+        dense(&[12 * 8], 3),
+        dense(&[12], 5),
+        dense(&[12 * 9], 7),
+        dense(&[12], 9),
+        dense(&[12 * 5], 11),
+        dense(&[5], 13),
+    );
+    let dir = std::env::temp_dir().join(format!("aoc-clip-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("clips.air");
+    std::fs::write(&path, air)?;
+    let separate = LowerOptions { step_activations: false, ..LowerOptions::CPU };
+    let inputs = vec![random(&[1, 8, 9, 10], 17)];
+    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs.clone(), X86Level::host(), &LowerOptions::CPU)?;
+    let (_, got_sep, kinds_sep) = compile_and_run_with(&path, &[], inputs, X86Level::host(), &separate)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    close("clips vs interpreter", &want, &got, 1e-3)?;
+    let count = |ks: &[String], kind: &str| ks.iter().filter(|x| *x == kind).count();
+    if count(&kinds, "pointwise") != 0 || count(&kinds_sep, "pointwise") != 3 {
+        return Err(format!("unexpected plans {kinds:?} and {kinds_sep:?}").into());
+    }
+    let (a, b) = (got[0].to_f64(), got_sep[0].to_f64());
+    if !a.iter().zip(&b).all(|(x, y)| (*x as f32).to_bits() == (*y as f32).to_bits()) {
+        return Err("the steps' clips differ from the pointwise steps'".into());
+    }
+    // Both bounds bind somewhere, so the clips are exercised.
+    let at = |b: f32| a.iter().filter(|&&v| v as f32 == b).count();
+    if at(0.1) == 0 || at(-0.1) == 0 || at(0.1) + at(-0.1) == a.len() {
+        return Err("the dense layer's clip binds at neither bound, or everywhere".into());
+    }
     Ok(())
 }
 

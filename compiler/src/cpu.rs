@@ -330,18 +330,20 @@ pub fn explain(path: &Path) -> Result<String, String> {
     }
     for (i, (step, origin)) in s.plan().steps.iter().zip(&s.plan().origins).enumerate() {
         let what = match step {
-            Step::Gemm { m, n, k, relu, gelu, .. } => format!(
-                "gemm {m}x{n}x{k}{}{}",
-                if *relu { " +relu" } else { "" },
-                if *gelu { " +gelu" } else { "" }
-            ),
+            Step::Gemm { m, n, k, relu, clip, gelu, .. } => {
+                format!("gemm {m}x{n}x{k}{}", activations(*relu, *clip, *gelu))
+            }
             Step::MatMul { batch, m, n, k, .. } => format!("matmul {batch}x({m}x{n}x{k})"),
-            Step::Conv2d { geom: g, relu, .. } => format!(
+            Step::Conv2d { geom: g, relu, clip, .. } => format!(
                 "conv2d {}x{}x{}x{} -> {}x{}x{} k{}x{} s{} g{}{}",
                 g.n, g.h, g.w, g.c, g.oh, g.ow, g.oc, g.kh, g.kw, g.stride[0], g.group,
-                if *relu { " +relu" } else { "" }
+                activations(*relu, *clip, false)
             ),
-            Step::DepthwiseConv2d { geom: g, .. } => format!("depthwise {}x{}x{} k{}x{} s{}", g.h, g.w, g.c, g.kh, g.kw, g.stride[0]),
+            Step::DepthwiseConv2d { geom: g, relu, clip, .. } => format!(
+                "depthwise {}x{}x{} k{}x{} s{}{}",
+                g.h, g.w, g.c, g.kh, g.kw, g.stride[0],
+                activations(*relu, *clip, false)
+            ),
             Step::Pointwise { code, rows, args } => format!("pointwise {code} ({} args, {rows} rows)", args.len()),
             Step::Reference { air, .. } => {
                 let op = air.lines().find_map(|l| l.split(" = ").nth(1)).and_then(|r| r.split_whitespace().next()).unwrap_or("?");
@@ -352,4 +354,19 @@ pub fn explain(path: &Path) -> Result<String, String> {
         out.push_str(&format!("  {i:>4}  {what:<44} <- {origin}\n"));
     }
     Ok(out)
+}
+
+/// The activations a GEMM or convolution step applies, for `aoc explain`.
+fn activations(relu: bool, clip: Option<[f32; 2]>, gelu: bool) -> String {
+    let mut s = String::new();
+    if relu {
+        s.push_str(" +relu");
+    }
+    if let Some([lo, hi]) = clip {
+        s.push_str(&format!(" +clip({lo}, {hi})"));
+    }
+    if gelu {
+        s.push_str(" +gelu");
+    }
+    s
 }

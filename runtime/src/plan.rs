@@ -133,9 +133,13 @@ pub enum Step {
         lda: u64,
         ldc: u64,
         relu: bool,
-        /// `0.5·x·(1 + erf(x/√2))` after the bias (never with `relu`);
-        /// absent in artifacts written before it existed.
-        #[serde(default)]
+        /// `min(max(x, lo), hi)` after the bias and relu (ReLU6: `[0, 6]`);
+        /// absent when none (and in artifacts written before it existed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip: Option<[f32; 2]>,
+        /// `0.5·x·(1 + erf(x/√2))` last (after the bias; the lowering sets it
+        /// alone); absent when false (and in artifacts before it existed).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         gelu: bool,
     },
     /// Batched product of two activations: for every batch index `i`,
@@ -163,6 +167,10 @@ pub enum Step {
         y: Buf,
         geom: ConvGeom,
         relu: bool,
+        /// `min(max(x, lo), hi)` after the bias and relu (ReLU6: `[0, 6]`);
+        /// absent when none (and in artifacts written before it existed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip: Option<[f32; 2]>,
     },
     /// NHWC Winograd convolution F(`tile`×`tile`, 3×3), `tile` 2 or 4
     /// (`core.winograd_conv2d`): `geom` is 3×3, stride 1, dilation 1, one
@@ -188,6 +196,10 @@ pub enum Step {
         y: Buf,
         geom: ConvGeom,
         relu: bool,
+        /// `min(max(x, lo), hi)` after the bias and relu (ReLU6: `[0, 6]`);
+        /// absent when none (and in artifacts written before it existed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip: Option<[f32; 2]>,
     },
     /// NHWC transposed convolution; `geom` describes the *forward*
     /// convolution from `y` back to `x` turned around: `x` is

@@ -955,13 +955,17 @@ impl<'a> Tr<'a, '_> {
     }
 
     fn step(&mut self, step: &Step, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
+        // The GPU lowering keeps clips and GELU pointwise steps
+        // (`LowerOptions::GPU.step_activations` is false).
+        if let Step::Gemm { clip: Some(_), .. }
+        | Step::Gemm { gelu: true, .. }
+        | Step::Conv2d { clip: Some(_), .. }
+        | Step::DepthwiseConv2d { clip: Some(_), .. } = step
+        {
+            return Err(format!("{origin}: a clip or GELU inside a GEMM or convolution step has no GPU kernel"));
+        }
         match step {
-            Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu, gelu } => {
-                if *gelu {
-                    // The GPU lowering keeps GELU a pointwise step
-                    // (`LowerOptions::GPU.gemm_gelu` is false).
-                    return Err("a GEMM with a GELU epilogue has no GPU kernel".to_string());
-                }
+            Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu, .. } => {
                 let spec = GemmSpec {
                     batch: 1,
                     m: *m,
@@ -991,7 +995,7 @@ impl<'a> Tr<'a, '_> {
                 };
                 self.gemm(spec, GemmBufs { a: *a, b: *b, bias: None, c: *c }, b.space == Space::Weights, origin, epi)
             }
-            Step::Conv2d { x, w, bias, y, geom, relu } => {
+            Step::Conv2d { x, w, bias, y, geom, relu, .. } => {
                 let g = geom.group.max(1);
                 let (cg, ocg) = (geom.c / g, geom.oc / g);
                 let k = geom.kh * geom.kw * cg;
@@ -1012,7 +1016,7 @@ impl<'a> Tr<'a, '_> {
             Step::WinogradConv2d { .. } => {
                 Err("internal error: the GPU lowering produced a Winograd step".to_string())
             }
-            Step::DepthwiseConv2d { x, w, bias, y, geom, relu } => {
+            Step::DepthwiseConv2d { x, w, bias, y, geom, relu, .. } => {
                 let (geom, has_bias, relu) = (*geom, bias.is_some(), *relu);
                 let k = self.kernel("dwconv", (&geom, has_bias, relu), |m, n| {
                     index::depthwise_conv2d(m, n, &geom, has_bias, relu)

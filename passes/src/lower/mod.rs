@@ -156,9 +156,10 @@ pub struct LowerOptions {
     /// Lower `quant.conv2d` and `quant.gemm` to integer `Step::QConv2d`
     /// (else they run on the reference path).
     pub int8: bool,
-    /// Apply a matmul epilogue's GELU (erf form, right after the bias) in
-    /// `Step::Gemm` itself instead of a pointwise step after it.
-    pub gemm_gelu: bool,
+    /// Apply an epilogue's leading GELU (erf form; matmul) or clip (matmul,
+    /// convolution, depthwise convolution) in the `Gemm`, `Conv2d` or
+    /// `DepthwiseConv2d` step itself instead of a pointwise step after it.
+    pub step_activations: bool,
 }
 
 /// How constant GEMM and convolution weights are stored.
@@ -175,10 +176,10 @@ pub enum WeightForm {
 impl LowerOptions {
     /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, gemm_gelu: true };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, step_activations: true };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, gemm_gelu: false };
+        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, step_activations: false };
 }
 
 pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {

@@ -10,7 +10,7 @@ use aoc_ir::types::{Scalar, TensorType};
 use aoc_runtime::kernels::{conv, pack_b};
 use aoc_runtime::plan::{ConvGeom, PoolKind, ReduceKind, ResizeMode, Step};
 
-use super::pointwise::epilogue;
+use super::pointwise::{epilogue, float_attr};
 use super::{Lower, NHWC, Val, WeightForm, identity, logical_strides};
 
 fn ints(attrs: &Attrs, name: &str) -> Vec<i64> {
@@ -86,10 +86,11 @@ enum Mat<'t> {
 }
 
 /// An activation a GEMM step applies in its epilogue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Act {
     None,
     Relu,
+    Clip([f32; 2]),
     Gelu,
 }
 
@@ -145,17 +146,32 @@ impl Lower<'_> {
     }
 
     /// The activation a GEMM applies itself, split off the front of the
-    /// epilogue: relu, or GELU in its erf form where the target's GEMM has it.
+    /// epilogue: relu, or where the target's steps have them a clip with
+    /// both bounds or GELU in its erf form.
     fn split_act(&self, steps: Vec<EpiStep>) -> (Act, Vec<EpiStep>) {
         match steps.first() {
             Some(EpiStep::Unary { opcode: Opcode::Relu, .. }) => (Act::Relu, steps[1..].to_vec()),
             Some(EpiStep::Unary { opcode: Opcode::Gelu, attrs })
-                if self.opts.gemm_gelu
+                if self.opts.step_activations
                     && !matches!(attrs.get("approximate"), Some(Attr::Str(s)) if s != "none") =>
             {
                 (Act::Gelu, steps[1..].to_vec())
             }
-            _ => (Act::None, steps),
+            _ => match self.split_clip(&steps) {
+                Some(c) => (Act::Clip(c), steps[1..].to_vec()),
+                None => (Act::None, steps),
+            },
+        }
+    }
+
+    /// `[lo, hi]` when the epilogue starts with a clip that has both
+    /// bounds and the target's steps apply clips.
+    fn split_clip(&self, steps: &[EpiStep]) -> Option<[f32; 2]> {
+        match steps.first() {
+            Some(EpiStep::Unary { opcode: Opcode::Clip, attrs }) if self.opts.step_activations => {
+                Some([float_attr(attrs, "min")?, float_attr(attrs, "max")?])
+            }
+            _ => None,
         }
     }
 
@@ -201,6 +217,8 @@ impl Lower<'_> {
         let extras: Vec<ValueId> = op.operands[2 + has_bias as usize..].to_vec();
         let Some(bias) = self.const_bias(bias_v) else { return Ok(false) };
         let (relu, rest) = Lower::split_relu(epilogue(&attrs)?);
+        let clip = self.split_clip(&rest);
+        let rest = if clip.is_some() { rest[1..].to_vec() } else { rest };
         let (kh, kw) = (u(wt.shape[2]), u(wt.shape[3]));
         let mut geom = geom(&xt, [u(wt.shape[0]), 0, 0], [kh, kw], &attrs);
         // The convolution's own output; the epilogue may broadcast it up.
@@ -218,10 +236,10 @@ impl Lower<'_> {
         if depthwise {
             let packed = conv::depthwise_pack_weights(&geom, &wv).map_err(|e| e.to_string())?;
             let wb = self.add_weight_f32("dw_filter", &[geom.kh, geom.kw, geom.oc], &packed);
-            self.push(Step::DepthwiseConv2d { x: xb, w: wb, bias: bias_buf, y, geom, relu });
+            self.push(Step::DepthwiseConv2d { x: xb, w: wb, bias: bias_buf, y, geom, relu, clip });
         } else {
             let wb = self.conv_weights(&geom, &wv)?;
-            self.push(Step::Conv2d { x: xb, w: wb, bias: bias_buf, y, geom, relu });
+            self.push(Step::Conv2d { x: xb, w: wb, bias: bias_buf, y, geom, relu, clip });
         }
         let (out, perm) = self.epilogue_to(y, &core_ty, &NHWC, &yt, &rest, &extras)?;
         self.define(op.results[0], out, perm);
@@ -268,6 +286,10 @@ impl Lower<'_> {
         let b_batch = &bt.shape[..bt.rank() - 2];
         let (act, bias) = act_bias;
         let (relu, gelu) = (act == Act::Relu, act == Act::Gelu);
+        let clip = match act {
+            Act::Clip(c) => Some(c),
+            _ => None,
+        };
         if let Some(bc) = self.mat_const(b)
             && b_batch.iter().all(|&d| d == 1)
             && a_batch.iter().product::<usize>() == out_batch.iter().product::<usize>()
@@ -277,7 +299,7 @@ impl Lower<'_> {
             let y = self.alloc(yt)?;
             let bias = bias.map(|v| self.add_weight_f32("bias", &[n as u64], &v));
             let rows = (out_batch.iter().product::<usize>() * m) as u64;
-            self.push(Step::Gemm { a: ab, b: bb, bias, c: y, m: rows, n: u(n), k: u(k), lda: u(k), ldc: u(n), relu, gelu });
+            self.push(Step::Gemm { a: ab, b: bb, bias, c: y, m: rows, n: u(n), k: u(k), lda: u(k), ldc: u(n), relu, clip, gelu });
             return Ok(Some(y));
         }
         if act != Act::None || bias.is_some() {
@@ -462,7 +484,7 @@ impl Lower<'_> {
         let bb = self.gemm_weights(k, n, &b_kn)?;
         let bias_buf = bias.map(|v| self.add_weight_f32("bias", &[u(n)], &v));
         let y = self.alloc(&yt)?;
-        self.push(Step::Gemm { a: a_buf, b: bb, bias: bias_buf, c: y, m: u(m), n: u(n), k: u(k), lda: u(k), ldc: u(n), relu, gelu: false });
+        self.push(Step::Gemm { a: a_buf, b: bb, bias: bias_buf, c: y, m: u(m), n: u(n), k: u(k), lda: u(k), ldc: u(n), relu, clip: None, gelu: false });
         if let Some(c) = c_val {
             // y += beta · C (C broadcast), as a pointwise step first.
             let mut pre = vec![];

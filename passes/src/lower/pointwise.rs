@@ -453,7 +453,7 @@ pub(crate) fn epilogue(attrs: &Attrs) -> Result<Vec<EpiStep>, String> {
     }
 }
 
-fn float_attr(attrs: &Attrs, name: &str) -> Option<f32> {
+pub(crate) fn float_attr(attrs: &Attrs, name: &str) -> Option<f32> {
     match attrs.get(name) {
         Some(Attr::Float(v)) => Some(*v as f32),
         Some(Attr::Int(v)) => Some(*v as f32),

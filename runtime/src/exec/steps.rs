@@ -11,6 +11,7 @@
 use rayon::prelude::*;
 
 use crate::jit::{KernelFn, LoadedKernel, MATH};
+use crate::kernels::act::Post;
 use crate::kernels::{self, GemmOptions, PackedBRef};
 use crate::plan::{Buf, Space, Step};
 
@@ -171,7 +172,7 @@ pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
     };
     let mut parts = Vec::with_capacity(steps.len());
     for s in steps {
-        let Step::Gemm { b, bias, c, n, ldc, relu, gelu, .. } = s else {
+        let Step::Gemm { b, bias, c, n, ldc, relu, clip, gelu, .. } = s else {
             return Err("internal error: a shared-A run holds a step that is not a gemm".to_string());
         };
         parts.push(kernels::SharedAPart {
@@ -182,6 +183,7 @@ pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
             opts: GemmOptions {
                 bias: opt_f32s(sp, bias)?,
                 relu: *relu,
+                clip: *clip,
                 gelu: *gelu,
                 threads: rayon::current_num_threads(),
                 ..GemmOptions::default()
@@ -195,11 +197,12 @@ pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
 pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
     let e = |e: kernels::GemmError| e.to_string();
     match step {
-        Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu, gelu } => {
+        Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu, clip, gelu } => {
             let packed = PackedBRef::new(us(*k), us(*n), f32s(sp, b)?).map_err(e)?;
             let opts = GemmOptions {
                 bias: opt_f32s(sp, bias)?,
                 relu: *relu,
+                clip: *clip,
                 gelu: *gelu,
                 threads: rayon::current_num_threads(),
                 ..GemmOptions::default()
@@ -222,11 +225,13 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             )
             .map_err(e)
         }
-        Step::Conv2d { x, w, bias, y, geom, relu } => {
-            kernels::conv::conv2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, *relu, f32s_mut(sp, y)?).map_err(e)
+        Step::Conv2d { x, w, bias, y, geom, relu, clip } => {
+            let post = Post { relu: *relu, clip: *clip };
+            kernels::conv::conv2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, post, f32s_mut(sp, y)?).map_err(e)
         }
-        Step::DepthwiseConv2d { x, w, bias, y, geom, relu } => {
-            kernels::conv::depthwise_conv2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, *relu, f32s_mut(sp, y)?)
+        Step::DepthwiseConv2d { x, w, bias, y, geom, relu, clip } => {
+            let post = Post { relu: *relu, clip: *clip };
+            kernels::conv::depthwise_conv2d(geom, f32s(sp, x)?, f32s(sp, w)?, opt_f32s(sp, bias)?, post, f32s_mut(sp, y)?)
                 .map_err(e)
         }
         Step::WinogradConv2d { x, u, bias, y, geom, tile, relu } => kernels::winograd::winograd_conv2d(
@@ -400,6 +405,7 @@ mod tests {
             k,
             lda: k,
             ldc: 8,
+            clip: None,
             gelu: false,
             relu: false,
         }

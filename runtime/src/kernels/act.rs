@@ -12,6 +12,33 @@
 //! 16 lanes per step, against the table's 4.
 
 use super::Isa;
+
+/// What a convolution applies to each output after its bias: relu
+/// (`max(x, 0)`), then a clip to `[lo, hi]` (`max` with `lo`, then `min`
+/// with `hi`, as the pointwise step computes `core.clip`). A `bool` is a
+/// relu or nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Post {
+    pub relu: bool,
+    pub clip: Option<[f32; 2]>,
+}
+
+impl Post {
+    #[inline(always)]
+    pub fn apply(self, x: f32) -> f32 {
+        let v = if self.relu { x.max(0.0) } else { x };
+        match self.clip {
+            Some([lo, hi]) => v.max(lo).min(hi),
+            None => v,
+        }
+    }
+}
+
+impl From<bool> for Post {
+    fn from(relu: bool) -> Post {
+        Post { relu, clip: None }
+    }
+}
 use crate::jit::lanes::{Fused, MulAdd, Unfused};
 use crate::jit::math::erf;
 

@@ -4,7 +4,7 @@
 //!   over the activations in place (`x` is already the `(n·h·w) × c`
 //!   matrix); every other convolution is an implicit GEMM: blocks of output
 //!   pixels are unfolded (im2col) into a small per-thread scratch and
-//!   multiplied by the packed weights with bias and relu fused into the GEMM
+//!   multiplied by the packed weights with bias, relu and clip fused into the GEMM
 //!   epilogue. Blocks run in parallel in the current rayon pool.
 //!   Convolutions with many narrow groups (fewer than 16 outputs per group)
 //!   run directly instead (`direct.rs`).
@@ -32,6 +32,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use super::KernelError;
+pub use super::act::Post;
 use super::gemm::{GemmError, GemmOptions, gemm};
 use super::pack::{PackedBRef, pack_b, packed_len};
 use crate::plan::ConvGeom;
@@ -334,7 +335,8 @@ pub fn conv2d_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, 
     Ok(out)
 }
 
-/// NHWC convolution `y = relu?(conv(x, w) + bias)` with `w` from
+/// NHWC convolution `y = post(conv(x, w) + bias)` (relu and/or clip, see
+/// [`Post`]; a `bool` is a relu or nothing) with `w` from
 /// [`conv2d_pack_weights`]; `x` is `n × h × w × c`, `y` is
 /// `n × oh × ow × oc`, `bias` has `oc` values.
 pub fn conv2d(
@@ -342,9 +344,10 @@ pub fn conv2d(
     x: &[f32],
     w_packed: &[f32],
     bias: Option<&[f32]>,
-    relu: bool,
+    post: impl Into<Post>,
     y: &mut [f32],
 ) -> Result<(), KernelError> {
+    let post = post.into();
     let g = Dims::new(geom)?;
     g.check_groups()?;
     g.check_conv_out()?;
@@ -372,7 +375,8 @@ pub fn conv2d(
     let weights = |grp: usize| PackedBRef::new(kdim, mg, &w_packed[grp * per..(grp + 1) * per]);
     let opts = |grp: usize, threads: usize| GemmOptions {
         bias: bias.map(|b| &b[grp * mg..(grp + 1) * mg]),
-        relu,
+        relu: post.relu,
+        clip: post.clip,
         threads,
         ..Default::default()
     };
@@ -413,7 +417,7 @@ pub fn conv2d(
             yimg.par_chunks_mut(block * g.ow * g.oc)
                 .enumerate()
                 .for_each(|(i, yrows)| {
-                    grouped_rows(&g, x, &wt, &src_of, bias, relu, (b, i * block), yrows)
+                    grouped_rows(&g, x, &wt, &src_of, bias, post, (b, i * block), yrows)
                 });
         });
         return Ok(());

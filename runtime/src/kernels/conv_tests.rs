@@ -128,6 +128,33 @@ fn ref_conv(g: &ConvGeom, x: &[f32], w: &[f32], bias: Option<&[f32]>, relu: bool
     y
 }
 
+/// The epilogues every convolution case runs: none, bias + relu, bias +
+/// clip (ReLU6-like, bounds inside the outputs' range so both bind), and
+/// relu then clip.
+fn posts(bias: &[f32]) -> [(Option<&[f32]>, Post); 4] {
+    let clip = |relu, lo, hi| Post {
+        relu,
+        clip: Some([lo, hi]),
+    };
+    [
+        (None, Post::from(false)),
+        (Some(bias), Post::from(true)),
+        (Some(bias), clip(false, -0.3, 0.4)),
+        (Some(bias), clip(true, 0.1, 0.5)),
+    ]
+}
+
+/// The reference's values after `post`'s clip (its relu is in `ref_conv`).
+fn ref_post(y: Vec<f64>, post: Post) -> Vec<f64> {
+    match post.clip {
+        Some([lo, hi]) => y
+            .into_iter()
+            .map(|v| v.max(lo as f64).min(hi as f64))
+            .collect(),
+        None => y,
+    }
+}
+
 /// Runs conv2d in pools of 1 and 3 threads, compares with the reference
 /// and checks the two thread counts agree bit for bit.
 fn check_conv(g: &ConvGeom, what: &str) {
@@ -140,13 +167,13 @@ fn check_conv(g: &ConvGeom, what: &str) {
     let w = values(wlen, 13 + wlen as u64);
     let bias = values(g.oc as usize, 17);
     let packed = conv2d_pack_weights(g, &w).unwrap();
-    for (b, relu) in [(None, false), (Some(&bias[..]), true)] {
-        let want = ref_conv(g, &x, &w, b, relu);
+    for (b, post) in posts(&bias) {
+        let want = ref_post(ref_conv(g, &x, &w, b, post.relu), post);
         let mut first: Option<Vec<f32>> = None;
         for threads in [1, 3] {
             let mut y = vec![f32::NAN; y_len];
-            in_pool(threads, || conv2d(g, &x, &packed, b, relu, &mut y)).unwrap();
-            assert_close(&y, &want, &format!("{what} relu={relu} threads={threads}"));
+            in_pool(threads, || conv2d(g, &x, &packed, b, post, &mut y)).unwrap();
+            assert_close(&y, &want, &format!("{what} {post:?} threads={threads}"));
             match &first {
                 None => first = Some(y),
                 Some(f) => assert!(
@@ -237,16 +264,16 @@ fn check_depthwise(g: &ConvGeom, what: &str) {
     let w = values(wlen, 23);
     let bias = values(g.oc as usize, 29);
     let packed = depthwise_pack_weights(g, &w).unwrap();
-    for (b, relu) in [(None, false), (Some(&bias[..]), true)] {
+    for (b, post) in posts(&bias) {
         // A grouped conv with c/group = 1 is the depthwise reference.
-        let want = ref_conv(g, &x, &w, b, relu);
+        let want = ref_post(ref_conv(g, &x, &w, b, post.relu), post);
         for threads in [1, 3] {
             let mut y = vec![f32::NAN; y_len];
             in_pool(threads, || {
-                depthwise_conv2d(g, &x, &packed, b, relu, &mut y)
+                depthwise_conv2d(g, &x, &packed, b, post, &mut y)
             })
             .unwrap();
-            assert_close(&y, &want, &format!("{what} relu={relu} threads={threads}"));
+            assert_close(&y, &want, &format!("{what} {post:?} threads={threads}"));
         }
     }
 }

@@ -28,6 +28,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
+use super::act::Post;
 use super::detect::Isa;
 use super::pack::{PANEL_WIDTH, PackedBRef, check_matrix, pack_a};
 
@@ -65,12 +66,23 @@ pub struct GemmOptions<'a> {
     pub bias: Option<&'a [f32]>,
     /// `max(x, 0)` after the bias.
     pub relu: bool,
-    /// GELU (erf form, [`act::gelu`](super::act::gelu)) after the bias
-    /// (and relu, were both set).
+    /// `min(max(x, lo), hi)` after the relu (ReLU6 is `[0, 6]`).
+    pub clip: Option<[f32; 2]>,
+    /// GELU (erf form, [`act::gelu`](super::act::gelu)) last.
     pub gelu: bool,
     /// Upper bound on the worker threads (at least 1); the work runs in the
     /// current rayon pool and uses at most `min(threads, pool size)` of them.
     pub threads: usize,
+}
+
+impl GemmOptions<'_> {
+    /// The relu and clip of the epilogue.
+    fn post(&self) -> Post {
+        Post {
+            relu: self.relu,
+            clip: self.clip,
+        }
+    }
 }
 
 impl Default for GemmOptions<'_> {
@@ -80,6 +92,7 @@ impl Default for GemmOptions<'_> {
             accumulate: false,
             bias: None,
             relu: false,
+            clip: None,
             gelu: false,
             threads: 1,
         }
@@ -243,7 +256,7 @@ fn only_epilogue(m: usize, n: usize, c: &mut [f32], ldc: usize, opts: &GemmOptio
         epilogue(
             row,
             opts.bias,
-            opts.relu,
+            opts.post(),
             opts.gelu.then_some(opts.isa.unwrap_or_else(Isa::best)),
         );
     }
@@ -550,7 +563,7 @@ impl Job<'_> {
                                 }
                                 if last
                                     && (self.opts.bias.is_some()
-                                        || self.opts.relu
+                                        || self.opts.post() != Post::default()
                                         || self.opts.gelu)
                                 {
                                     for i in 0..rows {
@@ -560,7 +573,7 @@ impl Job<'_> {
                                         epilogue(
                                             row,
                                             bias,
-                                            self.opts.relu,
+                                            self.opts.post(),
                                             self.opts.gelu.then_some(self.isa),
                                         );
                                     }
@@ -596,16 +609,16 @@ unsafe fn prefetch_rows(p: *const f32, ld: usize, rows: usize, cols: usize) {
     let _ = (p, ld, rows, cols);
 }
 
-/// Bias per column, then relu, then GELU, on one row segment.
-fn epilogue(row: &mut [f32], bias: Option<&[f32]>, relu: bool, gelu: Option<Isa>) {
+/// Bias per column, then relu and clip, then GELU, on one row segment.
+fn epilogue(row: &mut [f32], bias: Option<&[f32]>, post: Post, gelu: Option<Isa>) {
     if let Some(bias) = bias {
         for (x, &b) in row.iter_mut().zip(bias) {
             *x += b;
         }
     }
-    if relu {
+    if post != Post::default() {
         for x in row.iter_mut() {
-            *x = x.max(0.0);
+            *x = post.apply(*x);
         }
     }
     if let Some(isa) = gelu {

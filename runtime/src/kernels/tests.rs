@@ -63,6 +63,7 @@ fn check(isa: Isa, cs: &Case, accumulate: bool, epi: bool, threads: usize) {
         accumulate,
         bias: if epi { Some(&bias) } else { None },
         relu: epi,
+        clip: None,
         gelu: false,
         threads,
     };
@@ -399,6 +400,7 @@ fn gemm_shared_a_matches_separate_products() {
                 threads,
                 bias: (i % 2 == 0).then(|| biases[i].as_slice()),
                 relu: i == 1,
+                clip: (i == 0).then_some([-0.2, 0.3]),
                 accumulate: i == 2,
                 gelu: i == 3,
             };

@@ -12,6 +12,7 @@
 use rayon::prelude::*;
 
 use super::{Dims, KernelError, check_len, kerr, multiversion, product, tap_range, with_scratch};
+use crate::kernels::act::Post;
 use crate::kernels::pack::{PANEL_WIDTH, packed_len};
 use crate::plan::ConvGeom;
 
@@ -47,9 +48,10 @@ pub fn depthwise_conv2d(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
-    relu: bool,
+    post: impl Into<Post>,
     y: &mut [f32],
 ) -> Result<(), KernelError> {
+    let post = post.into();
     let g = Dims::new(geom)?;
     if g.group != g.c || g.c == 0 || g.oc % g.c != 0 {
         return Err(kerr(format!(
@@ -71,7 +73,7 @@ pub fn depthwise_conv2d(
     y[..g.y_len]
         .par_chunks_mut(row)
         .enumerate()
-        .for_each(|(r, yrow)| depthwise_row(&g, x, w, bias, relu, r, yrow));
+        .for_each(|(r, yrow)| depthwise_row(&g, x, w, bias, post, r, yrow));
     Ok(())
 }
 
@@ -86,7 +88,7 @@ fn depthwise_block<const N: usize>(
     x: &[f32],
     w: &[f32],
     bias: Option<&[f32]>,
-    relu: bool,
+    post: Post,
     (b, by, bx): (usize, isize, isize),
     (ky, kx): ((usize, usize), (usize, usize)),
     c0: usize,
@@ -111,7 +113,7 @@ fn depthwise_block<const N: usize>(
     }
     if let Some(out) = out[c0..].first_chunk_mut::<N>() {
         for i in 0..N {
-            out[i] = if relu { acc[i].max(0.0) } else { acc[i] };
+            out[i] = post.apply(acc[i]);
         }
     }
 }
@@ -123,7 +125,7 @@ multiversion! {
         x: &[f32],
         w: &[f32],
         bias: Option<&[f32]>,
-        relu: bool,
+        post: Post,
         r: usize,
         yrow: &mut [f32],
     ) {
@@ -142,9 +144,9 @@ multiversion! {
                 if mult == 1 && rem >= 8 {
                     let n = if rem >= 64 { 64 } else if rem >= 16 { 16 } else { 8 };
                     match n {
-                        64 => depthwise_block::<64>(g, x, w, bias, relu, at, taps, c0, out),
-                        16 => depthwise_block::<16>(g, x, w, bias, relu, at, taps, c0, out),
-                        _ => depthwise_block::<8>(g, x, w, bias, relu, at, taps, c0, out),
+                        64 => depthwise_block::<64>(g, x, w, bias, post, at, taps, c0, out),
+                        16 => depthwise_block::<16>(g, x, w, bias, post, at, taps, c0, out),
+                        _ => depthwise_block::<8>(g, x, w, bias, post, at, taps, c0, out),
                     }
                     c0 += n;
                     continue;
@@ -168,7 +170,7 @@ multiversion! {
                     }
                 }
                 for (o, &a) in out[c0..c0 + len].iter_mut().zip(&acc) {
-                    *o = if relu { a.max(0.0) } else { a };
+                    *o = post.apply(a);
                 }
                 c0 += len;
             }
@@ -211,7 +213,7 @@ pub(super) fn grouped_rows(
     wt: &[f32],
     src_of: &[usize],
     bias: Option<&[f32]>,
-    relu: bool,
+    post: Post,
     (b, oy0): (usize, usize),
     yrows: &mut [f32],
 ) {
@@ -232,7 +234,7 @@ pub(super) fn grouped_rows(
             let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
             // Expanded row of tap ky0.
             let e0 = (by + (ky0 * g.dilation[0]) as isize) as usize - first;
-            grouped_accumulate(g, e, wt, bias, relu, e0, ky0, ky1, yrow);
+            grouped_accumulate(g, e, wt, bias, post, e0, ky0, ky1, yrow);
         }
     });
 }
@@ -266,7 +268,7 @@ multiversion! {
         e: &[f32],
         wt: &[f32],
         bias: Option<&[f32]>,
-        relu: bool,
+        post: Post,
         e0: usize,
         ky0: usize,
         ky1: usize,
@@ -302,7 +304,7 @@ multiversion! {
                 }
                 for (l, d) in out[o0..o0 + len].iter_mut().enumerate() {
                     let v = acc[l] + bias.map_or(0.0, |b| b[o0 + l]);
-                    *d = if relu { v.max(0.0) } else { v };
+                    *d = post.apply(v);
                 }
                 o0 += len;
             }
