@@ -7,6 +7,8 @@
 
 use std::arch::x86_64::*;
 
+use super::gemm::TileEpi;
+
 /// Rows of the register tile.
 pub(crate) const MR: usize = 6;
 /// Panels (of 16 columns) per tile.
@@ -24,6 +26,7 @@ pub(crate) unsafe fn tile<const R: usize>(
     c: *mut f32,
     ldc: usize,
     load_c: bool,
+    epi: Option<&TileEpi>,
 ) {
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
@@ -44,11 +47,24 @@ pub(crate) unsafe fn tile<const R: usize>(
             let cr = c.add(i * ldc);
             for (j, r) in row.iter().enumerate() {
                 let p = cr.add(8 * j);
-                let v = if load_c {
+                let mut v = if load_c {
                     _mm256_add_ps(_mm256_loadu_ps(p), *r)
                 } else {
                     *r
                 };
+                if let Some(e) = epi {
+                    if !e.bias.is_null() {
+                        v = _mm256_add_ps(v, _mm256_loadu_ps(e.bias.add(8 * j)));
+                    }
+                    // `maxps`/`minps` return the bound for a NaN x, as
+                    // `f32::max`/`min` with a number do.
+                    if let Some(lo) = e.lo {
+                        v = _mm256_max_ps(v, _mm256_set1_ps(lo));
+                    }
+                    if let Some(hi) = e.hi {
+                        v = _mm256_min_ps(v, _mm256_set1_ps(hi));
+                    }
+                }
                 _mm256_storeu_ps(p, v);
             }
         }

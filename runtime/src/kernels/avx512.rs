@@ -7,12 +7,16 @@
 //! micro-panel (`kc` steps of [`MR`] floats), `b` the first of `NP` packed B
 //! panels (`kc` rows of 16 floats each, the next panel `bstride` floats
 //! further), `c` a full `MR × 16·NP` tile with row stride `ldc`; with
-//! `load_c` the tile is added to, otherwise overwritten. A kernel of `R`
+//! `load_c` the tile is added to, otherwise overwritten; with an `epi`
+//! ([`TileEpi`]) the bias, lower and upper bounds are applied before the
+//! store. A kernel of `R`
 //! rows (`R ≤ MR`) computes the tile's first `R` rows, reading the A
 //! micro-panel at its stride of `MR` floats per step: the last rows of a
 //! product take no more work than they have.
 
 use std::arch::x86_64::*;
+
+use super::gemm::TileEpi;
 
 /// Rows of the register tile.
 pub(crate) const MR: usize = 14;
@@ -31,6 +35,7 @@ pub(crate) unsafe fn tile<const NP: usize, const R: usize>(
     c: *mut f32,
     ldc: usize,
     load_c: bool,
+    epi: Option<&TileEpi>,
 ) {
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); NP]; R];
@@ -54,11 +59,23 @@ pub(crate) unsafe fn tile<const NP: usize, const R: usize>(
             let cr = c.add(i * ldc);
             for (j, r) in row.iter().enumerate() {
                 let p = cr.add(16 * j);
-                let v = if load_c {
+                let mut v = if load_c {
                     _mm512_add_ps(_mm512_loadu_ps(p), *r)
                 } else {
                     *r
                 };
+                if let Some(e) = epi {
+                    if !e.bias.is_null() {
+                        v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias.add(16 * j)));
+                    }
+                    // As in `avx2.rs`: NaN gives the bound.
+                    if let Some(lo) = e.lo {
+                        v = _mm512_max_ps(v, _mm512_set1_ps(lo));
+                    }
+                    if let Some(hi) = e.hi {
+                        v = _mm512_min_ps(v, _mm512_set1_ps(hi));
+                    }
+                }
                 _mm512_storeu_ps(p, v);
             }
         }

@@ -100,7 +100,39 @@ impl Default for GemmOptions<'_> {
 }
 
 /// Signature of every register-tile kernel; contract in `avx512.rs`.
-type TileFn = unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, bool);
+type TileFn =
+    unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, bool, Option<&TileEpi>);
+
+/// The epilogue a register-tile kernel applies to a full tile as it stores
+/// it after the last depth block: the bias of each column, then `max(x,
+/// lo)` and `min(x, hi)` where present (a relu is `lo = 0`). The same
+/// operations in the same order as [`epilogue`], so a tile's results do not
+/// depend on which of the two applied them.
+pub(crate) struct TileEpi {
+    /// The bias of the tile's first column (a full tile's worth follows),
+    /// or null.
+    pub bias: *const f32,
+    pub lo: Option<f32>,
+    pub hi: Option<f32>,
+}
+
+impl TileEpi {
+    /// The epilogue of the full tile whose first column is `col`.
+    fn new(bias: Option<&[f32]>, col: usize, post: Post) -> TileEpi {
+        let clip_lo = post.clip.map(|c| c[0]);
+        // relu then clip: max(max(x, 0), lo) = max(x, max(0, lo)).
+        let lo = if post.relu {
+            Some(clip_lo.map_or(0.0, |l| l.max(0.0)))
+        } else {
+            clip_lo
+        };
+        TileEpi {
+            bias: bias.map_or(std::ptr::null(), |b| b[col..].as_ptr()),
+            lo,
+            hi: post.clip.map(|c| c[1]),
+        }
+    }
+}
 
 /// One level's kernel and block sizes.
 struct Level {
@@ -534,9 +566,20 @@ impl Job<'_> {
                                     )
                                 };
                             }
+                            let post = self.opts.post();
+                            let has_epi =
+                                last && (self.opts.bias.is_some() || post != Post::default());
                             unsafe {
                                 if cols == panels * PANEL_WIDTH {
-                                    kernel(kb, ap, bp, bstride, cp, ldc, load_c);
+                                    // A full tile: the kernel applies bias,
+                                    // relu and clip as it stores it.
+                                    let epi = TileEpi::new(self.opts.bias, col, post);
+                                    let epi = has_epi.then_some(&epi);
+                                    kernel(kb, ap, bp, bstride, cp, ldc, load_c, epi);
+                                    if last && self.opts.gelu {
+                                        let tile = (cp, ldc, rows, cols);
+                                        epilogue_tile(self.isa, tile, None, Post::default(), true);
+                                    }
                                 } else {
                                     let sld = panels * PANEL_WIDTH;
                                     if load_c {
@@ -548,7 +591,8 @@ impl Job<'_> {
                                             );
                                         }
                                     }
-                                    kernel(kb, ap, bp, bstride, scratch.as_mut_ptr(), sld, load_c);
+                                    let sp = scratch.as_mut_ptr();
+                                    kernel(kb, ap, bp, bstride, sp, sld, load_c, None);
                                     for i in 0..rows {
                                         std::ptr::copy_nonoverlapping(
                                             scratch[i * sld..].as_ptr(),
@@ -556,16 +600,13 @@ impl Job<'_> {
                                             cols,
                                         );
                                     }
-                                }
-                                if last
-                                    && (self.opts.bias.is_some()
-                                        || self.opts.post() != Post::default()
-                                        || self.opts.gelu)
-                                {
-                                    let bias = self.opts.bias.map(|b| &b[col..col + cols]);
-                                    let post = self.opts.post();
-                                    let tile = (cp, ldc, rows, cols);
-                                    epilogue_tile(self.isa, tile, bias, post, self.opts.gelu);
+                                    // A tile cut by n: its live columns only
+                                    // (the bias has no values past n).
+                                    if has_epi || (last && self.opts.gelu) {
+                                        let bias = self.opts.bias.map(|b| &b[col..col + cols]);
+                                        let tile = (cp, ldc, rows, cols);
+                                        epilogue_tile(self.isa, tile, bias, post, self.opts.gelu);
+                                    }
                                 }
                             }
                         }

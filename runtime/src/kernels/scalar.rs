@@ -5,6 +5,8 @@
 //! Contract: as in `avx512.rs`, with [`MR`] = 4, one panel per tile and
 //! `tile::<R>` computing the first `R` rows.
 
+use super::gemm::TileEpi;
+
 /// Rows of the register tile.
 pub(crate) const MR: usize = 4;
 /// Panels (of 16 columns) per tile.
@@ -20,6 +22,7 @@ pub(crate) unsafe fn tile<const R: usize>(
     c: *mut f32,
     ldc: usize,
     load_c: bool,
+    epi: Option<&TileEpi>,
 ) {
     let mut acc = [[0.0f32; 16]; R];
     // SAFETY: the caller guarantees `kc·MR` floats at `a` and `kc·16` at `b`.
@@ -39,8 +42,21 @@ pub(crate) unsafe fn tile<const R: usize>(
     for (i, row) in acc.iter().enumerate() {
         // SAFETY: the caller guarantees a full MR×16 tile at `c` with stride `ldc`.
         let cr = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), 16) };
-        for (dst, &v) in cr.iter_mut().zip(row) {
-            *dst = if load_c { *dst + v } else { v };
+        for (j, (dst, &v)) in cr.iter_mut().zip(row).enumerate() {
+            let mut x = if load_c { *dst + v } else { v };
+            if let Some(e) = epi {
+                if !e.bias.is_null() {
+                    // SAFETY: a full tile's bias follows `e.bias` (`TileEpi`).
+                    x += unsafe { *e.bias.add(j) };
+                }
+                if let Some(lo) = e.lo {
+                    x = x.max(lo);
+                }
+                if let Some(hi) = e.hi {
+                    x = x.min(hi);
+                }
+            }
+            *dst = x;
         }
     }
 }
