@@ -294,6 +294,10 @@ fn depthwise_matches_reference() {
             conv_geom([1, 6, 5, 70], 70, [3, 3], [1, 1], [1, 1], [1; 4], 70),
         ),
         (
+            "124 channels (blocks of 64, 32, 16 and 8, a tail), stride 2",
+            conv_geom([1, 7, 6, 124], 124, [3, 3], [2, 2], [1, 1], [1; 4], 124),
+        ),
+        (
             "multiplier 3, 5x5",
             conv_geom([1, 7, 6, 4], 12, [5, 5], [2, 1], [1, 1], [2, 2, 2, 2], 4),
         ),

@@ -142,9 +142,15 @@ multiversion! {
             while c0 < oc {
                 let rem = oc - c0;
                 if mult == 1 && rem >= 8 {
-                    let n = if rem >= 64 { 64 } else if rem >= 16 { 16 } else { 8 };
+                    let n = match rem {
+                        64.. => 64,
+                        32.. => 32,
+                        16.. => 16,
+                        _ => 8,
+                    };
                     match n {
                         64 => depthwise_block::<64>(g, x, w, bias, post, at, taps, c0, out),
+                        32 => depthwise_block::<32>(g, x, w, bias, post, at, taps, c0, out),
                         16 => depthwise_block::<16>(g, x, w, bias, post, at, taps, c0, out),
                         _ => depthwise_block::<8>(g, x, w, bias, post, at, taps, c0, out),
                     }
