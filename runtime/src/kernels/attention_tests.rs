@@ -7,29 +7,15 @@
 
 use super::attention::{AttentionShape, attention, chunks_per_head};
 use super::batched::batched_matmul;
+use super::misc_tests::{in_pools, values as unit_values};
 use super::norm::softmax;
 
-/// Deterministic values in [-2, 2) (xorshift), so failures reproduce.
+/// Deterministic values in [-2, 2), so failures reproduce.
 fn values(len: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        })
+    unit_values(len, seed)
+        .into_iter()
+        .map(|v| 2.0 * v)
         .collect()
-}
-
-fn in_pools(f: impl Fn() + Sync) {
-    for threads in [1, 3] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .expect("test thread pool");
-        pool.install(&f);
-    }
 }
 
 /// Operand layouts the lowering produces.

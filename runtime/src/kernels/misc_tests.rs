@@ -9,7 +9,7 @@ use super::copy::{fill, gather, strided_copy, strided_copy_with};
 use super::norm::{exp_f32, exp_slice, exp_with, layer_norm, softmax};
 
 /// Deterministic values in [-1, 1) (xorshift), so failures reproduce.
-fn values(len: usize, seed: u64) -> Vec<f32> {
+pub(super) fn values(len: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -22,7 +22,7 @@ fn values(len: usize, seed: u64) -> Vec<f32> {
 }
 
 /// Runs `f` inside rayon pools of 1 and 3 threads.
-fn in_pools(f: impl Fn() + Sync) {
+pub(super) fn in_pools(f: impl Fn() + Sync) {
     for threads in [1, 3] {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
