@@ -6,7 +6,9 @@
 //! `cargo bench -p aoc-runtime --bench attention [-- --threads N]`
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+
+mod common;
+use common::best_of;
 
 use aoc_runtime::kernels::attention::{AttentionShape, attention};
 use aoc_runtime::kernels::batched::batched_matmul;
@@ -14,12 +16,7 @@ use aoc_runtime::kernels::norm::softmax;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let threads = args
-        .iter()
-        .position(|a| a == "--threads")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1usize);
+    let threads = common::threads_arg(&args);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -38,8 +35,8 @@ fn main() {
         [1, 12, 512, 64],
     ] {
         let p = Problem::new(b, h, s, d);
-        let fused = pool.install(|| best(|| p.fused()));
-        let steps = pool.install(|| best(|| p.steps()));
+        let fused = pool.install(|| best_of(|| p.fused()));
+        let steps = pool.install(|| best_of(|| p.steps()));
         let flops = 4.0 * (b * h * s * s * d) as f64;
         println!(
             "{:>22} {:>10.3} {:>10.3} {:>9.1} {:>8.2}",
@@ -164,19 +161,4 @@ impl Problem {
         }
         black_box(&y);
     }
-}
-
-/// Best time of several runs.
-fn best(f: impl Fn()) -> f64 {
-    f();
-    let mut best = f64::INFINITY;
-    let start = Instant::now();
-    let mut n = 0;
-    while n < 5 || (start.elapsed() < Duration::from_secs(1) && n < 200) {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64());
-        n += 1;
-    }
-    best
 }

@@ -7,18 +7,16 @@
 //! [-- --shape M,N,K]` (`--shape`: that product alone, e.g. a model's layer).
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+mod common;
+use common::best_of;
 
 use aoc_runtime::kernels::{GemmOptions, Isa, gemm, pack_b};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let threads = args
-        .iter()
-        .position(|a| a == "--threads")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1usize);
+    let threads = common::threads_arg(&args);
     let quick = args.iter().any(|a| a == "--quick");
     let shape: Option<[usize; 3]> = args.iter().position(|a| a == "--shape").map(|i| {
         let dims: Option<Vec<usize>> = args.get(i + 1).and_then(|s| s.split(',').map(|x| x.parse().ok()).collect());
@@ -99,21 +97,10 @@ fn time_gemm(isa: Isa, [m, n, k]: [usize; 3], threads: usize) -> f64 {
         threads,
         ..Default::default()
     };
-    let mut run = || {
-        let t = Instant::now();
+    best_of(|| {
         gemm(m, n, k, &a, k, packed.as_ref(), &mut c, n, &opts).unwrap();
         black_box(&c);
-        t.elapsed().as_secs_f64()
-    };
-    run(); // warm-up: page faults, caches, clocks
-    let mut best = f64::INFINITY;
-    let start = Instant::now();
-    let mut n = 0;
-    while n < 3 || (start.elapsed() < Duration::from_secs(2) && n < 50) {
-        best = best.min(run());
-        n += 1;
-    }
-    best
+    })
 }
 
 /// FMA peak of one core at `isa`, GFLOP/s, or `None` when unsupported.

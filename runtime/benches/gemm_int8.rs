@@ -12,7 +12,10 @@
 //! (`--quick`: 512³ only). Threads default to 1 (one core's peak).
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+mod common;
+use common::best_of;
 
 use aoc_runtime::kernels::amx::{amx_bf16_available, amx_int8_available, amx_unavailable_reason};
 use aoc_runtime::kernels::bf16::{Bf16Level, f32_to_bf16, gemm_bf16_level, pack_b_bf16};
@@ -22,12 +25,7 @@ use aoc_runtime::kernels::{GemmOptions, Isa, gemm, pack_b};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let threads = args
-        .iter()
-        .position(|a| a == "--threads")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1usize);
+    let threads = common::threads_arg(&args);
     let quick = args.iter().any(|a| a == "--quick");
     let sizes: &[usize] = if quick { &[512] } else { &[512, 1024, 2048] };
     let pool = rayon::ThreadPoolBuilder::new()
@@ -137,21 +135,6 @@ fn report(name: &str, s: usize, secs: f64, peak: Option<f64>, threads: usize, ba
         "{name:17} {s:>5} {:>10.2} {rate:>9.1} {pct:>12} {speedup}",
         secs * 1e3
     );
-}
-
-/// Best time of several runs of `f` (after a warm-up), at most ~2 s.
-fn best_of(mut f: impl FnMut()) -> f64 {
-    f(); // warm-up: page faults, caches, clocks
-    let mut best = f64::INFINITY;
-    let start = Instant::now();
-    let mut n = 0;
-    while n < 3 || (start.elapsed() < Duration::from_secs(2) && n < 50) {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64());
-        n += 1;
-    }
-    best
 }
 
 fn time_int8(level: Int8Level, s: usize) -> f64 {
