@@ -197,19 +197,8 @@ pub(crate) fn gemm_shared_a(steps: &[Step], sp: &Spaces) -> Result<(), String> {
 pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
     let e = |e: kernels::GemmError| e.to_string();
     match step {
-        Step::Gemm { a, b, bias, c, m, n, k, lda, ldc, relu, clip, gelu } => {
-            let packed = PackedBRef::new(us(*k), us(*n), f32s(sp, b)?).map_err(e)?;
-            let opts = GemmOptions {
-                bias: opt_f32s(sp, bias)?,
-                relu: *relu,
-                clip: *clip,
-                gelu: *gelu,
-                threads: rayon::current_num_threads(),
-                ..GemmOptions::default()
-            };
-            kernels::gemm(us(*m), us(*n), us(*k), f32s(sp, a)?, us(*lda), packed, f32s_mut(sp, c)?, us(*ldc), &opts)
-                .map_err(e)
-        }
+        // A GEMM is the run of one on its A (as `kernels::gemm` is).
+        Step::Gemm { .. } => gemm_shared_a(std::slice::from_ref(step), sp),
         Step::MatMul { a, b, c, batch, m, n, k, a_strides, b_strides, c_strides } => {
             kernels::batched::batched_matmul(
                 us(*batch),
