@@ -840,7 +840,12 @@ fn compile_run_and_bench_an_artifact() {
         let err = stderr(&o);
         assert_eq!(err.matches("slowest: step").count(), n, "{err}");
         assert!(err.contains("conv2d"), "{err}");
+        assert!(err.contains("median of each step over 1 runs"), "{err}");
     }
+    // Step times are medians over min(--iters, 20) profiled runs.
+    let o = aoc(&[&"bench", &aocf, &"--iters", &"4", &"--profile"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("median of each step over 4 runs"), "{}", stderr(&o));
 }
 
 #[test]
