@@ -36,48 +36,9 @@ pub struct Operand {
     pub strides: Vec<u64>,
 }
 
-/// One-argument operations (`x` is the argument).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Un {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    /// `1 / sqrt(x)`
-    Rsqrt,
-    /// `1 / x`
-    Recip,
-    Erf,
-    Tanh,
-    /// `1 / (1 + exp(-x))`
-    Sigmoid,
-    Floor,
-    Ceil,
-    /// Toward zero.
-    Trunc,
-    /// To nearest, ties to even.
-    RoundEven,
-    Relu,
-}
-
-/// Two-argument operations (`a op b`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Max,
-    Min,
-    Pow,
-    /// `a == b`
-    Eq,
-    /// `a < b`
-    Lt,
-    /// `a > b`
-    Gt,
-}
+/// The scalar functions a kernel computes: the op table's own (one enum for
+/// the interpreter and both backends' pointwise emitters).
+pub use aoc_ir::ops::kind::{Binary, Unary};
 
 /// One instruction; arguments are indices of earlier instructions.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -85,8 +46,8 @@ pub enum Expr {
     /// The current element of operand `k`.
     Load(usize),
     Const(f32),
-    Unary(Un, usize),
-    Binary(Bin, usize, usize),
+    Unary(Unary, usize),
+    Binary(Binary, usize, usize),
     /// `c != 0 ? a : b`
     Select(usize, usize, usize),
 }

@@ -24,7 +24,7 @@ use aoc_passes::lower::{Lowered, WeightBlob};
 use aoc_runtime::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
 use aoc_runtime::plan::{Buf, PoolKind, Space, Step};
 
-use crate::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
+use crate::expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
 use crate::irtext::ModuleText;
 use crate::kernels::gemm_simt::SimtTile;
 use crate::kernels::gemm_tc::{ENOUGH_BLOCKS, TcPrecision, TcTile, choose_tile, gemm_tc_with};
@@ -309,10 +309,10 @@ fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&
     let mut acc = k.push(Expr::Load(0));
     for p in 1..k.operands.len() {
         let x = k.push(Expr::Load(p));
-        acc = k.push(Expr::Binary(Bin::Add, acc, x));
+        acc = k.push(Expr::Binary(Binary::Add, acc, x));
     }
     if relu {
-        acc = k.push(Expr::Unary(Un::Relu, acc));
+        acc = k.push(Expr::Unary(Unary::Relu, acc));
     }
     if let Some(e) = epi {
         // The epilogue's operand 0 is the product; its operand `j ≥ 1`

@@ -27,7 +27,7 @@ mod kernels_rows;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use aoc_backend_ptx::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
+use aoc_backend_ptx::expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
 use aoc_backend_ptx::pointwise::{is_vectorized, work_items};
 use aoc_backend_ptx::pointwise_llvm;
 use aoc_backend_ptx::{GemmOut, GemmTile, Sm, compile_ptx, gemm_f16_llvm, gemm_f16_ptx};
@@ -62,7 +62,7 @@ fn add_bias() -> PointwiseKernel {
         "pw_add_bias",
         &[8, 64],
         &[(Scalar::F32, &[64, 1]), (Scalar::F32, &[0, 1])],
-        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Bin::Add, 0, 1)],
+        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Add, 0, 1)],
         Scalar::F32,
     )
 }
@@ -74,7 +74,7 @@ fn scale_rows() -> PointwiseKernel {
         "pw_scale_rows",
         &[4, 6],
         &[(Scalar::F32, &[6, 1]), (Scalar::F32, &[1, 0])],
-        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Bin::Mul, 0, 1)],
+        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Mul, 0, 1)],
         Scalar::F32,
     )
 }
@@ -92,11 +92,11 @@ fn all_ops() -> PointwiseKernel {
     let mut acc = k.push(Expr::Const(0.5));
     for u in UNARY {
         let x = k.push(Expr::Unary(u, 0));
-        acc = k.push(Expr::Binary(Bin::Add, acc, x));
+        acc = k.push(Expr::Binary(Binary::Add, acc, x));
     }
     for b in BINARY {
         let x = k.push(Expr::Binary(b, 0, 1));
-        acc = k.push(Expr::Binary(Bin::Add, acc, x));
+        acc = k.push(Expr::Binary(Binary::Add, acc, x));
     }
     let sel = k.push(Expr::Select(acc, 0, 1));
     k.result = sel;
@@ -128,7 +128,7 @@ fn casts() -> Vec<PointwiseKernel> {
                 &format!("cast_{}_{}", from.name(), to.name()),
                 &[10],
                 &[(from, &[1])],
-                &[Expr::Load(0), Expr::Unary(Un::Neg, 0)],
+                &[Expr::Load(0), Expr::Unary(Unary::Neg, 0)],
                 to,
             )
         })
@@ -141,7 +141,7 @@ fn huge() -> PointwiseKernel {
         "pw_huge",
         &[70000, 40000],
         &[(Scalar::F32, &[1, 70000])],
-        &[Expr::Load(0), Expr::Unary(Un::Relu, 0)],
+        &[Expr::Load(0), Expr::Unary(Unary::Relu, 0)],
         Scalar::F32,
     )
 }
@@ -156,35 +156,35 @@ fn empty() -> PointwiseKernel {
     )
 }
 
-const UNARY: [Un; 15] = [
-    Un::Neg,
-    Un::Abs,
-    Un::Exp,
-    Un::Log,
-    Un::Sqrt,
-    Un::Rsqrt,
-    Un::Recip,
-    Un::Erf,
-    Un::Tanh,
-    Un::Sigmoid,
-    Un::Floor,
-    Un::Ceil,
-    Un::Trunc,
-    Un::RoundEven,
-    Un::Relu,
+const UNARY: [Unary; 15] = [
+    Unary::Neg,
+    Unary::Abs,
+    Unary::Exp,
+    Unary::Log,
+    Unary::Sqrt,
+    Unary::Rsqrt,
+    Unary::Reciprocal,
+    Unary::Erf,
+    Unary::Tanh,
+    Unary::Sigmoid,
+    Unary::Floor,
+    Unary::Ceil,
+    Unary::Trunc,
+    Unary::RoundEven,
+    Unary::Relu,
 ];
 
-const BINARY: [Bin; 10] = [
-    Bin::Add,
-    Bin::Sub,
-    Bin::Mul,
-    Bin::Div,
-    Bin::Max,
-    Bin::Min,
-    Bin::Pow,
-    Bin::Eq,
-    Bin::Lt,
-    Bin::Gt,
+const BINARY: [Binary; 10] = [
+    Binary::Add,
+    Binary::Sub,
+    Binary::Mul,
+    Binary::Div,
+    Binary::Max,
+    Binary::Min,
+    Binary::Pow,
+    Binary::Equal,
+    Binary::Less,
+    Binary::Greater,
 ];
 
 /// One f32 kernel per operation over 4096 elements (`un_exp`, `bin_pow`,
@@ -338,7 +338,7 @@ fn pointwise_rejects_bad_kernels() {
         "kernel pw_add_bias: operand 1 must have 2 strides, found 1"
     );
     let mut k = add_bias();
-    k.exprs[2] = Expr::Binary(Bin::Add, 0, 2);
+    k.exprs[2] = Expr::Binary(Binary::Add, 0, 2);
     assert!(err(k).contains("expression 2 uses expression 2, which is not earlier"));
     let mut k = add_bias();
     k.exprs[1] = Expr::Load(5);

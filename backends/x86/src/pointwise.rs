@@ -44,7 +44,7 @@ use cranelift::codegen::isa::{CallConv, OwnedTargetIsa, TargetFrontendConfig};
 use cranelift::prelude::*;
 use types::{F32, F32X4, I64};
 
-use crate::expr::{Bin, Expr, PointwiseKernel, Un};
+use crate::expr::{Binary, Expr, PointwiseKernel, Unary};
 
 mod emit;
 use emit::Elem;
@@ -235,12 +235,12 @@ impl MathFn {
     /// The table function an expression calls, if any.
     fn of(e: &Expr) -> Option<MathFn> {
         match *e {
-            Expr::Unary(Un::Exp, _) => Some(MathFn::Exp),
-            Expr::Unary(Un::Log, _) => Some(MathFn::Log),
-            Expr::Unary(Un::Tanh, _) => Some(MathFn::Tanh),
-            Expr::Unary(Un::Erf, _) => Some(MathFn::Erf),
-            Expr::Unary(Un::Sigmoid, _) => Some(MathFn::Sigmoid),
-            Expr::Binary(Bin::Pow, _, _) => Some(MathFn::Pow),
+            Expr::Unary(Unary::Exp, _) => Some(MathFn::Exp),
+            Expr::Unary(Unary::Log, _) => Some(MathFn::Log),
+            Expr::Unary(Unary::Tanh, _) => Some(MathFn::Tanh),
+            Expr::Unary(Unary::Erf, _) => Some(MathFn::Erf),
+            Expr::Unary(Unary::Sigmoid, _) => Some(MathFn::Sigmoid),
+            Expr::Binary(Binary::Pow, _, _) => Some(MathFn::Pow),
             Expr::Load(_)
             | Expr::Const(_)
             | Expr::Unary(..)

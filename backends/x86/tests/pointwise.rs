@@ -7,7 +7,7 @@
 
 mod common;
 
-use aoc_backend_x86::expr::{Bin, Expr, PointwiseKernel, Un};
+use aoc_backend_x86::expr::{Binary, Expr, PointwiseKernel, Unary};
 use aoc_backend_x86::pointwise::{X86Level, compile_pointwise, pointwise_asm, pointwise_clif};
 use aoc_ir::ops::elementwise::{fmax_nan, fmin_nan};
 use aoc_ir::types::Scalar;
@@ -37,9 +37,9 @@ fn relu_mul_add_broadcast_any_col_count() {
             k.push(Expr::Load(1)),
             k.push(Expr::Load(2)),
         );
-        let m = k.push(Expr::Binary(Bin::Mul, a, b));
-        let s = k.push(Expr::Binary(Bin::Add, m, c));
-        k.push(Expr::Unary(Un::Relu, s));
+        let m = k.push(Expr::Binary(Binary::Mul, a, b));
+        let s = k.push(Expr::Binary(Binary::Add, m, c));
+        k.push(Expr::Unary(Unary::Relu, s));
         let k = finish(k);
         let n = (3 * cols) as usize;
         let av: Vec<f32> = (0..n).map(|i| (i as f32 - 10.0) * 0.37).collect();
@@ -69,7 +69,7 @@ fn transposed_4d_operand() {
         Scalar::F32,
     );
     let (a, b) = (k.push(Expr::Load(0)), k.push(Expr::Load(1)));
-    k.push(Expr::Binary(Bin::Sub, a, b));
+    k.push(Expr::Binary(Binary::Sub, a, b));
     let k = finish(k);
     let av: Vec<f32> = (0..120).map(|i| i as f32 * 1.5).collect();
     let bv: Vec<f32> = (0..120).map(|i| (i % 7) as f32).collect();
@@ -102,7 +102,7 @@ fn middle_dimension_broadcast() {
         Scalar::F32,
     );
     let (x, y) = (k.push(Expr::Load(0)), k.push(Expr::Load(1)));
-    k.push(Expr::Binary(Bin::Mul, x, y));
+    k.push(Expr::Binary(Binary::Mul, x, y));
     let k = finish(k);
     let xv: Vec<f32> = (0..30).map(|i| i as f32 + 0.5).collect();
     let yv: Vec<f32> = (0..10).map(|i| 1.0 + i as f32 * 0.25).collect();
@@ -134,8 +134,8 @@ fn dequantize_i8_with_per_row_scale_and_per_col_zero_point() {
         k.push(Expr::Load(1)),
         k.push(Expr::Load(2)),
     );
-    let d = k.push(Expr::Binary(Bin::Sub, q, z));
-    k.push(Expr::Binary(Bin::Mul, d, s));
+    let d = k.push(Expr::Binary(Binary::Sub, q, z));
+    k.push(Expr::Binary(Binary::Mul, d, s));
     let k = finish(k);
     let qv: Vec<i8> = (0..27).map(|i| (i * 37 % 256 - 128) as i8).collect();
     let sv = [0.125f32, 2.0, -0.5];
@@ -281,14 +281,14 @@ fn quantize_f32_to_i8_rounds_half_even_and_clamps() {
     let mut k = kernel(&dims, &[(Scalar::F32, contiguous(&dims))], Scalar::I8);
     let x = k.push(Expr::Load(0));
     let s = k.push(Expr::Const(0.5));
-    let d = k.push(Expr::Binary(Bin::Div, x, s));
-    let r = k.push(Expr::Unary(Un::RoundEven, d));
+    let d = k.push(Expr::Binary(Binary::Div, x, s));
+    let r = k.push(Expr::Unary(Unary::RoundEven, d));
     let zp = k.push(Expr::Const(-1.0));
-    let q = k.push(Expr::Binary(Bin::Add, r, zp));
+    let q = k.push(Expr::Binary(Binary::Add, r, zp));
     let lo = k.push(Expr::Const(-128.0));
     let hi = k.push(Expr::Const(127.0));
-    let q = k.push(Expr::Binary(Bin::Max, q, lo));
-    k.push(Expr::Binary(Bin::Min, q, hi));
+    let q = k.push(Expr::Binary(Binary::Max, q, lo));
+    k.push(Expr::Binary(Binary::Min, q, hi));
     let k = finish(k);
     let xv = [
         1.25f32, -1.25, 0.75, 1000.0, -1000.0, 0.2, 3.75, -0.0, 63.4, -63.75, 0.25, -0.25,
@@ -310,7 +310,7 @@ fn row_range_writes_only_its_rows() {
     let mut k = kernel(&dims, &[(Scalar::F32, contiguous(&dims))], Scalar::F32);
     let x = k.push(Expr::Load(0));
     let two = k.push(Expr::Const(2.0));
-    k.push(Expr::Binary(Bin::Mul, x, two));
+    k.push(Expr::Binary(Binary::Mul, x, two));
     let k = finish(k);
     let xv: Vec<f32> = (0..30).map(|i| i as f32).collect();
     let init = bytes(&[-7.0f32; 30 + 8]);
@@ -362,11 +362,11 @@ fn rounding_matches_std_bit_for_bit() {
         3.7,
         -3.7,
     ];
-    let ops: [(Un, UnaryF32); 4] = [
-        (Un::Floor, f32::floor),
-        (Un::Ceil, f32::ceil),
-        (Un::Trunc, f32::trunc),
-        (Un::RoundEven, f32::round_ties_even),
+    let ops: [(Unary, UnaryF32); 4] = [
+        (Unary::Floor, f32::floor),
+        (Unary::Ceil, f32::ceil),
+        (Unary::Trunc, f32::trunc),
+        (Unary::RoundEven, f32::round_ties_even),
     ];
     let dims = [1u64, xs.len() as u64];
     for (op, f) in ops {
@@ -409,9 +409,9 @@ fn max_min_relu_propagate_nan_and_keep_first_on_ties() {
             );
             let (x, y) = (k.push(Expr::Load(0)), k.push(Expr::Load(1)));
             k.push(match name {
-                "max" => Expr::Binary(Bin::Max, x, y),
-                "min" => Expr::Binary(Bin::Min, x, y),
-                _ => Expr::Unary(Un::Relu, x),
+                "max" => Expr::Binary(Binary::Max, x, y),
+                "min" => Expr::Binary(Binary::Min, x, y),
+                _ => Expr::Unary(Unary::Relu, x),
             });
             check_f32(&finish(k), &[enc(&a), enc(&b)], &want);
         }
@@ -429,10 +429,10 @@ fn comparisons_and_select() {
     let c = [0.0f32, 1.0, -0.0, nan, 2.0, 0.0, -3.0];
     let dims = [a.len() as u64];
     let one = |t: bool| if t { 1.0 } else { 0.0 };
-    let cases: [(Bin, CompareF32); 3] = [
-        (Bin::Eq, |x, y| x == y),
-        (Bin::Lt, |x, y| x < y),
-        (Bin::Gt, |x, y| x > y),
+    let cases: [(Binary, CompareF32); 3] = [
+        (Binary::Equal, |x, y| x == y),
+        (Binary::Less, |x, y| x < y),
+        (Binary::Greater, |x, y| x > y),
     ];
     for (op, f) in cases {
         let mut k = kernel(
@@ -489,7 +489,7 @@ fn invalid_kernels_are_errors() {
     k.operands[0].strides = vec![1];
     assert_eq!(err(k), "operand 0 must have 2 strides, found 1");
     let mut k = base();
-    k.exprs = vec![Expr::Unary(Un::Neg, 0)];
+    k.exprs = vec![Expr::Unary(Unary::Neg, 0)];
     assert_eq!(
         err(k),
         "expression 0 uses expression 0, which is not earlier"
@@ -518,8 +518,8 @@ fn clif_and_asm_listings() {
     let mut k = kernel(&dims, &[(Scalar::F32, contiguous(&dims))], Scalar::F32);
     let x = k.push(Expr::Load(0));
     // A dead exp: no call is emitted for it.
-    k.push(Expr::Unary(Un::Exp, x));
-    k.push(Expr::Unary(Un::Floor, x));
+    k.push(Expr::Unary(Unary::Exp, x));
+    k.push(Expr::Unary(Unary::Floor, x));
     let k = finish(k);
     let clif = pointwise_clif(&k, X86Level::V3).unwrap();
     assert!(clif.contains("f32x4"), "{clif}");
@@ -534,7 +534,7 @@ fn clif_and_asm_listings() {
 
     let mut k = kernel(&dims, &[(Scalar::F32, contiguous(&dims))], Scalar::F32);
     let x = k.push(Expr::Load(0));
-    k.push(Expr::Unary(Un::Tanh, x));
+    k.push(Expr::Unary(Unary::Tanh, x));
     let clif = pointwise_clif(&finish(k), X86Level::V4).unwrap();
     assert!(clif.contains("call_indirect"), "{clif}");
 }

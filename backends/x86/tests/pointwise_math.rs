@@ -4,7 +4,7 @@
 
 mod common;
 
-use aoc_backend_x86::expr::{Bin, Expr, Un};
+use aoc_backend_x86::expr::{Binary, Expr, Unary};
 use aoc_backend_x86::pointwise::{X86Level, compile_pointwise, pointwise_clif};
 use aoc_ir::ops::elementwise::erf;
 use aoc_ir::types::Scalar;
@@ -23,19 +23,19 @@ fn rel_err(got: f32, want: f64) -> f64 {
 
 #[test]
 fn math_functions_match_f64_within_1e6() {
-    let unary: [(Un, UnaryF64); 5] = [
-        (Un::Exp, f64::exp),
-        (Un::Log, f64::ln),
-        (Un::Tanh, f64::tanh),
-        (Un::Erf, erf),
-        (Un::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+    let unary: [(Unary, UnaryF64); 5] = [
+        (Unary::Exp, f64::exp),
+        (Unary::Log, f64::ln),
+        (Unary::Tanh, f64::tanh),
+        (Unary::Erf, erf),
+        (Unary::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
     ];
     let dims = [2u64, 9];
     let n = 18;
     // f32 operands take the vector loop, f64 ones the scalar loop.
     for dtype in [Scalar::F32, Scalar::F64] {
         for (op, f) in unary {
-            let x: Vec<f32> = if op == Un::Log {
+            let x: Vec<f32> = if op == Unary::Log {
                 (0..n).map(|i| 0.05 + i as f32 * 0.37).collect()
             } else {
                 (0..n).map(|i| -4.0 + i as f32 * 0.47).collect()
@@ -73,7 +73,7 @@ fn math_functions_match_f64_within_1e6() {
             Scalar::F32,
         );
         let (x, y) = (k.push(Expr::Load(0)), k.push(Expr::Load(1)));
-        k.push(Expr::Binary(Bin::Pow, x, y));
+        k.push(Expr::Binary(Binary::Pow, x, y));
         let k = finish(k);
         for (level, out) in run_all(&k, &[enc(&a), enc(&b)], &bytes(&vec![0f32; n]), (0, 2)) {
             for (i, g) in values::<f32>(&out).into_iter().enumerate() {
@@ -96,7 +96,7 @@ fn vector_loop_calls_each_math_function_once_per_vector() {
     // vector call: one `f32x4 -> f32x4` call per function, no lane
     // extraction, and sigmoid as a call rather than 1/(1+exp(-x)).
     let dims = [4u64, 8];
-    for op in [Un::Exp, Un::Log, Un::Tanh, Un::Erf, Un::Sigmoid] {
+    for op in [Unary::Exp, Unary::Log, Unary::Tanh, Unary::Erf, Unary::Sigmoid] {
         let mut k = kernel(&dims, &[(Scalar::F32, contiguous(&dims))], Scalar::F32);
         let x = k.push(Expr::Load(0));
         k.push(Expr::Unary(op, x));
@@ -116,14 +116,14 @@ fn vector_loop_calls_each_math_function_once_per_vector() {
         Scalar::F32,
     );
     let (x, y) = (k.push(Expr::Load(0)), k.push(Expr::Load(1)));
-    k.push(Expr::Binary(Bin::Pow, x, y));
+    k.push(Expr::Binary(Binary::Pow, x, y));
     let clif = pointwise_clif(&finish(k), X86Level::V3).unwrap();
     assert_eq!(clif.matches("call_indirect").count(), 4, "{clif}");
     // 7 columns: the vector loop plus a 3-element tail of scalar calls.
     let dims = [4u64, 7];
     let mut k = kernel(&dims, &[(Scalar::F32, contiguous(&dims))], Scalar::F32);
     let x = k.push(Expr::Load(0));
-    k.push(Expr::Unary(Un::Erf, x));
+    k.push(Expr::Unary(Unary::Erf, x));
     let clif = pointwise_clif(&finish(k), X86Level::V3).unwrap();
     assert_eq!(clif.matches("call_indirect").count(), 4, "{clif}");
     assert!(clif.contains("(f32) -> f32 system_v"), "{clif}");
@@ -150,7 +150,7 @@ fn vector_body_scalar_tail_and_scalar_loop_agree_bit_for_bit() {
         .flat_map(|q| [q[0], q[1], q[2], q[3], q[0], q[1], q[2]])
         .collect();
     let xd: Vec<f64> = xv.iter().map(|&x| x as f64).collect();
-    for op in [Un::Exp, Un::Log, Un::Tanh, Un::Erf, Un::Sigmoid] {
+    for op in [Unary::Exp, Unary::Log, Unary::Tanh, Unary::Erf, Unary::Sigmoid] {
         let mut outs = Vec::new();
         for (dtype, data) in [(Scalar::F32, bytes(&xv)), (Scalar::F64, bytes(&xd))] {
             let mut k = kernel(&dims, &[(dtype, contiguous(&dims))], Scalar::F32);
@@ -188,13 +188,13 @@ fn gelu_erf_epilogue_is_accurate_and_timed() {
     let mut k = kernel(&dims, &[(Scalar::F32, contiguous(&dims))], Scalar::F32);
     let x = k.push(Expr::Load(0));
     let c = k.push(Expr::Const(std::f32::consts::FRAC_1_SQRT_2));
-    let t = k.push(Expr::Binary(Bin::Mul, x, c));
-    let e = k.push(Expr::Unary(Un::Erf, t));
+    let t = k.push(Expr::Binary(Binary::Mul, x, c));
+    let e = k.push(Expr::Unary(Unary::Erf, t));
     let one = k.push(Expr::Const(1.0));
-    let s = k.push(Expr::Binary(Bin::Add, one, e));
+    let s = k.push(Expr::Binary(Binary::Add, one, e));
     let half = k.push(Expr::Const(0.5));
-    let xh = k.push(Expr::Binary(Bin::Mul, x, half));
-    k.push(Expr::Binary(Bin::Mul, xh, s));
+    let xh = k.push(Expr::Binary(Binary::Mul, x, half));
+    k.push(Expr::Binary(Binary::Mul, xh, s));
     let k = finish(k);
     let n = 128 * 1024;
     // A deterministic spread over [-8, 8) (a multiplicative hash of i).

@@ -24,78 +24,26 @@ pub fn scalar_like(cx: &Cx, v: &V, x: f64) -> V {
     ))
 }
 
-pub fn unary(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
-    let opcode = match n.op_type {
-        "Neg" => Opcode::Neg,
-        "Abs" => Opcode::Abs,
-        "Exp" => Opcode::Exp,
-        "Log" => Opcode::Log,
-        "Sqrt" => Opcode::Sqrt,
-        "Reciprocal" => Opcode::Reciprocal,
-        "Erf" => Opcode::Erf,
-        "Tanh" => Opcode::Tanh,
-        "Sigmoid" => Opcode::Sigmoid,
-        "Floor" => Opcode::Floor,
-        "Ceil" => Opcode::Ceil,
-        "Relu" => Opcode::Relu,
-        "HardSwish" => Opcode::HardSwish,
-        other => {
-            return Err(cx.bad(format!(
-                "internal error: `{other}` is not unary (please report)"
-            )));
-        }
-    };
-    let x = cx.need(n, 0)?.clone();
-    Ok(vec![cx.op1(opcode, &[x], Attrs::new())?])
+/// A node that is exactly one op of the table: its first inputs are the
+/// op's operands in order (as many as the table lists; each is required).
+pub fn direct(cx: &mut Cx, n: &Node, opcode: Opcode, attrs: Attrs) -> R<Vec<V>> {
+    let slots = opcode.info().operands.len();
+    let operands = (0..slots).map(|i| cx.need(n, i).cloned()).collect::<R<Vec<V>>>()?;
+    Ok(vec![cx.op1(opcode, &operands, attrs)?])
 }
 
-/// Activations with attributes.
-pub fn activation(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
-    let x = cx.need(n, 0)?.clone();
-    let (opcode, attrs) = match n.op_type {
-        "Gelu" => (
-            Opcode::Gelu,
-            Attrs::new().with("approximate", Attr::Str(n.str("approximate", "none"))),
-        ),
-        "LeakyRelu" => (
-            Opcode::LeakyRelu,
-            Attrs::new().with("alpha", Attr::Float(n.float("alpha", 0.01f32 as f64))),
-        ),
-        "HardSigmoid" => (
-            Opcode::HardSigmoid,
-            Attrs::new()
-                .with("alpha", Attr::Float(n.float("alpha", 0.2f32 as f64)))
-                .with("beta", Attr::Float(n.float("beta", 0.5))),
-        ),
-        other => {
-            return Err(cx.bad(format!(
-                "internal error: `{other}` is not an activation (please report)"
-            )));
-        }
-    };
-    Ok(vec![cx.op1(opcode, &[x], attrs)?])
+pub fn gelu_attrs(n: &Node) -> Attrs {
+    Attrs::new().with("approximate", Attr::Str(n.str("approximate", "none")))
 }
 
-pub fn binary(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
-    let opcode = match n.op_type {
-        "Add" => Opcode::Add,
-        "Sub" => Opcode::Sub,
-        "Mul" => Opcode::Mul,
-        "Div" => Opcode::Div,
-        "Pow" => Opcode::Pow,
-        "PRelu" => Opcode::Prelu,
-        "Equal" => Opcode::Equal,
-        "Less" => Opcode::Less,
-        "Greater" => Opcode::Greater,
-        other => {
-            return Err(cx.bad(format!(
-                "internal error: `{other}` is not binary (please report)"
-            )));
-        }
-    };
-    let a = cx.need(n, 0)?.clone();
-    let b = cx.need(n, 1)?.clone();
-    Ok(vec![cx.op1(opcode, &[a, b], Attrs::new())?])
+pub fn leaky_relu_attrs(n: &Node) -> Attrs {
+    Attrs::new().with("alpha", Attr::Float(n.float("alpha", 0.01f32 as f64)))
+}
+
+pub fn hard_sigmoid_attrs(n: &Node) -> Attrs {
+    Attrs::new()
+        .with("alpha", Attr::Float(n.float("alpha", 0.2f32 as f64)))
+        .with("beta", Attr::Float(n.float("beta", 0.5)))
 }
 
 /// `a <= b` is `where(a < b, true, a == b)`; `>=` likewise.

@@ -506,7 +506,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
             inputs,
             attrs,
         };
-        let outs = handler(&mut cx, &n)?;
+        let outs = handler.call(&mut cx, &n)?;
         for (i, out_name) in node.output.iter().enumerate() {
             if out_name.is_empty() {
                 continue;

@@ -23,7 +23,8 @@ mod tensors;
 mod tests;
 
 use aoc_ir::interp::MapWeights;
-use aoc_ir::{Diagnostic, Location, Module, Tensor};
+use aoc_ir::attr::Attrs;
+use aoc_ir::{Diagnostic, Location, Module, Opcode, Tensor};
 use import::{Cx, Node, R, V};
 use prost::Message;
 
@@ -93,98 +94,118 @@ pub fn tensor_from_proto_bytes(bytes: &[u8]) -> Result<Tensor, String> {
     tensors::tensor_from_proto(&p, &format!("tensor `{name}`"))
 }
 
-type Handler = fn(&mut Cx, &Node) -> R<Vec<V>>;
+/// How one ONNX op type is imported.
+#[derive(Copy, Clone)]
+enum Handler {
+    /// Exactly one op of the table: the node's inputs are its operands in
+    /// order, and neither takes attributes.
+    Op(Opcode),
+    /// One op of the table whose attributes the function reads off the node.
+    OpWith(Opcode, fn(&Node) -> Attrs),
+    /// Anything else: a decomposition, a fold, an attribute-heavy mapping.
+    Fn(fn(&mut Cx, &Node) -> R<Vec<V>>),
+}
+
+impl Handler {
+    fn call(self, cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+        match self {
+            Handler::Op(opcode) => elementwise::direct(cx, n, opcode, Attrs::new()),
+            Handler::OpWith(opcode, attrs) => elementwise::direct(cx, n, opcode, attrs(n)),
+            Handler::Fn(f) => f(cx, n),
+        }
+    }
+}
 
 /// Every ONNX op type the importer maps (default domain), and its handler.
 /// The one list: `supported_op_types` and the dispatch both read it.
 const HANDLERS: &[(&str, Handler)] = &[
     // constants and shape arithmetic (always folded)
-    ("Constant", fold::constant),
-    ("ConstantOfShape", fold::constant_of_shape),
-    ("Shape", fold::shape),
-    ("Size", fold::size),
-    ("Range", fold::range),
+    ("Constant", Handler::Fn(fold::constant)),
+    ("ConstantOfShape", Handler::Fn(fold::constant_of_shape)),
+    ("Shape", Handler::Fn(fold::shape)),
+    ("Size", Handler::Fn(fold::size)),
+    ("Range", Handler::Fn(fold::range)),
     // elementwise
-    ("Neg", elementwise::unary),
-    ("Abs", elementwise::unary),
-    ("Exp", elementwise::unary),
-    ("Log", elementwise::unary),
-    ("Sqrt", elementwise::unary),
-    ("Reciprocal", elementwise::unary),
-    ("Erf", elementwise::unary),
-    ("Tanh", elementwise::unary),
-    ("Sigmoid", elementwise::unary),
-    ("Floor", elementwise::unary),
-    ("Ceil", elementwise::unary),
-    ("Relu", elementwise::unary),
-    ("HardSwish", elementwise::unary),
-    ("Gelu", elementwise::activation),
-    ("LeakyRelu", elementwise::activation),
-    ("HardSigmoid", elementwise::activation),
-    ("Add", elementwise::binary),
-    ("Sub", elementwise::binary),
-    ("Mul", elementwise::binary),
-    ("Div", elementwise::binary),
-    ("Pow", elementwise::binary),
-    ("PRelu", elementwise::binary),
-    ("Equal", elementwise::binary),
-    ("Less", elementwise::binary),
-    ("Greater", elementwise::binary),
-    ("LessOrEqual", elementwise::compare_or_equal),
-    ("GreaterOrEqual", elementwise::compare_or_equal),
-    ("Not", elementwise::logic),
-    ("And", elementwise::logic),
-    ("Or", elementwise::logic),
-    ("Xor", elementwise::logic),
-    ("Max", elementwise::variadic),
-    ("Min", elementwise::variadic),
-    ("Sum", elementwise::variadic),
-    ("Mean", elementwise::variadic),
-    ("Mod", elementwise::modulo),
-    ("Clip", elementwise::clip),
-    ("Where", elementwise::where_),
-    ("Cast", elementwise::cast),
-    ("CastLike", elementwise::cast),
-    ("Softmax", elementwise::softmax),
-    ("LogSoftmax", elementwise::softmax),
-    ("Identity", elementwise::identity),
-    ("Dropout", elementwise::dropout),
+    ("Neg", Handler::Op(Opcode::Neg)),
+    ("Abs", Handler::Op(Opcode::Abs)),
+    ("Exp", Handler::Op(Opcode::Exp)),
+    ("Log", Handler::Op(Opcode::Log)),
+    ("Sqrt", Handler::Op(Opcode::Sqrt)),
+    ("Reciprocal", Handler::Op(Opcode::Reciprocal)),
+    ("Erf", Handler::Op(Opcode::Erf)),
+    ("Tanh", Handler::Op(Opcode::Tanh)),
+    ("Sigmoid", Handler::Op(Opcode::Sigmoid)),
+    ("Floor", Handler::Op(Opcode::Floor)),
+    ("Ceil", Handler::Op(Opcode::Ceil)),
+    ("Relu", Handler::Op(Opcode::Relu)),
+    ("HardSwish", Handler::Op(Opcode::HardSwish)),
+    ("Gelu", Handler::OpWith(Opcode::Gelu, elementwise::gelu_attrs)),
+    ("LeakyRelu", Handler::OpWith(Opcode::LeakyRelu, elementwise::leaky_relu_attrs)),
+    ("HardSigmoid", Handler::OpWith(Opcode::HardSigmoid, elementwise::hard_sigmoid_attrs)),
+    ("Add", Handler::Op(Opcode::Add)),
+    ("Sub", Handler::Op(Opcode::Sub)),
+    ("Mul", Handler::Op(Opcode::Mul)),
+    ("Div", Handler::Op(Opcode::Div)),
+    ("Pow", Handler::Op(Opcode::Pow)),
+    ("PRelu", Handler::Op(Opcode::Prelu)),
+    ("Equal", Handler::Op(Opcode::Equal)),
+    ("Less", Handler::Op(Opcode::Less)),
+    ("Greater", Handler::Op(Opcode::Greater)),
+    ("LessOrEqual", Handler::Fn(elementwise::compare_or_equal)),
+    ("GreaterOrEqual", Handler::Fn(elementwise::compare_or_equal)),
+    ("Not", Handler::Fn(elementwise::logic)),
+    ("And", Handler::Fn(elementwise::logic)),
+    ("Or", Handler::Fn(elementwise::logic)),
+    ("Xor", Handler::Fn(elementwise::logic)),
+    ("Max", Handler::Fn(elementwise::variadic)),
+    ("Min", Handler::Fn(elementwise::variadic)),
+    ("Sum", Handler::Fn(elementwise::variadic)),
+    ("Mean", Handler::Fn(elementwise::variadic)),
+    ("Mod", Handler::Fn(elementwise::modulo)),
+    ("Clip", Handler::Fn(elementwise::clip)),
+    ("Where", Handler::Fn(elementwise::where_)),
+    ("Cast", Handler::Fn(elementwise::cast)),
+    ("CastLike", Handler::Fn(elementwise::cast)),
+    ("Softmax", Handler::Fn(elementwise::softmax)),
+    ("LogSoftmax", Handler::Fn(elementwise::softmax)),
+    ("Identity", Handler::Fn(elementwise::identity)),
+    ("Dropout", Handler::Fn(elementwise::dropout)),
     // neural-network ops
-    ("Conv", nn::conv),
-    ("ConvTranspose", nn::conv_transpose),
-    ("MatMul", nn::matmul),
-    ("Gemm", nn::gemm),
-    ("BatchNormalization", nn::batch_norm),
-    ("LayerNormalization", nn::layer_norm),
-    ("MaxPool", nn::pool),
-    ("AveragePool", nn::pool),
-    ("GlobalAveragePool", nn::global_pool),
-    ("GlobalMaxPool", nn::global_pool),
-    ("ReduceSum", nn::reduce),
-    ("ReduceMean", nn::reduce),
-    ("ReduceMax", nn::reduce),
-    ("ReduceMin", nn::reduce),
-    ("ReduceSumSquare", nn::reduce),
-    ("ReduceL1", nn::reduce),
-    ("ReduceL2", nn::reduce),
-    ("ReduceLogSum", nn::reduce),
-    ("ReduceLogSumExp", nn::reduce),
+    ("Conv", Handler::Fn(nn::conv)),
+    ("ConvTranspose", Handler::Fn(nn::conv_transpose)),
+    ("MatMul", Handler::Fn(nn::matmul)),
+    ("Gemm", Handler::Fn(nn::gemm)),
+    ("BatchNormalization", Handler::Fn(nn::batch_norm)),
+    ("LayerNormalization", Handler::Fn(nn::layer_norm)),
+    ("MaxPool", Handler::Fn(nn::pool)),
+    ("AveragePool", Handler::Fn(nn::pool)),
+    ("GlobalAveragePool", Handler::Fn(nn::global_pool)),
+    ("GlobalMaxPool", Handler::Fn(nn::global_pool)),
+    ("ReduceSum", Handler::Fn(nn::reduce)),
+    ("ReduceMean", Handler::Fn(nn::reduce)),
+    ("ReduceMax", Handler::Fn(nn::reduce)),
+    ("ReduceMin", Handler::Fn(nn::reduce)),
+    ("ReduceSumSquare", Handler::Fn(nn::reduce)),
+    ("ReduceL1", Handler::Fn(nn::reduce)),
+    ("ReduceL2", Handler::Fn(nn::reduce)),
+    ("ReduceLogSum", Handler::Fn(nn::reduce)),
+    ("ReduceLogSumExp", Handler::Fn(nn::reduce)),
     // shape and data movement
-    ("Reshape", shape::reshape),
-    ("Transpose", shape::transpose),
-    ("Flatten", shape::flatten),
-    ("Concat", shape::concat),
-    ("Slice", shape::slice),
-    ("Pad", shape::pad),
-    ("Gather", shape::gather),
-    ("Expand", shape::expand),
-    ("Split", shape::split),
-    ("Squeeze", shape::squeeze),
-    ("Unsqueeze", shape::unsqueeze),
-    ("Resize", shape::resize),
+    ("Reshape", Handler::Fn(shape::reshape)),
+    ("Transpose", Handler::Fn(shape::transpose)),
+    ("Flatten", Handler::Fn(shape::flatten)),
+    ("Concat", Handler::Fn(shape::concat)),
+    ("Slice", Handler::Fn(shape::slice)),
+    ("Pad", Handler::Fn(shape::pad)),
+    ("Gather", Handler::Fn(shape::gather)),
+    ("Expand", Handler::Fn(shape::expand)),
+    ("Split", Handler::Fn(shape::split)),
+    ("Squeeze", Handler::Fn(shape::squeeze)),
+    ("Unsqueeze", Handler::Fn(shape::unsqueeze)),
+    ("Resize", Handler::Fn(shape::resize)),
     // quantization
-    ("QuantizeLinear", quant::quantize_linear),
-    ("DequantizeLinear", quant::dequantize_linear),
+    ("QuantizeLinear", Handler::Fn(quant::quantize_linear)),
+    ("DequantizeLinear", Handler::Fn(quant::dequantize_linear)),
 ];
 
 fn handler(op_type: &str) -> Option<Handler> {

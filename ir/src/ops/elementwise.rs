@@ -15,6 +15,7 @@
 //! - quantized element types are rejected: quantized tensors only pass
 //!   through the quant ops and data-movement ops.
 
+use crate::ops::kind::{Activation, Binary, OpKind, Unary, sigmoid};
 use crate::ops::{EvalCx, InferCx, Opcode};
 use crate::tensor::{Data, Tensor, broadcast_index_map, broadcast_shapes, round_f8, round_to};
 use crate::types::{Scalar, TensorType};
@@ -26,131 +27,22 @@ pub use erf::erf;
 pub(crate) mod tests;
 
 // ---------------------------------------------------------------------------
-// Which elementwise computation an opcode is. The one exhaustive match on
-// `Opcode` in this file; the eval hooks match on the small enums below.
+// Which elementwise computation an op is comes from its table entry
+// (`Opcode::kind`); the eval hooks match on that.
 
+/// A one-operand pointwise function of the table: a scalar function or a
+/// (parameterized) activation.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum Unary {
-    Neg,
-    Abs,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Erf,
-    Tanh,
-    Sigmoid,
-    Floor,
-    Ceil,
-    Relu,
-    Gelu,
-    Silu,
-    HardSigmoid,
-    HardSwish,
-    LeakyRelu,
-    Clip,
+enum UnaryOp {
+    Math(Unary),
+    Act(Activation),
 }
 
+/// A two-operand pointwise function: a scalar function or prelu.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum Binary {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Max,
-    Min,
-    Pow,
+enum BinaryOp {
+    Math(Binary),
     Prelu,
-    Equal,
-    Less,
-    Greater,
-}
-
-enum Kind {
-    Unary(Unary),
-    Binary(Binary),
-    /// Ops with hooks of their own (identity, cast, where) or of other files.
-    Other,
-}
-
-fn classify(op: Opcode) -> Kind {
-    match op {
-        Opcode::Neg => Kind::Unary(Unary::Neg),
-        Opcode::Abs => Kind::Unary(Unary::Abs),
-        Opcode::Exp => Kind::Unary(Unary::Exp),
-        Opcode::Log => Kind::Unary(Unary::Log),
-        Opcode::Sqrt => Kind::Unary(Unary::Sqrt),
-        Opcode::Rsqrt => Kind::Unary(Unary::Rsqrt),
-        Opcode::Reciprocal => Kind::Unary(Unary::Reciprocal),
-        Opcode::Erf => Kind::Unary(Unary::Erf),
-        Opcode::Tanh => Kind::Unary(Unary::Tanh),
-        Opcode::Sigmoid => Kind::Unary(Unary::Sigmoid),
-        Opcode::Floor => Kind::Unary(Unary::Floor),
-        Opcode::Ceil => Kind::Unary(Unary::Ceil),
-        Opcode::Relu => Kind::Unary(Unary::Relu),
-        Opcode::Gelu => Kind::Unary(Unary::Gelu),
-        Opcode::Silu => Kind::Unary(Unary::Silu),
-        Opcode::HardSigmoid => Kind::Unary(Unary::HardSigmoid),
-        Opcode::HardSwish => Kind::Unary(Unary::HardSwish),
-        Opcode::LeakyRelu => Kind::Unary(Unary::LeakyRelu),
-        Opcode::Clip => Kind::Unary(Unary::Clip),
-        Opcode::Add => Kind::Binary(Binary::Add),
-        Opcode::Sub => Kind::Binary(Binary::Sub),
-        Opcode::Mul => Kind::Binary(Binary::Mul),
-        Opcode::Div => Kind::Binary(Binary::Div),
-        Opcode::Max => Kind::Binary(Binary::Max),
-        Opcode::Min => Kind::Binary(Binary::Min),
-        Opcode::Pow => Kind::Binary(Binary::Pow),
-        Opcode::Prelu => Kind::Binary(Binary::Prelu),
-        Opcode::Equal => Kind::Binary(Binary::Equal),
-        Opcode::Less => Kind::Binary(Binary::Less),
-        Opcode::Greater => Kind::Binary(Binary::Greater),
-        Opcode::Const
-        | Opcode::Identity
-        | Opcode::Cast
-        | Opcode::Where
-        | Opcode::Conv2d
-        | Opcode::ConvTranspose2d
-        | Opcode::MatMul
-        | Opcode::Gemm
-        | Opcode::BatchNorm
-        | Opcode::LayerNorm
-        | Opcode::Softmax
-        | Opcode::LogSoftmax
-        | Opcode::MaxPool2d
-        | Opcode::AvgPool2d
-        | Opcode::GlobalAvgPool
-        | Opcode::GlobalMaxPool
-        | Opcode::ReduceSum
-        | Opcode::ReduceMean
-        | Opcode::ReduceMax
-        | Opcode::ReduceMin
-        | Opcode::Reshape
-        | Opcode::Transpose
-        | Opcode::Flatten
-        | Opcode::Concat
-        | Opcode::Slice
-        | Opcode::Pad
-        | Opcode::Gather
-        | Opcode::Expand
-        | Opcode::Resize
-        | Opcode::Quantize
-        | Opcode::Dequantize
-        | Opcode::Requantize
-        | Opcode::QuantConv2d
-        | Opcode::QuantMatMul
-        | Opcode::QuantGemm
-        | Opcode::QuantAdd
-        | Opcode::QuantAvgPool2d
-        | Opcode::QuantGlobalAvgPool
-        | Opcode::WinogradConv2d
-        | Opcode::FusedPointwise
-        | Opcode::FusedConv2d
-        | Opcode::FusedMatMul
-        | Opcode::FusedGemm
-        | Opcode::Attention => Kind::Other,
-    }
 }
 
 fn internal(op: Opcode, hook: &str) -> String {
@@ -234,7 +126,7 @@ pub fn infer_float_unary(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     Ok(vec![TensorType::new(x.shape.clone(), s)])
 }
 
-/// Attribute values the unary ops use, read once per op.
+/// Attribute values the activations use, read once per op.
 struct UnaryParams {
     alpha: f64,
     beta: f64,
@@ -244,92 +136,60 @@ struct UnaryParams {
 }
 
 impl UnaryParams {
-    fn read(op: Unary, cx: &EvalCx) -> Result<UnaryParams, String> {
+    fn read(op: UnaryOp, cx: &EvalCx) -> Result<UnaryParams, String> {
         let opt = |name: &str| -> Result<Option<f64>, String> {
             if cx.has(name) { cx.float(name).map(Some) } else { Ok(None) }
         };
         let mut p = UnaryParams { alpha: 0.0, beta: 0.0, lo: None, hi: None, tanh_gelu: false };
-        match op {
-            Unary::HardSigmoid => {
+        let UnaryOp::Act(act) = op else { return Ok(p) };
+        match act {
+            Activation::HardSigmoid => {
                 p.alpha = cx.float("alpha")?;
                 p.beta = cx.float("beta")?;
             }
             // ONNX defines HardSwish as x * HardSigmoid(x; 1/6, 1/2).
-            Unary::HardSwish => {
+            Activation::HardSwish => {
                 p.alpha = 1.0 / 6.0;
                 p.beta = 0.5;
             }
-            Unary::LeakyRelu => p.alpha = cx.float("alpha")?,
-            Unary::Clip => {
+            Activation::LeakyRelu => p.alpha = cx.float("alpha")?,
+            Activation::Clip => {
                 p.lo = opt("min")?;
                 p.hi = opt("max")?;
             }
-            Unary::Gelu => p.tanh_gelu = cx.str("approximate")? == "tanh",
-            Unary::Neg
-            | Unary::Abs
-            | Unary::Exp
-            | Unary::Log
-            | Unary::Sqrt
-            | Unary::Rsqrt
-            | Unary::Reciprocal
-            | Unary::Erf
-            | Unary::Tanh
-            | Unary::Sigmoid
-            | Unary::Floor
-            | Unary::Ceil
-            | Unary::Relu
-            | Unary::Silu => {}
+            Activation::Gelu => p.tanh_gelu = cx.str("approximate")? == "tanh",
+            Activation::Silu | Activation::Prelu => {}
         }
         Ok(p)
     }
 }
 
-/// Numerically stable logistic function (ONNX's reference splits on the sign
-/// the same way).
-fn sigmoid(x: f64) -> f64 {
-    if x > 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
 /// One unary op on a float value of type `s`. `r` rounds to `s`, for the
 /// ops ONNX computes as several rounded steps.
-fn unary_float(op: Unary, x: f64, s: Scalar, p: &UnaryParams) -> f64 {
+fn unary_float(op: UnaryOp, x: f64, s: Scalar, p: &UnaryParams) -> f64 {
     let r = |v: f64| round_to(s, v);
     let hard_sigmoid = |x: f64| fmax_nan(0.0, fmin_nan(1.0, r(r(x * r(p.alpha)) + r(p.beta))));
-    match op {
-        Unary::Neg => -x,
-        Unary::Abs => x.abs(),
-        Unary::Exp => x.exp(),
-        Unary::Log => x.ln(),
-        Unary::Sqrt => x.sqrt(),
-        Unary::Rsqrt => 1.0 / x.sqrt(),
-        Unary::Reciprocal => 1.0 / x,
-        Unary::Erf => erf(x),
-        Unary::Tanh => x.tanh(),
-        Unary::Sigmoid => sigmoid(x),
-        Unary::Floor => x.floor(),
-        Unary::Ceil => x.ceil(),
-        Unary::Relu => fmax_nan(x, 0.0),
-        Unary::Gelu if p.tanh_gelu => {
+    let act = match op {
+        UnaryOp::Math(u) => return u.eval(x),
+        UnaryOp::Act(a) => a,
+    };
+    match act {
+        Activation::Gelu if p.tanh_gelu => {
             let k = (2.0 / std::f64::consts::PI).sqrt();
             0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
         }
-        Unary::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
-        Unary::Silu => x * sigmoid(x),
-        Unary::HardSigmoid => hard_sigmoid(x),
-        Unary::HardSwish => x * hard_sigmoid(x),
-        Unary::LeakyRelu => {
+        Activation::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        Activation::Silu => x * sigmoid(x),
+        Activation::HardSigmoid => hard_sigmoid(x),
+        Activation::HardSwish => x * hard_sigmoid(x),
+        Activation::LeakyRelu => {
             if x > 0.0 {
                 x
             } else {
                 x * r(p.alpha)
             }
         }
-        Unary::Clip => {
+        Activation::Clip => {
             // numpy's clip: minimum(maximum(x, lo), hi); with lo > hi every
             // value becomes hi, as the ONNX spec says.
             let mut v = x;
@@ -341,17 +201,18 @@ fn unary_float(op: Unary, x: f64, s: Scalar, p: &UnaryParams) -> f64 {
             }
             v
         }
+        // Two operands: `eval_unary` refuses it, `eval_binary` computes it.
+        Activation::Prelu => f64::NAN,
     }
 }
 
 /// One unary op on an integer value (before wrapping to the type); `None`
 /// for float-only ops, which the infer hook keeps away from integers.
-fn unary_int(op: Unary, x: i64, p: &UnaryParams) -> Option<i64> {
-    Some(match op {
-        Unary::Neg => x.wrapping_neg(),
-        Unary::Abs => x.wrapping_abs(),
-        Unary::Relu => x.max(0),
-        Unary::Clip => {
+fn unary_int(op: UnaryOp, x: i64, p: &UnaryParams) -> Option<i64> {
+    match op {
+        UnaryOp::Math(Unary::Floor | Unary::Ceil | Unary::Trunc | Unary::RoundEven) => None,
+        UnaryOp::Math(u) => u.eval_int(x),
+        UnaryOp::Act(Activation::Clip) => {
             // Integer bounds: the smallest integer >= lo, the largest <= hi.
             let mut v = x;
             if let Some(lo) = p.lo {
@@ -360,31 +221,42 @@ fn unary_int(op: Unary, x: i64, p: &UnaryParams) -> Option<i64> {
             if let Some(hi) = p.hi {
                 v = v.min(hi.floor() as i64);
             }
-            v
+            Some(v)
         }
-        Unary::Exp
-        | Unary::Log
-        | Unary::Sqrt
-        | Unary::Rsqrt
-        | Unary::Reciprocal
-        | Unary::Erf
-        | Unary::Tanh
-        | Unary::Sigmoid
-        | Unary::Floor
-        | Unary::Ceil
-        | Unary::Gelu
-        | Unary::Silu
-        | Unary::HardSigmoid
-        | Unary::HardSwish
-        | Unary::LeakyRelu => return None,
-    })
+        UnaryOp::Act(
+            Activation::Gelu
+            | Activation::Silu
+            | Activation::HardSigmoid
+            | Activation::HardSwish
+            | Activation::LeakyRelu
+            | Activation::Prelu,
+        ) => None,
+    }
+}
+
+/// The one-operand function an op of the table computes.
+fn unary_op(opcode: Opcode) -> Option<UnaryOp> {
+    match opcode.kind() {
+        OpKind::Unary(u) => Some(UnaryOp::Math(u)),
+        OpKind::Activation(Activation::Prelu) => None,
+        OpKind::Activation(a) => Some(UnaryOp::Act(a)),
+        OpKind::Constant
+        | OpKind::Binary(_)
+        | OpKind::Pointwise(_)
+        | OpKind::Norm(_)
+        | OpKind::Conv(..)
+        | OpKind::MatMul(_)
+        | OpKind::Gemm(_)
+        | OpKind::Attention
+        | OpKind::Pool(..)
+        | OpKind::Reduce(_)
+        | OpKind::Movement(_)
+        | OpKind::Resize => None,
+    }
 }
 
 pub fn eval_unary(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
-    let op = match classify(cx.opcode) {
-        Kind::Unary(u) => u,
-        Kind::Binary(_) | Kind::Other => return Err(internal(cx.opcode, "eval_unary")),
-    };
+    let op = unary_op(cx.opcode).ok_or_else(|| internal(cx.opcode, "eval_unary"))?;
     let p = UnaryParams::read(op, cx)?;
     let x = cx.inputs[0];
     let ty = cx.result_type().clone();
@@ -481,25 +353,16 @@ pub fn infer_compare(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     Ok(vec![TensorType::new(shape, Scalar::I1)])
 }
 
-fn binary_float(op: Binary, a: f64, b: f64, s: Scalar) -> f64 {
+fn binary_float(op: BinaryOp, a: f64, b: f64, s: Scalar) -> f64 {
     match op {
-        Binary::Add => a + b,
-        Binary::Sub => a - b,
-        Binary::Mul => a * b,
-        Binary::Div => a / b,
-        Binary::Max => fmax_nan(a, b),
-        Binary::Min => fmin_nan(a, b),
-        Binary::Pow => a.powf(b),
-        Binary::Prelu => {
+        BinaryOp::Math(m) => m.eval(a, b),
+        BinaryOp::Prelu => {
             if a > 0.0 {
                 a
             } else {
                 round_to(s, a * b)
             }
         }
-        Binary::Equal => (a == b) as i64 as f64,
-        Binary::Less => (a < b) as i64 as f64,
-        Binary::Greater => (a > b) as i64 as f64,
     }
 }
 
@@ -526,7 +389,11 @@ fn int_pow(base: i64, exp: i64) -> Result<i64, String> {
     Ok(acc)
 }
 
-fn binary_int(op: Binary, a: i64, b: i64) -> Result<i64, String> {
+fn binary_int(op: BinaryOp, a: i64, b: i64) -> Result<i64, String> {
+    let op = match op {
+        BinaryOp::Math(m) => m,
+        BinaryOp::Prelu => return Ok(if a > 0 { a } else { a.wrapping_mul(b) }),
+    };
     Ok(match op {
         Binary::Add => a.wrapping_add(b),
         Binary::Sub => a.wrapping_sub(b),
@@ -541,13 +408,6 @@ fn binary_int(op: Binary, a: i64, b: i64) -> Result<i64, String> {
         Binary::Max => a.max(b),
         Binary::Min => a.min(b),
         Binary::Pow => int_pow(a, b)?,
-        Binary::Prelu => {
-            if a > 0 {
-                a
-            } else {
-                a.wrapping_mul(b)
-            }
-        }
         Binary::Equal => (a == b) as i64,
         Binary::Less => (a < b) as i64,
         Binary::Greater => (a > b) as i64,
@@ -555,9 +415,22 @@ fn binary_int(op: Binary, a: i64, b: i64) -> Result<i64, String> {
 }
 
 pub fn eval_binary(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
-    let op = match classify(cx.opcode) {
-        Kind::Binary(b) => b,
-        Kind::Unary(_) | Kind::Other => return Err(internal(cx.opcode, "eval_binary")),
+    let op = match cx.opcode.kind() {
+        OpKind::Binary(b) => BinaryOp::Math(b),
+        OpKind::Activation(Activation::Prelu) => BinaryOp::Prelu,
+        OpKind::Activation(_)
+        | OpKind::Constant
+        | OpKind::Unary(_)
+        | OpKind::Pointwise(_)
+        | OpKind::Norm(_)
+        | OpKind::Conv(..)
+        | OpKind::MatMul(_)
+        | OpKind::Gemm(_)
+        | OpKind::Attention
+        | OpKind::Pool(..)
+        | OpKind::Reduce(_)
+        | OpKind::Movement(_)
+        | OpKind::Resize => return Err(internal(cx.opcode, "eval_binary")),
     };
     let (a, b) = (cx.inputs[0], cx.inputs[1]);
     let ty = cx.result_type().clone();

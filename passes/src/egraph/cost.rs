@@ -11,6 +11,7 @@
 //! never prefers a cycle and an extra op always costs something.
 
 use super::node::OpAttrs;
+use aoc_ir::ops::kind::{Conv, OpCost, OpKind};
 use aoc_ir::{Opcode, TensorType, Trait};
 use std::collections::HashMap;
 
@@ -41,137 +42,20 @@ pub fn bytes(t: &TensorType) -> f64 {
 }
 
 /// Floating-point (or integer) operations an op performs, estimated from
-/// types. Ops the table marks `DataMovement` do none.
+/// types by its kind (`OpKind::flops`); Winograd convolutions count their
+/// transforms too.
 pub fn flops(
     opcode: Opcode,
     attrs: &OpAttrs,
     operands: &[&TensorType],
     result: &TensorType,
 ) -> f64 {
-    let out = result.num_elements() as f64;
-    match opcode {
-        // multiply-adds: out * reduction length * 2
-        Opcode::Conv2d | Opcode::ConvTranspose2d | Opcode::FusedConv2d => {
-            let w = operands
-                .get(1)
-                .map_or(1.0, |w| w.shape.iter().skip(1).product::<usize>() as f64);
-            2.0 * out * w
-        }
-        // Attention: two matmuls of about the same size.
-        Opcode::Attention => {
-            4.0 * out
-                * operands
-                    .first()
-                    .and_then(|a| a.shape.last())
-                    .map_or(1.0, |&k| k as f64)
-        }
-        Opcode::MatMul | Opcode::FusedMatMul => {
-            2.0 * out
-                * operands
-                    .first()
-                    .and_then(|a| a.shape.last())
-                    .map_or(1.0, |&k| k as f64)
-        }
-        Opcode::Gemm | Opcode::FusedGemm => {
-            let trans_a = matches!(attrs.get("trans_a"), Some(aoc_ir::Attr::Bool(true)));
-            let k = operands.first().and_then(|a| {
-                if trans_a {
-                    a.shape.first()
-                } else {
-                    a.shape.last()
-                }
-            });
-            2.0 * out * k.map_or(1.0, |&k| k as f64)
-        }
-        // Integer ops: the float op's operation count at about 4x the f32
-        // rate (VNNI on x86, int8 tensor cores on the GPU).
-        Opcode::QuantConv2d => {
-            let w = operands
-                .get(1)
-                .map_or(1.0, |w| w.shape.iter().skip(1).product::<usize>() as f64);
-            2.0 * out * w / 4.0
-        }
-        Opcode::QuantMatMul | Opcode::QuantGemm => {
-            let trans_a = matches!(attrs.get("trans_a"), Some(aoc_ir::Attr::Bool(true)));
-            let k = operands.first().and_then(|a| {
-                if trans_a { a.shape.first() } else { a.shape.last() }
-            });
-            2.0 * out * k.map_or(1.0, |&k| k as f64) / 4.0
-        }
-        Opcode::WinogradConv2d => winograd_flops(attrs, operands, result),
-        // The ops the table marks `DataMovement` (a unit test keeps this
-        // arm and the table in agreement).
-        Opcode::Identity
-        | Opcode::Reshape
-        | Opcode::Transpose
-        | Opcode::Flatten
-        | Opcode::Concat
-        | Opcode::Slice
-        | Opcode::Pad
-        | Opcode::Gather
-        | Opcode::Expand => 0.0,
-        Opcode::Const
-        | Opcode::Neg
-        | Opcode::Abs
-        | Opcode::Exp
-        | Opcode::Log
-        | Opcode::Sqrt
-        | Opcode::Rsqrt
-        | Opcode::Reciprocal
-        | Opcode::Erf
-        | Opcode::Tanh
-        | Opcode::Sigmoid
-        | Opcode::Floor
-        | Opcode::Ceil
-        | Opcode::Relu
-        | Opcode::Gelu
-        | Opcode::Silu
-        | Opcode::HardSigmoid
-        | Opcode::HardSwish
-        | Opcode::LeakyRelu
-        | Opcode::Clip
-        | Opcode::Cast
-        | Opcode::Add
-        | Opcode::Sub
-        | Opcode::Mul
-        | Opcode::Div
-        | Opcode::Max
-        | Opcode::Min
-        | Opcode::Pow
-        | Opcode::Prelu
-        | Opcode::Equal
-        | Opcode::Less
-        | Opcode::Greater
-        | Opcode::Where
-        | Opcode::BatchNorm
-        | Opcode::LayerNorm
-        | Opcode::Softmax
-        | Opcode::LogSoftmax
-        | Opcode::MaxPool2d
-        | Opcode::AvgPool2d
-        | Opcode::GlobalAvgPool
-        | Opcode::GlobalMaxPool
-        | Opcode::ReduceSum
-        | Opcode::ReduceMean
-        | Opcode::ReduceMax
-        | Opcode::ReduceMin
-        | Opcode::Resize
-        | Opcode::Quantize
-        | Opcode::Dequantize
-        | Opcode::Requantize
-        | Opcode::QuantAdd
-        | Opcode::QuantAvgPool2d
-        | Opcode::QuantGlobalAvgPool
-        | Opcode::FusedPointwise => {
-            // Reductions and normalizations read each input element a few
-            // times; pointwise ops compute each result once.
-            let input: f64 = operands
-                .iter()
-                .map(|t| t.num_elements() as f64)
-                .fold(0.0, f64::max);
-            4.0 * out.max(input)
-        }
+    let kind = opcode.kind();
+    if let OpKind::Conv(Conv::Winograd, _) = kind {
+        return winograd_flops(attrs, operands, result);
     }
+    let trans_a = matches!(attrs.get("trans_a"), Some(aoc_ir::Attr::Bool(true)));
+    OpKind::flops(&OpCost { kind, trans_a, operands, result })
 }
 
 /// Winograd F(m x m, 3 x 3) as (m, tiles, C_in, C_out) from its types.

@@ -43,6 +43,7 @@ use aoc_ir::diag::Diagnostic;
 use aoc_ir::interp::{WeightSource, eval_op};
 use aoc_ir::module::{Func, OpData, ValueId};
 use aoc_ir::ops::Opcode;
+use aoc_ir::ops::kind::{Conv, Form, Movement, Norm, OpKind, Pool};
 use aoc_ir::tensor::Tensor;
 use aoc_ir::types::{Scalar, TensorType};
 use aoc_runtime::plan::{Buf, Plan, Space, Step};
@@ -459,73 +460,38 @@ impl<'a> Lower<'a> {
             }
             return Ok(());
         }
-        let done = match op.opcode {
-            Opcode::Const => unreachable_const(),
-            Opcode::Identity
-            | Opcode::Neg
-            | Opcode::Abs
-            | Opcode::Exp
-            | Opcode::Log
-            | Opcode::Sqrt
-            | Opcode::Rsqrt
-            | Opcode::Reciprocal
-            | Opcode::Erf
-            | Opcode::Tanh
-            | Opcode::Sigmoid
-            | Opcode::Floor
-            | Opcode::Ceil
-            | Opcode::Relu
-            | Opcode::Gelu
-            | Opcode::Silu
-            | Opcode::HardSigmoid
-            | Opcode::HardSwish
-            | Opcode::LeakyRelu
-            | Opcode::Clip
-            | Opcode::Cast
-            | Opcode::Add
-            | Opcode::Sub
-            | Opcode::Mul
-            | Opcode::Div
-            | Opcode::Max
-            | Opcode::Min
-            | Opcode::Pow
-            | Opcode::Prelu
-            | Opcode::Equal
-            | Opcode::Less
-            | Opcode::Greater
-            | Opcode::Where
-            | Opcode::BatchNorm
-            | Opcode::Quantize
-            | Opcode::Dequantize
-            | Opcode::Requantize
-            | Opcode::FusedPointwise => self.lower_pointwise(op)?,
-            Opcode::Conv2d | Opcode::FusedConv2d => self.lower_conv(op)?,
-            Opcode::ConvTranspose2d => self.lower_conv_transpose(op)?,
-            Opcode::MatMul | Opcode::FusedMatMul => self.lower_matmul(op)?,
-            Opcode::Gemm | Opcode::FusedGemm => self.lower_gemm(op)?,
-            Opcode::Attention => self.lower_attention(op)?,
-            Opcode::LayerNorm => self.lower_layer_norm(op)?,
-            Opcode::Softmax | Opcode::LogSoftmax => self.lower_softmax(op)?,
-            Opcode::MaxPool2d | Opcode::AvgPool2d => self.lower_pool(op)?,
-            Opcode::GlobalAvgPool | Opcode::GlobalMaxPool => self.lower_global_pool(op)?,
-            Opcode::ReduceSum | Opcode::ReduceMean | Opcode::ReduceMax | Opcode::ReduceMin => {
-                self.lower_reduce(op)?
-            }
-            Opcode::Reshape | Opcode::Flatten => self.lower_reshape(op)?,
-            Opcode::Transpose => self.lower_transpose(op)?,
-            Opcode::Concat => self.lower_concat(op)?,
-            Opcode::Slice => self.lower_slice(op)?,
-            Opcode::Pad => self.lower_pad(op)?,
-            Opcode::Gather => self.lower_gather(op)?,
-            Opcode::Expand => self.lower_expand(op)?,
-            Opcode::Resize => self.lower_resize(op)?,
-            Opcode::WinogradConv2d => self.opts.winograd && self.lower_winograd(op)?,
-            Opcode::QuantConv2d | Opcode::QuantGemm => self.lower_qconv(op)?,
-            Opcode::QuantAdd => self.lower_pointwise(op)?,
-            // Integer kernels for these arrive with the quantization work.
-            Opcode::QuantMatMul
-            | Opcode::QuantAvgPool2d
-            | Opcode::QuantGlobalAvgPool => false,
+        let done = match op.opcode.kind() {
+            OpKind::Constant => unreachable_const(),
+            OpKind::Unary(_)
+            | OpKind::Binary(_)
+            | OpKind::Activation(_)
+            | OpKind::Pointwise(_)
+            | OpKind::Movement(Movement::Identity) => self.lower_pointwise(op)?,
+            OpKind::Conv(Conv::Direct, Form::Float | Form::Fused) => self.lower_conv(op)?,
+            OpKind::Conv(Conv::Transposed, Form::Float) => self.lower_conv_transpose(op)?,
+            OpKind::Conv(Conv::Winograd, Form::Float) => self.opts.winograd && self.lower_winograd(op)?,
+            OpKind::Conv(Conv::Direct, Form::Quant) | OpKind::Gemm(Form::Quant) => self.lower_qconv(op)?,
+            OpKind::MatMul(Form::Float | Form::Fused) => self.lower_matmul(op)?,
+            OpKind::Gemm(Form::Float | Form::Fused) => self.lower_gemm(op)?,
+            OpKind::Attention => self.lower_attention(op)?,
+            OpKind::Norm(Norm::LayerNorm) => self.lower_layer_norm(op)?,
+            OpKind::Norm(Norm::Softmax | Norm::LogSoftmax) => self.lower_softmax(op)?,
+            OpKind::Pool(p @ (Pool::Max | Pool::Avg), Form::Float) => self.lower_pool(op, p)?,
+            OpKind::Pool(p @ (Pool::GlobalAvg | Pool::GlobalMax), Form::Float) => self.lower_global_pool(op, p)?,
+            OpKind::Reduce(r) => self.lower_reduce(op, r)?,
+            OpKind::Movement(Movement::Reshape) => self.lower_reshape(op)?,
+            OpKind::Movement(Movement::Transpose) => self.lower_transpose(op)?,
+            OpKind::Movement(Movement::Concat) => self.lower_concat(op)?,
+            OpKind::Movement(Movement::Slice) => self.lower_slice(op)?,
+            OpKind::Movement(Movement::Pad) => self.lower_pad(op)?,
+            OpKind::Movement(Movement::Gather) => self.lower_gather(op)?,
+            OpKind::Movement(Movement::Expand) => self.lower_expand(op)?,
+            OpKind::Resize => self.lower_resize(op)?,
+            // No kernels yet for these forms: the reference path (the
+            // integer kernels arrive with the quantization work).
+            OpKind::Conv(Conv::Transposed | Conv::Winograd, Form::Fused | Form::Quant)
+            | OpKind::MatMul(Form::Quant)
+            | OpKind::Pool(_, Form::Fused | Form::Quant) => false,
         };
         if !done {
             self.lower_reference(op)?;

@@ -5,6 +5,7 @@
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::module::{OpData, ValueId};
 use aoc_ir::ops::Opcode;
+use aoc_ir::ops::kind::{Pool, Reduce};
 use aoc_ir::ops::fused::Step as EpiStep;
 use aoc_ir::types::{Scalar, TensorType};
 use aoc_runtime::kernels::{conv, pack_b};
@@ -591,7 +592,7 @@ impl Lower<'_> {
         Ok(true)
     }
 
-    pub(crate) fn lower_pool(&mut self, op: &OpData) -> Result<bool, String> {
+    pub(crate) fn lower_pool(&mut self, op: &OpData, pool: Pool) -> Result<bool, String> {
         if !self.all_f32(op) {
             return Ok(false);
         }
@@ -605,10 +606,11 @@ impl Lower<'_> {
         if k.len() != 2 {
             return Ok(false);
         }
-        let kind = match op.opcode {
-            Opcode::MaxPool2d => PoolKind::Max,
-            _ if boolean(&attrs, "count_include_pad") => PoolKind::AvgIncludePad,
-            _ => PoolKind::AvgExcludePad,
+        let kind = match pool {
+            Pool::Max => PoolKind::Max,
+            Pool::Avg if boolean(&attrs, "count_include_pad") => PoolKind::AvgIncludePad,
+            Pool::Avg => PoolKind::AvgExcludePad,
+            Pool::GlobalAvg | Pool::GlobalMax => return Ok(false),
         };
         // Dilations are 1 (checked above) and pools have no groups.
         let geom = geom(&xt, [u(yt.shape[1]), u(yt.shape[2]), u(yt.shape[3])], [k[0] as u64, k[1] as u64], &attrs);
@@ -619,7 +621,7 @@ impl Lower<'_> {
         Ok(true)
     }
 
-    pub(crate) fn lower_global_pool(&mut self, op: &OpData) -> Result<bool, String> {
+    pub(crate) fn lower_global_pool(&mut self, op: &OpData, pool: Pool) -> Result<bool, String> {
         if !self.all_f32(op) {
             return Ok(false);
         }
@@ -628,7 +630,11 @@ impl Lower<'_> {
         if xt.rank() < 3 {
             return Ok(false);
         }
-        let kind = if op.opcode == Opcode::GlobalMaxPool { ReduceKind::Max } else { ReduceKind::Mean };
+        let kind = match pool {
+            Pool::GlobalMax => ReduceKind::Max,
+            Pool::GlobalAvg => ReduceKind::Mean,
+            Pool::Max | Pool::Avg => return Ok(false),
+        };
         let (n, c) = (xt.shape[0], xt.shape[1]);
         let hw: usize = xt.shape[2..].iter().product();
         let nhwc: Vec<usize> = std::iter::once(0).chain(2..xt.rank()).chain(std::iter::once(1)).collect();
@@ -643,7 +649,7 @@ impl Lower<'_> {
         Ok(true)
     }
 
-    pub(crate) fn lower_reduce(&mut self, op: &OpData) -> Result<bool, String> {
+    pub(crate) fn lower_reduce(&mut self, op: &OpData, reduce: Reduce) -> Result<bool, String> {
         if !self.all_f32(op) {
             return Ok(false);
         }
@@ -663,11 +669,11 @@ impl Lower<'_> {
         if axes.windows(2).any(|w| w[1] != w[0] + 1) {
             return Ok(false);
         }
-        let kind = match op.opcode {
-            Opcode::ReduceSum => ReduceKind::Sum,
-            Opcode::ReduceMean => ReduceKind::Mean,
-            Opcode::ReduceMax => ReduceKind::Max,
-            _ => ReduceKind::Min,
+        let kind = match reduce {
+            Reduce::Sum => ReduceKind::Sum,
+            Reduce::Mean => ReduceKind::Mean,
+            Reduce::Max => ReduceKind::Max,
+            Reduce::Min => ReduceKind::Min,
         };
         let (a0, a1) = (axes[0], axes[axes.len() - 1] + 1);
         let outer: usize = xt.shape[..a0].iter().product();

@@ -15,12 +15,13 @@
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::module::{OpData, ValueId};
 use aoc_ir::ops::Opcode;
+use aoc_ir::ops::kind::{Activation, Movement, OpKind, Pointwise};
 use aoc_ir::ops::fused::{Step as EpiStep, parse_epilogue};
 use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
 use aoc_runtime::plan::{Buf, Step};
 
 use super::{Lower, Val, identity, logical_strides};
-use crate::kernel_expr::{Bin, Expr, Operand, PointwiseKernel, Un};
+use crate::kernel_expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
 
 /// Element types a kernel may load or store.
 fn kernel_type(s: Scalar) -> bool {
@@ -56,10 +57,10 @@ impl KernelBuilder {
     pub fn c(&mut self, v: f32) -> usize {
         self.push(Expr::Const(v))
     }
-    pub fn un(&mut self, u: Un, x: usize) -> usize {
+    pub fn un(&mut self, u: Unary, x: usize) -> usize {
         self.push(Expr::Unary(u, x))
     }
-    pub fn bin(&mut self, b: Bin, x: usize, y: usize) -> usize {
+    pub fn bin(&mut self, b: Binary, x: usize, y: usize) -> usize {
         self.push(Expr::Binary(b, x, y))
     }
 
@@ -217,18 +218,18 @@ impl Lower<'_> {
         let r = op.results[0];
         let out_ty = self.ty(r).clone();
         let out_s = out_ty.elem.storage();
+        // Ops whose results may be integers (or i1); the others compute floats.
         let int_ok = matches!(
-            op.opcode,
-            Opcode::Cast
-                | Opcode::Equal
-                | Opcode::Less
-                | Opcode::Greater
-                | Opcode::Where
-                | Opcode::Quantize
-                | Opcode::Dequantize
-                | Opcode::Requantize
-                | Opcode::QuantAdd
-                | Opcode::Identity
+            op.opcode.kind(),
+            OpKind::Pointwise(
+                Pointwise::Cast
+                    | Pointwise::Where
+                    | Pointwise::Quantize
+                    | Pointwise::Dequantize
+                    | Pointwise::Requantize
+                    | Pointwise::QuantAdd
+            ) | OpKind::Binary(Binary::Equal | Binary::Less | Binary::Greater)
+                | OpKind::Movement(Movement::Identity)
         );
         if !kernel_type(out_s) || (!int_ok && out_s != Scalar::F32) {
             return Ok(false);
@@ -241,18 +242,18 @@ impl Lower<'_> {
         let perm = self.pointwise_perm(op, &out_ty);
         let mut kb = KernelBuilder::new(&out_ty.shape, &perm);
         let attrs = Lower::attrs(op)?;
-        let result = match op.opcode {
-            Opcode::FusedPointwise => {
+        let result = match op.opcode.kind() {
+            OpKind::Pointwise(Pointwise::Fused) => {
                 let steps = epilogue(&attrs)?;
                 let first = self.load(&mut kb, op.operands[0])?;
                 let extras = op.operands[1..].to_vec();
                 self.emit_steps(&mut kb, first, &steps, &extras)?
             }
-            Opcode::BatchNorm => match self.batch_norm(&mut kb, op, &attrs)? {
+            OpKind::Pointwise(Pointwise::BatchNorm) => match self.batch_norm(&mut kb, op, &attrs)? {
                 Some(x) => x,
                 None => return Ok(false),
             },
-            Opcode::Quantize | Opcode::Dequantize | Opcode::Requantize => {
+            OpKind::Pointwise(Pointwise::Quantize | Pointwise::Dequantize | Pointwise::Requantize) => {
                 let x = self.load(&mut kb, op.operands[0])?;
                 let in_ty = self.ty(op.operands[0]).clone();
                 let mid = match &in_ty.elem {
@@ -271,7 +272,7 @@ impl Lower<'_> {
                 }
             }
             // Its definition: dequantize both, add in f32, clamp, quantize.
-            Opcode::QuantAdd => {
+            OpKind::Pointwise(Pointwise::QuantAdd) => {
                 let mut v = Vec::new();
                 for &x in &op.operands[..2] {
                     let t = self.ty(x).clone();
@@ -282,14 +283,14 @@ impl Lower<'_> {
                         None => return Ok(false),
                     }
                 }
-                let mut sum = kb.bin(Bin::Add, v[0], v[1]);
+                let mut sum = kb.bin(Binary::Add, v[0], v[1]);
                 if let Some(lo) = float_attr(&attrs, "clip_min") {
                     let c = kb.c(lo);
-                    sum = kb.bin(Bin::Max, sum, c);
+                    sum = kb.bin(Binary::Max, sum, c);
                 }
                 if let Some(hi) = float_attr(&attrs, "clip_max") {
                     let c = kb.c(hi);
-                    sum = kb.bin(Bin::Min, sum, c);
+                    sum = kb.bin(Binary::Min, sum, c);
                 }
                 let ElemType::Quant(q) = &out_ty.elem else { return Ok(false) };
                 match quantize(self, &mut kb, sum, q, &out_ty)? {
@@ -297,24 +298,36 @@ impl Lower<'_> {
                     None => return Ok(false),
                 }
             }
-            Opcode::Cast => {
+            OpKind::Pointwise(Pointwise::Cast) => {
                 let x = self.load(&mut kb, op.operands[0])?;
                 if out_s == Scalar::I1 {
                     let zero = kb.c(0.0);
                     let one = kb.c(1.0);
-                    let eq = kb.bin(Bin::Eq, x, zero);
+                    let eq = kb.bin(Binary::Equal, x, zero);
                     kb.push(Expr::Select(eq, zero, one))
                 } else {
                     x
                 }
             }
-            Opcode::Where => {
+            OpKind::Pointwise(Pointwise::Where) => {
                 let c = self.load(&mut kb, op.operands[0])?;
                 let a = self.load(&mut kb, op.operands[1])?;
                 let b = self.load(&mut kb, op.operands[2])?;
                 kb.push(Expr::Select(c, a, b))
             }
-            _ => {
+            OpKind::Movement(_)
+            | OpKind::Unary(_)
+            | OpKind::Binary(_)
+            | OpKind::Activation(_)
+            | OpKind::Constant
+            | OpKind::Norm(_)
+            | OpKind::Conv(..)
+            | OpKind::MatMul(_)
+            | OpKind::Gemm(_)
+            | OpKind::Attention
+            | OpKind::Pool(..)
+            | OpKind::Reduce(_)
+            | OpKind::Resize => {
                 let x = self.load(&mut kb, op.operands[0])?;
                 let y = match op.operands.get(1) {
                     Some(&v) => Some(self.load(&mut kb, v)?),
@@ -441,8 +454,8 @@ impl Lower<'_> {
         let id = identity(pshape.len());
         let av = kb.operand(ab, Scalar::F32, &pshape, &id);
         let bv = kb.operand(bb, Scalar::F32, &pshape, &id);
-        let t = kb.bin(Bin::Mul, x, av);
-        Ok(Some(kb.bin(Bin::Add, t, bv)))
+        let t = kb.bin(Binary::Mul, x, av);
+        Ok(Some(kb.bin(Binary::Add, t, bv)))
     }
 }
 
@@ -461,25 +474,35 @@ pub(crate) fn float_attr(attrs: &Attrs, name: &str) -> Option<f32> {
     }
 }
 
-/// One elementwise op on loaded values; `None` when there is no kernel form.
+/// One elementwise op of kind unary, binary, activation (or identity) on
+/// loaded values; `None` when the kind has no kernel form here.
 fn emit_op(kb: &mut KernelBuilder, opcode: Opcode, attrs: &Attrs, x: usize, y: Option<usize>) -> Result<Option<usize>, String> {
     let two = |y: Option<usize>| y.ok_or_else(|| format!("{} needs two operands", opcode.name()));
-    let e = match opcode {
-        Opcode::Identity | Opcode::Cast => x,
-        Opcode::Neg => kb.un(Un::Neg, x),
-        Opcode::Abs => kb.un(Un::Abs, x),
-        Opcode::Exp => kb.un(Un::Exp, x),
-        Opcode::Log => kb.un(Un::Log, x),
-        Opcode::Sqrt => kb.un(Un::Sqrt, x),
-        Opcode::Rsqrt => kb.un(Un::Rsqrt, x),
-        Opcode::Reciprocal => kb.un(Un::Recip, x),
-        Opcode::Erf => kb.un(Un::Erf, x),
-        Opcode::Tanh => kb.un(Un::Tanh, x),
-        Opcode::Sigmoid => kb.un(Un::Sigmoid, x),
-        Opcode::Floor => kb.un(Un::Floor, x),
-        Opcode::Ceil => kb.un(Un::Ceil, x),
-        Opcode::Relu => kb.un(Un::Relu, x),
-        Opcode::Gelu => {
+    let e = match opcode.kind() {
+        OpKind::Movement(Movement::Identity) | OpKind::Pointwise(Pointwise::Cast) => x,
+        OpKind::Unary(u) => kb.un(u, x),
+        OpKind::Binary(b) => kb.bin(b, x, two(y)?),
+        OpKind::Activation(a) => activation(kb, a, attrs, x, y)?,
+        OpKind::Constant
+        | OpKind::Pointwise(_)
+        | OpKind::Norm(_)
+        | OpKind::Conv(..)
+        | OpKind::MatMul(_)
+        | OpKind::Gemm(_)
+        | OpKind::Attention
+        | OpKind::Pool(..)
+        | OpKind::Reduce(_)
+        | OpKind::Movement(_)
+        | OpKind::Resize => return Ok(None),
+    };
+    Ok(Some(e))
+}
+
+/// An activation as its composition of scalar functions (the interpreter's
+/// definition in `aoc_ir::ops::elementwise`, in f32).
+fn activation(kb: &mut KernelBuilder, act: Activation, attrs: &Attrs, x: usize, y: Option<usize>) -> Result<usize, String> {
+    Ok(match act {
+        Activation::Gelu => {
             let approx = matches!(attrs.get("approximate"), Some(Attr::Str(s)) if s == "tanh");
             let half = kb.c(0.5);
             let one = kb.c(1.0);
@@ -487,27 +510,27 @@ fn emit_op(kb: &mut KernelBuilder, opcode: Opcode, attrs: &Attrs, x: usize, y: O
                 // tanh(√(2/π)·(x + 0.044715·x³))
                 let k = kb.c((2.0f64 / std::f64::consts::PI).sqrt() as f32);
                 let c = kb.c(0.044715);
-                let x2 = kb.bin(Bin::Mul, x, x);
-                let x3 = kb.bin(Bin::Mul, x2, x);
-                let t = kb.bin(Bin::Mul, c, x3);
-                let s = kb.bin(Bin::Add, x, t);
-                let u = kb.bin(Bin::Mul, k, s);
-                kb.un(Un::Tanh, u)
+                let x2 = kb.bin(Binary::Mul, x, x);
+                let x3 = kb.bin(Binary::Mul, x2, x);
+                let t = kb.bin(Binary::Mul, c, x3);
+                let s = kb.bin(Binary::Add, x, t);
+                let u = kb.bin(Binary::Mul, k, s);
+                kb.un(Unary::Tanh, u)
             } else {
                 let r = kb.c(std::f32::consts::FRAC_1_SQRT_2);
-                let u = kb.bin(Bin::Mul, x, r);
-                kb.un(Un::Erf, u)
+                let u = kb.bin(Binary::Mul, x, r);
+                kb.un(Unary::Erf, u)
             };
-            let p = kb.bin(Bin::Add, one, inner);
-            let hx = kb.bin(Bin::Mul, half, x);
-            kb.bin(Bin::Mul, hx, p)
+            let p = kb.bin(Binary::Add, one, inner);
+            let hx = kb.bin(Binary::Mul, half, x);
+            kb.bin(Binary::Mul, hx, p)
         }
-        Opcode::Silu => {
-            let s = kb.un(Un::Sigmoid, x);
-            kb.bin(Bin::Mul, x, s)
+        Activation::Silu => {
+            let s = kb.un(Unary::Sigmoid, x);
+            kb.bin(Binary::Mul, x, s)
         }
-        Opcode::HardSigmoid | Opcode::HardSwish => {
-            let (alpha, beta) = if opcode == Opcode::HardSwish {
+        Activation::HardSigmoid | Activation::HardSwish => {
+            let (alpha, beta) = if act == Activation::HardSwish {
                 (1.0 / 6.0, 0.5)
             } else {
                 (float_attr(attrs, "alpha").unwrap_or(0.2), float_attr(attrs, "beta").unwrap_or(0.5))
@@ -516,52 +539,40 @@ fn emit_op(kb: &mut KernelBuilder, opcode: Opcode, attrs: &Attrs, x: usize, y: O
             let b = kb.c(beta);
             let zero = kb.c(0.0);
             let one = kb.c(1.0);
-            let t = kb.bin(Bin::Mul, a, x);
-            let t = kb.bin(Bin::Add, t, b);
-            let t = kb.bin(Bin::Min, t, one);
-            let hs = kb.bin(Bin::Max, t, zero);
-            if opcode == Opcode::HardSwish { kb.bin(Bin::Mul, x, hs) } else { hs }
+            let t = kb.bin(Binary::Mul, a, x);
+            let t = kb.bin(Binary::Add, t, b);
+            let t = kb.bin(Binary::Min, t, one);
+            let hs = kb.bin(Binary::Max, t, zero);
+            if act == Activation::HardSwish { kb.bin(Binary::Mul, x, hs) } else { hs }
         }
-        Opcode::LeakyRelu => {
+        Activation::LeakyRelu => {
             let alpha = float_attr(attrs, "alpha").unwrap_or(0.01);
             let a = kb.c(alpha);
             let zero = kb.c(0.0);
-            let neg = kb.bin(Bin::Lt, x, zero);
-            let ax = kb.bin(Bin::Mul, a, x);
+            let neg = kb.bin(Binary::Less, x, zero);
+            let ax = kb.bin(Binary::Mul, a, x);
             kb.push(Expr::Select(neg, ax, x))
         }
-        Opcode::Clip => {
+        Activation::Clip => {
             let mut v = x;
             if let Some(lo) = float_attr(attrs, "min") {
                 let c = kb.c(lo);
-                v = kb.bin(Bin::Max, v, c);
+                v = kb.bin(Binary::Max, v, c);
             }
             if let Some(hi) = float_attr(attrs, "max") {
                 let c = kb.c(hi);
-                v = kb.bin(Bin::Min, v, c);
+                v = kb.bin(Binary::Min, v, c);
             }
             v
         }
-        Opcode::Add => kb.bin(Bin::Add, x, two(y)?),
-        Opcode::Sub => kb.bin(Bin::Sub, x, two(y)?),
-        Opcode::Mul => kb.bin(Bin::Mul, x, two(y)?),
-        Opcode::Div => kb.bin(Bin::Div, x, two(y)?),
-        Opcode::Max => kb.bin(Bin::Max, x, two(y)?),
-        Opcode::Min => kb.bin(Bin::Min, x, two(y)?),
-        Opcode::Pow => kb.bin(Bin::Pow, x, two(y)?),
-        Opcode::Equal => kb.bin(Bin::Eq, x, two(y)?),
-        Opcode::Less => kb.bin(Bin::Lt, x, two(y)?),
-        Opcode::Greater => kb.bin(Bin::Gt, x, two(y)?),
-        Opcode::Prelu => {
-            let s = two(y)?;
+        Activation::Prelu => {
+            let s = y.ok_or("core.prelu needs two operands")?;
             let zero = kb.c(0.0);
-            let neg = kb.bin(Bin::Lt, x, zero);
-            let sx = kb.bin(Bin::Mul, s, x);
+            let neg = kb.bin(Binary::Less, x, zero);
+            let sx = kb.bin(Binary::Mul, s, x);
             kb.push(Expr::Select(neg, sx, x))
         }
-        _ => return Ok(None),
-    };
-    Ok(Some(e))
+    })
 }
 
 /// Per-element (scale, zero point) of `q` over a tensor of type `ty`: two
@@ -591,8 +602,8 @@ fn dequantize(lw: &mut Lower<'_>, kb: &mut KernelBuilder, x: usize, q: &QuantTyp
         return Ok(None);
     }
     let (s, z) = quant_params(lw, kb, q, ty);
-    let d = kb.bin(Bin::Sub, x, z);
-    Ok(Some(kb.bin(Bin::Mul, d, s)))
+    let d = kb.bin(Binary::Sub, x, z);
+    Ok(Some(kb.bin(Binary::Mul, d, s)))
 }
 
 /// `clamp(round_even(x / scale) + zp)`; `None` for fp8 storage.
@@ -602,11 +613,11 @@ fn quantize(lw: &mut Lower<'_>, kb: &mut KernelBuilder, x: usize, q: &QuantType,
         return Ok(None);
     }
     let (s, z) = quant_params(lw, kb, q, ty);
-    let t = kb.bin(Bin::Div, x, s);
-    let t = kb.un(Un::RoundEven, t);
-    let t = kb.bin(Bin::Add, t, z);
+    let t = kb.bin(Binary::Div, x, s);
+    let t = kb.un(Unary::RoundEven, t);
+    let t = kb.bin(Binary::Add, t, z);
     let lo = kb.c(lo as f32);
     let hi = kb.c(hi as f32);
-    let t = kb.bin(Bin::Max, t, lo);
-    Ok(Some(kb.bin(Bin::Min, t, hi)))
+    let t = kb.bin(Binary::Max, t, lo);
+    Ok(Some(kb.bin(Binary::Min, t, hi)))
 }

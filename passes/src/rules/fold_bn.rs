@@ -33,6 +33,7 @@ use crate::egraph::node::{Node, OpAttrs, OpNode};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::entity::EntityId;
 use aoc_ir::tensor::{Data, broadcast_index_map, round_to};
+use aoc_ir::ops::kind::AffineFold;
 use aoc_ir::{Func, OpId, Opcode, Tensor, TensorType, ValueId};
 use egg::{Id, Subst};
 use std::sync::Arc;
@@ -378,8 +379,8 @@ fn fold_node(egraph: &mut Graph, node: &OpNode, yt: &TensorType, a: &Affine) -> 
             a.key
         )
     };
-    match node.opcode {
-        Opcode::Conv2d => {
+    match node.opcode.kind().affine_fold() {
+        Some(AffineFold::ConvOutput) => {
             // OIHW: output channel o owns the contiguous block o.
             if wty.shape.first() != Some(&c) {
                 return None;
@@ -415,7 +416,7 @@ fn fold_node(egraph: &mut Graph, node: &OpNode, yt: &TensorType, a: &Affine) -> 
             );
             Some(egraph.add(conv))
         }
-        Opcode::MatMul | Opcode::Gemm => {
+        Some(AffineFold::MatMulColumns | AffineFold::GemmColumns) => {
             let trans_b = matches!(attrs.get("trans_b"), Some(Attr::Bool(true)));
             // The right operand must be a 2-D matrix whose columns are the
             // output channels.
@@ -498,76 +499,6 @@ fn fold_node(egraph: &mut Graph, node: &OpNode, yt: &TensorType, a: &Affine) -> 
         }
         // Other producers keep the batch norm: only conv2d, matmul and gemm
         // are folded into.
-        Opcode::Const
-        | Opcode::Identity
-        | Opcode::Neg
-        | Opcode::Abs
-        | Opcode::Exp
-        | Opcode::Log
-        | Opcode::Sqrt
-        | Opcode::Rsqrt
-        | Opcode::Reciprocal
-        | Opcode::Erf
-        | Opcode::Tanh
-        | Opcode::Sigmoid
-        | Opcode::Floor
-        | Opcode::Ceil
-        | Opcode::Relu
-        | Opcode::Gelu
-        | Opcode::Silu
-        | Opcode::HardSigmoid
-        | Opcode::HardSwish
-        | Opcode::LeakyRelu
-        | Opcode::Clip
-        | Opcode::Cast
-        | Opcode::Add
-        | Opcode::Sub
-        | Opcode::Mul
-        | Opcode::Div
-        | Opcode::Max
-        | Opcode::Min
-        | Opcode::Pow
-        | Opcode::Prelu
-        | Opcode::Equal
-        | Opcode::Less
-        | Opcode::Greater
-        | Opcode::Where
-        | Opcode::ConvTranspose2d
-        | Opcode::BatchNorm
-        | Opcode::LayerNorm
-        | Opcode::Softmax
-        | Opcode::LogSoftmax
-        | Opcode::MaxPool2d
-        | Opcode::AvgPool2d
-        | Opcode::GlobalAvgPool
-        | Opcode::GlobalMaxPool
-        | Opcode::ReduceSum
-        | Opcode::ReduceMean
-        | Opcode::ReduceMax
-        | Opcode::ReduceMin
-        | Opcode::Reshape
-        | Opcode::Transpose
-        | Opcode::Flatten
-        | Opcode::Concat
-        | Opcode::Slice
-        | Opcode::Pad
-        | Opcode::Gather
-        | Opcode::Expand
-        | Opcode::Resize
-        | Opcode::Quantize
-        | Opcode::Dequantize
-        | Opcode::Requantize
-        | Opcode::QuantConv2d
-        | Opcode::QuantMatMul
-        | Opcode::QuantGemm
-        | Opcode::QuantAdd
-        | Opcode::QuantAvgPool2d
-        | Opcode::QuantGlobalAvgPool
-        | Opcode::FusedPointwise
-        | Opcode::FusedConv2d
-        | Opcode::FusedMatMul
-        | Opcode::FusedGemm
-        | Opcode::Attention
-        | Opcode::WinogradConv2d => None,
+        None => None,
     }
 }

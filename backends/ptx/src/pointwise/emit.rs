@@ -14,7 +14,7 @@ use aoc_ir::types::Scalar;
 
 use super::Gen;
 use super::math::{self, MathFn};
-use crate::expr::{Bin, Expr, Un};
+use crate::expr::{Binary, Expr, Unary};
 use crate::irtext::f32_lit;
 
 /// An element type a kernel can load or store.
@@ -219,21 +219,21 @@ impl Gen<'_> {
             .v(format!("call float {}({})", f.symbol(), args.join(", ")))
     }
 
-    fn unary(&mut self, op: Un, x: &str) -> String {
+    fn unary(&mut self, op: Unary, x: &str) -> String {
         match op {
-            Un::Neg => self.b.v(format!("fneg float {x}")),
-            Un::Abs => self.intrinsic("fabs", x),
-            Un::Sqrt => self.intrinsic("sqrt", x),
-            Un::Rsqrt => {
+            Unary::Neg => self.b.v(format!("fneg float {x}")),
+            Unary::Abs => self.intrinsic("fabs", x),
+            Unary::Sqrt => self.intrinsic("sqrt", x),
+            Unary::Rsqrt => {
                 let s = self.intrinsic("sqrt", x);
                 self.b.v(format!("fdiv float 1.0, {s}"))
             }
-            Un::Recip => self.b.v(format!("fdiv float 1.0, {x}")),
-            Un::Exp => self.math(MathFn::Exp, &[x]),
-            Un::Log => self.math(MathFn::Log, &[x]),
-            Un::Tanh => self.math(MathFn::Tanh, &[x]),
-            Un::Erf => self.math(MathFn::Erf, &[x]),
-            Un::Sigmoid => {
+            Unary::Reciprocal => self.b.v(format!("fdiv float 1.0, {x}")),
+            Unary::Exp => self.math(MathFn::Exp, &[x]),
+            Unary::Log => self.math(MathFn::Log, &[x]),
+            Unary::Tanh => self.math(MathFn::Tanh, &[x]),
+            Unary::Erf => self.math(MathFn::Erf, &[x]),
+            Unary::Sigmoid => {
                 // 1/(1 + e^-x) for x >= 0 and e^x/(1 + e^x) below, so that
                 // e^-|x| never overflows and tiny results keep their
                 // subnormal value instead of becoming 0. NaN takes the
@@ -246,11 +246,11 @@ impl Gen<'_> {
                 let num = self.b.v(format!("select i1 {pos}, float 1.0, float {e}"));
                 self.b.v(format!("fdiv float {num}, {d}"))
             }
-            Un::Floor => self.intrinsic("floor", x),
-            Un::Ceil => self.intrinsic("ceil", x),
-            Un::Trunc => self.intrinsic("trunc", x),
-            Un::RoundEven => self.intrinsic("roundeven", x),
-            Un::Relu => {
+            Unary::Floor => self.intrinsic("floor", x),
+            Unary::Ceil => self.intrinsic("ceil", x),
+            Unary::Trunc => self.intrinsic("trunc", x),
+            Unary::RoundEven => self.intrinsic("roundeven", x),
+            Unary::Relu => {
                 // NaN and -0.0 pass through, as max(x, 0) in the reference.
                 let neg = self.b.v(format!("fcmp olt float {x}, 0.0"));
                 self.b.v(format!("select i1 {neg}, float 0.0, float {x}"))
@@ -258,18 +258,18 @@ impl Gen<'_> {
         }
     }
 
-    fn binary(&mut self, op: Bin, a: &str, b: &str) -> String {
+    fn binary(&mut self, op: Binary, a: &str, b: &str) -> String {
         let arith = |g: &mut Self, ins: &str| g.b.v(format!("{ins} float {a}, {b}"));
         match op {
-            Bin::Add => arith(self, "fadd"),
-            Bin::Sub => arith(self, "fsub"),
-            Bin::Mul => arith(self, "fmul"),
-            Bin::Div => arith(self, "fdiv"),
-            Bin::Max | Bin::Min => {
+            Binary::Add => arith(self, "fadd"),
+            Binary::Sub => arith(self, "fsub"),
+            Binary::Mul => arith(self, "fmul"),
+            Binary::Div => arith(self, "fdiv"),
+            Binary::Max | Binary::Min => {
                 // numpy's maximum/minimum: NaN from either side wins, a tie
                 // returns `a`. (An ordered compare is false when `b` is NaN,
                 // which then wins through the first select.)
-                let cc = if op == Bin::Max { "oge" } else { "ole" };
+                let cc = if op == Binary::Max { "oge" } else { "ole" };
                 let keep_a = self.b.v(format!("fcmp {cc} float {a}, {b}"));
                 let t = self
                     .b
@@ -277,11 +277,11 @@ impl Gen<'_> {
                 let a_nan = self.b.v(format!("fcmp uno float {a}, 0.0"));
                 self.b.v(format!("select i1 {a_nan}, float {a}, float {t}"))
             }
-            Bin::Pow => self.math(MathFn::Pow, &[a, b]),
-            Bin::Eq | Bin::Lt | Bin::Gt => {
+            Binary::Pow => self.math(MathFn::Pow, &[a, b]),
+            Binary::Equal | Binary::Less | Binary::Greater => {
                 let cc = match op {
-                    Bin::Eq => "oeq",
-                    Bin::Lt => "olt",
+                    Binary::Equal => "oeq",
+                    Binary::Less => "olt",
                     _ => "ogt",
                 };
                 let m = self.b.v(format!("fcmp {cc} float {a}, {b}"));

@@ -11,7 +11,7 @@
 //! `gemm_simt.cases` (one line per kernel: name, spec, geometry) there, for
 //! a run of the kernels against a reference on a GPU machine.
 
-use aoc_backend_ptx::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
+use aoc_backend_ptx::expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
 use aoc_backend_ptx::kernels::gemm_simt::{
     SimtTile, gemm_f32, gemm_f32_tile, gemm_f32_with, pick_tile,
 };
@@ -599,8 +599,8 @@ fn residual_relu(r: [u64; 3]) -> GemmEpilogue {
         &[
             Expr::Load(0),
             Expr::Load(1),
-            Expr::Binary(Bin::Add, 0, 1),
-            Expr::Unary(Un::Relu, 2),
+            Expr::Binary(Binary::Add, 0, 1),
+            Expr::Unary(Unary::Relu, 2),
         ],
     )
 }
@@ -614,8 +614,8 @@ fn scale_cols_add_i8(q: [u64; 3]) -> GemmEpilogue {
             Expr::Load(0),
             Expr::Load(1),
             Expr::Load(2),
-            Expr::Binary(Bin::Mul, 0, 1),
-            Expr::Binary(Bin::Add, 3, 2),
+            Expr::Binary(Binary::Mul, 0, 1),
+            Expr::Binary(Binary::Add, 3, 2),
         ],
     )
 }
@@ -624,7 +624,7 @@ fn scale_cols_add_i8(q: [u64; 3]) -> GemmEpilogue {
 fn times_f16(h: [u64; 3]) -> GemmEpilogue {
     epilogue(
         &[(Scalar::F16, h)],
-        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Bin::Mul, 0, 1)],
+        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Mul, 0, 1)],
     )
 }
 

@@ -8,7 +8,7 @@
 //! also writes the sm_90 modules and a manifest of their specs there (for a
 //! run on a GPU).
 
-use aoc_backend_ptx::expr::{Bin, Expr, Un};
+use aoc_backend_ptx::expr::{Binary, Expr, Unary};
 use aoc_backend_ptx::kernels::gemm_tc::{
     TcPrecision, TcTile, choose_tile, gemm_tc, gemm_tc_tile, gemm_tc_with,
 };
@@ -685,20 +685,20 @@ fn epilogues(s: &GemmSpec) -> Vec<(&'static str, GemmEpilogue)> {
     let residual = [
         l0,
         l1,
-        Expr::Binary(Bin::Add, 0, 1),
-        Expr::Unary(Un::Relu, 2),
+        Expr::Binary(Binary::Add, 0, 1),
+        Expr::Unary(Unary::Relu, 2),
     ];
-    let scale = [l0, l1, Expr::Binary(Bin::Mul, 0, 1)];
-    let half = [l0, l1, Expr::Binary(Bin::Sub, 0, 1)];
+    let scale = [l0, l1, Expr::Binary(Binary::Mul, 0, 1)];
+    let half = [l0, l1, Expr::Binary(Binary::Sub, 0, 1)];
     let all = [
         l0,
         l1,
         l2,
         l3,
-        Expr::Binary(Bin::Mul, 0, 2),
-        Expr::Binary(Bin::Add, 4, 1),
-        Expr::Unary(Un::Relu, 5),
-        Expr::Binary(Bin::Sub, 6, 3),
+        Expr::Binary(Binary::Mul, 0, 2),
+        Expr::Binary(Binary::Add, 4, 1),
+        Expr::Unary(Unary::Relu, 5),
+        Expr::Binary(Binary::Sub, 6, 3),
     ];
     vec![
         ("residual", epilogue(s, &[r], &residual)),
@@ -917,7 +917,7 @@ fn gemm_tc_epilogue_edges_and_refusals() {
     gemm_tc_with(&mut m, "z_k0", &k0, p, true, sm, None, Some(e)).unwrap();
     // No extra operand: `sigmoid(v)`, no extra pointer.
     let s = dense(40, 40, 40);
-    let e = epilogue(&s, &[], &[Expr::Load(0), Expr::Unary(Un::Sigmoid, 0)]);
+    let e = epilogue(&s, &[], &[Expr::Load(0), Expr::Unary(Unary::Sigmoid, 0)]);
     gemm_tc_with(&mut m, "z_sig", &s, p, true, sm, None, Some(&e)).unwrap();
     let ir = m.finish();
     assert!(ir_func(&ir, "z_sig").contains("call float @z_sig_epi(float "));

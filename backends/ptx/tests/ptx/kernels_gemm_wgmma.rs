@@ -6,7 +6,7 @@
 //! manifest `gemm_wgmma.txt` and `gemm_wgmma_pack.bin` (a packed sample B)
 //! for `tests/gpu_checks/gemm_wgmma.py`.
 
-use aoc_backend_ptx::expr::{Bin, Expr, Un};
+use aoc_backend_ptx::expr::{Binary, Expr, Unary};
 use aoc_backend_ptx::kernels::gemm_wgmma::{
     WgPrecision, WgTile, choose_wg_tile, gemm_wgmma, gemm_wgmma_tile, pack_b, packed_b_len,
     packed_b_offset,
@@ -45,8 +45,8 @@ fn residual(s: &GemmSpec) -> GemmEpilogue {
     let exprs = [
         Expr::Load(0),
         Expr::Load(1),
-        Expr::Binary(Bin::Add, 0, 1),
-        Expr::Unary(Un::Relu, 2),
+        Expr::Binary(Binary::Add, 0, 1),
+        Expr::Unary(Unary::Relu, 2),
     ];
     GemmEpilogue {
         kernel: super::kernel("", &[s.m, s.n], &ops, &exprs, Scalar::F32),

@@ -9,7 +9,7 @@ use cranelift::prelude::*;
 use types::{F32, F64, I8, I16, I32, I64};
 
 use super::{Gen, MathFn, mem};
-use crate::expr::{Bin, Expr, Un};
+use crate::expr::{Binary, Expr, Unary};
 
 /// An element type a kernel can load or store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -209,27 +209,27 @@ impl Gen<'_, '_> {
         }
     }
 
-    fn unary(&mut self, ty: Type, op: Un, x: Value) -> Value {
+    fn unary(&mut self, ty: Type, op: Unary, x: Value) -> Value {
         match op {
-            Un::Neg => self.b.ins().fneg(x),
-            Un::Abs => self.b.ins().fabs(x),
-            Un::Sqrt => self.b.ins().sqrt(x),
-            Un::Rsqrt => {
+            Unary::Neg => self.b.ins().fneg(x),
+            Unary::Abs => self.b.ins().fabs(x),
+            Unary::Sqrt => self.b.ins().sqrt(x),
+            Unary::Rsqrt => {
                 let one = self.fconst(ty, 1.0);
                 let s = self.b.ins().sqrt(x);
                 self.b.ins().fdiv(one, s)
             }
-            Un::Recip => {
+            Unary::Reciprocal => {
                 let one = self.fconst(ty, 1.0);
                 self.b.ins().fdiv(one, x)
             }
-            Un::Exp => self.call(MathFn::Exp, &[x]),
-            Un::Log => self.call(MathFn::Log, &[x]),
-            Un::Tanh => self.call(MathFn::Tanh, &[x]),
-            Un::Erf => self.call(MathFn::Erf, &[x]),
-            Un::Sigmoid => self.call(MathFn::Sigmoid, &[x]),
-            Un::Floor | Un::Ceil | Un::Trunc | Un::RoundEven => self.round(ty, op, x),
-            Un::Relu => {
+            Unary::Exp => self.call(MathFn::Exp, &[x]),
+            Unary::Log => self.call(MathFn::Log, &[x]),
+            Unary::Tanh => self.call(MathFn::Tanh, &[x]),
+            Unary::Erf => self.call(MathFn::Erf, &[x]),
+            Unary::Sigmoid => self.call(MathFn::Sigmoid, &[x]),
+            Unary::Floor | Unary::Ceil | Unary::Trunc | Unary::RoundEven => self.round(ty, op, x),
+            Unary::Relu => {
                 // NaN and -0.0 pass through, as max(x, 0) in the reference.
                 let zero = self.fconst(ty, 0.0);
                 let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
@@ -238,16 +238,16 @@ impl Gen<'_, '_> {
         }
     }
 
-    fn binary(&mut self, ty: Type, op: Bin, a: Value, b: Value) -> Value {
+    fn binary(&mut self, ty: Type, op: Binary, a: Value, b: Value) -> Value {
         match op {
-            Bin::Add => self.b.ins().fadd(a, b),
-            Bin::Sub => self.b.ins().fsub(a, b),
-            Bin::Mul => self.b.ins().fmul(a, b),
-            Bin::Div => self.b.ins().fdiv(a, b),
-            Bin::Max | Bin::Min => {
+            Binary::Add => self.b.ins().fadd(a, b),
+            Binary::Sub => self.b.ins().fsub(a, b),
+            Binary::Mul => self.b.ins().fmul(a, b),
+            Binary::Div => self.b.ins().fdiv(a, b),
+            Binary::Max | Binary::Min => {
                 // numpy's maximum/minimum: NaN from either side wins, a tie
                 // returns `a`.
-                let cc = if op == Bin::Max {
+                let cc = if op == Binary::Max {
                     FloatCC::GreaterThanOrEqual
                 } else {
                     FloatCC::LessThanOrEqual
@@ -257,11 +257,11 @@ impl Gen<'_, '_> {
                 let a_nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
                 self.pick(a_nan, a, t)
             }
-            Bin::Pow => self.call(MathFn::Pow, &[a, b]),
-            Bin::Eq | Bin::Lt | Bin::Gt => {
+            Binary::Pow => self.call(MathFn::Pow, &[a, b]),
+            Binary::Equal | Binary::Less | Binary::Greater => {
                 let cc = match op {
-                    Bin::Eq => FloatCC::Equal,
-                    Bin::Lt => FloatCC::LessThan,
+                    Binary::Equal => FloatCC::Equal,
+                    Binary::Less => FloatCC::LessThan,
                     _ => FloatCC::GreaterThan,
                 };
                 let m = self.b.ins().fcmp(cc, a, b);
@@ -278,12 +278,12 @@ impl Gen<'_, '_> {
     /// below 2^23 in magnitude, where f32 has fractional bits; larger values,
     /// infinities and NaN are integral already and pass through) and derives
     /// the others by a ±1 correction.
-    fn round(&mut self, ty: Type, op: Un, x: Value) -> Value {
+    fn round(&mut self, ty: Type, op: Unary, x: Value) -> Value {
         if self.level.has_round() {
             return match op {
-                Un::Floor => self.b.ins().floor(x),
-                Un::Ceil => self.b.ins().ceil(x),
-                Un::Trunc => self.b.ins().trunc(x),
+                Unary::Floor => self.b.ins().floor(x),
+                Unary::Ceil => self.b.ins().ceil(x),
+                Unary::Trunc => self.b.ins().trunc(x),
                 _ => self.b.ins().nearest(x),
             };
         }
@@ -296,7 +296,7 @@ impl Gen<'_, '_> {
         let r = self.b.ins().bor(r, sign);
         let small = self.b.ins().fcmp(FloatCC::LessThan, ax, big);
         let n = self.pick(small, r, x);
-        if op == Un::RoundEven {
+        if op == Unary::RoundEven {
             return n;
         }
         let one = self.fconst(ty, 1.0);
@@ -307,8 +307,8 @@ impl Gen<'_, '_> {
         let n_plus = self.b.ins().fadd(n, one);
         let ceil = self.pick(below, n_plus, n);
         match op {
-            Un::Floor => floor,
-            Un::Ceil => ceil,
+            Unary::Floor => floor,
+            Unary::Ceil => ceil,
             _ => {
                 let zero = self.fconst(ty, 0.0);
                 let neg = self.b.ins().fcmp(FloatCC::LessThan, x, zero);
