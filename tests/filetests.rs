@@ -19,6 +19,20 @@
 //!     `--rules` names a rules file relative to the test file's folder and
 //!     adds `user-rules`), verify again; checks run against the printed
 //!     result (computed constants print inline as `dense<...>`).
+//!   - `lower cpu|gpu [--target=T] [--precision=P] [--passes=LIST]
+//!     [precise-output]`: optimize with the target's pipeline (what `aoc
+//!     compile` runs; `--passes=` names another, empty for none), compile,
+//!     and check the plan as `aoc explain` prints it: steps or launches,
+//!     kernels, reference fallbacks, layout copies (the artifact's path
+//!     reads `<artifact>`). Targets default to `x86-64-v4` and `sm_86`,
+//!     precision to `fp32`.
+//!   - `compile x86|ptx [...same options]`: the emitted code: the CPU
+//!     kernels' assembly (`aoc compile --emit asm`) or the module's PTX
+//!     (`--emit ptx`).
+//!   - `precise-output`: instead of filecheck directives, the whole output
+//!     must equal the case's `// | ` lines; `AOC_BLESS=1 cargo test --test
+//!     filetests` rewrites those lines to the actual output (review the
+//!     diff), as Cranelift's `precise-output` tests do.
 //! - Checks are `filecheck` directives in comments (`// check:`, `// nextln:`,
 //!   `// not:`, `// sameln:`, `// unordered:`, `// regex:`), Cranelift style.
 //! - `// error: TEXT` expects an error whose message contains TEXT, located on
@@ -48,6 +62,52 @@ enum Mode {
         passes: String,
         rules: Option<String>,
     },
+    /// `lower cpu|gpu`: the plan as `aoc explain` prints it.
+    Lower(Build),
+    /// `compile x86|ptx`: the emitted code (assembly or PTX).
+    Compile(Build),
+}
+
+/// Which backend and target a `lower`/`compile` case builds for.
+#[derive(Clone, Debug)]
+struct Build {
+    gpu: bool,
+    target: String,
+    precision: String,
+    /// The pipeline before code generation; `None` is the target's
+    /// (what `aoc compile` runs).
+    passes: Option<String>,
+    /// Compare the whole output with the case's `// | ` lines.
+    precise: bool,
+}
+
+fn parse_build(kind: &str, words: Vec<&str>) -> Result<Build, String> {
+    let gpu = match kind {
+        "cpu" | "x86" => false,
+        "gpu" | "ptx" => true,
+        other => return Err(format!("expected cpu/x86 or gpu/ptx, found `{other}`")),
+    };
+    let mut b = Build {
+        gpu,
+        target: if gpu { "sm_86" } else { "x86-64-v4" }.to_string(),
+        precision: "fp32".to_string(),
+        passes: None,
+        precise: false,
+    };
+    for w in words {
+        if let Some(t) = w.strip_prefix("--target=") {
+            b.target = t.to_string();
+        } else if let Some(p) = w.strip_prefix("--precision=") {
+            b.precision = p.to_string();
+        } else if let Some(p) = w.strip_prefix("--passes=") {
+            b.passes = Some(p.trim_matches(['\'', '"']).to_string());
+        } else if w == "precise-output" {
+            b.precise = true;
+        } else {
+            return Err(format!("unknown argument `{w}`"));
+        }
+    }
+    Ok(b)
 }
 
 fn parse_header(line: &str) -> Result<Mode, String> {
@@ -56,7 +116,7 @@ fn parse_header(line: &str) -> Result<Mode, String> {
         .strip_prefix("//")
         .map(str::trim)
         .and_then(|l| l.strip_prefix("test:"))
-        .ok_or_else(|| format!("the first line must be `// test: roundtrip | verify | run | opt ...`, found `{line}`"))?
+        .ok_or_else(|| format!("the first line must be `// test: roundtrip | verify | run | opt ... | lower cpu|gpu ... | compile x86|ptx ...`, found `{line}`"))?
         .trim();
     let mut words = rest.split_whitespace();
     match words.next() {
@@ -83,6 +143,15 @@ fn parse_header(line: &str) -> Result<Mode, String> {
             }
             Ok(Mode::Opt { passes, rules })
         }
+        Some(m @ ("lower" | "compile")) => {
+            let kind = words.next().unwrap_or("");
+            let lower = m == "lower";
+            if lower && !matches!(kind, "cpu" | "gpu") || !lower && !matches!(kind, "x86" | "ptx") {
+                return Err(format!("`{m}` takes {}, found `{kind}`", if lower { "cpu or gpu" } else { "x86 or ptx" }));
+            }
+            let b = parse_build(kind, words.collect())?;
+            Ok(if lower { Mode::Lower(b) } else { Mode::Compile(b) })
+        }
         other => Err(format!("unknown test kind `{}`", other.unwrap_or(""))),
     }
 }
@@ -90,6 +159,9 @@ fn parse_header(line: &str) -> Result<Mode, String> {
 struct Case {
     /// Display name of the file, relative to `filetests/`.
     rel: String,
+    /// The file, and this case's index in it (for `AOC_BLESS=1`).
+    path: PathBuf,
+    index: usize,
     /// The folder of the file (for `--rules=FILE`).
     dir: PathBuf,
     mode: Mode,
@@ -169,7 +241,8 @@ fn cases_of(path: &Path, rel: &str) -> Result<Vec<Case>, String> {
     groups.push((start, lines.len()));
     Ok(groups
         .into_iter()
-        .map(|(a, b)| {
+        .enumerate()
+        .map(|(index, (a, b))| {
             let mut t = "\n".repeat(a);
             for l in &lines[a..b] {
                 t.push_str(l);
@@ -177,6 +250,8 @@ fn cases_of(path: &Path, rel: &str) -> Result<Vec<Case>, String> {
             }
             Case {
                 rel: rel.to_string(),
+                path: path.to_path_buf(),
+                index,
                 dir: path.parent().map(Path::to_path_buf).unwrap_or_default(),
                 mode: mode.clone(),
                 text: t,
@@ -359,6 +434,15 @@ fn run_case(case: &Case) -> Result<(), String> {
             let printed = print_stable(&out)?;
             filecheck(&printed, &case.text, "optimized module")
         }
+        Mode::Lower(b) | Mode::Compile(b) => {
+            let lower = matches!(case.mode, Mode::Lower(_));
+            let out = build_case(case, module, b, lower)?;
+            if b.precise {
+                precise_output(case, &out)
+            } else {
+                filecheck(&out, &case.text, if lower { "plan" } else { "emitted code" })
+            }
+        }
         Mode::Run => {
             let inputs = case
                 .text
@@ -389,10 +473,177 @@ fn run_case(case: &Case) -> Result<(), String> {
     }
 }
 
+/// Optimizes the case's module with the build's pipeline and lowers or
+/// compiles it: the plan as `aoc explain` prints it (the artifact's path
+/// shown as `<artifact>`), or the emitted assembly / PTX.
+fn build_case(case: &Case, mut module: Module, b: &Build, lower: bool) -> Result<String, String> {
+    use aoc_compiler::{cpu, gpu};
+    let cost_target = if b.gpu {
+        if b.target.starts_with("sm_9") { "sm_90" } else { "sm_86" }
+    } else {
+        "x86-64-v4"
+    };
+    let pipeline = match &b.passes {
+        Some(p) => p.clone(),
+        None => if b.gpu { gpu::GPU_PIPELINE } else { cpu::CPU_PIPELINE }.to_string(),
+    };
+    let config = aoc_compiler::opt::OptConfig {
+        passes: Some(pipeline),
+        target: cost_target.to_string(),
+        ..Default::default()
+    };
+    aoc_compiler::opt::optimize(&mut module, &NoWeights, &config, None)?;
+    let func = module.entry().ok_or("the module has no function to compile")?;
+    let fail = |d: Diagnostic| format!("compilation failed:\n{}", render::render(&[d], &case.rel, &case.text));
+    // The artifact goes to a file of its own because `explain` reads one.
+    let scratch = std::env::temp_dir().join(format!(
+        "aoc-filetest-{}-{}-{}.aoc",
+        std::process::id(),
+        case.rel.replace(['/', '\\', '.'], "_"),
+        case.index
+    ));
+    let explain = |bytes: &[u8], gpu_artifact: bool| -> Result<String, String> {
+        std::fs::write(&scratch, bytes).map_err(|e| format!("cannot write {}: {e}", scratch.display()))?;
+        let text = if gpu_artifact {
+            let a = gpu::is_gpu_artifact(&scratch)?.ok_or("the GPU compile wrote no GPU artifact")?;
+            gpu::explain_gpu(&scratch, &a)
+        } else {
+            cpu::explain(&scratch)
+        };
+        let _ = std::fs::remove_file(&scratch);
+        Ok(text?.replace(&scratch.display().to_string(), "<artifact>"))
+    };
+    if b.gpu {
+        let sm = aoc_backend_ptx::Sm::parse(&b.target)?;
+        let precision = aoc_backend_ptx::translate::Precision::parse(&b.precision)
+            .ok_or_else(|| format!("unknown precision `{}`", b.precision))?;
+        if lower {
+            let out = aoc_backend_ptx::compile::compile(func, &NoWeights, sm, precision, None).map_err(fail)?;
+            explain(&out.artifact, true)
+        } else {
+            aoc_backend_ptx::compile::emit_text(func, &NoWeights, sm, precision, true).map_err(fail)
+        }
+    } else {
+        let level = aoc_backend_x86::pointwise::X86Level::from_target_name(&b.target)
+            .ok_or_else(|| format!("unknown CPU target `{}`", b.target))?;
+        if lower {
+            let out = aoc_backend_x86::compile::compile(func, &NoWeights, level).map_err(fail)?;
+            explain(&out.artifact, false)
+        } else {
+            aoc_backend_x86::compile::emit_text(func, &NoWeights, level, true).map_err(fail)
+        }
+    }
+}
+
+/// The marker of an expected-output line: `// | text`.
+const EXPECT: &str = "// |";
+
+/// The case's expected output: its `// | ` lines, in order.
+fn expected_output(text: &str) -> String {
+    let mut out = String::new();
+    for l in text.lines() {
+        if let Some(rest) = l.trim_start().strip_prefix(EXPECT) {
+            out.push_str(rest.strip_prefix(' ').unwrap_or(rest));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `precise-output`: the whole output must equal the case's `// | ` lines;
+/// with `AOC_BLESS=1` the file is rewritten to the actual output instead.
+fn precise_output(case: &Case, actual: &str) -> Result<(), String> {
+    let actual: String = actual.lines().map(|l| format!("{}\n", l.trim_end())).collect();
+    let expected = expected_output(&case.text);
+    if expected == actual {
+        return Ok(());
+    }
+    if std::env::var_os("AOC_BLESS").is_some_and(|v| v == "1") {
+        return bless(&case.path, case.index, &actual);
+    }
+    let mut diff = String::new();
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    for i in 0..e.len().max(a.len()) {
+        match (e.get(i), a.get(i)) {
+            (Some(x), Some(y)) if x == y => diff.push_str(&format!("  {x}\n")),
+            (x, y) => {
+                if let Some(x) = x {
+                    diff.push_str(&format!("- {x}\n"));
+                }
+                if let Some(y) = y {
+                    diff.push_str(&format!("+ {y}\n"));
+                }
+            }
+        }
+    }
+    Err(format!(
+        "the output differs from the `{EXPECT} ` lines (- expected, + actual); `AOC_BLESS=1 cargo test --test filetests` rewrites them:\n{diff}"
+    ))
+}
+
+/// Replaces case `index`'s `// | ` lines in `path` with `output` (appended
+/// at the end of the case). Cases of one file run on several threads: the
+/// lock makes each rewrite read the file the previous one wrote.
+fn bless(path: &Path, index: usize, output: &str) -> Result<(), String> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut cases: Vec<Vec<String>> = vec![vec![]];
+    for l in text.lines() {
+        if l.trim() == "// -----" {
+            cases.push(vec![]);
+        } else {
+            cases.last_mut().expect("one case at least").push(l.to_string());
+        }
+    }
+    let case = cases.get_mut(index).ok_or_else(|| format!("{} has no case {}", path.display(), index + 1))?;
+    case.retain(|l| !l.trim_start().starts_with(EXPECT));
+    while case.last().is_some_and(|l| l.trim().is_empty()) {
+        case.pop();
+    }
+    case.push(String::new());
+    for l in output.lines() {
+        case.push(if l.is_empty() { EXPECT.to_string() } else { format!("{EXPECT} {l}") });
+    }
+    if index + 1 < cases.len() {
+        cases[index].push(String::new());
+    }
+    let mut new = cases.iter().map(|c| c.join("\n")).collect::<Vec<_>>().join("\n// -----\n");
+    new.push('\n');
+    std::fs::write(path, new).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The harness's own check that `AOC_BLESS=1` rewrites exactly the
+/// blessed case's `// | ` lines and nothing else.
+fn bless_self_test() -> Result<(), String> {
+    let path = std::env::temp_dir().join(format!("aoc-filetest-bless-{}.air", std::process::id()));
+    let before = "// test: lower cpu precise-output\nfunc @a\n\n// | old 1\n// | old 2\n\n// -----\nfunc @b\n";
+    std::fs::write(&path, before).map_err(|e| e.to_string())?;
+    bless(&path, 1, "new b\n\nmore\n")?;
+    bless(&path, 0, "new a\n")?;
+    let after = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    let want = "// test: lower cpu precise-output\nfunc @a\n\n// | new a\n\n// -----\nfunc @b\n\n// | new b\n// |\n// | more\n";
+    let result = if after != want {
+        Err(format!("bless wrote:\n{after}\nexpected:\n{want}"))
+    } else {
+        let cases = cases_of(&path, "self")?;
+        let b = &cases[1];
+        match (precise_output(b, "new b\n\nmore"), precise_output(b, "new b\nchanged")) {
+            (Err(e), _) => Err(format!("the blessed output does not compare equal: {e}")),
+            (Ok(()), Ok(())) if std::env::var_os("AOC_BLESS").is_none() => Err("a changed output compared equal".into()),
+            _ => Ok(()),
+        }
+    };
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
 fn main() {
     let args = Arguments::from_args();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("filetests");
-    let mut trials = vec![];
+    let mut trials = vec![Trial::test("harness/bless_rewrites_expectations", || {
+        bless_self_test().map_err(Failed::from)
+    })];
     for path in discover(&root) {
         let rel = path
             .strip_prefix(&root)
