@@ -66,7 +66,7 @@ pub fn ops_markdown() -> String {
             Format::Generic => "generic",
             Format::Const => "constant",
         };
-        let _ = writeln!(out, "Traits: {}. Format: {format}.\n", traits.join(", "));
+        let _ = writeln!(out, "Kind: `{:?}`. Traits: {}. Format: {format}.\n", info.kind, traits.join(", "));
     }
     out
 }
