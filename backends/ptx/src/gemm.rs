@@ -1,6 +1,10 @@
 //! Tensor-core GEMM for f16 inputs: `C = A · B (+ bias) (relu)`, f32
 //! accumulation, f32 or f16 output, batched over `gridDim.z`.
 //!
+//! Built only with the crate's `f16-gemm` feature: the compiler keeps
+//! activations in f32 and does not call it yet; the crate's tests turn the
+//! feature on.
+//!
 //! Kernel ABI (argument order):
 //! `(ptr A, ptr B, ptr bias, ptr C, i32 m, i32 n, i32 k, i32 lda, i32 ldb,
 //! i32 ldc, i64 batch_stride_a, i64 batch_stride_b, i64 batch_stride_c)`.

@@ -1,0 +1,138 @@
+//! Epilogue fusion: a pointwise step right after a GEMM-shaped step that
+//! rewrites the GEMM's output in place becomes that GEMM's epilogue
+//! ([`GemmEpilogue`]: its kernel with the product as operand 0, the other
+//! operands' strides over the `m × n` output), so the product is stored
+//! once, finished.
+//!
+//! Invariants:
+//! - Only a contiguous, one-batch, one-group output takes an epilogue, and
+//!   only a step that reads that output at exactly the element it writes
+//!   (no other operand may read it: it would see the unfinished value).
+//! - Every other operand must be affine in (row, column) of the output
+//!   ([`affine_over`]); otherwise the steps stay two launches.
+
+use std::collections::HashMap;
+
+use aoc_ir::types::Scalar;
+use aoc_runtime::plan::{Buf, Step};
+
+use super::overlaps;
+use crate::expr::{Expr, PointwiseKernel};
+use crate::kernels::GemmEpilogue;
+
+/// The element strides `[row, col]` of a pointwise operand (`strides` over
+/// `dims`) when the kernel's flat element index is `row · n + col` over an
+/// `m × n` matrix: `None` unless that offset is affine in (row, col). Dims
+/// the operand walks contiguously are merged first; then the
+/// dims are split where their trailing product is `n` (a dim straddling the
+/// split is cut in two when it divides), then each side must collapse to one
+/// stride.
+pub fn affine_over(dims: &[u64], strides: &[u64], m: u64, n: u64) -> Option<[u64; 2]> {
+    if dims.iter().product::<u64>() != m * n || n == 0 || m == 0 {
+        return None;
+    }
+    // Merge dims this operand walks contiguously (the lowering collapses
+    // dims for the kernel's vector width, not along the matrix's rows, so
+    // a dense operand may come as [24, 4096] for a 128 × 768 matrix).
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (&d, &s) in dims.iter().zip(strides) {
+        match merged.last_mut() {
+            Some((pd, ps)) if *ps == s * d => {
+                *pd *= d;
+                *ps = s;
+            }
+            _ => merged.push((d, s)),
+        }
+    }
+    // Split into (dim, stride) lists for the row part and the column part.
+    let mut col: Vec<(u64, u64)> = Vec::new();
+    let mut row: Vec<(u64, u64)> = Vec::new();
+    let mut need = n;
+    for &(d, s) in merged.iter().rev() {
+        if need == 1 {
+            row.push((d, s));
+        } else if need % d == 0 {
+            col.push((d, s));
+            need /= d;
+        } else if d % need == 0 {
+            col.push((need, s));
+            row.push((d / need, s * need));
+            need = 1;
+        } else {
+            return None;
+        }
+    }
+    if need != 1 {
+        return None;
+    }
+    // Innermost first in each list: collapse when each dim's stride is the
+    // previous stride times the previous extent (unit dims are free).
+    let collapse = |v: &[(u64, u64)]| -> Option<u64> {
+        let v: Vec<(u64, u64)> = v.iter().copied().filter(|&(d, _)| d != 1).collect();
+        let Some(&(_, s0)) = v.first() else { return Some(0) };
+        let mut expect = s0;
+        for &(d, s) in &v {
+            if s != expect {
+                return None;
+            }
+            expect = s * d;
+        }
+        Some(s0)
+    };
+    Some([collapse(&row)?, collapse(&col)?])
+}
+
+/// The contiguous `m × n` output of a GEMM-shaped step (one batch, one
+/// group), the only form an epilogue is fused into.
+pub(super) fn gemm_output(step: &Step) -> Option<(Buf, u64, u64)> {
+    match step {
+        Step::Gemm { c, m, n, ldc, .. } if ldc == n => Some((*c, *m, *n)),
+        Step::Conv2d { y, geom, .. } if geom.group == 1 => Some((*y, geom.n * geom.oh * geom.ow, geom.oc)),
+        Step::MatMul { c, batch: 1, m, n, c_strides, .. } if c_strides[1] == *n && c_strides[2] == 1 => Some((*c, *m, *n)),
+        _ => None,
+    }
+}
+
+/// A pointwise step right after a GEMM writing `c` (`m × n`, row major,
+/// contiguous) that rewrites `c` in place and reads it at the element it
+/// writes becomes that GEMM's epilogue: returns the epilogue and the extra
+/// buffers (its other operands, in order).
+pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Vec<Buf>)> {
+    let Step::Pointwise { code, args, .. } = next else { return None };
+    let k = kernels.get(code.as_str())?;
+    let (out, ins) = args.split_last()?;
+    if out != c || k.out_dtype != Scalar::F32 || ins.len() != k.operands.len() {
+        return None;
+    }
+    // The operand that reads c where the kernel writes: row-major strides.
+    let mut row_major = vec![0u64; k.dims.len()];
+    let mut acc = 1;
+    for (d, &e) in k.dims.iter().enumerate().rev() {
+        row_major[d] = acc;
+        acc *= e;
+    }
+    let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == row_major && op.dtype == Scalar::F32)?;
+    // No other operand may read c (it would see the value before the epilogue).
+    if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, c)) {
+        return None;
+    }
+    let mut order = vec![me];
+    order.extend((0..ins.len()).filter(|&i| i != me));
+    let mut kernel = (*k).clone();
+    kernel.name.clear();
+    kernel.operands = order.iter().map(|&i| k.operands[i].clone()).collect();
+    let remap: Vec<usize> = (0..ins.len()).map(|i| order.iter().position(|&o| o == i).unwrap()).collect();
+    for e in &mut kernel.exprs {
+        if let Expr::Load(op) = e {
+            *op = remap[*op];
+        }
+    }
+    let mut strides = Vec::new();
+    for &i in &order[1..] {
+        let [r, col] = affine_over(&k.dims, &k.operands[i].strides, m, n)?;
+        strides.push([0, r, col]);
+    }
+    let bufs = order[1..].iter().map(|&i| ins[i]).collect();
+    Some((GemmEpilogue { kernel, strides }, bufs))
+}
+
