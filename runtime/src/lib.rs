@@ -8,11 +8,11 @@
 //! - Every artifact is validated before use (magic, version, checksum,
 //!   section table, manifest schema, every range, CPU features).
 //! - A bad artifact is an error naming the file, never a crash.
-pub mod artifact;
+// The compiler/runtime contract lives in aoc-plan; re-exported here so the
+// runtime's API keeps its paths (`aoc_runtime::plan::Step`, ...).
+pub use aoc_plan::{artifact, gpu_plan, plan};
 pub mod jit;
 pub mod kernels;
-pub mod plan;
-pub mod gpu_plan;
 pub mod exec;
 pub mod capi;
 #[cfg(feature = "cuda")]
