@@ -1,5 +1,5 @@
 //! A lowered plan (`aoc_passes::lower`) → the GPU launch plan
-//! ([`aoc_runtime::gpu_plan::GpuPlan`]) and one LLVM module holding every
+//! ([`aoc_plan::gpu_plan::GpuPlan`]) and one LLVM module holding every
 //! kernel the launches name.
 //!
 //! Each step becomes one launch of a kernel specialized for its shapes
@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 
 use aoc_passes::lower::{Lowered, WeightBlob};
-use aoc_runtime::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
-use aoc_runtime::plan::{Buf, PoolKind, Space, Step};
+use aoc_plan::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
+use aoc_plan::plan::{Buf, PoolKind, Space, Step};
 
 use crate::expr::{Bin, Expr, Operand, PointwiseKernel, Un};
 use crate::irtext::ModuleText;

@@ -45,7 +45,7 @@ use aoc_ir::module::{Func, OpData, ValueId};
 use aoc_ir::ops::Opcode;
 use aoc_ir::tensor::Tensor;
 use aoc_ir::types::{Scalar, TensorType};
-use aoc_runtime::plan::{Buf, Plan, Space, Step};
+use aoc_plan::plan::{Buf, Plan, Space, Step};
 
 use crate::kernel_expr::PointwiseKernel;
 
@@ -165,7 +165,7 @@ pub struct LowerOptions {
 /// How constant GEMM and convolution weights are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightForm {
-    /// The CPU micro-kernels' packed panels (`aoc_runtime::kernels::pack_b`).
+    /// The CPU micro-kernels' packed panels (`aoc_plan::pack::pack_b`).
     Packed,
     /// Plain row-major matrices: `Step::Gemm`'s B is `k × n`; `Step::Conv2d`'s
     /// weights are, per group, the `(kh·kw·cg) × ocg` matrix (rows in

@@ -17,7 +17,7 @@ use aoc_ir::module::{OpData, ValueId};
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::fused::{Step as EpiStep, parse_epilogue};
 use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
-use aoc_runtime::plan::{Buf, Step};
+use aoc_plan::plan::{Buf, Step};
 
 use super::{Lower, Val, identity, logical_strides};
 use crate::kernel_expr::{Bin, Expr, Operand, PointwiseKernel, Un};
