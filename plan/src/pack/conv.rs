@@ -204,7 +204,6 @@ pub fn conv2d_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, 
     Ok(out)
 }
 
-
 /// Packs depthwise OIHW weights `[oc, 1, kh, kw]` into `kh × kw × oc`
 /// (`Step::DepthwiseConv2d`).
 pub fn depthwise_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, PackError> {

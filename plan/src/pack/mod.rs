@@ -165,7 +165,10 @@ mod tests {
             pads: [0; 4],
             group: 1,
         };
-        assert_eq!(conv2d_pack_weights(&g, &[1.0; 4]).unwrap().len(), 2 * PANEL_WIDTH);
+        assert_eq!(
+            conv2d_pack_weights(&g, &[1.0; 4]).unwrap().len(),
+            2 * PANEL_WIDTH
+        );
         assert_eq!(
             conv2d_pack_weights(&g, &[1.0; 3]).unwrap_err().message(),
             "weight [2, 2, 1, 1] must hold 4 floats, found 3"

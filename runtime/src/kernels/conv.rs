@@ -43,10 +43,10 @@ mod transpose;
 
 // The weight layouts and the checked geometry are the contract with the
 // compiler (aoc-plan); the kernels here read what they define.
+pub(crate) use aoc_plan::pack::{ConvDims as Dims, conv_out_size, product};
 pub use aoc_plan::pack::{
     conv_transpose2d_pack_weights, conv2d_pack_weights, depthwise_pack_weights,
 };
-pub(crate) use aoc_plan::pack::{ConvDims as Dims, conv_out_size, product};
 
 pub use direct::depthwise_conv2d;
 use direct::{grouped_rows, grouped_weights};

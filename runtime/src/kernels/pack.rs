@@ -8,8 +8,8 @@
 
 use super::gemm::GemmError;
 
-pub use aoc_plan::pack::{PANEL_WIDTH, packed_len};
 pub(crate) use aoc_plan::pack::check_matrix;
+pub use aoc_plan::pack::{PANEL_WIDTH, packed_len};
 
 /// A `k × n` matrix B packed in column panels (layout: `aoc_plan::pack`).
 #[derive(Clone, Debug, PartialEq)]
