@@ -2,6 +2,11 @@
 //! its arena and runs it: CPU artifacts on threads with the micro-kernels
 //! (`exec`), GPU artifacts through CUDA graphs (`cuda`, feature `cuda`).
 //!
+//! What an artifact holds — the format, the plan schemas, the weight
+//! layouts, the JIT offsets — is defined in `aoc-plan`, the crate the
+//! compiler writes through; `artifact`, `plan` and `gpu_plan` are its
+//! modules, re-exported here.
+//!
 //! Invariants:
 //! - In its default features this crate links neither LLVM nor Cranelift nor
 //!   `aoc-ir`: a deployment needs the runtime and the artifact, nothing else.
