@@ -14,7 +14,8 @@
 //! - input transform `V = Bᵀ d B` per tile and channel, written to a scratch
 //!   laid out `[ξ][tile][c]`;
 //! - for each `ξ` one GEMM `M[ξ] = V[ξ] · U[ξ]` (`tiles × c` by `c × oc`),
-//!   `U[ξ]` packed by [`pack_b`] at compile time ([`winograd_pack_weights`]);
+//!   `U[ξ]` packed by [`pack_b`](crate::kernels::pack_b) at compile time
+//!   ([`winograd_pack_weights`]);
 //! - output transform `Y = Aᵀ M A` per tile and output channel, plus the
 //!   bias, then relu, written to `y` with the tiles past the output's edge
 //!   clipped.

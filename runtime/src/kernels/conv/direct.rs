@@ -18,7 +18,7 @@ use crate::plan::ConvGeom;
 
 /// NHWC depthwise convolution (`group == c`, `oc == c · multiplier`; output
 /// channel `o` reads input channel `o / multiplier`) with `w` from
-/// [`depthwise_pack_weights`].
+/// [`depthwise_pack_weights`](super::depthwise_pack_weights).
 pub fn depthwise_conv2d(
     geom: &ConvGeom,
     x: &[f32],

@@ -19,7 +19,8 @@ use crate::plan::ConvGeom;
 const COLUMN_FLOATS: usize = 1 << 20;
 
 /// NHWC transposed convolution (ONNX ConvTranspose): `x` is `n × h × w × c`,
-/// `y` is `n × oh × ow × oc`, `w` from [`conv_transpose2d_pack_weights`].
+/// `y` is `n × oh × ow × oc`, `w` from
+/// [`conv_transpose2d_pack_weights`](super::conv_transpose2d_pack_weights).
 /// Input pixel `(iy, ix)` adds `x · w[.., ky, kx, ..]` at output
 /// `(iy·stride + ky·dilation − pad_top, ix·stride + kx·dilation − pad_left)`;
 /// outputs past the full result (ONNX's `output_padding`) get the bias only.
