@@ -19,10 +19,11 @@
 //!   IR rounds);
 //! - comparisons give 1.0 or 0.0; `Select(c, a, b)` is `c != 0 ? a : b`.
 //!
-//! The kernel's ABI (shared with `aoc_runtime::jit`): `extern "C" fn(args:
-//! *const *mut u8, row_start: u64, row_end: u64, math: *const MathTable)`,
-//! where `args` holds the operands' base pointers and then the output's, and
-//! rows are the output's elements grouped by its last dimension (`rows =
+//! The kernel's ABI (`aoc_plan::jit_abi`, shared by the x86 backend and
+//! the runtime's `aoc_runtime::jit`): `extern "C" fn(args: *const *mut u8,
+//! row_start: u64, row_end: u64, math: *const MathTable)`, where `args`
+//! holds the operands' base pointers and then the output's, and rows are
+//! the output's elements grouped by its last dimension (`rows =
 //! Π dims[..last]`). The kernel computes rows `row_start..row_end`, so the
 //! executor can split rows over threads.
 

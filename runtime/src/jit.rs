@@ -6,8 +6,9 @@
 //!   outside code it reaches is the [`MathTable`] whose address the caller
 //!   passes, so loading is a copy into fresh executable memory.
 //! - The table's layout is part of the ABI: the code generator reads the
-//!   function pointers at the `MATH_*_OFFSET` byte offsets below, and a test
-//!   checks them against the real layout.
+//!   function pointers at the `MATH_*_OFFSET` byte offsets of
+//!   `aoc_plan::jit_abi` (re-exported here), and a test checks them against
+//!   the real layout.
 //! - A [`LoadedKernel`] owns its executable memory, so the entry point stays
 //!   valid for as long as the kernel value lives.
 //! - The table's transcendental functions (`math.rs`, over the lane types of
@@ -76,19 +77,14 @@ pub struct MathTable {
     pub sigmoid4: extern "C" fn(F32x4) -> F32x4,
 }
 
-/// Byte offsets of the [`MathTable`] fields (`i32`, as Cranelift's load
-/// offsets are).
-pub const MATH_EXP_OFFSET: i32 = 0;
-pub const MATH_LOG_OFFSET: i32 = 8;
-pub const MATH_TANH_OFFSET: i32 = 16;
-pub const MATH_ERF_OFFSET: i32 = 24;
-pub const MATH_POW_OFFSET: i32 = 32;
-pub const MATH_SIGMOID_OFFSET: i32 = 40;
-pub const MATH_EXP4_OFFSET: i32 = 48;
-pub const MATH_LOG4_OFFSET: i32 = 56;
-pub const MATH_TANH4_OFFSET: i32 = 64;
-pub const MATH_ERF4_OFFSET: i32 = 72;
-pub const MATH_SIGMOID4_OFFSET: i32 = 80;
+/// Byte offsets of the [`MathTable`] fields: part of the contract with the
+/// code generator, so they live in `aoc_plan::jit_abi` (one definition) and
+/// the test below checks them against this struct.
+pub use aoc_plan::jit_abi::{
+    MATH_ERF_OFFSET, MATH_ERF4_OFFSET, MATH_EXP_OFFSET, MATH_EXP4_OFFSET, MATH_LOG_OFFSET,
+    MATH_LOG4_OFFSET, MATH_POW_OFFSET, MATH_SIGMOID_OFFSET, MATH_SIGMOID4_OFFSET, MATH_TANH_OFFSET,
+    MATH_TANH4_OFFSET,
+};
 
 /// The table every kernel call gets.
 pub static MATH: MathTable = MathTable {

@@ -9,8 +9,8 @@ use aoc_ir::diag::Diagnostic;
 use aoc_ir::interp::WeightSource;
 use aoc_ir::module::Func;
 use aoc_passes::lower::{LowerOptions, LowerReport, Lowered, lower};
-use aoc_runtime::artifact::ArtifactWriter;
-use aoc_runtime::gpu_plan::{GpuItem, PTX_BLOB};
+use aoc_plan::artifact::ArtifactWriter;
+use aoc_plan::gpu_plan::{GpuItem, PTX_BLOB};
 
 use crate::llvm::ir_parts_to_ptx;
 use crate::target::Sm;

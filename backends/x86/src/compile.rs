@@ -9,7 +9,7 @@
 use aoc_ir::diag::Diagnostic;
 use aoc_ir::interp::WeightSource;
 use aoc_ir::module::Func;
-use aoc_runtime::artifact::ArtifactWriter;
+use aoc_plan::artifact::ArtifactWriter;
 
 use crate::lower::{LowerOptions, LowerReport, lower};
 use crate::pointwise::{X86Level, compile_pointwise, pointwise_asm, pointwise_clif};
@@ -95,7 +95,7 @@ pub fn emit_text(func: &Func, weights: &dyn WeightSource, level: X86Level, asm: 
     ));
     for (i, (s, o)) in lowered.plan.steps.iter().zip(&lowered.plan.origins).enumerate() {
         let extra = match s {
-            aoc_runtime::plan::Step::Pointwise { code, rows, .. } => format!(" {code} rows={rows}"),
+            aoc_plan::plan::Step::Pointwise { code, rows, .. } => format!(" {code} rows={rows}"),
             _ => String::new(),
         };
         out.push_str(&format!("; step {i}: {}{extra}  <- {o}\n", s.kind()));

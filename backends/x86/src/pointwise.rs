@@ -18,7 +18,7 @@
 //! - The code is position independent and has no relocations: the math
 //!   functions Cranelift lacks (`exp`, `log`, `tanh`, `erf`, `sigmoid`,
 //!   `pow`) are called through the table pointer the kernel receives, at the
-//!   byte offsets `aoc_runtime::jit` fixes, and rounding never becomes a
+//!   byte offsets `aoc_plan::jit_abi` fixes, and rounding never becomes a
 //!   libcall (the baseline level, without SSE4.1, rounds with a float trick
 //!   instead). [`compile_pointwise`] checks the relocation list is empty.
 //! - The vector loop calls the table's `f32x4` entries once per vector (the
@@ -32,7 +32,7 @@
 //! - Only expressions the result depends on are emitted, so a dead math call
 //!   costs nothing.
 
-use aoc_runtime::jit::{
+use aoc_plan::jit_abi::{
     MATH_ERF_OFFSET, MATH_ERF4_OFFSET, MATH_EXP_OFFSET, MATH_EXP4_OFFSET, MATH_LOG_OFFSET,
     MATH_LOG4_OFFSET, MATH_POW_OFFSET, MATH_SIGMOID_OFFSET, MATH_SIGMOID4_OFFSET, MATH_TANH_OFFSET,
     MATH_TANH4_OFFSET,

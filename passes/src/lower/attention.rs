@@ -13,7 +13,7 @@ use aoc_ir::module::{OpData, ValueId};
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::fused::Step as EpiStep;
 use aoc_ir::types::TensorType;
-use aoc_runtime::plan::{Buf, Step};
+use aoc_plan::plan::{Buf, Step};
 
 use super::pointwise::epilogue;
 use super::{Lower, Val, identity, logical_strides};

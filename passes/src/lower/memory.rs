@@ -8,7 +8,7 @@
 //! aligned.
 
 use crate::memplan::{ALIGN, Lifetime, greedy_by_size};
-use aoc_runtime::plan::{Plan, Space};
+use aoc_plan::plan::{Plan, Space};
 
 use super::{Home, IoSpec, Lower, Lowered};
 

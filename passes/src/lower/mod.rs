@@ -46,7 +46,7 @@ use aoc_ir::ops::Opcode;
 use aoc_ir::ops::kind::{Conv, Form, Movement, Norm, OpKind, Pool};
 use aoc_ir::tensor::Tensor;
 use aoc_ir::types::{Scalar, TensorType};
-use aoc_runtime::plan::{Buf, Plan, Space, Step};
+use aoc_plan::plan::{Buf, Plan, Space, Step};
 
 use crate::kernel_expr::PointwiseKernel;
 
@@ -166,7 +166,7 @@ pub struct LowerOptions {
 /// How constant GEMM and convolution weights are stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightForm {
-    /// The CPU micro-kernels' packed panels (`aoc_runtime::kernels::pack_b`).
+    /// The CPU micro-kernels' packed panels (`aoc_plan::pack::pack_b`).
     Packed,
     /// Plain row-major matrices: `Step::Gemm`'s B is `k × n`; `Step::Conv2d`'s
     /// weights are, per group, the `(kh·kw·cg) × ocg` matrix (rows in

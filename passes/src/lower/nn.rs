@@ -8,8 +8,8 @@ use aoc_ir::ops::Opcode;
 use aoc_ir::ops::kind::{Pool, Reduce};
 use aoc_ir::ops::fused::Step as EpiStep;
 use aoc_ir::types::{Scalar, TensorType};
-use aoc_runtime::kernels::{conv, pack_b};
-use aoc_runtime::plan::{ConvGeom, PoolKind, ReduceKind, ResizeMode, Step};
+use aoc_plan::pack::{conv, pack_b};
+use aoc_plan::plan::{ConvGeom, PoolKind, ReduceKind, ResizeMode, Step};
 
 use super::pointwise::{epilogue, float_attr};
 use super::{Lower, NHWC, Val, WeightForm, identity, logical_strides};
@@ -83,7 +83,7 @@ pub(super) fn geom(x: &TensorType, out: [u64; 3], k: [u64; 2], attrs: &Attrs) ->
 #[derive(Clone, Copy)]
 enum Mat<'t> {
     V(ValueId),
-    B(aoc_runtime::plan::Buf, &'t TensorType),
+    B(aoc_plan::plan::Buf, &'t TensorType),
 }
 
 /// An activation a GEMM step applies in its epilogue.
@@ -114,7 +114,7 @@ impl Lower<'_> {
             Mat::B(buf, t) => Ok(Val::Mem { buf, perm: identity(t.rank()) }),
         }
     }
-    fn mat_identity(&mut self, m: Mat) -> Result<aoc_runtime::plan::Buf, String> {
+    fn mat_identity(&mut self, m: Mat) -> Result<aoc_plan::plan::Buf, String> {
         match m {
             Mat::V(v) => {
                 let r = self.ty(v).rank();
@@ -177,7 +177,7 @@ impl Lower<'_> {
     }
 
     /// A constant `k × n` (row major) GEMM operand B in the target's form.
-    fn gemm_weights(&mut self, k: usize, n: usize, b_kn: &[f32]) -> Result<aoc_runtime::plan::Buf, String> {
+    fn gemm_weights(&mut self, k: usize, n: usize, b_kn: &[f32]) -> Result<aoc_plan::plan::Buf, String> {
         Ok(match self.opts.weights {
             WeightForm::Packed => {
                 let packed = pack_b(k, n, b_kn, n).map_err(|e| e.to_string())?;
@@ -188,7 +188,7 @@ impl Lower<'_> {
     }
 
     /// Convolution weights (`oc × cg × kh × kw`) in the target's form.
-    fn conv_weights(&mut self, geom: &ConvGeom, w: &[f32]) -> Result<aoc_runtime::plan::Buf, String> {
+    fn conv_weights(&mut self, geom: &ConvGeom, w: &[f32]) -> Result<aoc_plan::plan::Buf, String> {
         Ok(match self.opts.weights {
             WeightForm::Packed => {
                 let packed = conv::conv2d_pack_weights(geom, w).map_err(|e| e.to_string())?;
@@ -275,7 +275,7 @@ impl Lower<'_> {
     /// buffer of type `yt` (identity order); `b` constant and 2-D (or with
     /// unit batch dimensions) becomes a packed GEMM. Returns the buffer, or
     /// `None` when the shapes need the reference path.
-    fn matmul_into(&mut self, a: Mat, b: Mat, yt: &TensorType, act_bias: (Act, Option<Vec<f32>>)) -> Result<Option<aoc_runtime::plan::Buf>, String> {
+    fn matmul_into(&mut self, a: Mat, b: Mat, yt: &TensorType, act_bias: (Act, Option<Vec<f32>>)) -> Result<Option<aoc_plan::plan::Buf>, String> {
         let (at, bt) = (self.mat_ty(a), self.mat_ty(b));
         if at.rank() < 2 || bt.rank() < 2 {
             return Ok(None);
@@ -330,7 +330,7 @@ impl Lower<'_> {
     /// The buffer of a matrix operand and its `[batch, row, col]` strides
     /// when its batch dimensions (broadcast against `out_batch`) fold into
     /// one stride. Copies to the identity order when they do not.
-    fn batch_strides(&mut self, v: Mat, out_batch: &[usize]) -> Result<Option<(aoc_runtime::plan::Buf, [u64; 3])>, String> {
+    fn batch_strides(&mut self, v: Mat, out_batch: &[usize]) -> Result<Option<(aoc_plan::plan::Buf, [u64; 3])>, String> {
         let ty = self.mat_ty(v);
         let r = ty.rank();
         for attempt in 0..2 {

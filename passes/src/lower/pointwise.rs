@@ -18,7 +18,7 @@ use aoc_ir::ops::Opcode;
 use aoc_ir::ops::kind::{Activation, Movement, OpKind, Pointwise};
 use aoc_ir::ops::fused::{Step as EpiStep, parse_epilogue};
 use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
-use aoc_runtime::plan::{Buf, Step};
+use aoc_plan::plan::{Buf, Step};
 
 use super::{Lower, Val, identity, logical_strides};
 use crate::kernel_expr::{Binary, Expr, Operand, PointwiseKernel, Unary};

@@ -27,7 +27,7 @@ use aoc_ir::module::OpData;
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::quant::dequantize_values;
 use aoc_ir::types::{QuantParams, QuantType, Scalar, TensorType};
-use aoc_runtime::plan::{ConvGeom, QuantConv, Step};
+use aoc_plan::plan::{ConvGeom, QuantConv, Step};
 
 use aoc_ir::attr::{Attr, Attrs};
 

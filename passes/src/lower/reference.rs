@@ -5,7 +5,7 @@
 
 use aoc_ir::module::{Func, Module, OpData};
 use aoc_ir::print::print_module;
-use aoc_runtime::plan::Step;
+use aoc_plan::plan::Step;
 
 use super::{Lower, identity};
 

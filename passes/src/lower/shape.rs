@@ -6,7 +6,7 @@ use aoc_ir::attr::Attr;
 use aoc_ir::module::OpData;
 use aoc_ir::ops::shape::slice_plan_of;
 use aoc_ir::types::Scalar;
-use aoc_runtime::plan::{Buf, Step};
+use aoc_plan::plan::{Buf, Step};
 
 use super::{Lower, Val, elem_size, identity, logical_strides, row_major};
 

@@ -10,8 +10,8 @@
 
 use aoc_ir::attr::Attr;
 use aoc_ir::module::OpData;
-use aoc_runtime::kernels::winograd::winograd_pack_weights;
-use aoc_runtime::plan::{ConvGeom, Step};
+use aoc_plan::pack::winograd_pack_weights;
+use aoc_plan::plan::{ConvGeom, Step};
 
 use super::nn::{f32s, is_f32};
 use super::{Lower, NHWC};

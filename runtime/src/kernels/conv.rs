@@ -16,9 +16,10 @@
 //!   tap), then a gather of those columns into the output, parallel over
 //!   output rows.
 //!
-//! This file also holds what the convolution-family kernels share: the
-//! checked geometry (`Dims`), tap ranges, per-thread scratch and the
-//! `multiversion!` macro.
+//! This file also holds what the convolution-family kernels share: tap
+//! ranges, per-thread scratch and the `multiversion!` macro. The checked
+//! geometry (`Dims`, i.e. `aoc_plan::pack::ConvDims`) and the weight packing
+//! live in aoc-plan, the compiler's side of the layouts.
 //!
 //! Invariants: the functions never panic on bad arguments (they return
 //! [`KernelError`]); slices may be longer than the geometry needs (only the
@@ -34,15 +35,22 @@ use rayon::prelude::*;
 use super::KernelError;
 pub use super::act::Post;
 use super::gemm::{GemmError, GemmOptions, gemm};
-use super::pack::{PackedBRef, pack_b, packed_len};
+use super::pack::{PackedBRef, packed_len};
 use crate::plan::ConvGeom;
 
 mod direct;
 mod transpose;
 
-pub use direct::{depthwise_conv2d, depthwise_pack_weights};
+// The weight layouts and the checked geometry are the contract with the
+// compiler (aoc-plan); the kernels here read what they define.
+pub(crate) use aoc_plan::pack::{ConvDims as Dims, conv_out_size, product};
+pub use aoc_plan::pack::{
+    conv_transpose2d_pack_weights, conv2d_pack_weights, depthwise_pack_weights,
+};
+
+pub use direct::depthwise_conv2d;
 use direct::{grouped_rows, grouped_weights};
-pub use transpose::{conv_transpose2d, conv_transpose2d_pack_weights};
+pub use transpose::conv_transpose2d;
 
 /// Defines a function whose body is compiled three times (AVX-512, AVX2 +
 /// FMA, baseline) and picks the copy for [`super::Isa::best`] at each call,
@@ -97,164 +105,6 @@ pub(crate) fn check_len(name: &str, need: usize, found: usize) -> Result<(), Ker
     Ok(())
 }
 
-/// Product of sizes, or an error naming the tensor when it overflows.
-pub(crate) fn product(name: &str, dims: &[usize]) -> Result<usize, KernelError> {
-    dims.iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| kerr(format!("{name} of shape {dims:?} is too large")))
-}
-
-/// A [`ConvGeom`] converted to `usize` and checked for the properties every
-/// kernel relies on: non-zero kernel, strides and dilations, and tensor
-/// sizes that fit in memory.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Dims {
-    pub(crate) n: usize,
-    pub(crate) h: usize,
-    pub(crate) w: usize,
-    pub(crate) c: usize,
-    pub(crate) oh: usize,
-    pub(crate) ow: usize,
-    pub(crate) oc: usize,
-    pub(crate) kh: usize,
-    pub(crate) kw: usize,
-    pub(crate) stride: [usize; 2],
-    pub(crate) dilation: [usize; 2],
-    /// Top, left, bottom, right.
-    pub(crate) pads: [usize; 4],
-    pub(crate) group: usize,
-    /// Elements of `x` (`n·h·w·c`) and of `y` (`n·oh·ow·oc`).
-    pub(crate) x_len: usize,
-    pub(crate) y_len: usize,
-}
-
-impl Dims {
-    pub(crate) fn new(g: &ConvGeom) -> Result<Dims, KernelError> {
-        let u = |v: u64| {
-            usize::try_from(v).map_err(|_| kerr(format!("geometry value {v} is too large")))
-        };
-        let (stride, dilation) = (
-            [u(g.stride[0])?, u(g.stride[1])?],
-            [u(g.dilation[0])?, u(g.dilation[1])?],
-        );
-        let pads = [u(g.pads[0])?, u(g.pads[1])?, u(g.pads[2])?, u(g.pads[3])?];
-        let (kh, kw) = (u(g.kh)?, u(g.kw)?);
-        if kh == 0 || kw == 0 {
-            return Err(kerr(format!(
-                "kernel size must be non-zero, found {kh}x{kw}"
-            )));
-        }
-        if stride.contains(&0) {
-            return Err(kerr(format!(
-                "strides must be at least 1, found {stride:?}"
-            )));
-        }
-        if dilation.contains(&0) {
-            return Err(kerr(format!(
-                "dilations must be at least 1, found {dilation:?}"
-            )));
-        }
-        let (n, h, w, c) = (u(g.n)?, u(g.h)?, u(g.w)?, u(g.c)?);
-        let (oh, ow, oc) = (u(g.oh)?, u(g.ow)?, u(g.oc)?);
-        let group = u(g.group)?;
-        // Spans and padded sizes are computed in usize below; keep them far
-        // from overflow.
-        for v in [kh, kw, pads[0], pads[1], pads[2], pads[3], h, w] {
-            if v > u32::MAX as usize {
-                return Err(kerr(format!("geometry value {v} is too large")));
-            }
-        }
-        for v in [stride[0], stride[1], dilation[0], dilation[1]] {
-            if v > u32::MAX as usize {
-                return Err(kerr(format!("geometry value {v} is too large")));
-            }
-        }
-        Ok(Dims {
-            n,
-            h,
-            w,
-            c,
-            oh,
-            ow,
-            oc,
-            kh,
-            kw,
-            stride,
-            dilation,
-            pads,
-            group,
-            x_len: product("input", &[n, h, w, c])?,
-            y_len: product("output", &[n, oh, ow, oc])?,
-        })
-    }
-
-    /// Checks that `group` divides both channel counts.
-    pub(crate) fn check_groups(&self) -> Result<(), KernelError> {
-        if self.group == 0 {
-            return Err(kerr("group must be at least 1, found 0".into()));
-        }
-        if !self.c.is_multiple_of(self.group) || !self.oc.is_multiple_of(self.group) {
-            return Err(kerr(format!(
-                "channels {} (input) and {} (output) must be multiples of group {}",
-                self.c, self.oc, self.group
-            )));
-        }
-        Ok(())
-    }
-
-    /// Checks `oh`, `ow` against the convolution output-size formula.
-    pub(crate) fn check_conv_out(&self) -> Result<(), KernelError> {
-        let eh = conv_out_size(
-            self.h,
-            self.kh,
-            self.stride[0],
-            self.dilation[0],
-            self.pads[0],
-            self.pads[2],
-        );
-        let ew = conv_out_size(
-            self.w,
-            self.kw,
-            self.stride[1],
-            self.dilation[1],
-            self.pads[1],
-            self.pads[3],
-        );
-        match (eh, ew) {
-            (Some(eh), Some(ew)) if (eh, ew) == (self.oh, self.ow) => Ok(()),
-            (Some(eh), Some(ew)) => Err(kerr(format!(
-                "output size must be {eh}x{ew} for this geometry, found {}x{}",
-                self.oh, self.ow
-            ))),
-            _ => Err(kerr(format!(
-                "the window ({}x{}, dilation {:?}) is larger than the padded input ({}x{} with pads {:?})",
-                self.kh, self.kw, self.dilation, self.h, self.w, self.pads
-            ))),
-        }
-    }
-
-    /// Input coordinate (may be negative) of output `o`, tap 0, along
-    /// dimension `dim` (0 = H, 1 = W).
-    pub(crate) fn base(&self, o: usize, dim: usize) -> isize {
-        (o * self.stride[dim]) as isize - self.pads[dim] as isize
-    }
-}
-
-/// `(input + pads - span) / stride + 1`, or `None` when the window does not
-/// fit in the padded input.
-pub(crate) fn conv_out_size(
-    input: usize,
-    k: usize,
-    stride: usize,
-    dilation: usize,
-    pad_begin: usize,
-    pad_end: usize,
-) -> Option<usize> {
-    let span = dilation * (k - 1) + 1;
-    let padded = input + pad_begin + pad_end;
-    (padded >= span).then(|| (padded - span) / stride + 1)
-}
-
 /// The taps `t` in `0..k` whose coordinate `base + t·dilation` lies in
 /// `0..len`, as a half-open range (empty when none does).
 #[inline]
@@ -296,43 +146,6 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
         }
         Err(_) => f(&mut vec![0.0; len]),
     })
-}
-
-/// Packs OIHW convolution weights `[oc, c/group, kh, kw]` into the layout of
-/// `Step::Conv2d`: per group the `(kh·kw·c/group) × (oc/group)` matrix with
-/// rows in `(kh, kw, c)` order, packed by [`pack_b`], groups back to back.
-pub fn conv2d_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, KernelError> {
-    let g = Dims::new(geom)?;
-    g.check_groups()?;
-    let (cg, mg) = (g.c / g.group, g.oc / g.group);
-    let kdim = product("weight", &[g.kh, g.kw, cg])?;
-    let need = product("weight", &[g.oc, kdim])?;
-    if w_oihw.len() != need {
-        return Err(kerr(format!(
-            "weight [{}, {cg}, {}, {}] must hold {need} floats, found {}",
-            g.oc,
-            g.kh,
-            g.kw,
-            w_oihw.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(g.group * packed_len(kdim, mg));
-    let mut mat = vec![0.0f32; kdim * mg];
-    for grp in 0..g.group {
-        for j in 0..mg {
-            let o = grp * mg + j;
-            for ci in 0..cg {
-                for ky in 0..g.kh {
-                    for kx in 0..g.kw {
-                        mat[((ky * g.kw + kx) * cg + ci) * mg + j] =
-                            w_oihw[((o * cg + ci) * g.kh + ky) * g.kw + kx];
-                    }
-                }
-            }
-        }
-        out.extend_from_slice(pack_b(kdim, mg, &mat, mg)?.as_slice());
-    }
-    Ok(out)
 }
 
 /// NHWC convolution `y = post(conv(x, w) + bias)` (relu and/or clip, see

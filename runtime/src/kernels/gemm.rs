@@ -55,6 +55,14 @@ impl fmt::Display for GemmError {
 
 impl std::error::Error for GemmError {}
 
+/// A weight layout's refusal (`aoc_plan::pack`) reads as a kernel error with
+/// the same message.
+impl From<aoc_plan::pack::PackError> for GemmError {
+    fn from(e: aoc_plan::pack::PackError) -> GemmError {
+        GemmError::new(e.message().to_string())
+    }
+}
+
 /// How to run a [`gemm()`].
 #[derive(Clone, Copy, Debug)]
 pub struct GemmOptions<'a> {

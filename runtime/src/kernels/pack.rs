@@ -2,22 +2,16 @@
 //! and stored in the artifact; A in row micro-panels, packed per cache block
 //! at run time.
 //!
-//! **Layout of [`PackedB`]** (the contract with the compiler, which writes it
-//! into the artifact): B is `k × n`, row-major in the source. Its columns are
-//! cut into `P = ceil(n / 16)` panels of [`PANEL_WIDTH`] = 16 columns. Panel
-//! `p` occupies floats `[p·k·16, (p+1)·k·16)`; inside it, row `r` of the panel
-//! is the 16 floats at `p·k·16 + r·16`, holding `B[r][16p .. 16p+16]`. Columns
-//! past `n` in the last panel are zero. Total length: `P·k·16` floats.
-//! The layout does not depend on the ISA or on the cache-block sizes: every
-//! micro-kernel reads 1, 2 or 3 neighbouring panels, and a k-block of a panel
-//! is a contiguous slice, so one packed weight serves every target level.
+//! The layout of B is the contract with the compiler, so it is defined once
+//! in `aoc_plan::pack` (see its module doc); this module wraps it in the
+//! typed [`PackedB`] / [`PackedBRef`] the GEMM takes, and packs A.
 
 use super::gemm::GemmError;
 
-/// Columns per panel of a packed B.
-pub const PANEL_WIDTH: usize = 16;
+pub(crate) use aoc_plan::pack::check_matrix;
+pub use aoc_plan::pack::{PANEL_WIDTH, packed_len};
 
-/// A `k × n` matrix B packed in column panels (layout in the module doc).
+/// A `k × n` matrix B packed in column panels (layout: `aoc_plan::pack`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackedB {
     k: usize,
@@ -33,25 +27,10 @@ pub struct PackedBRef<'a> {
     data: &'a [f32],
 }
 
-/// Number of floats in a packed `k × n` matrix.
-pub fn packed_len(k: usize, n: usize) -> usize {
-    n.div_ceil(PANEL_WIDTH) * PANEL_WIDTH * k
-}
-
-/// Packs the row-major `k × n` matrix `b` (row stride `ldb`) into panels.
+/// Packs the row-major `k × n` matrix `b` (row stride `ldb`) into panels
+/// (`aoc_plan::pack::pack_b`).
 pub fn pack_b(k: usize, n: usize, b: &[f32], ldb: usize) -> Result<PackedB, GemmError> {
-    check_matrix("b", k, n, b.len(), ldb)?;
-    let panels = n.div_ceil(PANEL_WIDTH);
-    let mut data = vec![0.0f32; packed_len(k, n)];
-    for p in 0..panels {
-        let c0 = p * PANEL_WIDTH;
-        let width = PANEL_WIDTH.min(n - c0);
-        for r in 0..k {
-            let dst = p * k * PANEL_WIDTH + r * PANEL_WIDTH;
-            let src = r * ldb + c0;
-            data[dst..dst + width].copy_from_slice(&b[src..src + width]);
-        }
-    }
+    let data = aoc_plan::pack::pack_b(k, n, b, ldb)?;
     Ok(PackedB { k, n, data })
 }
 
@@ -68,7 +47,7 @@ impl PackedB {
     pub fn n(&self) -> usize {
         self.n
     }
-    /// The packed floats, in the layout of the module doc.
+    /// The packed floats, in the layout of `aoc_plan::pack`.
     pub fn as_slice(&self) -> &[f32] {
         &self.data
     }
@@ -105,35 +84,6 @@ impl<'a> PackedBRef<'a> {
     pub fn as_slice(&self) -> &'a [f32] {
         self.data
     }
-}
-
-/// Checks that a row-major `rows × cols` matrix with row stride `ld` fits in
-/// `len` floats.
-pub(crate) fn check_matrix(
-    name: &str,
-    rows: usize,
-    cols: usize,
-    len: usize,
-    ld: usize,
-) -> Result<(), GemmError> {
-    if rows == 0 || cols == 0 {
-        return Ok(());
-    }
-    if ld < cols {
-        return Err(GemmError::new(format!(
-            "leading dimension of {name} must be at least {cols}, found {ld}"
-        )));
-    }
-    let need = (rows - 1)
-        .checked_mul(ld)
-        .and_then(|x| x.checked_add(cols))
-        .ok_or_else(|| GemmError::new(format!("{name} of {rows}x{cols} is too large")))?;
-    if len < need {
-        return Err(GemmError::new(format!(
-            "{name} of {rows}x{cols} with leading dimension {ld} needs {need} floats, found {len}"
-        )));
-    }
-    Ok(())
 }
 
 /// Packs the `rows × depth` block of A at `a` (row stride `lda`) into

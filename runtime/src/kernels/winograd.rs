@@ -14,7 +14,8 @@
 //! - input transform `V = Bᵀ d B` per tile and channel, written to a scratch
 //!   laid out `[ξ][tile][c]`;
 //! - for each `ξ` one GEMM `M[ξ] = V[ξ] · U[ξ]` (`tiles × c` by `c × oc`),
-//!   `U[ξ]` packed by [`pack_b`] at compile time ([`winograd_pack_weights`]);
+//!   `U[ξ]` packed by [`pack_b`](crate::kernels::pack_b) at compile time
+//!   ([`winograd_pack_weights`]);
 //! - output transform `Y = Aᵀ M A` per tile and output channel, plus the
 //!   bias, then relu, written to `y` with the tiles past the output's edge
 //!   clipped.
@@ -42,8 +43,13 @@ use rayon::prelude::*;
 use super::KernelError;
 use super::conv::{Dims, check_len, kerr, multiversion, product};
 use super::gemm::{GemmOptions, gemm};
-use super::pack::{PackedBRef, pack_b, packed_len};
+use super::pack::{PackedBRef, packed_len};
 use crate::plan::ConvGeom;
+use aoc_plan::pack::winograd_side as side;
+
+// The packed layout of the transformed weights is the contract with the
+// compiler, defined in aoc-plan.
+pub use aoc_plan::pack::{winograd_pack_weights, winograd_packed_len};
 
 /// Scratch budget of one block's `V` and `M`, in floats (2 MiB: an L2 or
 /// two; larger blocks also amortize the GEMMs' packing and set-up).
@@ -53,53 +59,6 @@ const MIN_BLOCK_TILES: usize = 32;
 /// The fixed cost of a block, in tiles (measured: a block of 7 tiles runs
 /// at about half the speed per tile of one of 28).
 const BLOCK_OVERHEAD_TILES: usize = 8;
-
-/// `a = m + 2`, the transform size of tile `m`, or an error for a tile the
-/// kernel lacks.
-fn side(tile: usize) -> Result<usize, KernelError> {
-    match tile {
-        2 | 4 => Ok(tile + 2),
-        t => Err(kerr(format!("winograd tile must be 2 or 4, found {t}"))),
-    }
-}
-
-/// Floats of the packed weights of [`winograd_pack_weights`].
-pub fn winograd_packed_len(tile: usize, c: usize, oc: usize) -> Result<usize, KernelError> {
-    let a = side(tile)?;
-    product("packed transformed weight", &[a * a, packed_len(c, oc)])
-}
-
-/// Packs transformed weights `u` (`[m+2, m+2, oc, c]` row major, the
-/// `core.winograd_conv2d` operand) into the layout of
-/// `Step::WinogradConv2d`: for each transform point `ξ` in row-major order,
-/// the `c × oc` matrix `U[ξ]ᵀ` packed by [`pack_b`], back to back.
-pub fn winograd_pack_weights(
-    tile: usize,
-    c: usize,
-    oc: usize,
-    u: &[f32],
-) -> Result<Vec<f32>, KernelError> {
-    let a = side(tile)?;
-    let need = product("transformed weight", &[a, a, oc, c])?;
-    if u.len() != need {
-        return Err(kerr(format!(
-            "transformed weight [{a}, {a}, {oc}, {c}] must hold {need} floats, found {}",
-            u.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(winograd_packed_len(tile, c, oc)?);
-    let mut mat = vec![0.0f32; c * oc];
-    for xi in 0..a * a {
-        let src = &u[xi * oc * c..(xi + 1) * oc * c];
-        for k in 0..oc {
-            for ci in 0..c {
-                mat[ci * oc + k] = src[k * c + ci];
-            }
-        }
-        out.extend_from_slice(pack_b(c, oc, &mat, oc)?.as_slice());
-    }
-    Ok(out)
-}
 
 /// NHWC Winograd convolution `y = relu?(conv3x3(x, w) + bias)` with tile
 /// `m` = `tile` (2 or 4) and `w` given as [`winograd_pack_weights`] of its

@@ -93,7 +93,7 @@ mod mma;
 use super::{ConvGeom, Geometry};
 use crate::irtext::{Body, ModuleText, check_entry_name};
 use crate::target::Sm;
-use aoc_runtime::plan::QuantConv;
+use aoc_plan::plan::QuantConv;
 
 /// An int8 convolution with its requantization (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Kernel templates for the steps of a lowered plan (`aoc_runtime::plan`):
+//! Kernel templates for the steps of a lowered plan (`aoc_plan::plan`):
 //! each generator writes one `ptx_kernel` function into a [`ModuleText`]
 //! with every shape baked in as a constant, and returns the launch
 //! [`Geometry`] it was written for.
@@ -89,7 +89,7 @@ pub struct Geometry {
     pub smem: u32,
 }
 
-pub use aoc_runtime::plan::ConvGeom;
+pub use aoc_plan::plan::ConvGeom;
 
 /// How the `m × k` operand A of a [`GemmSpec`] is addressed, per batch
 /// index `b`, row `i`, column `kk` (all in elements).

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use aoc_ir::types::Scalar;
-use aoc_runtime::plan::{Buf, Step};
+use aoc_plan::plan::{Buf, Step};
 
 use super::overlaps;
 use crate::expr::{Expr, PointwiseKernel};

@@ -15,8 +15,8 @@
 use std::fmt::Debug;
 
 use aoc_ir::types::Scalar;
-use aoc_runtime::gpu_plan::Arg;
-use aoc_runtime::plan::{Buf, Space};
+use aoc_plan::gpu_plan::Arg;
+use aoc_plan::plan::{Buf, Space};
 
 use super::{Precision, TuneCandidate, Tr, aligned16, fnv};
 use crate::expr::{Binary, Expr, Operand, PointwiseKernel, Unary};

@@ -22,8 +22,8 @@
 //!   host step) read that output while it stood.
 
 use aoc_ir::types::Scalar;
-use aoc_runtime::gpu_plan::{Arg, GpuItem};
-use aoc_runtime::plan::{Buf, PoolKind, Space, Step};
+use aoc_plan::gpu_plan::{Arg, GpuItem};
+use aoc_plan::plan::{Buf, PoolKind, Space, Step};
 
 use super::{Tr, fnv, overlaps};
 use crate::expr::{Expr, PointwiseKernel};

@@ -1,5 +1,5 @@
 //! A lowered plan (`aoc_passes::lower`) → the GPU launch plan
-//! ([`aoc_runtime::gpu_plan::GpuPlan`]) and one LLVM module holding every
+//! ([`aoc_plan::gpu_plan::GpuPlan`]) and one LLVM module holding every
 //! kernel the launches name.
 //!
 //! Each step becomes one launch of a kernel specialized for its shapes
@@ -43,8 +43,8 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 
 use aoc_passes::lower::Lowered;
-use aoc_runtime::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
-use aoc_runtime::plan::{Buf, Space, Step};
+use aoc_plan::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
+use aoc_plan::plan::{Buf, Space, Step};
 
 use crate::expr::PointwiseKernel;
 use crate::irtext::ModuleText;

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use aoc_ir::types::Scalar;
 use aoc_passes::lower::WeightBlob;
-use aoc_runtime::plan::{Buf, Space};
+use aoc_plan::plan::{Buf, Space};
 
 use super::Precision;
 use crate::kernels::GemmSpec;

@@ -12,8 +12,8 @@
 //!   GEMM on its output may have it write that output's half copy.
 
 use aoc_ir::types::Scalar;
-use aoc_runtime::gpu_plan::Arg;
-use aoc_runtime::plan::Buf;
+use aoc_plan::gpu_plan::Arg;
+use aoc_plan::plan::Buf;
 
 use super::gemm::{GemmBufs, epi_key, with_extras};
 use super::half::Remake;

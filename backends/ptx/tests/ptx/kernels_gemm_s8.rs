@@ -18,7 +18,7 @@ use aoc_backend_ptx::kernels::gemm_s8::{
 };
 use aoc_backend_ptx::kernels::{ConvGeom, Geometry};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
-use aoc_runtime::plan::QuantConv;
+use aoc_plan::plan::QuantConv;
 
 const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
 

@@ -18,7 +18,7 @@
 
 use aoc_backend_ptx::kernels::index::{self, CopyForm, copy_plan};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
-use aoc_runtime::plan::{ConvGeom, ResizeMode};
+use aoc_plan::plan::{ConvGeom, ResizeMode};
 
 use super::host_sim::{Mem, f32_bytes, with_jit};
 use super::{assemble, entry, find_ptxas};

@@ -6,7 +6,7 @@
 
 use aoc_backend_ptx::kernels::{ConvGeom, Geometry, rows};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
-use aoc_runtime::plan::{PoolKind, ReduceKind};
+use aoc_plan::plan::{PoolKind, ReduceKind};
 
 use super::{assemble, entry, find_ptxas};
 

@@ -16,33 +16,9 @@ use crate::kernels::act::Post;
 use crate::kernels::pack::{PANEL_WIDTH, packed_len};
 use crate::plan::ConvGeom;
 
-/// Packs depthwise OIHW weights `[oc, 1, kh, kw]` into `kh × kw × oc`
-/// (`Step::DepthwiseConv2d`).
-pub fn depthwise_pack_weights(geom: &ConvGeom, w_oihw: &[f32]) -> Result<Vec<f32>, KernelError> {
-    let g = Dims::new(geom)?;
-    let taps = g.kh * g.kw;
-    let need = product("weight", &[g.oc, taps])?;
-    if w_oihw.len() != need {
-        return Err(kerr(format!(
-            "weight [{}, 1, {}, {}] must hold {need} floats, found {}",
-            g.oc,
-            g.kh,
-            g.kw,
-            w_oihw.len()
-        )));
-    }
-    let mut out = vec![0.0f32; need];
-    for o in 0..g.oc {
-        for t in 0..taps {
-            out[t * g.oc + o] = w_oihw[o * taps + t];
-        }
-    }
-    Ok(out)
-}
-
 /// NHWC depthwise convolution (`group == c`, `oc == c · multiplier`; output
 /// channel `o` reads input channel `o / multiplier`) with `w` from
-/// [`depthwise_pack_weights`].
+/// [`depthwise_pack_weights`](super::depthwise_pack_weights).
 pub fn depthwise_conv2d(
     geom: &ConvGeom,
     x: &[f32],

@@ -1,4 +1,5 @@
-//! NHWC transposed convolution (ONNX ConvTranspose) and its weight layout:
+//! NHWC transposed convolution (ONNX ConvTranspose), over the weight layout
+//! of `aoc_plan::pack::conv_transpose2d_pack_weights`:
 //! a GEMM of the input pixels by the weights into a column buffer (one
 //! column per output channel and kernel tap), then a gather of the columns
 //! into the output rows they land on, parallel over output rows.
@@ -13,45 +14,13 @@ use crate::kernels::gemm::{GemmOptions, gemm};
 use crate::kernels::pack::{PackedB, pack_b};
 use crate::plan::ConvGeom;
 
-/// Rearranges ONNX ConvTranspose weights `[c, oc/group, kh, kw]` into the
-/// layout of `Step::ConvTranspose2d`: `group × (c/group) × kh × kw ×
-/// (oc/group)`, row major (for input channel `i` of group `g`, the row
-/// `g·c/group + i` of a `c × (kh·kw·oc/group)` matrix).
-pub fn conv_transpose2d_pack_weights(
-    geom: &ConvGeom,
-    w_iohw: &[f32],
-) -> Result<Vec<f32>, KernelError> {
-    let g = Dims::new(geom)?;
-    g.check_groups()?;
-    let mg = g.oc / g.group;
-    let taps = g.kh * g.kw;
-    let need = product("weight", &[g.c, mg, taps])?;
-    if w_iohw.len() != need {
-        return Err(kerr(format!(
-            "weight [{}, {mg}, {}, {}] must hold {need} floats, found {}",
-            g.c,
-            g.kh,
-            g.kw,
-            w_iohw.len()
-        )));
-    }
-    let mut out = vec![0.0f32; need];
-    for i in 0..g.c {
-        for j in 0..mg {
-            for t in 0..taps {
-                out[(i * taps + t) * mg + j] = w_iohw[(i * mg + j) * taps + t];
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// Column-buffer budget of [`conv_transpose2d`] in floats (4 MiB); a block
 /// has at least one input row.
 const COLUMN_FLOATS: usize = 1 << 20;
 
 /// NHWC transposed convolution (ONNX ConvTranspose): `x` is `n × h × w × c`,
-/// `y` is `n × oh × ow × oc`, `w` from [`conv_transpose2d_pack_weights`].
+/// `y` is `n × oh × ow × oc`, `w` from
+/// [`conv_transpose2d_pack_weights`](super::conv_transpose2d_pack_weights).
 /// Input pixel `(iy, ix)` adds `x · w[.., ky, kx, ..]` at output
 /// `(iy·stride + ky·dilation − pad_top, ix·stride + kx·dilation − pad_left)`;
 /// outputs past the full result (ONNX's `output_padding`) get the bias only.

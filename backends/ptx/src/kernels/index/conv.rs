@@ -19,7 +19,7 @@
 //! - Offsets are 32-bit only when [`conv_index`] finds every byte offset and
 //!   coordinate (including a window's reach past the padding) below 2^31.
 
-use aoc_runtime::plan::ConvGeom;
+use aoc_plan::plan::ConvGeom;
 
 use super::builder::{BLOCK, K, fty, index_type, launch, product, zero};
 use crate::irtext::{ModuleText, check_entry_name};

@@ -14,7 +14,7 @@
 //! - Resizing an empty input to a non-empty output is refused; an empty
 //!   output gives a kernel that returns at once.
 
-use aoc_runtime::plan::ResizeMode;
+use aoc_plan::plan::ResizeMode;
 
 use super::builder::{BLOCK, K, fty, index_type, launch, product};
 use crate::irtext::{ModuleText, check_entry_name, f32_lit};

@@ -16,7 +16,7 @@
 //!   warp must reach it, so callers mask values, never the shuffle.
 //! - A kernel has at most one static shared array, `@{name}.smem`.
 
-use aoc_runtime::plan::ReduceKind;
+use aoc_plan::plan::ReduceKind;
 
 use crate::irtext::{Body, ModuleText, check_entry_name, f32_lit};
 use crate::kernels::{Geometry, HalfCopy};

@@ -13,7 +13,7 @@
 //! - Arithmetic is 32-bit when every index and coordinate stays below
 //!   2^30, 64-bit below 2^62; larger geometries are refused.
 
-use aoc_runtime::plan::{ConvGeom, PoolKind};
+use aoc_plan::plan::{ConvGeom, PoolKind};
 
 use super::kernel::{Kernel, Op, flat_geometry};
 use crate::irtext::ModuleText;

@@ -12,7 +12,7 @@
 //! - In the split form every thread of a block reaches the barrier; only
 //!   the final combination, by the first row of threads, is conditional.
 
-use aoc_runtime::plan::ReduceKind;
+use aoc_plan::plan::ReduceKind;
 
 use super::kernel::{BLOCK, Kernel, Op, flat_geometry};
 use super::row::{LANE_ROW_MAX, RowPlan};

@@ -1,7 +1,8 @@
 //! The launch plan of a GPU artifact: what the manifest's `plan` field holds
-//! when the target is `sm_*`. The PTX backend writes it; the CUDA executor
-//! (`cuda::exec`, feature `cuda`) validates it at load, records its launches
-//! into CUDA graphs once, and replays them per inference.
+//! when the target is `sm_*`. The PTX backend writes it; the runtime's CUDA
+//! executor (`aoc_runtime::cuda::exec`, feature `cuda`) validates it at
+//! load, records its launches into CUDA graphs once, and replays them per
+//! inference.
 //!
 //! Every decision is made at compile time: which kernel, its grid, block and
 //! shared memory, and which buffers it gets. A launch passes only device

@@ -1,6 +1,7 @@
 //! The executor's plan: what the manifest's `plan` field holds for a CPU
-//! artifact. The x86-64 backend writes it, the executor ([`crate::exec`])
-//! validates it once at load and then walks it for every inference.
+//! artifact. The lowering (`aoc_passes::lower`) and the x86-64 backend write
+//! it; the runtime's executor (`aoc_runtime::exec`) validates it once at load
+//! and then walks it for every inference.
 //!
 //! A plan is a list of [`Step`]s run in order. Every tensor a step touches is
 //! a [`Buf`]: a byte range in one of four spaces (the per-inference arena,
@@ -9,7 +10,8 @@
 //! step names (NHWC for the convolution family, the IR's own order
 //! elsewhere).
 //!
-//! Invariants (checked by `exec::validate` before anything runs):
+//! Invariants (checked by the runtime's `exec::validate` before anything
+//! runs):
 //! - every `Buf` lies inside its space, and a step's buffers are at least as
 //!   long as the step's shapes need;
 //! - outputs of a step live in the arena or in an output, never in weights
@@ -120,8 +122,8 @@ pub enum ResizeMode {
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Step {
     /// `c[m×n] = a[m×k] · B + bias` (then relu, or GELU), B packed at
-    /// compile time (`kernels::pack_b` layout) in the weights. `lda`/`ldc`
-    /// are row strides in elements.
+    /// compile time ([`crate::pack::pack_b`] layout) in the weights.
+    /// `lda`/`ldc` are row strides in elements.
     Gemm {
         a: Buf,
         b: Buf,
@@ -175,7 +177,7 @@ pub enum Step {
     /// NHWC Winograd convolution F(`tile`×`tile`, 3×3), `tile` 2 or 4
     /// (`core.winograd_conv2d`): `geom` is 3×3, stride 1, dilation 1, one
     /// group; `u` holds the transformed weights `G g Gᵀ` packed per
-    /// transform point (`kernels::winograd::winograd_pack_weights`: for each
+    /// transform point ([`crate::pack::winograd_pack_weights`]: for each
     /// of the `(tile+2)²` points in row-major order, the `c × oc` matrix
     /// packed by `pack_b`, back to back); `bias` has `oc` values; relu last.
     WinogradConv2d {
