@@ -154,6 +154,7 @@ impl ConvDims {
 
 /// `(input + pads - span) / stride + 1`, or `None` when the window does not
 /// fit in the padded input.
+#[inline]
 pub fn conv_out_size(
     input: usize,
     k: usize,

@@ -66,6 +66,7 @@ fn perr(message: String) -> PackError {
 }
 
 /// Number of floats in a packed `k × n` matrix.
+#[inline]
 pub fn packed_len(k: usize, n: usize) -> usize {
     n.div_ceil(PANEL_WIDTH) * PANEL_WIDTH * k
 }
