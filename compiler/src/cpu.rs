@@ -39,14 +39,15 @@ pub enum Emit {
     Asm,
 }
 
-/// Loads a model and runs `passes` with `cost_target`'s cost model; with
-/// `air_out`, writes the optimized IR there instead and returns `None`
-/// (`--emit air`: folded weights print inline as dense<...>, complete if
-/// large).
+/// Loads a model and runs `passes` with `cost_target`'s cost model,
+/// verifying after each pass when `verify_each`; with `air_out`, writes the
+/// optimized IR there instead and returns `None` (`--emit air`: folded
+/// weights print inline as dense<...>, complete if large).
 pub fn load_optimized(
     input: &Path,
     input_shapes: &[(String, Vec<usize>)],
     passes: &str,
+    verify_each: bool,
     cost_target: &str,
     air_out: Option<&Path>,
 ) -> Result<Option<crate::driver::Loaded>, String> {
@@ -54,6 +55,7 @@ pub fn load_optimized(
     let config = crate::opt::OptConfig {
         passes: Some(passes.to_string()),
         target: cost_target.to_string(),
+        verify_each,
         ..Default::default()
     };
     crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
@@ -71,11 +73,12 @@ pub fn compile_cpu(
     input_shapes: &[(String, Vec<usize>)],
     level: X86Level,
     passes: &str,
+    verify_each: bool,
     emit: Emit,
     output: &Path,
 ) -> Result<String, String> {
     let t0 = Instant::now();
-    let Some(loaded) = load_optimized(input, input_shapes, passes, "x86-64-v4", (emit == Emit::Air).then_some(output))? else {
+    let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, "x86-64-v4", (emit == Emit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
     };
     let func = loaded

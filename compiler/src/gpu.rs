@@ -131,13 +131,14 @@ pub fn compile_gpu(
     sm: Sm,
     precision: Precision,
     passes: &str,
+    verify_each: bool,
     emit: GpuEmit,
     output: &Path,
     tune: Option<&Path>,
 ) -> Result<String, String> {
     let t0 = Instant::now();
     let write = |bytes: &[u8]| std::fs::write(output, bytes).map_err(|e| format!("error: cannot write {}: {e}", output.display()));
-    let Some(loaded) = load_optimized(input, input_shapes, passes, cost_target(sm), (emit == GpuEmit::Air).then_some(output))? else {
+    let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, cost_target(sm), (emit == GpuEmit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
     };
     let func = loaded

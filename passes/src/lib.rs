@@ -13,7 +13,8 @@
 //!
 //! Invariants: only this crate knows egg; it does no I/O (printed IR, timing
 //! and statistics come back in the `PipelineReport`); every pass leaves IR the
-//! verifier accepts, which the manager checks in debug builds.
+//! verifier accepts, which the manager checks after every pass unless told
+//! not to (`PipelineOptions::verify_each`).
 
 pub mod kernel_expr;
 pub mod lower;
