@@ -9,7 +9,8 @@
 //!   user's rules files.
 //! - `passes`: the built-in passes.
 //! - `lower`: an optimized function to a plan of runtime steps and
-//!   pointwise kernels (shared by the x86 and PTX backends).
+//!   pointwise kernels (shared by the x86 and PTX backends); `memplan`: the
+//!   arena placement it uses and the checker every plan passes.
 //!
 //! Invariants: only this crate knows egg; it does no I/O (printed IR, timing
 //! and statistics come back in the `PipelineReport`); every pass leaves IR the
