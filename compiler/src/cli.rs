@@ -582,7 +582,8 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
 const PROFILE_RUNS: usize = 20;
 
 fn cmd_bench(a: BenchArgs) -> Result<(), String> {
-    use crate::cpu::{bench, bind_artifact_inputs, load_session, synthetic_inputs};
+    use crate::bench::synthetic_inputs;
+    use crate::cpu::{bench, bind_artifact_inputs, load_session};
     if a.iters == 0 {
         return Err("error: --iters must be at least 1".to_string());
     }
@@ -656,13 +657,14 @@ fn cmd_bench(a: BenchArgs) -> Result<(), String> {
             r.p99_ms,
             r.mean_ms,
             r.throughput_per_s,
-            crate::cpu::human(r.peak_memory_bytes)
+            crate::driver::human(r.peak_memory_bytes)
         ))
     }
 }
 
 fn cmd_bench_gpu(a: &BenchArgs, art: aoc_runtime::artifact::Artifact) -> Result<(), String> {
-    use crate::cpu::{bind_inputs, synthetic_inputs};
+    use crate::artifact_io::bind_inputs;
+    use crate::bench::synthetic_inputs;
     use crate::gpu::{bench_gpu, load_gpu_session, profile_gpu};
     let s = load_gpu_session(art)?;
     let inputs = if a.inputs.is_empty() {
@@ -701,7 +703,7 @@ fn cmd_bench_gpu(a: &BenchArgs, art: aoc_runtime::artifact::Artifact) -> Result<
             dev.p50_ms,
             dev.p99_ms,
             r.throughput_per_s,
-            crate::cpu::human(r.peak_memory_bytes)
+            crate::driver::human(r.peak_memory_bytes)
         ))
     }
 }

@@ -18,8 +18,9 @@ use aoc_runtime::artifact::Artifact;
 use aoc_runtime::cuda::{GpuSession, KernelTrial, time_kernel};
 use aoc_runtime::gpu_plan::GpuItem;
 
-use crate::cpu::{BenchResult, bind_inputs, decode_outputs, human, load_optimized, stats};
-use crate::driver::InputArg;
+use crate::artifact_io::{bind_inputs, decode_outputs};
+use crate::bench::{BenchResult, stats};
+use crate::driver::{InputArg, human, load_optimized};
 
 /// The pass pipeline `aoc compile` runs for a GPU target (no Winograd: the
 /// GPU lowering runs 3×3 convolutions as implicit GEMMs on tensor cores).

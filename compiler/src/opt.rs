@@ -512,7 +512,7 @@ mod tests {
 
     /// A pass that breaks the IR: it declares the wrong result type.
     struct Breaker;
-    impl aoc_passes::registry::PassDef for Breaker {
+    impl aoc_passes::PassDef for Breaker {
         const NAME: &'static str = "breaker";
         const SUMMARY: &'static str = "declares a wrong result type";
         type Options = aoc_passes::pass::NoOptions;

@@ -37,6 +37,6 @@ mod testutil;
 
 pub use egraph::Rewrite;
 pub use manager::{PipelineOptions, PipelineReport, run_pipeline};
-pub use pass::{Pass, PassContext, PassStats};
+pub use pass::{Pass, PassContext, PassDef, PassStats};
 pub use registry::{PassEntry, registry};
 pub use rules_file::load_rules;

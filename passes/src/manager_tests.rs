@@ -1,8 +1,8 @@
 //! Tests of the pass manager through `run_pipeline`.
 
 use crate::manager::{PipelineOptions, run_pipeline};
-use crate::pass::{NoOptions, Pass, PassContext, PassStats};
-use crate::registry::{PassDef, PassEntry};
+use crate::pass::{NoOptions, Pass, PassContext, PassDef, PassStats};
+use crate::registry::PassEntry;
 use crate::testutil::*;
 use aoc_ir::attr::Attrs;
 use aoc_ir::{Diagnostic, Func, Location, Module, Opcode, Span};

@@ -2,15 +2,21 @@
 //! safetensors file beside the `.air`.
 //!
 //! Layout: `proto` (the protobuf messages), `tensors` (element types and
-//! tensor payloads), `import` (the graph walk and value bookkeeping), `fold`
-//! (import-time constant folding and constant-only ops), and one file of
-//! op handlers per family (`elementwise`, `nn`, `shape`, `quant`).
-//! [`HANDLERS`] is the one list of ONNX op types the importer maps.
+//! tensor payloads), `import` (the graph walk: initializers, inputs, nodes
+//! in order, outputs), `context` (the state handlers build ops through:
+//! `Cx`, `Node`, `V`), `fold` (import-time constant folding through the
+//! op table's hooks), and one file of op handlers per family (`constants`,
+//! `elementwise`, `nn`, `shape`, `quant`). [`HANDLERS`] is the one list of
+//! ONNX op types the importer maps. Dependencies point one way: `import`
+//! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
+//! `context`; `context` uses `fold`, which uses only `aoc-ir`.
 //!
 //! Invariants: decoding or importing never panics on bad bytes; the result
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
 //! it came from; errors name the op type, node and opset.
 
+mod constants;
+mod context;
 mod elementwise;
 mod fold;
 mod import;
@@ -24,7 +30,7 @@ mod tests;
 
 use aoc_ir::interp::MapWeights;
 use aoc_ir::{Diagnostic, Location, Module, Tensor};
-use import::{Cx, Node, R, V};
+use context::{Cx, Node, R, V};
 use prost::Message;
 
 /// What the importer needs besides the model.
@@ -99,11 +105,11 @@ type Handler = fn(&mut Cx, &Node) -> R<Vec<V>>;
 /// The one list: `supported_op_types` and the dispatch both read it.
 const HANDLERS: &[(&str, Handler)] = &[
     // constants and shape arithmetic (always folded)
-    ("Constant", fold::constant),
-    ("ConstantOfShape", fold::constant_of_shape),
-    ("Shape", fold::shape),
-    ("Size", fold::size),
-    ("Range", fold::range),
+    ("Constant", constants::constant),
+    ("ConstantOfShape", constants::constant_of_shape),
+    ("Shape", constants::shape),
+    ("Size", constants::size),
+    ("Range", constants::range),
     // elementwise
     ("Neg", elementwise::unary),
     ("Abs", elementwise::unary),
