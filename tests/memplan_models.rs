@@ -1,12 +1,19 @@
-//! The memory planner on real models: examples/resnet_block and
-//! encoder_layer, imported from ONNX and optimized with the `default`
-//! pipeline, get plans that `check_plan` accepts, and the arena stays close
+//! The IR-level reference planner (`memplan/planner.rs`, not used by the
+//! compiler) and its tests (`memplan/planner_tests.rs`), and the planner on
+//! real models: examples/resnet_block and encoder_layer, imported from ONNX
+//! and optimized with the `default` pipeline, get plans that `check_plan`
+//! accepts, and greedy-by-size placement (the compiler's too) stays close
 //! to the lower bound (the peak of live bytes). Prints arena, sum of sizes
 //! and peak for each model.
 
+#[path = "memplan/planner.rs"]
+mod planner;
+#[path = "memplan/planner_tests.rs"]
+mod planner_tests;
+
 use aoc_compiler::onnx::{ImportOptions, import_model};
-use aoc_passes::memplan::{MemPlanOptions, MemoryPlan, check_plan, plan_memory};
 use aoc_passes::{PipelineOptions, run_pipeline};
+use planner::{MemPlanOptions, MemoryPlan, check_plan, plan_memory};
 use std::path::Path;
 
 fn plan_model(name: &str, opts: MemPlanOptions) -> MemoryPlan {

@@ -178,6 +178,9 @@ pub struct CompileArgs {
     /// The pass pipeline to run before code generation (default: the target's).
     #[arg(long, value_name = "PIPELINE")]
     pub passes: Option<String>,
+    /// Do not run the verifier after each pass of the pipeline.
+    #[arg(long)]
+    pub no_verify_each: bool,
     /// For .onnx files: fix the shape of input NAME (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<usize>)>,
@@ -265,8 +268,12 @@ pub struct OptArgs {
     /// Print op counts and e-graph statistics of each pass to stderr.
     #[arg(long)]
     pub stats: bool,
-    /// Run the verifier after every pass (always on in debug builds).
-    #[arg(long)]
+    /// Do not run the verifier after each pass (it runs after every pass by
+    /// default, and a pass that breaks the IR is an internal error naming it).
+    #[arg(long, overrides_with = "verify_each")]
+    pub no_verify_each: bool,
+    /// Run the verifier after every pass: the default, kept for old scripts.
+    #[arg(long, hide = true, overrides_with = "no_verify_each")]
     pub verify_each: bool,
     /// Run the interpreter on seeded random inputs before and after each pass
     /// and report the largest error each pass introduced.
@@ -281,6 +288,22 @@ pub struct OptArgs {
     /// List the passes and their options, then exit.
     #[arg(long)]
     pub list_passes: bool,
+}
+
+impl OptArgs {
+    /// What the flags ask the pipeline to do (`rules`: the `--rules` file, read).
+    pub fn config(&self, rules: Option<RulesFile>) -> OptConfig {
+        OptConfig {
+            passes: self.passes.clone(),
+            rules,
+            print_ir_after_all: self.print_ir_after_all,
+            print_ir_after: self.print_ir_after.clone(),
+            verify_each: !self.no_verify_each,
+            verify_rewrites: self.verify_rewrites,
+            target: self.target.clone(),
+            extra_passes: vec![],
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -440,16 +463,7 @@ fn cmd_opt(a: OptArgs) -> Result<(), String> {
     let file = read_air(&input)?;
     eprint!("{}", file.warnings);
     let name = input.display().to_string();
-    let config = OptConfig {
-        passes: a.passes.clone(),
-        rules,
-        print_ir_after_all: a.print_ir_after_all,
-        print_ir_after: a.print_ir_after.clone(),
-        verify_each: a.verify_each,
-        verify_rewrites: a.verify_rewrites,
-        target: a.target.clone(),
-        extra_passes: vec![],
-    };
+    let config = a.config(rules);
     let weights = SafetensorsWeights::for_module(&file.module, &input);
     let mut module = file.module;
     let outcome =
@@ -529,7 +543,7 @@ fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     };
     let output = compile_output(&a, ext)?;
     let passes = a.passes.as_deref().unwrap_or(CPU_PIPELINE);
-    let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, emit, &output)?;
+    let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, !a.no_verify_each, emit, &output)?;
     eprintln!("{msg}");
     Ok(())
 }
@@ -559,7 +573,7 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
     let passes = a.passes.as_deref().unwrap_or(GPU_PIPELINE);
     let cache = a.tune_cache.clone().unwrap_or_else(crate::gpu::default_tune_cache);
     let tune = (a.tune && emit == GpuEmit::Artifact).then_some(cache.as_path());
-    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, emit, &output, tune)?;
+    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, !a.no_verify_each, emit, &output, tune)?;
     eprintln!("{msg}");
     Ok(())
 }
@@ -568,7 +582,8 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
 const PROFILE_RUNS: usize = 20;
 
 fn cmd_bench(a: BenchArgs) -> Result<(), String> {
-    use crate::cpu::{bench, bind_artifact_inputs, load_session, synthetic_inputs};
+    use crate::bench::synthetic_inputs;
+    use crate::cpu::{bench, bind_artifact_inputs, load_session};
     if a.iters == 0 {
         return Err("error: --iters must be at least 1".to_string());
     }
@@ -642,13 +657,14 @@ fn cmd_bench(a: BenchArgs) -> Result<(), String> {
             r.p99_ms,
             r.mean_ms,
             r.throughput_per_s,
-            crate::cpu::human(r.peak_memory_bytes)
+            crate::driver::human(r.peak_memory_bytes)
         ))
     }
 }
 
 fn cmd_bench_gpu(a: &BenchArgs, art: aoc_runtime::artifact::Artifact) -> Result<(), String> {
-    use crate::cpu::{bind_inputs, synthetic_inputs};
+    use crate::artifact_io::bind_inputs;
+    use crate::bench::synthetic_inputs;
     use crate::gpu::{bench_gpu, load_gpu_session, profile_gpu};
     let s = load_gpu_session(art)?;
     let inputs = if a.inputs.is_empty() {
@@ -687,7 +703,7 @@ fn cmd_bench_gpu(a: &BenchArgs, art: aoc_runtime::artifact::Artifact) -> Result<
             dev.p50_ms,
             dev.p99_ms,
             r.throughput_per_s,
-            crate::cpu::human(r.peak_memory_bytes)
+            crate::driver::human(r.peak_memory_bytes)
         ))
     }
 }
@@ -709,6 +725,31 @@ mod tests {
                 .contains("`a`")
         );
         assert_eq!(parse_input_shape("%x=").unwrap(), ("x".into(), vec![]));
+    }
+
+    #[test]
+    fn verify_each_is_on_unless_no_verify_each_is_given() {
+        let opt = |extra: &[&str]| {
+            let args = ["aoc", "opt", "m.air"].iter().chain(extra).map(OsString::from);
+            match Cli::try_parse_from(args).unwrap().command {
+                Command::Opt(a) => a.config(None).verify_each,
+                c => panic!("{c:?}"),
+            }
+        };
+        assert!(opt(&[]));
+        assert!(!opt(&["--no-verify-each"]));
+        assert!(opt(&["--verify-each"]));
+        assert!(opt(&["--no-verify-each", "--verify-each"]));
+        assert!(!opt(&["--verify-each", "--no-verify-each"]));
+        let compile = |extra: &[&str]| {
+            let args = ["aoc", "compile", "m.air"].iter().chain(extra).map(OsString::from);
+            match Cli::try_parse_from(args).unwrap().command {
+                Command::Compile(a) => a.no_verify_each,
+                c => panic!("{c:?}"),
+            }
+        };
+        assert!(!compile(&[]));
+        assert!(compile(&["--no-verify-each"]));
     }
 
     #[test]

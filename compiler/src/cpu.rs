@@ -1,22 +1,24 @@
-//! `aoc compile` for x86-64 targets and `aoc run` / `aoc bench` on `.aoc`
-//! artifacts: the driver's side of the CPU backend and runtime.
+//! `aoc compile` for x86-64 targets and `aoc run` / `aoc bench` /
+//! `aoc explain` on CPU artifacts: the driver's side of the CPU backend and
+//! runtime.
 //!
-//! Compiling runs the target's pipeline (`cpu_pipeline`), then
-//! `aoc_backend_x86::compile`. Running binds `.npy` inputs to the
-//! artifact's inputs by name or order, exactly like `aoc run` on `.air`.
+//! Compiling runs the target's pipeline ([`CPU_PIPELINE`], through
+//! `driver::load_optimized`), then `aoc_backend_x86::compile`. What CPU and
+//! GPU artifacts share lives elsewhere: binding `.npy` inputs and decoding
+//! outputs in `artifact_io`, synthetic inputs and latency statistics in
+//! `bench`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use aoc_backend_x86::compile::{compile, emit_text};
 use aoc_backend_x86::pointwise::X86Level;
 use aoc_ir::tensor::Tensor;
-use aoc_ir::types::{Scalar, TensorType};
-use aoc_runtime::artifact::TensorSpec;
 use aoc_runtime::exec::{Session, SessionOptions};
 
-use crate::driver::{InputArg, load_model};
-use crate::npy;
+use crate::artifact_io::{bind_inputs, decode_outputs};
+use crate::bench::{BenchResult, stats};
+use crate::driver::{InputArg, human, load_optimized};
 
 /// The pass pipeline `aoc compile` runs for a CPU target (the cost model
 /// picks Winograd per layer: the CPU has native Winograd kernels).
@@ -39,43 +41,18 @@ pub enum Emit {
     Asm,
 }
 
-/// Loads a model and runs `passes` with `cost_target`'s cost model; with
-/// `air_out`, writes the optimized IR there instead and returns `None`
-/// (`--emit air`: folded weights print inline as dense<...>, complete if
-/// large).
-pub fn load_optimized(
-    input: &Path,
-    input_shapes: &[(String, Vec<usize>)],
-    passes: &str,
-    cost_target: &str,
-    air_out: Option<&Path>,
-) -> Result<Option<crate::driver::Loaded>, String> {
-    let mut loaded = load_model(input, input_shapes)?;
-    let config = crate::opt::OptConfig {
-        passes: Some(passes.to_string()),
-        target: cost_target.to_string(),
-        ..Default::default()
-    };
-    crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
-    if let Some(out) = air_out {
-        let text = aoc_ir::print::print_module(&loaded.module);
-        std::fs::write(out, &text).map_err(|e| format!("error: cannot write {}: {e}", out.display()))?;
-        return Ok(None);
-    }
-    Ok(Some(loaded))
-}
-
 /// `aoc compile` for a CPU target; returns the summary line(s) for stderr.
 pub fn compile_cpu(
     input: &Path,
     input_shapes: &[(String, Vec<usize>)],
     level: X86Level,
     passes: &str,
+    verify_each: bool,
     emit: Emit,
     output: &Path,
 ) -> Result<String, String> {
     let t0 = Instant::now();
-    let Some(loaded) = load_optimized(input, input_shapes, passes, "x86-64-v4", (emit == Emit::Air).then_some(output))? else {
+    let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, "x86-64-v4", (emit == Emit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
     };
     let func = loaded
@@ -120,22 +97,6 @@ pub fn compile_cpu(
     Ok(msg)
 }
 
-/// Bytes in KiB/MiB for messages.
-pub fn human(n: u64) -> String {
-    if n >= 1 << 20 {
-        format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
-    } else if n >= 1 << 10 {
-        format!("{:.1} KiB", n as f64 / 1024.0)
-    } else {
-        format!("{n} B")
-    }
-}
-
-fn spec_type(dtype: &str, shape: &[u64]) -> Result<TensorType, String> {
-    let s = Scalar::from_name(dtype).ok_or_else(|| format!("error: the artifact uses dtype {dtype}, which aoc cannot read"))?;
-    Ok(TensorType::new(shape.iter().map(|&d| d as usize).collect::<Vec<_>>(), s))
-}
-
 /// Loads an artifact for running.
 pub fn load_session(path: &Path, threads: usize) -> Result<Session, String> {
     Session::load(path, &SessionOptions { threads }).map_err(|e| format!("error: {e}"))
@@ -147,60 +108,6 @@ pub fn bind_artifact_inputs(s: &Session, inputs: &[InputArg]) -> Result<Vec<Vec<
     bind_inputs(s.inputs(), inputs)
 }
 
-/// Binds `.npy` files to an artifact's inputs `specs` (by name, then in
-/// order) and returns their bytes.
-pub fn bind_inputs(specs: &[TensorSpec], inputs: &[InputArg]) -> Result<Vec<Vec<u8>>, String> {
-    let mut slots: Vec<Option<Vec<u8>>> = vec![None; specs.len()];
-    let mut unnamed = Vec::new();
-    let names = || specs.iter().map(|s| format!("{} ({} {:?})", s.name, s.dtype, s.shape)).collect::<Vec<_>>().join(", ");
-    for a in inputs {
-        let t = npy::read_npy(&a.path).map_err(|m| format!("error: {m}"))?;
-        let i = match &a.name {
-            Some(n) => specs
-                .iter()
-                .position(|s| &s.name == n)
-                .ok_or_else(|| format!("error: unknown input `{n}`; the artifact's inputs are: {}", names()))?,
-            None => {
-                unnamed.push((a.path.clone(), t));
-                continue;
-            }
-        };
-        if slots[i].is_some() {
-            return Err(format!("error: input `{}` is given twice", specs[i].name));
-        }
-        slots[i] = Some(encode_input(&a.path, t, &specs[i].dtype, &specs[i].shape, &specs[i].name)?);
-    }
-    let mut unnamed = unnamed.into_iter();
-    for (i, slot) in slots.iter_mut().enumerate() {
-        if slot.is_none()
-            && let Some((p, t)) = unnamed.next()
-        {
-            *slot = Some(encode_input(&p, t, &specs[i].dtype, &specs[i].shape, &specs[i].name)?);
-        }
-    }
-    if unnamed.next().is_some() {
-        return Err(format!("error: too many inputs; the artifact takes {}: {}", specs.len(), names()));
-    }
-    slots
-        .into_iter()
-        .enumerate()
-        .map(|(i, s)| {
-            s.ok_or_else(|| {
-                format!(
-                    "error: missing input {} ({} {:?}); give it with --input {}=PATH.npy",
-                    specs[i].name, specs[i].dtype, specs[i].shape, specs[i].name
-                )
-            })
-        })
-        .collect()
-}
-
-fn encode_input(path: &Path, t: Tensor, dtype: &str, shape: &[u64], name: &str) -> Result<Vec<u8>, String> {
-    let ty = spec_type(dtype, shape)?;
-    let t = npy::conform(t, &ty).map_err(|m| format!("error: {}: input {name}: {m}", path.display()))?;
-    Ok(aoc_ir::bytes::encode(ty.elem.storage(), &t.data))
-}
-
 /// `aoc run FILE.aoc`: returns (output name, tensor) pairs.
 pub fn run_artifact(path: &Path, inputs: &[InputArg], threads: usize) -> Result<Vec<(String, Tensor)>, String> {
     let s = load_session(path, threads)?;
@@ -208,57 +115,6 @@ pub fn run_artifact(path: &Path, inputs: &[InputArg], threads: usize) -> Result<
     let refs: Vec<&[u8]> = bytes.iter().map(|b| b.as_slice()).collect();
     let outs = s.run(&refs).map_err(|e| format!("error: {}: {e}", path.display()))?;
     decode_outputs(s.outputs(), outs)
-}
-
-/// Output bytes as tensors of the artifact's output `specs`.
-pub fn decode_outputs(specs: &[TensorSpec], outs: Vec<Vec<u8>>) -> Result<Vec<(String, Tensor)>, String> {
-    specs
-        .iter()
-        .zip(outs)
-        .map(|(spec, b)| {
-            let ty = spec_type(&spec.dtype, &spec.shape)?;
-            let data = aoc_ir::bytes::decode(ty.elem.storage(), &b).map_err(|m| format!("error: output {}: {m}", spec.name))?;
-            Ok((spec.name.clone(), Tensor { ty, data }))
-        })
-        .collect()
-}
-
-/// Deterministic inputs for benchmarks: floats uniform in [-1, 1) from a
-/// fixed seed, integers and booleans zero.
-pub fn synthetic_inputs(specs: &[TensorSpec]) -> Vec<Vec<u8>> {
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    specs
-        .iter()
-        .map(|spec| {
-            let n: u64 = spec.shape.iter().product();
-            if spec.dtype == "f32" {
-                (0..n)
-                    .flat_map(|_| {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        let v = (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
-                        v.to_le_bytes()
-                    })
-                    .collect()
-            } else {
-                let width = aoc_runtime::artifact::DType::parse(&spec.dtype).map_or(1, |d| d.size());
-                vec![0u8; (n * width) as usize]
-            }
-        })
-        .collect()
-}
-
-/// Latency statistics of a benchmark.
-#[derive(Clone, Debug)]
-pub struct BenchResult {
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub mean_ms: f64,
-    pub throughput_per_s: f64,
-    pub peak_memory_bytes: u64,
-    pub iters: usize,
-    pub threads: usize,
 }
 
 /// Runs `warmup` untimed then `iters` timed inferences.
@@ -283,28 +139,6 @@ pub fn bench(s: &Session, inputs: &[Vec<u8>], warmup: usize, iters: usize) -> Re
     }
     let batch = s.inputs().first().and_then(|i| i.shape.first().copied()).unwrap_or(1).max(1) as f64;
     Ok(stats(times, batch, s.peak_memory_bytes(), s.threads()))
-}
-
-/// Percentiles, mean and throughput of `times` (ms, one per inference of
-/// `batch` items).
-pub fn stats(mut times: Vec<f64>, batch: f64, peak_memory_bytes: u64, threads: usize) -> BenchResult {
-    times.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
-    let mean = times.iter().sum::<f64>() / times.len() as f64;
-    BenchResult {
-        p50_ms: pct(0.5),
-        p99_ms: pct(0.99),
-        mean_ms: mean,
-        throughput_per_s: batch * 1e3 / mean,
-        peak_memory_bytes,
-        iters: times.len(),
-        threads,
-    }
-}
-
-/// `out/NAME.npy` paths for artifact outputs (names may hold `/`).
-pub fn output_path(dir: &Path, name: &str) -> PathBuf {
-    dir.join(format!("{}.npy", name.replace('/', "_")))
 }
 
 /// `aoc explain`: the artifact's plan, one line per step.

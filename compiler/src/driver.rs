@@ -1,7 +1,9 @@
 //! The library behind the `aoc` subcommands (`cli.rs` holds the command
-//! line itself): loading `.air` and `.onnx` files, writing `.air` plus
-//! `.safetensors`, binding `.npy` inputs, running the interpreter, writing
-//! and dumping results. Tests call these without the binary.
+//! line itself): loading `.air` and `.onnx` files (and running a pipeline
+//! over them, `load_optimized`, for every compile target), writing `.air`
+//! plus `.safetensors`, binding `.npy` inputs, running the interpreter,
+//! writing and dumping results. Target-specific commands live in `cpu.rs`
+//! and `gpu.rs`. Tests call these without the binary.
 //!
 //! Every function here returns `Err(String)` with text ready to print (the
 //! diagnostics already rendered with file:line:col), so the CLI only prints
@@ -263,6 +265,34 @@ pub fn run_passes(
     Ok(out.report)
 }
 
+/// Loads a model and runs `passes` with `cost_target`'s cost model,
+/// verifying after each pass when `verify_each`; with `air_out`, writes the
+/// optimized IR there instead and returns `None` (`--emit air`: folded
+/// weights print inline as dense<...>, complete if large).
+pub fn load_optimized(
+    input: &Path,
+    input_shapes: &[(String, Vec<usize>)],
+    passes: &str,
+    verify_each: bool,
+    cost_target: &str,
+    air_out: Option<&Path>,
+) -> Result<Option<Loaded>, String> {
+    let mut loaded = load_model(input, input_shapes)?;
+    let config = crate::opt::OptConfig {
+        passes: Some(passes.to_string()),
+        target: cost_target.to_string(),
+        verify_each,
+        ..Default::default()
+    };
+    crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    if let Some(out) = air_out {
+        let text = aoc_ir::print::print_module(&loaded.module);
+        std::fs::write(out, &text).map_err(|e| format!("error: cannot write {}: {e}", out.display()))?;
+        return Ok(None);
+    }
+    Ok(Some(loaded))
+}
+
 // ---------------------------------------------------------------- run
 
 /// One `--input` argument.
@@ -488,6 +518,17 @@ fn nest(out: &mut String, shape: &[usize], leaf: &mut dyn FnMut(&mut String)) {
             }
             out.push(']');
         }
+    }
+}
+
+/// Bytes in KiB/MiB for messages.
+pub fn human(n: u64) -> String {
+    if n >= 1 << 20 {
+        format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64)
+    } else if n >= 1 << 10 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{n} B")
     }
 }
 

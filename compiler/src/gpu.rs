@@ -18,8 +18,9 @@ use aoc_runtime::artifact::Artifact;
 use aoc_runtime::cuda::{GpuSession, KernelTrial, time_kernel};
 use aoc_runtime::gpu_plan::GpuItem;
 
-use crate::cpu::{BenchResult, bind_inputs, decode_outputs, human, load_optimized, stats};
-use crate::driver::InputArg;
+use crate::artifact_io::{bind_inputs, decode_outputs};
+use crate::bench::{BenchResult, stats};
+use crate::driver::{InputArg, human, load_optimized};
 
 /// The pass pipeline `aoc compile` runs for a GPU target (no Winograd: the
 /// GPU lowering runs 3×3 convolutions as implicit GEMMs on tensor cores).
@@ -131,13 +132,14 @@ pub fn compile_gpu(
     sm: Sm,
     precision: Precision,
     passes: &str,
+    verify_each: bool,
     emit: GpuEmit,
     output: &Path,
     tune: Option<&Path>,
 ) -> Result<String, String> {
     let t0 = Instant::now();
     let write = |bytes: &[u8]| std::fs::write(output, bytes).map_err(|e| format!("error: cannot write {}: {e}", output.display()));
-    let Some(loaded) = load_optimized(input, input_shapes, passes, cost_target(sm), (emit == GpuEmit::Air).then_some(output))? else {
+    let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, cost_target(sm), (emit == GpuEmit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
     };
     let func = loaded

@@ -5,6 +5,8 @@
 //! Invariant: this is the only crate that does file I/O or prints; the other
 //! crates take data and return data and diagnostics.
 
+pub mod artifact_io;
+pub mod bench;
 pub mod cli;
 pub mod cpu;
 pub mod driver;

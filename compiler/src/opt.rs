@@ -49,6 +49,7 @@ pub struct OptConfig {
     pub rules: Option<RulesFile>,
     pub print_ir_after_all: bool,
     pub print_ir_after: Vec<String>,
+    /// Verify after every pass (default; `--no-verify-each` clears it).
     pub verify_each: bool,
     /// `--verify-rewrites`: run the interpreter before and after each pass.
     pub verify_rewrites: bool,
@@ -65,7 +66,7 @@ impl Default for OptConfig {
             rules: None,
             print_ir_after_all: false,
             print_ir_after: vec![],
-            verify_each: false,
+            verify_each: true,
             verify_rewrites: false,
             target: PipelineOptions::default().target,
             extra_passes: vec![],
@@ -507,6 +508,59 @@ mod tests {
         assert!(ins[2].to_i64().iter().all(|&v| v == 0 || v == 1));
         // Seeded: the same module gets the same inputs.
         assert_eq!(ins, random_inputs(&m).unwrap());
+    }
+
+    /// A pass that breaks the IR: it declares the wrong result type.
+    struct Breaker;
+    impl aoc_passes::PassDef for Breaker {
+        const NAME: &'static str = "breaker";
+        const SUMMARY: &'static str = "declares a wrong result type";
+        type Options = aoc_passes::pass::NoOptions;
+        fn new(_: aoc_passes::pass::NoOptions) -> Self {
+            Breaker
+        }
+    }
+    impl aoc_passes::Pass for Breaker {
+        fn name(&self) -> &'static str {
+            "breaker"
+        }
+        fn summary(&self) -> &'static str {
+            "declares a wrong result type"
+        }
+        fn run(
+            &mut self,
+            m: &mut Module,
+            _: &mut aoc_passes::PassContext,
+        ) -> Result<aoc_passes::PassStats, Diagnostic> {
+            m.funcs[0].result_types[0] = TensorType::new(vec![7], Scalar::F32);
+            Ok(Default::default())
+        }
+    }
+
+    #[test]
+    fn a_pass_that_breaks_the_ir_is_named_unless_verify_each_is_off() {
+        let src = "func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = core.relu %x : tensor<4xf32>\n  return %y : tensor<4xf32>\n}\n";
+        let config = OptConfig {
+            passes: Some("algebraic,breaker,algebraic".into()),
+            extra_passes: vec![PassEntry::of::<Breaker>(false)],
+            ..Default::default()
+        };
+        assert!(config.verify_each, "verification after each pass is the default");
+        let (mut m, _) = aoc_ir::parse_and_verify(src);
+        let e = optimize(&mut m, &aoc_ir::interp::NoWeights, &config, Some(("m.air", src))).unwrap_err();
+        assert!(e.contains("internal error: pass `breaker` produced invalid IR"), "{e}");
+        // Off, nothing checks after `breaker`: a pipeline that ends there
+        // succeeds, and in a longer one the next pass trips over the IR
+        // with an error that does not name the culprit.
+        let off = OptConfig { verify_each: false, ..config };
+        let (mut m, _) = aoc_ir::parse_and_verify(src);
+        let ends = OptConfig { passes: Some("algebraic,breaker".into()), ..off.clone() };
+        let out = optimize(&mut m, &aoc_ir::interp::NoWeights, &ends, None).unwrap();
+        let ran: Vec<&str> = out.report.passes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(ran, ["algebraic", "breaker"]);
+        let (mut m, _) = aoc_ir::parse_and_verify(src);
+        let e = optimize(&mut m, &aoc_ir::interp::NoWeights, &off, None).unwrap_err();
+        assert!(!e.contains("breaker"), "{e}");
     }
 
     #[test]

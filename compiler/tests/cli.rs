@@ -560,6 +560,28 @@ fn unknown_passes_and_bad_options_are_located_in_the_pipeline() {
     );
 }
 
+#[test]
+fn no_verify_each_skips_only_the_checks() {
+    // The built-in passes keep the IR valid, so the flag changes nothing in
+    // the output (a pass that breaks the IR is tested in the library:
+    // `opt::tests`, `manager_tests`).
+    let d = dir("no_verify_each");
+    let f = write(&d, "m.air", SAMPLE);
+    let with = aoc(&[&"opt", &f, &"--passes", &"default"]);
+    assert_eq!(with.status.code(), Some(0), "{}", stderr(&with));
+    for flags in [&["--no-verify-each"][..], &["--verify-each"], &["--verify-each", "--no-verify-each"]] {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"opt", &f, &"--passes", &"default"];
+        args.extend(flags.iter().map(|s| s as &dyn AsRef<std::ffi::OsStr>));
+        let o = aoc(&args);
+        assert_eq!(o.status.code(), Some(0), "{flags:?}: {}", stderr(&o));
+        assert_eq!(o.stdout, with.stdout, "{flags:?}");
+    }
+    let out = d.join("m.opt.air");
+    let o = aoc(&[&"compile", &f, &"--emit", &"air", &"--no-verify-each", &"-o", &out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&out).unwrap().contains("func @main"));
+}
+
 /// x -> relu -> relu, for the rules-file tests.
 const RELU_RELU: &str = "\
 func @main(%x: tensor<4xf32>) -> tensor<4xf32> {

@@ -9,11 +9,13 @@
 //!   user's rules files.
 //! - `passes`: the built-in passes.
 //! - `lower`: an optimized function to a plan of runtime steps and
-//!   pointwise kernels (shared by the x86 and PTX backends).
+//!   pointwise kernels (shared by the x86 and PTX backends); `memplan`: the
+//!   arena placement it uses and the checker every plan passes.
 //!
 //! Invariants: only this crate knows egg; it does no I/O (printed IR, timing
 //! and statistics come back in the `PipelineReport`); every pass leaves IR the
-//! verifier accepts, which the manager checks in debug builds.
+//! verifier accepts, which the manager checks after every pass unless told
+//! not to (`PipelineOptions::verify_each`).
 
 pub mod kernel_expr;
 pub mod lower;
@@ -35,6 +37,6 @@ mod testutil;
 
 pub use egraph::Rewrite;
 pub use manager::{PipelineOptions, PipelineReport, run_pipeline};
-pub use pass::{Pass, PassContext, PassStats};
+pub use pass::{Pass, PassContext, PassDef, PassStats};
 pub use registry::{PassEntry, registry};
 pub use rules_file::load_rules;

@@ -1,8 +1,10 @@
 //! The pass manager: runs a text pipeline over a module.
 //!
-//! After every pass it runs the verifier (always in debug builds, and in
-//! release builds when `verify_each` is set); a pass that leaves invalid IR is
-//! an internal error naming the pass. It measures wall time per pass,
+//! After every pass it runs the verifier, as MLIR's pass manager does, unless
+//! `verify_each` is turned off (`aoc opt --no-verify-each`); a pass that
+//! leaves invalid IR is an internal error naming the pass, so a broken pass
+//! is caught where it breaks the IR, not by a later pass or backend that
+//! trusts verified input. It measures wall time per pass,
 //! collects each pass's statistics and op counts, and captures the printed
 //! IR after the passes asked for. Nothing is printed: the report carries the
 //! text and the driver decides what to show.
@@ -17,7 +19,8 @@ use std::time::{Duration, Instant};
 
 /// How to run a pipeline (the CLI's `aoc opt` flags).
 pub struct PipelineOptions<'a> {
-    /// Verify after every pass even in release builds (`--verify-each`).
+    /// Verify after every pass (the default; `--no-verify-each` turns it
+    /// off, in every build).
     pub verify_each: bool,
     /// Capture the IR after every pass (`--print-ir-after-all`).
     pub print_ir_after_all: bool,
@@ -38,7 +41,7 @@ pub struct PipelineOptions<'a> {
 impl Default for PipelineOptions<'static> {
     fn default() -> Self {
         PipelineOptions {
-            verify_each: false,
+            verify_each: true,
             print_ir_after_all: false,
             print_ir_after: vec![],
             user_rules: vec![],
@@ -145,7 +148,6 @@ pub fn run_pipeline(
     for (entry, item) in &resolved {
         passes.push((entry.build)(&item.options)?);
     }
-    let verify = cfg!(debug_assertions) || opts.verify_each;
     let mut report = PipelineReport::default();
     let mut cx = PassContext {
         weights: opts.weights,
@@ -158,7 +160,7 @@ pub fn run_pipeline(
         let start = Instant::now();
         let stats = pass.run(module, &mut cx)?;
         let wall = start.elapsed();
-        if verify {
+        if opts.verify_each {
             let errors: Vec<Diagnostic> = aoc_ir::verify::verify_module(module)
                 .into_iter()
                 .filter(|d| d.is_error())

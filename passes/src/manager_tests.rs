@@ -1,8 +1,8 @@
 //! Tests of the pass manager through `run_pipeline`.
 
 use crate::manager::{PipelineOptions, run_pipeline};
-use crate::pass::{NoOptions, Pass, PassContext, PassStats};
-use crate::registry::{PassDef, PassEntry};
+use crate::pass::{NoOptions, Pass, PassContext, PassDef, PassStats};
+use crate::registry::PassEntry;
 use crate::testutil::*;
 use aoc_ir::attr::Attrs;
 use aoc_ir::{Diagnostic, Func, Location, Module, Opcode, Span};
@@ -107,15 +107,33 @@ impl Pass for Breaker {
 }
 
 #[test]
-fn extra_passes_run_and_the_verifier_catches_broken_ir() {
+fn the_verifier_runs_after_every_pass_by_default_and_names_the_breaker() {
+    assert!(PipelineOptions::default().verify_each);
     let mut m = module();
     let opts = PipelineOptions {
         extra_passes: vec![PassEntry::of::<Breaker>(false)],
-        verify_each: true,
         ..Default::default()
     };
-    let e = run_pipeline(&mut m, "algebraic,breaker", &opts).unwrap_err();
+    let e = run_pipeline(&mut m, "algebraic,breaker,algebraic", &opts).unwrap_err();
     assert!(e.message.starts_with("internal error: pass `breaker` produced invalid IR: return: result 0 of @main is declared tensor<7xf32>"), "{}", e.message);
+}
+
+#[test]
+fn without_verify_each_broken_ir_is_not_caught_after_the_pass() {
+    let mut m = module();
+    let opts = PipelineOptions {
+        extra_passes: vec![PassEntry::of::<Breaker>(false)],
+        verify_each: false,
+        ..Default::default()
+    };
+    let report = run_pipeline(&mut m, "breaker", &opts).unwrap();
+    assert_eq!(report.passes[0].name, "breaker");
+    // The module is broken; only a later verifier run sees it.
+    assert!(
+        aoc_ir::verify::verify_module(&m)
+            .iter()
+            .any(|d| d.is_error())
+    );
 }
 
 #[test]

@@ -1,13 +1,15 @@
 //! The `Pass` trait, typed pass options, and what a pass reports.
 //!
-//! A pass is a value built from its options by the registry; the pass
-//! manager runs it on a module and verifies the module afterwards.
+//! A pass is a value built from its options by the registry (through
+//! [`PassDef`]); the pass manager runs it on a module and verifies the
+//! module afterwards.
 //! Options arrive as `key=value` text (`fuse{max-ops=8}`) and are parsed into
 //! a typed options struct per pass through [`PassOptions`].
 //!
 //! Invariants: a pass never panics on valid IR; it either leaves a module the
 //! verifier accepts or returns a diagnostic; library code does no I/O.
 
+pub use crate::egraph::SaturationStats;
 use aoc_ir::interp::{NoWeights, WeightSource};
 use aoc_ir::{Diagnostic, Module, Span};
 
@@ -19,6 +21,16 @@ pub trait Pass {
     fn summary(&self) -> &'static str;
     /// Transforms `module` in place.
     fn run(&mut self, module: &mut Module, cx: &mut PassContext) -> Result<PassStats, Diagnostic>;
+}
+
+/// A pass type the registry can build from options: its name and summary
+/// as constants (the registry lists them without building the pass), its
+/// options type, and a constructor.
+pub trait PassDef: Pass + Sized + 'static {
+    const NAME: &'static str;
+    const SUMMARY: &'static str;
+    type Options: PassOptions;
+    fn new(options: Self::Options) -> Self;
 }
 
 /// What every pass can see besides the module.
@@ -41,19 +53,6 @@ impl Default for PassContext<'static> {
             target: "x86-64-v4",
         }
     }
-}
-
-/// Statistics of one saturation run (one function).
-#[derive(Clone, Debug, PartialEq)]
-pub struct SaturationStats {
-    pub func: String,
-    pub nodes: usize,
-    pub classes: usize,
-    pub iterations: usize,
-    /// Why saturation stopped: `saturated`, `node limit 50000`, ...
-    pub stop_reason: String,
-    /// Applications per rule name, summed over iterations (non-zero only).
-    pub applied: Vec<(String, usize)>,
 }
 
 /// What a pass reports about its run.

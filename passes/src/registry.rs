@@ -8,16 +8,8 @@
 //! Invariant: names are unique, kebab-case, and equal to the built pass's
 //! `Pass::name()` (a test checks it).
 
-use crate::pass::{OptionSpec, Pass, PassOptions, RawOption, parse_options};
+use crate::pass::{OptionSpec, Pass, PassDef, PassOptions, RawOption, parse_options};
 use aoc_ir::Diagnostic;
-
-/// A pass type the registry can build from options.
-pub trait PassDef: Pass + Sized + 'static {
-    const NAME: &'static str;
-    const SUMMARY: &'static str;
-    type Options: PassOptions;
-    fn new(options: Self::Options) -> Self;
-}
 
 /// Builds a pass from the options written in a pipeline.
 pub type BuildPass = fn(&[RawOption]) -> Result<Box<dyn Pass>, Diagnostic>;

@@ -5,7 +5,7 @@
 //! LessOrEqual/GreaterOrEqual use `core.where`/`core.equal` with boolean
 //! constants (so NaN compares false, as ONNX says).
 
-use super::import::{Cx, Node, R, V};
+use super::context::{Cx, Node, R, V};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::{Opcode, Scalar, Tensor, TensorType};
 

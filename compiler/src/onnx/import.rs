@@ -11,15 +11,13 @@
 //! error is a diagnostic at that location (never a panic); the function's
 //! results carry exactly the (sanitized) graph output names.
 
-use super::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, attribute_type as at, type_proto,
-};
-use super::tensors::{scalar_of, tensor_from_proto};
+use super::context::{Cx, Node, R, V, tensor_attr};
+use super::proto::{GraphProto, ModelProto, attribute_type as at, type_proto};
+use super::tensors::scalar_of;
 use super::{ImportOptions, Imported};
-use aoc_ir::attr::{Attr, Attrs, ConstValue, DenseData, WeightRef};
+use aoc_ir::attr::Attrs;
 use aoc_ir::module::{ValueDef, WeightsDecl, fresh_name};
-use aoc_ir::tensor::Data;
-use aoc_ir::{Diagnostic, Func, Location, Module, Opcode, Tensor, TensorType, ValueId};
+use aoc_ir::{Diagnostic, Location, Module, Opcode, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
@@ -28,244 +26,6 @@ use std::rc::Rc;
 /// (attribute vs input axes, Softmax's 2-D coercion), and real exporters
 /// still emit them.
 pub const MIN_OPSET: i64 = 11;
-
-/// An ONNX value during import.
-#[derive(Clone, Debug)]
-pub enum V {
-    /// A constant known at import time.
-    C(Rc<Tensor>),
-    /// A value of the function being built.
-    R(ValueId),
-}
-
-impl V {
-    pub fn konst(t: Tensor) -> V {
-        V::C(Rc::new(t))
-    }
-}
-
-/// One node's view: its inputs (absent optional inputs are `None`) and
-/// attributes.
-pub struct Node<'a> {
-    pub proto: &'a NodeProto,
-    pub op_type: &'a str,
-    pub name: String,
-    pub inputs: Vec<Option<V>>,
-    pub attrs: HashMap<&'a str, &'a AttributeProto>,
-}
-
-impl Node<'_> {
-    pub fn input(&self, i: usize) -> Option<&V> {
-        self.inputs.get(i).and_then(|v| v.as_ref())
-    }
-    pub fn n_outputs(&self) -> usize {
-        self.proto.output.len()
-    }
-    pub fn attr(&self, name: &str) -> Option<&AttributeProto> {
-        self.attrs.get(name).copied()
-    }
-    pub fn int(&self, name: &str, default: i64) -> i64 {
-        self.attr(name).and_then(|a| a.i).unwrap_or(default)
-    }
-    pub fn opt_int(&self, name: &str) -> Option<i64> {
-        self.attr(name).and_then(|a| a.i)
-    }
-    pub fn float(&self, name: &str, default: f64) -> f64 {
-        self.attr(name)
-            .and_then(|a| a.f)
-            .map_or(default, |f| f as f64)
-    }
-    pub fn ints(&self, name: &str) -> Option<Vec<i64>> {
-        self.attr(name).map(|a| a.ints.clone())
-    }
-    pub fn floats(&self, name: &str) -> Option<Vec<f64>> {
-        self.attr(name)
-            .map(|a| a.floats.iter().map(|&f| f as f64).collect())
-    }
-    pub fn str(&self, name: &str, default: &str) -> String {
-        self.attr(name)
-            .and_then(|a| a.s.as_ref())
-            .map_or(default.to_string(), |s| {
-                String::from_utf8_lossy(s).into_owned()
-            })
-    }
-}
-
-/// The import state.
-pub struct Cx<'a> {
-    pub func: Func,
-    pub opts: &'a ImportOptions,
-    /// The default domain's opset version.
-    pub opset: i64,
-    env: HashMap<String, V>,
-    weights: Vec<(String, Tensor)>,
-    weight_keys: HashSet<String>,
-    /// Materialized constants, by tensor identity (the `Rc` is kept so the
-    /// address cannot be reused by another tensor).
-    materialized: HashMap<usize, (Rc<Tensor>, ValueId)>,
-    /// Names of constants (initializers and constant node outputs), by
-    /// tensor identity: weight keys and value names come from them.
-    const_names: HashMap<usize, (Rc<Tensor>, String)>,
-    /// The current node's location and value-name hint.
-    pub loc: Location,
-    pub hint: String,
-    /// The current node's op type, for messages.
-    pub op_type: String,
-}
-
-pub type R<T> = Result<T, Diagnostic>;
-
-impl<'a> Cx<'a> {
-    /// An error at the current node.
-    pub fn err(&self, msg: impl Into<String>) -> Diagnostic {
-        Diagnostic::error(msg.into(), self.loc.clone())
-    }
-
-    /// An error naming the current ONNX op.
-    pub fn bad(&self, msg: impl std::fmt::Display) -> Diagnostic {
-        self.err(format!("ONNX `{}`: {msg}", self.op_type))
-    }
-
-    pub fn ty(&self, v: &V) -> TensorType {
-        match v {
-            V::C(t) => t.ty.clone(),
-            V::R(id) => self.func.ty(*id).clone(),
-        }
-    }
-
-    pub fn shape(&self, v: &V) -> Vec<usize> {
-        self.ty(v).shape
-    }
-
-    /// The IR value for `v`, materializing a constant on first use.
-    pub fn val(&mut self, v: &V) -> R<ValueId> {
-        match v {
-            V::R(id) => Ok(*id),
-            V::C(t) => {
-                let key = Rc::as_ptr(t) as usize;
-                if let Some((_, id)) = self.materialized.get(&key) {
-                    return Ok(*id);
-                }
-                let hint = self.const_name(t).unwrap_or_else(|| self.hint.clone());
-                let id = self.materialize(t, &hint)?;
-                self.materialized.insert(key, (t.clone(), id));
-                Ok(id)
-            }
-        }
-    }
-
-    /// The name a constant was given (initializer or node output).
-    pub fn const_name(&self, t: &Rc<Tensor>) -> Option<String> {
-        self.const_names
-            .get(&(Rc::as_ptr(t) as usize))
-            .map(|(_, n)| n.clone())
-    }
-
-    /// Names a constant, unless it already has a name.
-    pub fn name_const(&mut self, t: &Rc<Tensor>, name: &str) {
-        self.const_names
-            .entry(Rc::as_ptr(t) as usize)
-            .or_insert_with(|| (t.clone(), name.to_string()));
-    }
-
-    /// Emits a `const` op for `t`: inline when small, else a weight.
-    pub fn materialize(&mut self, t: &Tensor, hint: &str) -> R<ValueId> {
-        let value = if t.len() <= self.opts.inline_limit {
-            match &t.data {
-                Data::F(v) => ConstValue::Dense(DenseData::Floats(v.clone())),
-                Data::I(v) => ConstValue::Dense(DenseData::Ints(v.clone())),
-            }
-        } else {
-            let base = fresh_name(hint, |_| false);
-            let key = fresh_name(&base, |n| self.weight_keys.contains(n));
-            self.weight_keys.insert(key.clone());
-            self.weights.push((key.clone(), t.clone()));
-            ConstValue::Weight(WeightRef {
-                file: self.opts.weights_name.clone(),
-                key,
-            })
-        };
-        let attrs = Attrs::new().with("value", Attr::Const(value));
-        let r = self.func.push_op(
-            Opcode::Const,
-            &[],
-            attrs,
-            Some(vec![t.ty.clone()]),
-            hint,
-            self.loc.clone(),
-        )?;
-        Ok(r[0])
-    }
-
-    /// Builds `opcode` on `operands`; folds it when every operand is constant
-    /// (except `quant.dequantize`, which keeps quantized weights visible).
-    pub fn op(
-        &mut self,
-        opcode: Opcode,
-        operands: &[V],
-        attrs: Attrs,
-        declared: Option<Vec<TensorType>>,
-    ) -> R<Vec<V>> {
-        let all_const = operands.iter().all(|v| matches!(v, V::C(_)));
-        if all_const
-            && opcode != Opcode::Dequantize
-            && let Some(out) = super::fold::try_fold(opcode, operands, &attrs, declared.as_deref())
-        {
-            return Ok(out.into_iter().map(V::konst).collect());
-        }
-        let ids = operands
-            .iter()
-            .map(|v| self.val(v))
-            .collect::<R<Vec<_>>>()?;
-        let hint = self.hint.clone();
-        let out = self
-            .func
-            .push_op(opcode, &ids, attrs, declared, &hint, self.loc.clone())?;
-        Ok(out.into_iter().map(V::R).collect())
-    }
-
-    /// [`Cx::op`] for single-result ops.
-    pub fn op1(&mut self, opcode: Opcode, operands: &[V], attrs: Attrs) -> R<V> {
-        Ok(self.op(opcode, operands, attrs, None)?.remove(0))
-    }
-
-    pub fn reshape(&mut self, v: &V, shape: &[usize]) -> R<V> {
-        if self.shape(v) == shape {
-            return Ok(v.clone());
-        }
-        let s = shape.iter().map(|&d| d as i64).collect();
-        self.op1(
-            Opcode::Reshape,
-            std::slice::from_ref(v),
-            Attrs::new().with("shape", Attr::Ints(s)),
-        )
-    }
-
-    /// Input `i`, or an error saying it is required.
-    pub fn need<'n>(&self, n: &'n Node, i: usize) -> R<&'n V> {
-        n.input(i)
-            .ok_or_else(|| self.bad(format!("input {i} is required")))
-    }
-
-    /// Input `i` as a constant tensor, or an error naming `what`.
-    pub fn const_input<'n>(&self, n: &'n Node, i: usize, what: &str) -> R<&'n Tensor> {
-        match n.input(i) {
-            Some(V::C(t)) => Ok(t),
-            Some(V::R(_)) => Err(self.bad(format!(
-                "`{what}` must be a constant (computed at import time)"
-            ))),
-            None => Err(self.bad(format!("`{what}` is required"))),
-        }
-    }
-
-    /// Optional constant input `i` as integers.
-    pub fn const_ints(&self, n: &Node, i: usize, what: &str) -> R<Option<Vec<i64>>> {
-        match n.input(i) {
-            None => Ok(None),
-            Some(_) => Ok(Some(self.const_input(n, i, what)?.to_i64())),
-        }
-    }
-}
 
 /// Builds the element type and static shape of a graph input.
 fn input_type(
@@ -330,11 +90,6 @@ fn input_type(
     Ok(TensorType::new(shape, s))
 }
 
-/// Converts one ONNX attribute tensor or initializer, naming it in errors.
-pub fn tensor_attr(t: &super::proto::TensorProto, what: &str, loc: &Location) -> R<Tensor> {
-    tensor_from_proto(t, what).map_err(|m| Diagnostic::error(m, loc.clone()))
-}
-
 pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     let top = Location::default();
     let mut opset = None;
@@ -362,19 +117,9 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
         .as_ref()
         .ok_or_else(|| Diagnostic::error("the model has no graph", top.clone()))?;
 
-    let mut cx = Cx {
-        func: Func::new("main"),
-        opts,
-        opset,
-        env: HashMap::new(),
-        weights: vec![],
-        weight_keys: HashSet::new(),
-        materialized: HashMap::new(),
-        const_names: HashMap::new(),
-        loc: top.clone(),
-        hint: String::new(),
-        op_type: String::new(),
-    };
+    let mut cx = Cx::new(opts, opset);
+    // ONNX value name -> value.
+    let mut env: HashMap<String, V> = HashMap::new();
 
     // Initializers are constants (also when a graph input of the same name
     // lists them: that input only gives a default).
@@ -386,7 +131,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
             &Location::named(name.clone()),
         )?);
         cx.name_const(&t, &name);
-        cx.env.insert(name, V::C(t));
+        env.insert(name, V::C(t));
     }
     if let Some(s) = graph.sparse_initializer.first() {
         let name = s
@@ -401,12 +146,12 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     }
     for vi in &graph.input {
         let name = vi.name.clone().unwrap_or_default();
-        if cx.env.contains_key(&name) {
+        if env.contains_key(&name) {
             continue;
         }
         let ty = input_type(vi, &name, opts)?;
         let id = cx.func.add_param(&name, ty, Location::named(name.clone()));
-        cx.env.insert(name, V::R(id));
+        env.insert(name, V::R(id));
     }
     for (name, _) in &opts.input_shapes {
         if !graph
@@ -473,7 +218,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
             if i.is_empty() {
                 inputs.push(None);
             } else {
-                let v = cx.env.get(i).cloned().ok_or_else(|| {
+                let v = env.get(i).cloned().ok_or_else(|| {
                     cx.err(format!(
                         "input `{i}` of node `{name}` is not defined before it"
                     ))
@@ -516,7 +261,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
                     if let V::C(t) = v {
                         cx.name_const(t, out_name);
                     }
-                    cx.env.insert(out_name.clone(), v.clone());
+                    env.insert(out_name.clone(), v.clone());
                 }
                 None if used.contains(out_name.as_str()) => {
                     return Err(cx.err(format!(
@@ -534,8 +279,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     for out in &graph.output {
         let name = out.name.clone().unwrap_or_default();
         cx.loc = Location::named(name.clone());
-        let v = cx
-            .env
+        let v = env
             .get(&name)
             .cloned()
             .ok_or_else(|| cx.err(format!("graph output `{name}` is never computed")))?;
@@ -581,17 +325,15 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     }
     cx.func.set_return(results);
 
+    let (func, weights) = cx.finish();
     let mut module = Module::default();
-    if !cx.weights.is_empty() {
+    if !weights.is_empty() {
         module.weights.push(WeightsDecl {
             name: opts.weights_name.clone(),
             path: opts.weights_path.clone(),
             loc: Location::default(),
         });
     }
-    module.funcs.push(cx.func);
-    Ok(Imported {
-        module,
-        weights: cx.weights,
-    })
+    module.funcs.push(func);
+    Ok(Imported { module, weights })
 }

@@ -2,15 +2,21 @@
 //! safetensors file beside the `.air`.
 //!
 //! Layout: `proto` (the protobuf messages), `tensors` (element types and
-//! tensor payloads), `import` (the graph walk and value bookkeeping), `fold`
-//! (import-time constant folding and constant-only ops), and one file of
-//! op handlers per family (`elementwise`, `nn`, `shape`, `quant`).
-//! [`HANDLERS`] is the one list of ONNX op types the importer maps.
+//! tensor payloads), `import` (the graph walk: initializers, inputs, nodes
+//! in order, outputs), `context` (the state handlers build ops through:
+//! `Cx`, `Node`, `V`), `fold` (import-time constant folding through the
+//! op table's hooks), and one file of op handlers per family (`constants`,
+//! `elementwise`, `nn`, `shape`, `quant`). [`HANDLERS`] is the one list of
+//! ONNX op types the importer maps. Dependencies point one way: `import`
+//! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
+//! `context`; `context` uses `fold`, which uses only `aoc-ir`.
 //!
 //! Invariants: decoding or importing never panics on bad bytes; the result
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
 //! it came from; errors name the op type, node and opset.
 
+mod constants;
+mod context;
 mod elementwise;
 mod fold;
 mod import;
@@ -25,7 +31,7 @@ mod tests;
 use aoc_ir::interp::MapWeights;
 use aoc_ir::attr::Attrs;
 use aoc_ir::{Diagnostic, Location, Module, Opcode, Tensor};
-use import::{Cx, Node, R, V};
+use context::{Cx, Node, R, V};
 use prost::Message;
 
 /// What the importer needs besides the model.
@@ -120,11 +126,11 @@ impl Handler {
 /// The one list: `supported_op_types` and the dispatch both read it.
 const HANDLERS: &[(&str, Handler)] = &[
     // constants and shape arithmetic (always folded)
-    ("Constant", Handler::Fn(fold::constant)),
-    ("ConstantOfShape", Handler::Fn(fold::constant_of_shape)),
-    ("Shape", Handler::Fn(fold::shape)),
-    ("Size", Handler::Fn(fold::size)),
-    ("Range", Handler::Fn(fold::range)),
+    ("Constant", Handler::Fn(constants::constant)),
+    ("ConstantOfShape", Handler::Fn(constants::constant_of_shape)),
+    ("Shape", Handler::Fn(constants::shape)),
+    ("Size", Handler::Fn(constants::size)),
+    ("Range", Handler::Fn(constants::range)),
     // elementwise
     ("Neg", Handler::Op(Opcode::Neg)),
     ("Abs", Handler::Op(Opcode::Abs)),

@@ -5,7 +5,7 @@
 //! exact. `auto_pad` and ConvTranspose's `output_shape` are resolved to
 //! explicit pads here, following the ONNX operator definitions.
 
-use super::import::{Cx, Node, R, V};
+use super::context::{Cx, Node, R, V};
 use aoc_ir::Opcode;
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::normalize_axis;

@@ -10,7 +10,7 @@
 //! graph input) it is the exact decomposition `(cast(x) - zp) * scale`.
 //! Blocked quantization (`block_size > 0`) is unsupported.
 
-use super::import::{Cx, Node, R, V};
+use super::context::{Cx, Node, R, V};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::normalize_axis;
 use aoc_ir::{ElemType, Opcode, QuantParams, QuantType, Scalar, Tensor, TensorType};

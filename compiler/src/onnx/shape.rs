@@ -7,7 +7,7 @@
 //! Split becomes one `core.slice` per output; Squeeze/Unsqueeze become
 //! `core.reshape`.
 
-use super::import::{Cx, Node, R, V};
+use super::context::{Cx, Node, R, V};
 use aoc_ir::Opcode;
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::normalize_axis;

@@ -369,3 +369,101 @@ fn tensor_protos_decode_every_layout() {
         "tensor `` has unsupported element type STRING"
     );
 }
+
+/// One node over initializers (so the importer folds it), output `y`.
+fn folded(op: &str, inputs: &[&str], inits: Vec<TensorProto>, attrs: Vec<AttributeProto>) -> Result<Imported, Diagnostic> {
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![node(op, "n", inputs, &["y"], attrs)],
+            initializer: inits,
+            output: vec![f32_input("y", &[])],
+            ..Default::default()
+        },
+    );
+    import_model(&bytes, &ImportOptions::default())
+}
+
+fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(attribute_type::INTS),
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+// Folding calls the op table's hooks directly (no catch_unwind): each case
+// below once panicked (or aborted) inside a hook, and must now import or
+// fail with a diagnostic.
+
+#[test]
+fn folding_a_pad_with_extreme_pads_is_an_error() {
+    // 5 + i64::MIN + i64::MAX = 4 elements: the sum fits, the index
+    // arithmetic did not (an overflow panic in eval).
+    let e = folded(
+        "Pad",
+        &["x", "pads"],
+        vec![f32_init("x", &[5], &[1.0; 5]), i64_init("pads", &[2], &[i64::MIN, i64::MAX])],
+        vec![],
+    )
+    .unwrap_err();
+    assert!(e.message.contains("pads must be within ±2^40"), "{}", e.message);
+    // Large but ordinary pads still fold.
+    let m = folded(
+        "Pad",
+        &["x", "pads"],
+        vec![f32_init("x", &[2], &[1.0, 2.0]), i64_init("pads", &[2], &[1, -1])],
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(run(&m, vec![])[0].to_f64(), [0.0, 1.0]);
+}
+
+#[test]
+fn folding_a_backward_slice_of_an_empty_tensor_gives_an_empty_tensor() {
+    // A negative step over an empty dimension clamped with `d - 1 = -1` as
+    // the upper bound (a panic in `clamp`).
+    let m = folded(
+        "Slice",
+        &["x", "starts", "ends", "axes", "steps"],
+        vec![
+            f32_init("x", &[0, 3], &[]),
+            i64_init("starts", &[1], &[-1]),
+            i64_init("ends", &[1], &[i64::MIN]),
+            i64_init("axes", &[1], &[0]),
+            i64_init("steps", &[1], &[-1]),
+        ],
+        vec![],
+    )
+    .unwrap();
+    assert_eq!(run(&m, vec![])[0].ty.shape, [0, 3]);
+}
+
+#[test]
+fn folding_a_conv_with_extreme_pads_is_an_error() {
+    // pads of i64::MAX overflowed the padded size (a panic in infer).
+    let e = folded(
+        "Conv",
+        &["x", "w"],
+        vec![f32_init("x", &[1, 1, 2, 2], &[1.0; 4]), f32_init("w", &[1, 1, 1, 1], &[1.0])],
+        vec![ints_attr("pads", &[i64::MAX, 0, i64::MAX, 0])],
+    )
+    .unwrap_err();
+    assert!(e.message.contains("at most 2^40"), "{}", e.message);
+}
+
+#[test]
+fn folding_a_resize_to_an_empty_result_builds_nothing() {
+    // sizes [2^39, 0]: nothing to compute, but resizing dimension 0 first
+    // built 2^39 taps (an allocation failure, which aborts).
+    let sizes = TensorProto {
+        name: Some("sizes".into()),
+        dims: vec![2],
+        data_type: Some(data_type::INT64),
+        int64_data: vec![1 << 39, 0],
+        ..Default::default()
+    };
+    let m = folded("Resize", &["x", "", "", "sizes"], vec![f32_init("x", &[1, 0], &[]), sizes], vec![]).unwrap();
+    assert_eq!(run(&m, vec![])[0].ty.shape, [1 << 39, 0]);
+}

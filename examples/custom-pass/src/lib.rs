@@ -18,8 +18,7 @@
 use aoc_ir::module::{Block, Func};
 use aoc_ir::{Diagnostic, Module, Opcode, ValueId};
 use aoc_passes::pass::{OptionSpec, PassOptions, parse_bool};
-use aoc_passes::registry::PassDef;
-use aoc_passes::{Pass, PassContext, PassEntry, PassStats};
+use aoc_passes::{Pass, PassContext, PassDef, PassEntry, PassStats};
 use std::collections::HashMap;
 
 /// Options of `strip-identity`.

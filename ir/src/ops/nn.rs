@@ -69,7 +69,9 @@ pub(crate) fn require_rank(t: &TensorType, rank: usize, what: &str) -> Result<()
     }
 }
 
-/// An integer-list attribute of exactly `len` entries, each at least `min`.
+/// An integer-list attribute of exactly `len` entries, each at least `min`
+/// and at most 2^40 (the largest dimension), so sizes computed from them
+/// cannot overflow.
 pub(crate) fn ints_attr(
     cx_ints: Result<&[i64], String>,
     name: &str,
@@ -87,6 +89,9 @@ pub(crate) fn ints_attr(
         return Err(format!(
             "`{name}` entries must be at least {min}, found {bad}"
         ));
+    }
+    if let Some(bad) = v.iter().find(|&&x| x as u64 > crate::types::MAX_ELEMENTS as u64) {
+        return Err(format!("`{name}` entries must be at most 2^40, found {bad}"));
     }
     Ok(v.iter().map(|&x| x as usize).collect())
 }
@@ -123,14 +128,15 @@ pub(crate) fn conv_out_size(
     dilation: usize,
     dim: &str,
 ) -> Result<usize, String> {
-    let span = dilation * (k - 1) + 1;
-    let padded = input + pad;
+    // In u128: a dilation and a kernel of up to 2^40 each.
+    let span = dilation as u128 * (k as u128).saturating_sub(1) + 1;
+    let padded = input as u128 + pad as u128;
     if padded < span {
         return Err(format!(
             "the dilated kernel ({span}) is larger than the padded input ({padded}) along {dim}"
         ));
     }
-    Ok((padded - span) / stride + 1)
+    Ok(((padded - span) / stride.max(1) as u128 + 1) as usize)
 }
 
 fn check_groups(groups: i64, channels: usize, what: &str) -> Result<usize, String> {
@@ -266,14 +272,18 @@ fn conv_transpose_out(
     i: usize,
     op: usize,
 ) -> Result<usize, String> {
-    let (s, d) = (win.strides[i] as i64, win.dilations[i] as i64);
-    let full = (input as i64 - 1) * s + d * (k as i64 - 1) + op as i64 + 1;
-    let out = full - win.pads[i] as i64 - win.pads[i + 2] as i64;
+    // In i128: strides, dilations and sizes of up to 2^40 each.
+    let (s, d) = (win.strides[i] as i128, win.dilations[i] as i128);
+    let full = (input as i128 - 1) * s + d * (k as i128 - 1) + op as i128 + 1;
+    let out = full - win.pads[i] as i128 - win.pads[i + 2] as i128;
+    let dim = ["H", "W"][i];
     if out < 1 {
-        let dim = ["H", "W"][i];
         return Err(format!(
             "the output size along {dim} would be {out}: the pads remove more than the full output ({full})"
         ));
+    }
+    if out > crate::types::MAX_ELEMENTS as i128 {
+        return Err(format!("the output size along {dim} would be {out}, more than 2^40"));
     }
     Ok(out as usize)
 }

@@ -303,6 +303,12 @@ fn resize_axis(
 pub fn eval_resize(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
     let x = cx.inputs[0];
     let p = params_from!(cx, x.shape());
+    let ty = cx.result_type().clone();
+    if ty.num_elements() == 0 {
+        // Nothing to compute; resizing the other dimensions first could
+        // build taps for a huge size that meets an empty one.
+        return Ok(vec![Tensor::from_f64(ty, vec![])]);
+    }
     let r = x.shape().len();
     let mut shape = x.shape().to_vec();
     let mut data = x.to_f64();
@@ -326,7 +332,6 @@ pub fn eval_resize(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
         data = resize_axis(&p, &data, &shape, axis, scale, p.sizes[axis], roi);
         shape[axis] = p.sizes[axis];
     }
-    let ty = cx.result_type().clone();
     let s = ty.elem.storage();
     let out = match s.int_range() {
         // ONNX's saturate_cast: round half to even, then clamp.

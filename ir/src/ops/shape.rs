@@ -256,6 +256,9 @@ fn slice_plan(
         let (start, end) = (norm(cx_starts[i]), norm(cx_ends[i]));
         let (start, end) = if step > 0 {
             (start.clamp(0, d), end.clamp(0, d))
+        } else if d == 0 {
+            // Nothing to walk back over (and `d - 1` is no upper bound).
+            (0, 0)
         } else {
             (start.clamp(0, d - 1), end.clamp(-1, d - 1))
         };
@@ -354,6 +357,12 @@ pub fn infer_pad(cx: &InferCx) -> Result<Vec<TensorType>, String> {
         ));
     }
     let mode = pad_mode(cx.str("mode")?)?;
+    // Bounded like shapes, so the sums below (and eval's index arithmetic)
+    // cannot overflow.
+    let limit = crate::types::MAX_ELEMENTS as i64;
+    if let Some(bad) = pads.iter().find(|p| p.unsigned_abs() > limit as u64) {
+        return Err(format!("pads must be within ±2^40, found {bad}"));
+    }
     let mut shape = Vec::with_capacity(r);
     for d in 0..r {
         let (b, e) = (pads[d], pads[r + d]);

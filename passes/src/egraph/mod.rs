@@ -17,7 +17,7 @@ pub use analysis::{ClassData, Graph, TensorAnalysis, add_computed_const, const_t
 pub use cost::{CostModel, Roofline};
 pub use node::{Node, OpAttrs};
 pub use pattern::Lhs;
-pub use saturate::{Limits, Optimized, optimize_func, optimize_func_selected, optimize_func_with};
+pub use saturate::{Limits, Optimized, SaturationStats, optimize_func, optimize_func_selected, optimize_func_with};
 
 /// A rewrite over aoc's e-graph.
 pub type Rewrite = egg::Rewrite<Node, TensorAnalysis>;

@@ -16,10 +16,22 @@ use super::Rewrite;
 use super::analysis::{DEFAULT_FOLD_LIMIT, Graph};
 use super::convert::{FuncGraph, extract, func_to_egraph_selected};
 use super::cost::CostModel;
-use crate::pass::SaturationStats;
 use aoc_ir::interp::WeightSource;
 use aoc_ir::{Diagnostic, Func};
 use egg::{Runner, StopReason};
+
+/// Statistics of one saturation run (one function).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SaturationStats {
+    pub func: String,
+    pub nodes: usize,
+    pub classes: usize,
+    pub iterations: usize,
+    /// Why saturation stopped: `saturated`, `node limit 50000`, ...
+    pub stop_reason: String,
+    /// Applications per rule name, summed over iterations (non-zero only).
+    pub applied: Vec<(String, usize)>,
+}
 use std::collections::BTreeMap;
 use std::time::Duration;
 

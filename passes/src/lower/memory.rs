@@ -6,39 +6,24 @@
 //! unless they are the same virtual buffer (in-place epilogues). Offsets
 //! come from the memory planner's greedy-by-size placement, 64-byte
 //! aligned.
+//!
+//! Invariant, checked on every plan (an internal error otherwise): every
+//! step's buffer lies inside its virtual buffer, and the placement passes
+//! `memplan::check_placement` — aligned, inside the arena, and no two arena
+//! buffers that are live at the same step share a byte. Together: no step
+//! touches a byte of another buffer live at that step. The check is linear in
+//! the steps' buffers plus `O(n log n)` in the arena buffers, so it always
+//! runs: about 50 µs for PP-OCRv4's detector (135 steps) and 65 ms for a
+//! synthetic 100 000-step chain whose compile takes 9.5 s (dev build;
+//! greedy placement itself is quadratic and takes 5.2 s there).
 
-use crate::memplan::{ALIGN, Lifetime, greedy_by_size};
+use crate::memplan::{ALIGN, Lifetime, Placed, check_placement, greedy_by_size};
 use aoc_plan::plan::{Plan, Space};
 
-use super::{Home, IoSpec, Lower, Lowered};
+use super::{Home, IoSpec, Lower, Lowered, Step, VirtualBuf};
 
 pub(crate) fn finish(mut lw: Lower<'_>, inputs: Vec<IoSpec>, outputs: Vec<IoSpec>) -> Result<Lowered, String> {
-    let n = lw.bufs.len();
-    let mut first = vec![usize::MAX; n];
-    let mut last = vec![0usize; n];
-    for (i, step) in lw.steps.iter_mut().enumerate() {
-        step.visit_bufs(|b, _| {
-            let id = b.index as usize;
-            first[id] = first[id].min(i);
-            last[id] = last[id].max(i);
-        });
-    }
-    let arena: Vec<usize> = (0..n)
-        .filter(|&b| lw.bufs[b].home == Home::Arena && first[b] != usize::MAX)
-        .collect();
-    let groups: Vec<(Lifetime, u64)> = arena
-        .iter()
-        .map(|&b| {
-            let size = lw.bufs[b].size.div_ceil(ALIGN).max(1) * ALIGN;
-            (Lifetime { start: first[b], end: last[b] }, size)
-        })
-        .collect();
-    let offsets = greedy_by_size(&groups);
-    let arena_bytes = groups.iter().zip(&offsets).map(|((_, s), o)| o + s).max().unwrap_or(0);
-    let mut place = vec![0u64; n];
-    for (&b, &o) in arena.iter().zip(&offsets) {
-        place[b] = o;
-    }
+    let (place, arena_bytes) = place(&lw.bufs, &mut lw.steps, &lw.origins)?;
     for step in lw.steps.iter_mut() {
         step.visit_bufs(|b, _| {
             let id = b.index as usize;
@@ -72,4 +57,102 @@ pub(crate) fn finish(mut lw: Lower<'_>, inputs: Vec<IoSpec>, outputs: Vec<IoSpec
         outputs,
         report: lw.report,
     })
+}
+
+/// The arena offset of each virtual buffer (0 for the others) and the
+/// arena's size, for `steps` over `bufs`; checked (module doc). `origins`
+/// name the steps in errors.
+fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String]) -> Result<(Vec<u64>, u64), String> {
+    let n = bufs.len();
+    let mut first = vec![usize::MAX; n];
+    let mut last = vec![0usize; n];
+    // The first step buffer that reaches past its virtual buffer.
+    let mut overrun = None;
+    for (i, step) in steps.iter_mut().enumerate() {
+        step.visit_bufs(|b, _| {
+            let id = b.index as usize;
+            first[id] = first[id].min(i);
+            last[id] = last[id].max(i);
+            let size = bufs[id].size;
+            if overrun.is_none() && b.offset.checked_add(b.len).is_none_or(|end| end > size) {
+                overrun = Some((i, id, b.offset, b.len, size));
+            }
+        });
+    }
+    let origin = |step: usize| origins.get(step).map_or("", String::as_str);
+    if let Some((i, id, offset, len, size)) = overrun {
+        return Err(format!(
+            "internal error: the memory plan is unsafe: step {i} ({}) uses bytes {offset}..{} of buffer {id}, which has {size} (please report)",
+            origin(i),
+            offset.saturating_add(len)
+        ));
+    }
+    let arena: Vec<usize> = (0..n)
+        .filter(|&b| bufs[b].home == Home::Arena && first[b] != usize::MAX)
+        .collect();
+    let groups: Vec<(Lifetime, u64)> = arena
+        .iter()
+        .map(|&b| {
+            let size = bufs[b].size.div_ceil(ALIGN).max(1) * ALIGN;
+            (Lifetime { start: first[b], end: last[b] }, size)
+        })
+        .collect();
+    let offsets = greedy_by_size(&groups);
+    let arena_bytes = groups.iter().zip(&offsets).map(|((_, s), o)| o + s).max().unwrap_or(0);
+    let placed: Vec<Placed> =
+        groups.iter().zip(&offsets).map(|(&(life, size), &offset)| Placed { life, offset, size }).collect();
+    let name = |i: usize| {
+        let b = arena[i];
+        format!("buffer {b} (first used by step {}: {})", first[b], origin(first[b]))
+    };
+    check_placement(&placed, arena_bytes, &name)
+        .map_err(|e| format!("internal error: the memory plan is unsafe: {e} (please report)"))?;
+    let mut place = vec![0u64; n];
+    for (&b, &o) in arena.iter().zip(&offsets) {
+        place[b] = o;
+    }
+    Ok((place, arena_bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower::vbuf;
+
+    fn fill(id: u32, offset: u64, len: u64) -> Step {
+        Step::Fill { dst: vbuf(id, offset, len), elem_size: 4, bits: 0 }
+    }
+
+    #[test]
+    fn buffers_are_placed_by_lifetime() {
+        let bufs = [
+            VirtualBuf { home: Home::Arena, size: 100 },
+            VirtualBuf { home: Home::Output(0), size: 16 },
+            VirtualBuf { home: Home::Arena, size: 64 },
+            VirtualBuf { home: Home::Arena, size: 100 },
+        ];
+        // 0 lives over steps 0..=2, 2 at step 1, 3 over 3..=4: 0 and 3 share
+        // bytes, 2 sits above 0.
+        let mut steps = vec![fill(0, 0, 100), fill(2, 0, 64), fill(0, 64, 36), fill(3, 0, 100), fill(3, 0, 8), fill(1, 0, 16)];
+        let origins: Vec<String> = (0..steps.len()).map(|i| format!("op {i}")).collect();
+        let (place, arena) = place(&bufs, &mut steps, &origins).unwrap();
+        assert_eq!((place[0], place[2], place[3]), (0, 128, 0));
+        assert_eq!(place[1], 0, "not in the arena");
+        assert_eq!(arena, 128 + 64);
+    }
+
+    #[test]
+    fn a_step_past_its_buffer_is_an_internal_error() {
+        let bufs = [VirtualBuf { home: Home::Arena, size: 100 }, VirtualBuf { home: Home::Weights(0), size: 8 }];
+        let origins = vec!["core.relu %a".to_string(), "core.add %b".to_string()];
+        let e = place(&bufs, &mut [fill(0, 0, 100), fill(0, 64, 40)], &origins).unwrap_err();
+        assert_eq!(
+            e,
+            "internal error: the memory plan is unsafe: step 1 (core.add %b) uses bytes 64..104 of buffer 0, which has 100 (please report)"
+        );
+        let e = place(&bufs, &mut [fill(1, 4, 8)], &origins).unwrap_err();
+        assert!(e.contains("step 0 (core.relu %a) uses bytes 4..12 of buffer 1, which has 8"), "{e}");
+        let e = place(&bufs, &mut [fill(0, u64::MAX, 2)], &origins).unwrap_err();
+        assert!(e.contains("uses bytes 18446744073709551615..18446744073709551615 of buffer 0"), "{e}");
+    }
 }

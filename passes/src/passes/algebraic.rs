@@ -3,8 +3,7 @@
 
 use super::{LIMIT_OPTIONS, run_rules, set_limit};
 use crate::egraph::Limits;
-use crate::pass::{Pass, PassContext, PassOptions, PassStats};
-use crate::registry::PassDef;
+use crate::pass::{Pass, PassContext, PassDef, PassOptions, PassStats};
 use aoc_ir::{Diagnostic, Location, Module};
 
 #[derive(Default, Debug, Clone)]

@@ -6,8 +6,7 @@
 
 use super::{LIMIT_OPTIONS, run_rules_folding, set_limit};
 use crate::egraph::Limits;
-use crate::pass::{Pass, PassContext, PassOptions, PassStats};
-use crate::registry::PassDef;
+use crate::pass::{Pass, PassContext, PassDef, PassOptions, PassStats};
 use aoc_ir::{Diagnostic, Location, Module};
 
 #[derive(Default, Debug, Clone)]

@@ -5,8 +5,7 @@
 
 use super::{LIMIT_OPTIONS, run_rules, set_limit};
 use crate::egraph::Limits;
-use crate::pass::{OptionSpec, Pass, PassContext, PassOptions, PassStats, parse_usize};
-use crate::registry::PassDef;
+use crate::pass::{OptionSpec, Pass, PassContext, PassDef, PassOptions, PassStats, parse_usize};
 use crate::rules::fuse::{DEFAULT_MAX_OPS, fusion_rules, pattern_rules};
 use aoc_ir::{Diagnostic, Location, Module};
 

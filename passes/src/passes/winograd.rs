@@ -15,8 +15,7 @@
 use super::{LIMIT_OPTIONS, set_limit};
 use crate::egraph::cost::CostNode;
 use crate::egraph::{CostModel, Limits, Optimized, Rewrite, Roofline, optimize_func_selected};
-use crate::pass::{OptionSpec, Pass, PassContext, PassOptions, PassStats, parse_usize};
-use crate::registry::PassDef;
+use crate::pass::{OptionSpec, Pass, PassContext, PassDef, PassOptions, PassStats, parse_usize};
 use aoc_ir::{Diagnostic, Location, Module, Opcode};
 
 #[derive(Debug, Clone)]

@@ -1,10 +1,43 @@
-//! Tests of the memory planner: hand-checked chains, diamonds and aliases,
-//! the checker rejecting broken plans, and a property test over seeded
-//! random DAGs.
+//! Tests of the IR-level planner: hand-checked chains, diamonds and
+//! aliases, the checker rejecting broken plans, and a property test over
+//! seeded random DAGs.
 
-use super::*;
-use crate::testutil::{Rng, dense, f32t, ints, op};
-use aoc_ir::{Attr, Attrs, Location, Scalar};
+use crate::planner::*;
+use aoc_ir::attr::{ConstValue, DenseData};
+use aoc_ir::{Attr, Attrs, Func, Location, Opcode, Scalar, TensorType, ValueId};
+
+fn f32t(shape: &[usize]) -> TensorType {
+    TensorType::new(shape.to_vec(), Scalar::F32)
+}
+
+fn op(f: &mut Func, opcode: Opcode, operands: &[ValueId], attrs: Attrs) -> ValueId {
+    f.push_op(opcode, operands, attrs, None, "v", Location::default()).expect("a valid op")[0]
+}
+
+fn dense(f: &mut Func, shape: &[usize], values: Vec<f64>) -> ValueId {
+    let attrs = Attrs::new().with("value", Attr::Const(ConstValue::Dense(DenseData::Floats(values))));
+    f.push_op(Opcode::Const, &[], attrs, Some(vec![f32t(shape)]), "c", Location::default())
+        .expect("a valid const")[0]
+}
+
+fn ints(name: &str, v: &[i64]) -> Attrs {
+    Attrs::new().with(name, Attr::Ints(v.to_vec()))
+}
+
+/// xorshift, as the passes crate's tests use: uniform in [-2, 2).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+    }
+}
 
 fn relu(f: &mut Func, x: ValueId) -> ValueId {
     op(f, Opcode::Relu, &[x], Attrs::new())
