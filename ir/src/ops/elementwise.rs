@@ -15,7 +15,7 @@
 //! - quantized element types are rejected: quantized tensors only pass
 //!   through the quant ops and data-movement ops.
 
-use crate::ops::kind::{Activation, Binary, OpKind, Unary, sigmoid};
+use crate::ops::kind::{Activation, Binary, ScalarOp, Unary, sigmoid};
 use crate::ops::{EvalCx, InferCx, Opcode};
 use crate::tensor::{Data, Tensor, broadcast_index_map, broadcast_shapes, round_f8, round_to};
 use crate::types::{Scalar, TensorType};
@@ -236,22 +236,19 @@ fn unary_int(op: UnaryOp, x: i64, p: &UnaryParams) -> Option<i64> {
 
 /// The one-operand function an op of the table computes.
 fn unary_op(opcode: Opcode) -> Option<UnaryOp> {
-    match opcode.kind() {
-        OpKind::Unary(u) => Some(UnaryOp::Math(u)),
-        OpKind::Activation(Activation::Prelu) => None,
-        OpKind::Activation(a) => Some(UnaryOp::Act(a)),
-        OpKind::Constant
-        | OpKind::Binary(_)
-        | OpKind::Pointwise(_)
-        | OpKind::Norm(_)
-        | OpKind::Conv(..)
-        | OpKind::MatMul(_)
-        | OpKind::Gemm(_)
-        | OpKind::Attention
-        | OpKind::Pool(..)
-        | OpKind::Reduce(_)
-        | OpKind::Movement(_)
-        | OpKind::Resize => None,
+    match opcode.kind().scalar_op()? {
+        ScalarOp::Unary(u) => Some(UnaryOp::Math(u)),
+        ScalarOp::Activation(Activation::Prelu) | ScalarOp::Binary(_) => None,
+        ScalarOp::Activation(a) => Some(UnaryOp::Act(a)),
+    }
+}
+
+/// The two-operand function an op of the table computes.
+fn binary_op(opcode: Opcode) -> Option<BinaryOp> {
+    match opcode.kind().scalar_op()? {
+        ScalarOp::Binary(b) => Some(BinaryOp::Math(b)),
+        ScalarOp::Activation(Activation::Prelu) => Some(BinaryOp::Prelu),
+        ScalarOp::Activation(_) | ScalarOp::Unary(_) => None,
     }
 }
 
@@ -415,23 +412,7 @@ fn binary_int(op: BinaryOp, a: i64, b: i64) -> Result<i64, String> {
 }
 
 pub fn eval_binary(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
-    let op = match cx.opcode.kind() {
-        OpKind::Binary(b) => BinaryOp::Math(b),
-        OpKind::Activation(Activation::Prelu) => BinaryOp::Prelu,
-        OpKind::Activation(_)
-        | OpKind::Constant
-        | OpKind::Unary(_)
-        | OpKind::Pointwise(_)
-        | OpKind::Norm(_)
-        | OpKind::Conv(..)
-        | OpKind::MatMul(_)
-        | OpKind::Gemm(_)
-        | OpKind::Attention
-        | OpKind::Pool(..)
-        | OpKind::Reduce(_)
-        | OpKind::Movement(_)
-        | OpKind::Resize => return Err(internal(cx.opcode, "eval_binary")),
-    };
+    let op = binary_op(cx.opcode).ok_or_else(|| internal(cx.opcode, "eval_binary"))?;
     let (a, b) = (cx.inputs[0], cx.inputs[1]);
     let ty = cx.result_type().clone();
     let ma = broadcast_index_map(a.shape(), &ty.shape);

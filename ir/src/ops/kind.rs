@@ -178,6 +178,16 @@ pub enum OpKind {
     Resize,
 }
 
+/// The scalar function or activation of a one- or two-operand pointwise op:
+/// what the interpreter's elementwise hooks and the lowering's pointwise
+/// emitter compute.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ScalarOp {
+    Unary(Unary),
+    Binary(Binary),
+    Activation(Activation),
+}
+
 /// What the cost model needs of an op: operation counts from its types.
 pub struct OpCost<'a> {
     pub kind: OpKind,
@@ -188,6 +198,26 @@ pub struct OpCost<'a> {
 }
 
 impl OpKind {
+    /// The op's scalar function or activation; `None` for every other kind.
+    pub fn scalar_op(self) -> Option<ScalarOp> {
+        match self {
+            OpKind::Unary(u) => Some(ScalarOp::Unary(u)),
+            OpKind::Binary(b) => Some(ScalarOp::Binary(b)),
+            OpKind::Activation(a) => Some(ScalarOp::Activation(a)),
+            OpKind::Constant
+            | OpKind::Pointwise(_)
+            | OpKind::Norm(_)
+            | OpKind::Conv(..)
+            | OpKind::MatMul(_)
+            | OpKind::Gemm(_)
+            | OpKind::Attention
+            | OpKind::Pool(..)
+            | OpKind::Reduce(_)
+            | OpKind::Movement(_)
+            | OpKind::Resize => None,
+        }
+    }
+
     /// Operations (multiply-adds count two) the op performs, estimated from
     /// its types. Integer forms count a quarter: the int8 paths (VNNI on x86,
     /// int8 tensor cores) run at about four times the f32 rate. Winograd

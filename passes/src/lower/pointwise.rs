@@ -15,7 +15,7 @@
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::module::{OpData, ValueId};
 use aoc_ir::ops::Opcode;
-use aoc_ir::ops::kind::{Activation, Movement, OpKind, Pointwise};
+use aoc_ir::ops::kind::{Activation, Movement, OpKind, Pointwise, ScalarOp};
 use aoc_ir::ops::fused::{Step as EpiStep, parse_epilogue};
 use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
 use aoc_plan::plan::{Buf, Step};
@@ -478,22 +478,14 @@ pub(crate) fn float_attr(attrs: &Attrs, name: &str) -> Option<f32> {
 /// loaded values; `None` when the kind has no kernel form here.
 fn emit_op(kb: &mut KernelBuilder, opcode: Opcode, attrs: &Attrs, x: usize, y: Option<usize>) -> Result<Option<usize>, String> {
     let two = |y: Option<usize>| y.ok_or_else(|| format!("{} needs two operands", opcode.name()));
-    let e = match opcode.kind() {
-        OpKind::Movement(Movement::Identity) | OpKind::Pointwise(Pointwise::Cast) => x,
-        OpKind::Unary(u) => kb.un(u, x),
-        OpKind::Binary(b) => kb.bin(b, x, two(y)?),
-        OpKind::Activation(a) => activation(kb, a, attrs, x, y)?,
-        OpKind::Constant
-        | OpKind::Pointwise(_)
-        | OpKind::Norm(_)
-        | OpKind::Conv(..)
-        | OpKind::MatMul(_)
-        | OpKind::Gemm(_)
-        | OpKind::Attention
-        | OpKind::Pool(..)
-        | OpKind::Reduce(_)
-        | OpKind::Movement(_)
-        | OpKind::Resize => return Ok(None),
+    if let OpKind::Movement(Movement::Identity) | OpKind::Pointwise(Pointwise::Cast) = opcode.kind() {
+        return Ok(Some(x));
+    }
+    let Some(f) = opcode.kind().scalar_op() else { return Ok(None) };
+    let e = match f {
+        ScalarOp::Unary(u) => kb.un(u, x),
+        ScalarOp::Binary(b) => kb.bin(b, x, two(y)?),
+        ScalarOp::Activation(a) => activation(kb, a, attrs, x, y)?,
     };
     Ok(Some(e))
 }
