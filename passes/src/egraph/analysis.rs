@@ -27,6 +27,7 @@ use super::node::{ConstId, Node};
 use aoc_ir::attr::{Attr, Attrs, ConstValue, DenseData};
 use aoc_ir::interp::{NoWeights, eval_op};
 use aoc_ir::tensor::Data;
+use aoc_ir::ops::kind::{OpKind, Pointwise};
 use aoc_ir::{Location, Opcode, Tensor, TensorType, Trait};
 use egg::{DidMerge, EGraph, Id};
 use std::collections::HashMap;
@@ -378,6 +379,14 @@ impl egg::Analysis<Node> for TensorAnalysis {
 fn fold(egraph: &Graph, o: &super::node::OpNode, ty: &TensorType) -> Option<Arc<Tensor>> {
     let attrs = o.attrs.as_ref()?;
     if !o.opcode.info().has_trait(Trait::Pure) {
+        return None;
+    }
+    // A dequantized constant stays a `quant.dequantize` of the integers: it
+    // is the pattern the `qdq` rules turn into integer ops (a conv's int8
+    // weight), and extraction would otherwise prefer the folded float copy
+    // before `qdq` runs. The lowering still evaluates it at compile time
+    // where a float op consumes it.
+    if let OpKind::Pointwise(Pointwise::Dequantize) = o.opcode.kind() {
         return None;
     }
     let inputs: Vec<Arc<Tensor>> = o
