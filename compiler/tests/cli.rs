@@ -983,3 +983,34 @@ fn explain_lists_every_step_with_its_origin() {
     assert!(text.contains("qconv2d") && !text.contains("reference quant.conv2d"), "{text}");
     assert!(text.contains("reference core.max_pool2d"), "{text}");
 }
+
+/// One NaN pixel through the compiled resnet block (fused conv + relu
+/// epilogues, the classifier GEMM) gives NaN logits, as the interpreter
+/// does; before the GEMM epilogues kept NaN, the compiled logits were
+/// finite. Every CPU level this machine runs is tried.
+#[test]
+fn a_nan_input_stays_nan_through_the_compiled_epilogues() {
+    let d = dir("nan_through_epilogues");
+    let mut vals = vec![0.25; 3 * 32 * 32];
+    vals[5 * 32 + 5] = f64::NAN;
+    let x = f32_npy(&d, "x.npy", &[1, 3, 32, 32], &vals);
+    let interp = d.join("interp");
+    let o = aoc(&[&"run", &example_air(), &"--input", &x, &"--output-dir", &interp]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (_, want) = read_f32(&interp.join("logits.npy"));
+    assert!(want.iter().all(|v| v.is_nan()), "the interpreter's logits: {want:?}");
+    for level in ["x86-64", "x86-64-v3", "x86-64-v4"] {
+        let aocf = d.join(format!("{level}.aoc"));
+        let o = aoc(&[&"compile", &example_air(), &"--target", &level, &"-o", &aocf]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = d.join(format!("out-{level}"));
+        let o = aoc(&[&"run", &aocf, &"--input", &x, &"--output-dir", &out]);
+        if !o.status.success() && stderr(&o).contains("this CPU lacks") {
+            println!("skipping {level}: {}", stderr(&o).trim());
+            continue;
+        }
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (_, got) = read_f32(&out.join("logits.npy"));
+        assert!(got.iter().all(|v| v.is_nan()), "{level}: compiled logits {got:?}, the interpreter's are NaN");
+    }
+}

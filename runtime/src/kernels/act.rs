@@ -26,12 +26,25 @@ pub struct Post {
 impl Post {
     #[inline(always)]
     pub fn apply(self, x: f32) -> f32 {
-        let v = if self.relu { x.max(0.0) } else { x };
+        let v = if self.relu { max_nan(x, 0.0) } else { x };
         match self.clip {
-            Some([lo, hi]) => v.max(lo).min(hi),
+            Some([lo, hi]) => min_nan(max_nan(v, lo), hi),
             None => v,
         }
     }
+}
+
+/// `max(x, lo)` keeping a NaN `x`, as the interpreter's relu and clip do
+/// (`f32::max` would return `lo`); one `maxps(lo, x)` when vectorized.
+#[inline(always)]
+pub fn max_nan(x: f32, lo: f32) -> f32 {
+    if x < lo { lo } else { x }
+}
+
+/// `min(x, hi)` keeping a NaN `x` (see [`max_nan`]).
+#[inline(always)]
+pub fn min_nan(x: f32, hi: f32) -> f32 {
+    if x > hi { hi } else { x }
 }
 
 impl From<bool> for Post {

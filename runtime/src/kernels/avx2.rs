@@ -56,13 +56,14 @@ pub(crate) unsafe fn tile<const R: usize>(
                     if !e.bias.is_null() {
                         v = _mm256_add_ps(v, _mm256_loadu_ps(e.bias.add(8 * j)));
                     }
-                    // `maxps`/`minps` return the bound for a NaN x, as
-                    // `f32::max`/`min` with a number do.
+                    // `maxps`/`minps` return their second operand when
+                    // either is NaN: the bound goes first, so a NaN x is
+                    // kept, as the interpreter's relu and clip keep it.
                     if let Some(lo) = e.lo {
-                        v = _mm256_max_ps(v, _mm256_set1_ps(lo));
+                        v = _mm256_max_ps(_mm256_set1_ps(lo), v);
                     }
                     if let Some(hi) = e.hi {
-                        v = _mm256_min_ps(v, _mm256_set1_ps(hi));
+                        v = _mm256_min_ps(_mm256_set1_ps(hi), v);
                     }
                 }
                 _mm256_storeu_ps(p, v);

@@ -68,12 +68,12 @@ pub(crate) unsafe fn tile<const NP: usize, const R: usize>(
                     if !e.bias.is_null() {
                         v = _mm512_add_ps(v, _mm512_loadu_ps(e.bias.add(16 * j)));
                     }
-                    // As in `avx2.rs`: NaN gives the bound.
+                    // As in `avx2.rs`: the bound first, so NaN is kept.
                     if let Some(lo) = e.lo {
-                        v = _mm512_max_ps(v, _mm512_set1_ps(lo));
+                        v = _mm512_max_ps(_mm512_set1_ps(lo), v);
                     }
                     if let Some(hi) = e.hi {
-                        v = _mm512_min_ps(v, _mm512_set1_ps(hi));
+                        v = _mm512_min_ps(_mm512_set1_ps(hi), v);
                     }
                 }
                 _mm512_storeu_ps(p, v);

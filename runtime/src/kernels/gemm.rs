@@ -28,7 +28,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
-use super::act::Post;
+use super::act::{Post, max_nan, min_nan};
 use super::detect::Isa;
 use super::pack::{PANEL_WIDTH, PackedBRef, check_matrix, pack_a};
 
@@ -683,9 +683,9 @@ fn epilogue(isa: Isa, row: &mut [f32], bias: Option<&[f32]>, post: Post, gelu: b
         // One loop per form, so each vectorizes without a per-element test.
         match (post.relu, post.clip) {
             (false, None) => {}
-            (true, None) => row.iter_mut().for_each(|x| *x = x.max(0.0)),
-            (false, Some([lo, hi])) => row.iter_mut().for_each(|x| *x = x.max(lo).min(hi)),
-            (true, Some([lo, hi])) => row.iter_mut().for_each(|x| *x = x.max(0.0).max(lo).min(hi)),
+            (true, None) => row.iter_mut().for_each(|x| *x = max_nan(*x, 0.0)),
+            (false, Some([lo, hi])) => row.iter_mut().for_each(|x| *x = min_nan(max_nan(*x, lo), hi)),
+            (true, Some([lo, hi])) => row.iter_mut().for_each(|x| *x = min_nan(max_nan(max_nan(*x, 0.0), lo), hi)),
         }
     }
     #[cfg(target_arch = "x86_64")]

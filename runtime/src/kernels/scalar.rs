@@ -49,11 +49,12 @@ pub(crate) unsafe fn tile<const R: usize>(
                     // SAFETY: a full tile's bias follows `e.bias` (`TileEpi`).
                     x += unsafe { *e.bias.add(j) };
                 }
+                // NaN kept, as the interpreter's relu and clip keep it.
                 if let Some(lo) = e.lo {
-                    x = x.max(lo);
+                    x = super::act::max_nan(x, lo);
                 }
                 if let Some(hi) = e.hi {
-                    x = x.min(hi);
+                    x = super::act::min_nan(x, hi);
                 }
             }
             *dst = x;

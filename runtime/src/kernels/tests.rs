@@ -552,3 +552,70 @@ fn gemm_gelu_epilogue_equals_gelu_after_the_product() {
         }
     }
 }
+
+/// NaN and ±inf through the GEMM epilogues on every level: relu and clip
+/// keep a NaN (as the interpreter's `fmax_nan`/`fmin_nan` do) and clamp the
+/// infinities, in full register tiles and in tiles cut by n or m alike.
+#[test]
+fn gemm_epilogues_keep_nan_and_clamp_infinities() {
+    let (m, n, k) = (20, 40, 8);
+    let mut a = values(m * k, 11);
+    a[3 * k + 2] = f32::NAN;
+    a[5 * k + 4] = f32::INFINITY;
+    a[7 * k + 1] = f32::NEG_INFINITY;
+    let b = values(k * n, 12);
+    let bias = values(n, 13);
+    let packed = pack_b(k, n, &b, n).unwrap();
+    let keep_max = |x: f64, lo: f64| if x.is_nan() || x >= lo { x } else { lo };
+    let keep_min = |x: f64, hi: f64| if x.is_nan() || x <= hi { x } else { hi };
+    for isa in supported_levels() {
+        for (relu, clip) in [(true, None), (false, Some([-0.5f32, 0.5])), (true, Some([0.0, 6.0]))] {
+            let mut c = vec![0.0f32; m * n];
+            let opts = GemmOptions {
+                isa: Some(isa),
+                bias: Some(&bias),
+                relu,
+                clip,
+                ..Default::default()
+            };
+            gemm(m, n, k, &a, k, packed.as_ref(), &mut c, n, &opts).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let mut v = bias[j] as f64;
+                    for p in 0..k {
+                        v += a[i * k + p] as f64 * b[p * n + j] as f64;
+                    }
+                    if relu {
+                        v = keep_max(v, 0.0);
+                    }
+                    if let Some([lo, hi]) = clip {
+                        v = keep_min(keep_max(v, lo as f64), hi as f64);
+                    }
+                    let got = c[i * n + j];
+                    let what = format!("{isa} relu={relu} clip={clip:?} at ({i}, {j}): got {got}, want {v}");
+                    if v.is_nan() {
+                        assert!(got.is_nan(), "{what}");
+                    } else if v.is_infinite() {
+                        assert_eq!(got as f64, v, "{what}");
+                    } else {
+                        assert!((got as f64 - v).abs() <= 1e-4, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The per-element epilogue (depthwise, grouped and transposed convolutions,
+/// tiles cut by n) keeps NaN too.
+#[test]
+fn post_keeps_nan() {
+    let relu6 = super::act::Post { relu: true, clip: Some([0.0, 6.0]) };
+    assert!(relu6.apply(f32::NAN).is_nan());
+    assert_eq!(relu6.apply(f32::INFINITY), 6.0);
+    assert_eq!(relu6.apply(f32::NEG_INFINITY), 0.0);
+    let relu = super::act::Post { relu: true, clip: None };
+    assert!(relu.apply(f32::NAN).is_nan());
+    assert_eq!(relu.apply(-1.0), 0.0);
+    assert_eq!(relu.apply(f32::INFINITY), f32::INFINITY);
+}

@@ -381,7 +381,7 @@ fn output_tiles<W: Minimal>(
                     }
                     if relu {
                         for y in px.iter_mut() {
-                            *y = y.max(0.0);
+                            *y = super::act::max_nan(*y, 0.0);
                         }
                     }
                 }
