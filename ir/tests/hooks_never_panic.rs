@@ -17,6 +17,44 @@ use aoc_ir::interp::{NoWeights, eval_op};
 use aoc_ir::{Attr, Attrs, ElemType, Opcode, QuantParams, QuantType, Scalar, Tensor, TensorType, Trait};
 
 /// `AOC_HOOK_ITERS`: how many times the default work to do.
+/// The panics a search found, each (hook, op, message) once, with the case
+/// that showed it first.
+#[derive(Default)]
+struct Panics {
+    seen: std::collections::HashSet<String>,
+    found: Vec<String>,
+}
+
+impl Panics {
+    /// Runs `f`; a panic is recorded with `detail` (the case) and gives `None`.
+    fn run<T>(
+        &mut self,
+        hook: &str,
+        op: Opcode,
+        detail: impl FnOnce() -> String,
+        f: impl FnOnce() -> T + std::panic::UnwindSafe,
+    ) -> Option<T> {
+        let p = match std::panic::catch_unwind(f) {
+            Ok(v) => return Some(v),
+            Err(p) => p,
+        };
+        let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+        let key = format!("{hook} {} {msg}", op.name());
+        if self.seen.insert(key.clone()) {
+            self.found.push(format!("{key}\n{}", detail()));
+        }
+        None
+    }
+
+    fn assert_none(&self) {
+        assert!(self.found.is_empty(), "{} panics:\n{}", self.found.len(), self.found.join("\n"));
+    }
+}
+
+fn type_names(types: &[TensorType]) -> Vec<String> {
+    types.iter().map(|t| t.to_string()).collect()
+}
+
 fn scale() -> usize {
     std::env::var("AOC_HOOK_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
 }
@@ -215,8 +253,7 @@ fn values(r: &mut Rng, t: &TensorType) -> Tensor {
 #[test]
 fn random_ops_never_panic() {
     let iters = 20_000 * scale();
-    let mut found: Vec<String> = vec![];
-    let mut seen = std::collections::HashSet::new();
+    let mut panics = Panics::default();
     for &op in Opcode::ALL {
         let info = op.info();
         let mut r = Rng(op as u64 * 7919 + 1 + seed() * 1_000_003);
@@ -244,42 +281,24 @@ fn random_ops_never_panic() {
             } else {
                 None
             };
-            let res = std::panic::catch_unwind(|| aoc_ir::verify::infer_op(op, &types, &attrs, declared.as_deref()));
-            let result_types = match res {
-                Err(p) => {
-                    let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                    let key = format!("infer {} {msg}", op.name());
-                    if seen.insert(key.clone()) {
-                        found.push(format!("{key}\n   types {:?}\n   attrs {:?}", types.iter().map(|t| t.to_string()).collect::<Vec<_>>(), attrs));
-                    }
-                    continue;
-                }
-                Ok(Err(_)) => continue,
-                Ok(Ok(t)) => t,
-            };
+            let detail = || format!("   types {:?}\n   attrs {:?}", type_names(&types), attrs);
+            let infer = || aoc_ir::verify::infer_op(op, &types, &attrs, declared.as_deref());
+            let Some(Ok(result_types)) = panics.run("infer", op, detail, infer) else { continue };
             if result_types.iter().any(|t| t.num_elements() > 1 << 16) || types.iter().any(|t| t.num_elements() > 1 << 16) {
                 continue;
             }
             ok += 1;
             let inputs: Vec<Tensor> = types.iter().map(|t| values(&mut r, t)).collect();
             let refs: Vec<&Tensor> = inputs.iter().collect();
-            let res = std::panic::catch_unwind(|| eval_op(op, &refs, &attrs, &result_types, &NoWeights));
-            if let Err(p) = res {
-                let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                let key = format!("eval {} {msg}", op.name());
-                if seen.insert(key.clone()) {
-                    found.push(format!(
-                        "{key}\n   types {:?}\n   attrs {:?}\n   inputs {:?}",
-                        types.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
-                        attrs,
-                        inputs.iter().map(|t| format!("{:?}", t.data)).collect::<Vec<_>>()
-                    ));
-                }
-            }
+            let detail = || {
+                let data: Vec<String> = inputs.iter().map(|t| format!("{:?}", t.data)).collect();
+                format!("   types {:?}\n   attrs {:?}\n   inputs {data:?}", type_names(&types), attrs)
+            };
+            panics.run("eval", op, detail, || eval_op(op, &refs, &attrs, &result_types, &NoWeights));
         }
         assert!(ok > 0 || NOT_REACHED.contains(&op.name()), "{}: no random case passed infer", op.name());
     }
-    assert!(found.is_empty(), "{} panics:\n{}", found.len(), found.join("\n"));
+    panics.assert_none();
 }
 
 /// An op application: opcode, operand types, attributes, declared results.
@@ -338,8 +357,7 @@ fn mutate_ty(r: &mut Rng, t: &TensorType) -> TensorType {
 fn mutated_ops_of_the_filetests_and_examples_never_panic() {
     let iters = 60 * scale();
     let seeds = seeds();
-    let mut found: Vec<String> = vec![];
-    let mut seen = std::collections::HashSet::new();
+    let mut panics = Panics::default();
     let mut counts = std::collections::BTreeMap::new();
     let mut r = Rng(42 + seed());
     for (op, types0, attrs0, declared0) in &seeds {
@@ -360,39 +378,19 @@ fn mutated_ops_of_the_filetests_and_examples_never_panic() {
                 (types, attrs, declared)
             };
             let Ok(attrs) = info.complete_attrs(attrs) else { continue };
-            let res = std::panic::catch_unwind(|| aoc_ir::verify::infer_op(op, &types, &attrs, declared.as_deref()));
-            let result_types = match res {
-                Err(p) => {
-                    let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                    let key = format!("infer {} {msg}", op.name());
-                    if seen.insert(key.clone()) {
-                        found.push(format!("{key}\n   types {:?}\n   attrs {:?}", types.iter().map(|t| t.to_string()).collect::<Vec<_>>(), attrs));
-                    }
-                    continue;
-                }
-                Ok(Err(_)) => continue,
-                Ok(Ok(t)) => t,
-            };
+            let detail = || format!("   types {:?}\n   attrs {:?}", type_names(&types), attrs);
+            let infer = || aoc_ir::verify::infer_op(op, &types, &attrs, declared.as_deref());
+            let Some(Ok(result_types)) = panics.run("infer", op, detail, infer) else { continue };
             if result_types.iter().any(|t| t.num_elements() > 1 << 18) || types.iter().any(|t| t.num_elements() > 1 << 18) {
                 continue;
             }
             *counts.entry(op.name()).or_insert(0usize) += 1;
             let inputs: Vec<Tensor> = types.iter().map(|t| values(&mut r, t)).collect();
             let refs: Vec<&Tensor> = inputs.iter().collect();
-            let res = std::panic::catch_unwind(|| eval_op(op, &refs, &attrs, &result_types, &NoWeights));
-            if let Err(p) = res {
-                let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                let key = format!("eval {} {msg}", op.name());
-                if seen.insert(key.clone()) {
-                    found.push(format!(
-                        "{key}\n   types {:?}\n   attrs {:?}",
-                        types.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
-                        attrs,
-                    ));
-                }
-            }
+            let detail = || format!("   types {:?}\n   attrs {:?}", type_names(&types), attrs);
+            panics.run("eval", op, detail, || eval_op(op, &refs, &attrs, &result_types, &NoWeights));
         }
     }
     eprintln!("evaluated per op: {counts:?}");
-    assert!(found.is_empty(), "{} panics:\n{}", found.len(), found.join("\n"));
+    panics.assert_none();
 }
