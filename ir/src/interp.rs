@@ -9,6 +9,7 @@ use crate::attr::Attrs;
 use crate::diag::Diagnostic;
 use crate::entity::EntityId;
 use crate::module::Func;
+use crate::ops::fused::{self, Step};
 use crate::ops::{EvalCx, Opcode};
 use crate::tensor::Tensor;
 use crate::types::TensorType;
@@ -38,7 +39,19 @@ pub fn eval_op(
     result_types: &[TensorType],
     weights: &dyn WeightSource,
 ) -> Result<Vec<Tensor>, String> {
-    let cx = EvalCx { opcode, inputs, attrs, result_types, weights };
+    eval_op_with_epilogue(opcode, inputs, attrs, result_types, weights, &[])
+}
+
+/// As [`eval_op`], for an op carrying an epilogue with these decoded steps.
+pub fn eval_op_with_epilogue(
+    opcode: Opcode,
+    inputs: &[&Tensor],
+    attrs: &Attrs,
+    result_types: &[TensorType],
+    weights: &dyn WeightSource,
+    epilogue: &[Step],
+) -> Result<Vec<Tensor>, String> {
+    let cx = EvalCx { opcode, inputs, attrs, result_types, weights, epilogue };
     let out = (opcode.info().eval)(&cx).map_err(|m| format!("{}: {m}", opcode.name()))?;
     if out.len() != result_types.len() {
         return Err(format!(
@@ -109,7 +122,8 @@ pub fn run(func: &Func, inputs: Vec<Tensor>, weights: &dyn WeightSource) -> Resu
             })
             .collect::<Result<_, _>>()?;
         let result_types: Vec<TensorType> = op.results.iter().map(|r| func.ty(*r).clone()).collect();
-        let outputs = eval_op(op.opcode, &inputs, &op.attrs, &result_types, weights)
+        let steps = fused::epilogue(func, op).map_err(|m| Diagnostic::error(m, op.loc.clone()))?;
+        let outputs = eval_op_with_epilogue(op.opcode, &inputs, &op.attrs, &result_types, weights, &steps)
             .map_err(|m| Diagnostic::error(m, op.loc.clone()))?;
         for (&r, t) in op.results.iter().zip(outputs) {
             env[r.index()] = Some(t);

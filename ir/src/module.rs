@@ -13,6 +13,7 @@ use crate::attr::{Attr, Attrs};
 use crate::diag::{Diagnostic, Location};
 use crate::entity::Arena;
 use crate::ops::Opcode;
+use crate::ops::fused::Step;
 use crate::types::TensorType;
 use std::collections::HashSet;
 
@@ -64,7 +65,8 @@ pub struct OpData {
     pub operands: Vec<ValueId>,
     pub results: Vec<ValueId>,
     pub attrs: Attrs,
-    /// Nested bodies (one block each); empty for every op today.
+    /// Nested bodies (one block each): the epilogue of a fused op
+    /// (`Trait::Epilogue`); empty for every other op.
     pub regions: Vec<Block>,
     pub loc: Location,
 }
@@ -200,9 +202,26 @@ impl Func {
         name_hint: &str,
         loc: Location,
     ) -> Result<Vec<ValueId>, Diagnostic> {
+        self.push_op_with_epilogue(opcode, operands, attrs, declared, &[], name_hint, loc)
+    }
+
+    /// As [`Func::push_op`], for an op that carries an epilogue
+    /// (`Trait::Epilogue`): its result type follows from the core and
+    /// `steps`, and the op gets the epilogue region computing them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_op_with_epilogue(
+        &mut self,
+        opcode: Opcode,
+        operands: &[ValueId],
+        attrs: Attrs,
+        declared: Option<Vec<TensorType>>,
+        steps: &[Step],
+        name_hint: &str,
+        loc: Location,
+    ) -> Result<Vec<ValueId>, Diagnostic> {
         let attrs = opcode.info().complete_attrs(attrs).map_err(|m| Diagnostic::error(m, loc.clone()))?;
         let operand_types: Vec<TensorType> = operands.iter().map(|v| self.ty(*v).clone()).collect();
-        let types = crate::verify::infer_op(opcode, &operand_types, &attrs, declared.as_deref())
+        let types = crate::verify::infer_op_with_epilogue(opcode, &operand_types, &attrs, declared.as_deref(), steps)
             .map_err(|m| Diagnostic::error(m, loc.clone()))?;
         let n = types.len();
         let named = types
@@ -210,7 +229,10 @@ impl Func {
             .enumerate()
             .map(|(i, t)| (if n == 1 { name_hint.to_string() } else { format!("{name_hint}_{i}") }, t))
             .collect();
-        let op = self.push_op_unchecked(opcode, operands.to_vec(), attrs, named, loc);
+        let op = self.push_op_unchecked(opcode, operands.to_vec(), attrs, named, loc.clone());
+        if !steps.is_empty() {
+            crate::ops::fused::set_epilogue(self, op, steps).map_err(|m| Diagnostic::error(m, loc))?;
+        }
         Ok(self.ops[op].results.clone())
     }
 

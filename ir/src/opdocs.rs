@@ -60,6 +60,7 @@ pub fn ops_markdown() -> String {
                 Trait::DataMovement => "data movement",
                 Trait::View => "view (shares its operand's memory)",
                 Trait::DeclaredResult => "result type written explicitly",
+                Trait::Epilogue => "epilogue region (optional)",
             })
             .collect();
         let format = match info.format {

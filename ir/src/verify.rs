@@ -9,6 +9,7 @@ use crate::attr::{Attr, ConstValue};
 use crate::diag::Diagnostic;
 use crate::entity::EntityId;
 use crate::module::{Func, Module};
+use crate::ops::fused::{check_epilogue, Step};
 use crate::ops::{check_operand_count, InferCx, Opcode, Trait};
 use crate::types::{checked_elements, TensorType};
 use std::collections::HashSet;
@@ -22,13 +23,25 @@ pub fn infer_op(
     attrs: &crate::attr::Attrs,
     declared: Option<&[TensorType]>,
 ) -> Result<Vec<TensorType>, String> {
+    infer_op_with_epilogue(opcode, operands, attrs, declared, &[])
+}
+
+/// As [`infer_op`], for an op carrying an epilogue (`Trait::Epilogue`)
+/// with these decoded steps.
+pub fn infer_op_with_epilogue(
+    opcode: Opcode,
+    operands: &[TensorType],
+    attrs: &crate::attr::Attrs,
+    declared: Option<&[TensorType]>,
+    epilogue: &[Step],
+) -> Result<Vec<TensorType>, String> {
     check_operand_count(opcode, operands.len())?;
     if let Some(ts) = declared {
         for t in ts {
             checked_elements(&t.shape).map_err(|m| format!("{}: {m}", opcode.name()))?;
         }
     }
-    let cx = InferCx { opcode, operands, attrs, declared };
+    let cx = InferCx { opcode, operands, attrs, declared, epilogue };
     let results = (opcode.info().infer)(&cx).map_err(|m| format!("{}: {m}", opcode.name()))?;
     for t in &results {
         checked_elements(&t.shape).map_err(|m| format!("{}: result {m}", opcode.name()))?;
@@ -90,7 +103,8 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
         for &r in &op.results {
             defined[r.index()] = true;
         }
-        if !op.regions.is_empty() {
+        let takes_epilogue = op.opcode.info().has_trait(Trait::Epilogue);
+        if !op.regions.is_empty() && !takes_epilogue {
             diags.push(Diagnostic::error(format!("{name}: this op takes no regions"), op.loc.clone()));
             ok = false;
         }
@@ -124,7 +138,18 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
         let operand_types: Vec<TensorType> = op.operands.iter().map(|v| f.ty(*v).clone()).collect();
         let actual: Vec<TensorType> = op.results.iter().map(|v| f.ty(*v).clone()).collect();
         let declared = op.opcode.info().has_trait(Trait::DeclaredResult).then_some(actual.as_slice());
-        match infer_op(op.opcode, &operand_types, &op.attrs, declared) {
+        let steps = if takes_epilogue {
+            match check_epilogue(f, op) {
+                Ok(steps) => steps,
+                Err((m, loc)) => {
+                    diags.push(Diagnostic::error(format!("{name}: {m}"), loc));
+                    continue;
+                }
+            }
+        } else {
+            vec![]
+        };
+        match infer_op_with_epilogue(op.opcode, &operand_types, &op.attrs, declared, &steps) {
             Err(m) => diags.push(Diagnostic::error(m, op.loc.clone())),
             Ok(inferred) => {
                 if inferred.len() != actual.len() {

@@ -14,7 +14,9 @@
 //! matches any attributes and one with `{...}` matches exactly (unwritten
 //! attributes take their defaults); on the right, unwritten attributes take
 //! their defaults. A rule applies only where its result has the matched
-//! value's type.
+//! value's type. A fused op's epilogue region is written as the attribute
+//! `epilogue = "add; relu"` (the step list `aoc_ir::ops::fused` documents):
+//! `(core.fused_conv2d {epilogue = "relu"} ?x ?w)`.
 //!
 //! Invariant: every malformed line yields a diagnostic whose span is a byte
 //! range of the file text (so the driver shows line and column); loading
@@ -25,6 +27,7 @@ use crate::egraph::{Lhs, Rewrite};
 use crate::rules::TypedApplier;
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::check_operand_count;
+use aoc_ir::ops::fused::parse_epilogue;
 use aoc_ir::{Diagnostic, Opcode, Span, Trait};
 use egg::{ENodeOrVar, Id, PatternAst, Var};
 use std::sync::Arc;
@@ -228,10 +231,29 @@ fn term(p: &mut P, ast: &mut PatternAst<Node>, is_lhs: bool) -> R<(Id, Vec<(Var,
     check_operand_count(opcode, children.len()).map_err(|m| Diagnostic::error_at(m, op_span))?;
     let attrs = match (attrs, is_lhs) {
         (None, true) => None,
-        (given, _) => Some(Arc::new(
-            OpAttrs::new(opcode, given.unwrap_or_default(), None)
-                .map_err(|m| Diagnostic::error_at(m, op_span))?,
-        )),
+        (given, _) => {
+            let mut given = given.unwrap_or_default();
+            // A fused op's epilogue region is written as its step list.
+            let steps = match given.remove("epilogue") {
+                Some(Attr::Str(text)) if opcode.info().has_trait(Trait::Epilogue) => {
+                    parse_epilogue(&text).map_err(|m| Diagnostic::error_at(m, op_span))?
+                }
+                Some(_) if opcode.info().has_trait(Trait::Epilogue) => {
+                    return Err(Diagnostic::error_at(
+                        "`epilogue` is a string of steps, e.g. \"add; relu\"",
+                        op_span,
+                    ));
+                }
+                Some(v) => {
+                    given.set("epilogue", v);
+                    vec![]
+                }
+                None => vec![],
+            };
+            let attrs = OpAttrs::new(opcode, given, None)
+                .map_err(|m| Diagnostic::error_at(m, op_span))?;
+            Some(Arc::new(attrs.with_epilogue(&steps)))
+        }
     };
     Ok((
         ast.add(ENodeOrVar::ENode(Node::Op(OpNode {

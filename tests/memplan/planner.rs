@@ -143,7 +143,9 @@ fn liveness(func: &Func, opts: &MemPlanOptions) -> Result<Liveness, String> {
         let t = i + 1;
         op_time.insert(op, t);
         let data = &func.ops[op];
-        if !data.regions.is_empty() {
+        // An epilogue region is computed inside its op (no buffers of its
+        // own); any other region is not planned.
+        if !data.regions.is_empty() && !data.opcode.info().has_trait(aoc_ir::Trait::Epilogue) {
             return Err(format!(
                 "{}: ops with regions cannot be memory-planned",
                 data.opcode.name()
@@ -207,7 +209,7 @@ fn alias_target(
 }
 
 /// Plans the arena of `func`. Errors only on IR the verifier would reject
-/// (a use before its definition, ops with regions).
+/// (a use before its definition, ops with regions other than epilogues).
 pub fn plan_memory(func: &Func, opts: &MemPlanOptions) -> Result<MemoryPlan, String> {
     let live = liveness(func, opts)?;
     // Alias groups: index of each planned value's group.

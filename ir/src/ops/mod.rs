@@ -71,6 +71,9 @@ pub enum Trait {
     /// The result type is not implied by the operands; it is written in the
     /// text (or given to the builder) and checked by `infer`.
     DeclaredResult,
+    /// Carries an epilogue: an optional region of pointwise ops applied to
+    /// the core op's result (see `ops/fused.rs`).
+    Epilogue,
 }
 
 /// How an op is written in text.
@@ -89,6 +92,9 @@ pub struct InferCx<'a> {
     pub attrs: &'a Attrs,
     /// Result types written in the text or given to the builder.
     pub declared: Option<&'a [TensorType]>,
+    /// The steps of the op's epilogue region, decoded (`Trait::Epilogue`
+    /// ops only; empty for every other op).
+    pub epilogue: &'a [fused::Step],
 }
 
 /// What `eval` hooks see.
@@ -99,6 +105,8 @@ pub struct EvalCx<'a> {
     /// The verified result types.
     pub result_types: &'a [TensorType],
     pub weights: &'a dyn WeightSource,
+    /// The steps of the op's epilogue region, decoded (see `InferCx`).
+    pub epilogue: &'a [fused::Step],
 }
 
 pub type InferFn = fn(&InferCx) -> Result<Vec<TensorType>, String>;
@@ -1093,23 +1101,23 @@ define_ops! {
     },
 
     // ---- fused ops (the `fuse` pass makes these; see ops/fused.rs) ----
-    // Each is a core op followed by `epilogue`, an ordered list of pointwise
-    // steps; binary steps take the extra operands in order. Each means
-    // exactly its unfused ops, step by step, with the same rounding.
+    // Each is a core op followed by its epilogue region, a chain of
+    // pointwise ops; binary ones take the extra operands in order. Each
+    // means exactly its unfused ops, step by step, with the same rounding.
     FusedPointwise = "core.fused_pointwise" {
-        summary: "A chain of pointwise ops as one op: starts from the first operand and applies the `epilogue` steps in order; binary steps take the following operands in order.",
-        example: "%y = core.fused_pointwise %x, %b {epilogue = \"add; relu\"} : tensor<1x64x56x56xf32>",
+        summary: "A chain of pointwise ops as one op: its epilogue region starts from the first operand (block argument 0) and applies its ops in order; the other block arguments are the following operands, each taken by one binary op in order.",
+        example: "%y = core.fused_pointwise %x, %b ({\n^bb0(%acc: tensor<1x64x56x56xf32>, %e0: tensor<64x1x1xf32>):\n  %s = core.add %acc, %e0 : tensor<1x64x56x56xf32>\n  %r = core.relu %s : tensor<1x64x56x56xf32>\n  yield %r : tensor<1x64x56x56xf32>\n}) : tensor<1x64x56x56xf32>",
         format: Generic,
         operands: [inputs: Variadic],
         results: [y],
-        attrs: [(epilogue, Str, Str(""), "pointwise steps separated by `;`, e.g. `add; relu; clip(0.0, 6.0)`")],
+        attrs: [],
         kind: OpKind::Pointwise(Pointwise::Fused),
-        traits: [Pure],
+        traits: [Pure, Epilogue],
         infer: fused::infer_fused_pointwise, eval: fused::eval_fused_pointwise,
     },
     FusedConv2d = "core.fused_conv2d" {
-        summary: "`core.conv2d` (with its own bias when `bias` is set) followed by the `epilogue` steps, whose binary steps take the remaining operands (residuals, per-channel tensors) in order.",
-        example: "%y = core.fused_conv2d %x, %w, %b, %r {bias = true, pads = [1, 1, 1, 1], epilogue = \"add; relu\"} : tensor<1x64x56x56xf32>",
+        summary: "`core.conv2d` (with its own bias when `bias` is set) followed by its epilogue region: block argument 0 is the convolution's result, the others are the remaining operands (residuals, per-channel tensors), each taken by one binary op in order.",
+        example: "%y = core.fused_conv2d %x, %w, %b, %r {bias = true, pads = [1, 1, 1, 1]} ({\n^bb0(%acc: tensor<1x64x56x56xf32>, %e0: tensor<1x64x56x56xf32>):\n  %s = core.add %acc, %e0 : tensor<1x64x56x56xf32>\n  %y0 = core.relu %s : tensor<1x64x56x56xf32>\n  yield %y0 : tensor<1x64x56x56xf32>\n}) : tensor<1x64x56x56xf32>",
         format: Generic,
         operands: [input: One, weight: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional, arg4: Optional, arg5: Optional],
         results: [output],
@@ -1119,26 +1127,25 @@ define_ops! {
             (dilations, Ints, Ints(&[1, 1]), "kernel dilation along H and W"),
             (groups, Int, Int(1), "number of channel groups"),
             (bias, Bool, Bool(false), "operand 2 is the convolution's own per-output-channel bias"),
-            (epilogue, Str, Str(""), "pointwise steps separated by `;`"),
         ],
         kind: OpKind::Conv(Conv::Direct, Form::Fused),
-        traits: [Pure],
+        traits: [Pure, Epilogue],
         infer: fused::infer_fused_conv2d, eval: fused::eval_fused_conv2d,
     },
     FusedMatMul = "core.fused_matmul" {
-        summary: "`core.matmul` followed by the `epilogue` steps, whose binary steps take the remaining operands in order.",
-        example: "%y = core.fused_matmul %a, %w, %b {epilogue = \"add; gelu\"} : tensor<1x128x3072xf32>",
+        summary: "`core.matmul` followed by its epilogue region: block argument 0 is the product, the others are the remaining operands, each taken by one binary op in order.",
+        example: "%y = core.fused_matmul %a, %w, %b ({\n^bb0(%acc: tensor<1x128x3072xf32>, %e0: tensor<3072xf32>):\n  %s = core.add %acc, %e0 : tensor<1x128x3072xf32>\n  %g = core.gelu %s : tensor<1x128x3072xf32>\n  yield %g : tensor<1x128x3072xf32>\n}) : tensor<1x128x3072xf32>",
         format: Generic,
         operands: [lhs: One, rhs: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional, arg4: Optional, arg5: Optional],
         results: [y],
-        attrs: [(epilogue, Str, Str(""), "pointwise steps separated by `;`")],
+        attrs: [],
         kind: OpKind::MatMul(Form::Fused),
-        traits: [Pure],
+        traits: [Pure, Epilogue],
         infer: fused::infer_fused_matmul, eval: fused::eval_fused_matmul,
     },
     FusedGemm = "core.fused_gemm" {
-        summary: "`core.gemm` (with `c` when `bias` is set) followed by the `epilogue` steps, whose binary steps take the remaining operands in order.",
-        example: "%y = core.fused_gemm %a, %w, %c {bias = true, trans_b = true, epilogue = \"relu\"} : tensor<1x1000xf32>",
+        summary: "`core.gemm` (with `c` when `bias` is set) followed by its epilogue region: block argument 0 is the gemm's result, the others are the remaining operands, each taken by one binary op in order.",
+        example: "%y = core.fused_gemm %a, %w, %c {bias = true, trans_b = true} ({\n^bb0(%acc: tensor<1x1000xf32>):\n  %r = core.relu %acc : tensor<1x1000xf32>\n  yield %r : tensor<1x1000xf32>\n}) : tensor<1x1000xf32>",
         format: Generic,
         operands: [a: One, b: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional, arg4: Optional, arg5: Optional],
         results: [y],
@@ -1148,21 +1155,20 @@ define_ops! {
             (trans_a, Bool, Bool(false), "transpose `a` first"),
             (trans_b, Bool, Bool(false), "transpose `b` first"),
             (bias, Bool, Bool(false), "operand 2 is gemm's `c`"),
-            (epilogue, Str, Str(""), "pointwise steps separated by `;`"),
         ],
         kind: OpKind::Gemm(Form::Fused),
-        traits: [Pure],
+        traits: [Pure, Epilogue],
         infer: fused::infer_fused_gemm, eval: fused::eval_fused_gemm,
     },
     Attention = "core.attention" {
-        summary: "Scaled dot-product attention: `softmax(steps(matmul(q, kt)), axis = -1)` then `matmul` with `v`; `kt` is the keys already transposed; the `epilogue` steps (scale, mask) act on the scores and take the operands after `v` in order.",
-        example: "%o = core.attention %q, %kt, %v, %scale, %mask {epilogue = \"mul; add\"} : tensor<1x12x128x64xf32>",
+        summary: "Scaled dot-product attention: `softmax(steps(matmul(q, kt)), axis = -1)` then `matmul` with `v`; `kt` is the keys already transposed; the epilogue region's ops (scale, mask) act on the scores (block argument 0) and take the operands after `v` (the other block arguments) in order.",
+        example: "%o = core.attention %q, %kt, %v, %scale, %mask ({\n^bb0(%s: tensor<1x12x128x128xf32>, %e0: tensor<f32>, %e1: tensor<1x1x128x128xf32>):\n  %m = core.mul %s, %e0 : tensor<1x12x128x128xf32>\n  %a = core.add %m, %e1 : tensor<1x12x128x128xf32>\n  yield %a : tensor<1x12x128x128xf32>\n}) : tensor<1x12x128x64xf32>",
         format: Generic,
         operands: [q: One, kt: One, v: One, arg0: Optional, arg1: Optional, arg2: Optional, arg3: Optional],
         results: [y],
-        attrs: [(epilogue, Str, Str(""), "pointwise steps on the scores, separated by `;`")],
+        attrs: [],
         kind: OpKind::Attention,
-        traits: [Pure],
+        traits: [Pure, Epilogue],
         infer: fused::infer_attention, eval: fused::eval_attention,
     },
     // ---- Winograd convolution (the `winograd` pass makes it; see ops/winograd.rs) ----

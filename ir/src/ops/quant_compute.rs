@@ -98,6 +98,7 @@ fn infer_int(cx: &InferCx, float_op: Opcode) -> Result<Vec<TensorType>, String> 
         operands: &floats,
         attrs: cx.attrs,
         declared: None,
+        epilogue: &[],
     };
     let mut out = (float_op.info().infer)(&fcx)?;
     let f = out
@@ -155,6 +156,7 @@ fn eval_int(cx: &EvalCx, float_op: Opcode) -> Result<Vec<Tensor>, String> {
         attrs: cx.attrs,
         result_types: std::slice::from_ref(&fty),
         weights: cx.weights,
+        epilogue: &[],
     };
     let y = (float_op.info().eval)(&fcx)?
         .pop()

@@ -13,12 +13,13 @@ use super::literals::nearest;
 use crate::attr::{Attr, AttrKind, Attrs, ConstValue, WeightRef};
 use crate::diag::{Diagnostic, Location, Span};
 use crate::module::{Block, Func, Module, OpData, OpId, ValueData, ValueDef, ValueId, WeightsDecl};
-use crate::ops::{Format, Opcode};
+use crate::ops::fused::{self, Step};
+use crate::ops::{Format, Opcode, Trait};
 use crate::types::TensorType;
 use std::collections::{HashMap, HashSet};
 
 pub fn lower(file: &ast::File) -> (Module, Vec<Diagnostic>) {
-    let mut cx = Lowerer { diags: Vec::new() };
+    let mut cx = Lowerer { diags: Vec::new(), legacy_epilogues: Vec::new() };
     let mut module = Module::default();
     for item in &file.items {
         match item {
@@ -43,6 +44,11 @@ pub fn lower(file: &ast::File) -> (Module, Vec<Diagnostic>) {
 
 pub(super) struct Lowerer {
     pub(super) diags: Vec<Diagnostic>,
+    /// Fused ops of the current function written with the old string
+    /// attribute `epilogue = "..."`: converted to regions once the whole
+    /// function is lowered, so the new values' names cannot clash with
+    /// names written later in the text.
+    legacy_epilogues: Vec<(OpId, Vec<Step>, Span)>,
 }
 
 /// What an SSA name refers to while lowering one function.
@@ -114,6 +120,11 @@ impl Lowerer {
         func.body.ops = block.ops;
         func.body.terminator = block.terminator;
         func.body.terminator_loc = block.terminator_loc;
+        for (op, steps, span) in std::mem::take(&mut self.legacy_epilogues) {
+            if let Err(m) = fused::set_epilogue(&mut func, op, &steps) {
+                self.error(format!("{}: {m}", func.ops[op].opcode.name()), span);
+            }
+        }
         func
     }
 
@@ -389,6 +400,38 @@ impl Lowerer {
             }
             (Format::Generic, None, _) => {}
         }
+        // The old string form of an epilogue (`epilogue = "add; relu"`) is
+        // read and becomes the op's region.
+        let mut legacy = None;
+        if info.has_trait(Trait::Epilogue)
+            && let Some(text) = attrs.remove("epilogue")
+        {
+            let span = op
+                .attrs
+                .iter()
+                .find(|a| a.key.text == "epilogue")
+                .map_or(op.name.span, |a| a.span);
+            match text {
+                Attr::Str(t) => match fused::parse_epilogue(&t) {
+                    Ok(steps) if !op.regions.is_empty() && !steps.is_empty() => {
+                        self.error(
+                            format!("{}: the epilogue is given both as a region and as the string attribute `epilogue`", info.name),
+                            span,
+                        );
+                        ok = false;
+                    }
+                    Ok(steps) => legacy = Some((steps, span)),
+                    Err(m) => {
+                        self.error(format!("{}: {m}", info.name), span);
+                        ok = false;
+                    }
+                },
+                other => {
+                    self.error(format!("{}: attribute `epilogue` must be a string, found {other}", info.name), span);
+                    ok = false;
+                }
+            }
+        }
         if !ok {
             self.poison(scope, &op.results);
             return None;
@@ -444,6 +487,11 @@ impl Lowerer {
                 r.span,
             );
             func.ops[id].results.push(v);
+        }
+        if let Some((steps, span)) = legacy
+            && !steps.is_empty()
+        {
+            self.legacy_epilogues.push((id, steps, span));
         }
         Some(id)
     }

@@ -25,7 +25,7 @@
 
 use super::node::{ConstId, Node};
 use aoc_ir::attr::{Attr, Attrs, ConstValue, DenseData};
-use aoc_ir::interp::{NoWeights, eval_op};
+use aoc_ir::interp::{NoWeights, eval_op, eval_op_with_epilogue};
 use aoc_ir::tensor::Data;
 use aoc_ir::ops::kind::{OpKind, Pointwise};
 use aoc_ir::{Location, Opcode, Tensor, TensorType, Trait};
@@ -293,8 +293,14 @@ pub fn infer_node(egraph: &Graph, node: &Node) -> Option<TensorType> {
                 .collect();
             let declared = attrs.declared.as_ref().map(|d| vec![d.ty.clone()]);
             let mut out =
-                aoc_ir::verify::infer_op(o.opcode, &types?, &attrs.to_attrs(), declared.as_deref())
-                    .ok()?;
+                aoc_ir::verify::infer_op_with_epilogue(
+                    o.opcode,
+                    &types?,
+                    &attrs.to_attrs(),
+                    declared.as_deref(),
+                    &attrs.steps(),
+                )
+                .ok()?;
             if out.len() == 1 { out.pop() } else { None }
         }
     }
@@ -395,12 +401,13 @@ fn fold(egraph: &Graph, o: &super::node::OpNode, ty: &TensorType) -> Option<Arc<
         .map(|c| egraph[*c].data.value.clone())
         .collect::<Option<_>>()?;
     let refs: Vec<&Tensor> = inputs.iter().map(|t| t.as_ref()).collect();
-    let mut out = eval_op(
+    let mut out = eval_op_with_epilogue(
         o.opcode,
         &refs,
         &attrs.to_attrs(),
         std::slice::from_ref(ty),
         &NoWeights,
+        &attrs.steps(),
     )
     .ok()?;
     if out.len() == 1 {

@@ -99,11 +99,17 @@ pub fn func_to_egraph_selected(
                 op.results.len()
             ));
         }
-        if !op.regions.is_empty() {
+        // An epilogue region is held as its decoded steps; no other op
+        // takes a region yet.
+        let steps = if op.opcode.info().has_trait(Trait::Epilogue) {
+            aoc_ir::ops::fused::epilogue(func, op).map_err(|m| format!("{name}: {m}"))?
+        } else if !op.regions.is_empty() {
             return Err(format!(
                 "{name} has regions, which the e-graph does not hold yet"
             ));
-        }
+        } else {
+            vec![]
+        };
         let result = op.results[0];
         let ty = func.ty(result).clone();
         let node = if op.opcode == Opcode::Const {
@@ -143,7 +149,7 @@ pub fn func_to_egraph_selected(
                 .info()
                 .has_trait(Trait::DeclaredResult)
                 .then(|| ty.clone());
-            let attrs = OpAttrs::new(op.opcode, op.attrs.clone(), declared)?;
+            let attrs = OpAttrs::new(op.opcode, op.attrs.clone(), declared)?.with_epilogue(&steps);
             let children = op
                 .operands
                 .iter()
@@ -378,8 +384,16 @@ pub fn extract(fg: &FuncGraph, model: &dyn CostModel, template: &Func) -> Result
                     let operands: Vec<ValueId> =
                         o.children.iter().map(|c| memo[&egraph.find(*c)]).collect();
                     let declared = attrs.declared.as_ref().map(|d| vec![d.ty.clone()]);
-                    func.push_op(o.opcode, &operands, attrs.to_attrs(), declared, &hint, loc)
-                        .map_err(|d| d.message)?[0]
+                    func.push_op_with_epilogue(
+                        o.opcode,
+                        &operands,
+                        attrs.to_attrs(),
+                        declared,
+                        &attrs.steps(),
+                        &hint,
+                        loc,
+                    )
+                    .map_err(|d| d.message)?[0]
                 }
             };
             if func.ty(value) != &ty {

@@ -17,6 +17,7 @@
 
 use aoc_ir::attr::{Attr, Attrs, ConstValue, DenseData, WeightRef};
 use aoc_ir::ops::check_operand_count;
+use aoc_ir::ops::fused::Step;
 use aoc_ir::{Opcode, Scalar, TensorType};
 use egg::Id;
 use std::fmt;
@@ -127,11 +128,71 @@ impl Ord for DeclType {
     }
 }
 
-/// An op's complete attributes (op-table order) and declared result type.
+/// An op's complete attributes (op-table order), declared result type and,
+/// for ops with an epilogue region, its steps.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct OpAttrs {
     pub values: Box<[(&'static str, AttrVal)]>,
     pub declared: Option<DeclType>,
+    /// The epilogue region's steps (`aoc_ir::ops::fused`), empty for ops
+    /// without one: the e-graph holds a region as the chain it decodes to.
+    pub epilogue: Box<[StepKey]>,
+}
+
+/// An epilogue step in hashable form.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct StepKey {
+    pub opcode: Opcode,
+    /// `None` for a unary step; for a binary one, whether the extra operand
+    /// is the left-hand side.
+    pub reversed: Option<bool>,
+    /// Unary steps: their complete attributes.
+    pub attrs: Box<[(&'static str, AttrVal)]>,
+}
+
+fn table_values(opcode: Opcode, attrs: &Attrs) -> Box<[(&'static str, AttrVal)]> {
+    let info = opcode.info();
+    attrs
+        .iter()
+        .filter_map(|(n, a)| info.attr_info(n).map(|i| (i.name, AttrVal::from_attr(a))))
+        .collect()
+}
+
+impl StepKey {
+    pub fn new(step: &Step) -> StepKey {
+        match step {
+            Step::Unary { opcode, attrs } => StepKey {
+                opcode: *opcode,
+                reversed: None,
+                attrs: table_values(*opcode, attrs),
+            },
+            Step::Binary { opcode, reversed } => StepKey {
+                opcode: *opcode,
+                reversed: Some(*reversed),
+                attrs: Box::new([]),
+            },
+        }
+    }
+
+    pub fn step(&self) -> Step {
+        if let Some(reversed) = self.reversed {
+            Step::Binary {
+                opcode: self.opcode,
+                reversed,
+            }
+        } else {
+            let attrs = Attrs(
+                self.attrs
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_attr()))
+                    .collect(),
+            );
+            Step::Unary {
+                opcode: self.opcode,
+                attrs,
+            }
+        }
+    }
 }
 
 impl OpAttrs {
@@ -157,7 +218,19 @@ impl OpAttrs {
         Ok(OpAttrs {
             values,
             declared: declared.map(DeclType::new),
+            epilogue: Box::new([]),
         })
+    }
+
+    /// These attributes with `steps` as the epilogue.
+    pub fn with_epilogue(mut self, steps: &[Step]) -> OpAttrs {
+        self.epilogue = steps.iter().map(StepKey::new).collect();
+        self
+    }
+
+    /// The epilogue's steps (empty for ops without one).
+    pub fn steps(&self) -> Vec<Step> {
+        self.epilogue.iter().map(StepKey::step).collect()
     }
 
     pub fn to_attrs(&self) -> Attrs {

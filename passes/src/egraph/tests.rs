@@ -155,6 +155,7 @@ fn flops_are_zero_exactly_for_the_ops_the_table_marks_data_movement() {
     let attrs = OpAttrs {
         values: Box::new([]),
         declared: None,
+        epilogue: Box::new([]),
     };
     for &opcode in Opcode::ALL {
         let moves = opcode.info().has_trait(aoc_ir::Trait::DataMovement);

@@ -105,7 +105,7 @@ impl Lower<'_> {
 
     /// The op's epilogue as a scale and a mask, or `None`.
     fn score_epilogue(&self, op: &OpData) -> Result<Option<ScoreEpilogue>, String> {
-        let steps = epilogue(&Lower::attrs(op)?)?;
+        let steps = epilogue(self.func, op)?;
         let extras = &op.operands[3..];
         let mut out = ScoreEpilogue {
             scale: 1.0,

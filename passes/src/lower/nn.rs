@@ -217,7 +217,7 @@ impl Lower<'_> {
         let bias_v = has_bias.then(|| op.operands[2]);
         let extras: Vec<ValueId> = op.operands[2 + has_bias as usize..].to_vec();
         let Some(bias) = self.const_bias(bias_v) else { return Ok(false) };
-        let (relu, rest) = Lower::split_relu(epilogue(&attrs)?);
+        let (relu, rest) = Lower::split_relu(epilogue(self.func, op)?);
         let clip = self.split_clip(&rest);
         let rest = if clip.is_some() { rest[1..].to_vec() } else { rest };
         let (kh, kw) = (u(wt.shape[2]), u(wt.shape[3]));
@@ -375,7 +375,6 @@ impl Lower<'_> {
         if !self.all_f32(op) {
             return Ok(false);
         }
-        let attrs = Lower::attrs(op)?;
         let full_ty = self.ty(op.results[0]).clone();
         let (at, bt) = (self.ty(op.operands[0]).clone(), self.ty(op.operands[1]).clone());
         if at.rank() < 2 || bt.rank() < 2 {
@@ -385,7 +384,7 @@ impl Lower<'_> {
         core.push(at.shape[at.rank() - 2]);
         core.push(bt.shape[bt.rank() - 1]);
         let yt = TensorType::new(core, Scalar::F32);
-        let steps = if op.opcode == Opcode::FusedMatMul { epilogue(&attrs)? } else { vec![] };
+        let steps = if op.opcode == Opcode::FusedMatMul { epilogue(self.func, op)? } else { vec![] };
         let extras: Vec<ValueId> = op.operands[2..].to_vec();
         // A leading `add` of a constant row vector of n becomes the bias.
         let n = *yt.shape.last().unwrap_or(&1);
@@ -408,7 +407,7 @@ impl Lower<'_> {
                 let Some(y) = self.matmul_into(a, b, &yt, (Act::None, None))? else {
                     return Ok(false);
                 };
-                let all = if op.opcode == Opcode::FusedMatMul { epilogue(&attrs)? } else { vec![] };
+                let all = if op.opcode == Opcode::FusedMatMul { epilogue(self.func, op)? } else { vec![] };
                 (y, all, op.operands[2..].to_vec())
             }
         };
@@ -442,7 +441,7 @@ impl Lower<'_> {
         let fused = op.opcode == Opcode::FusedGemm;
         let has_c = if fused { boolean(&attrs, "bias") } else { op.operands.len() > 2 };
         let extras: Vec<ValueId> = op.operands[2 + has_c as usize..].to_vec();
-        let mut steps = if fused { epilogue(&attrs)? } else { vec![] };
+        let mut steps = if fused { epilogue(self.func, op)? } else { vec![] };
         let mut bias = None;
         let mut c_val = None;
         if has_c {
@@ -514,7 +513,6 @@ impl Lower<'_> {
         if self.lower_attention_fused(op)? {
             return Ok(true);
         }
-        let attrs = Lower::attrs(op)?;
         let (q, kt, v) = (op.operands[0], op.operands[1], op.operands[2]);
         let (qt, ktt, yt) = (self.ty(q).clone(), self.ty(kt).clone(), self.ty(op.results[0]).clone());
         let r = yt.rank();
@@ -526,7 +524,7 @@ impl Lower<'_> {
         st[r - 1] = sk;
         let scores_ty = TensorType::new(st.clone(), Scalar::F32);
         let Some(scores) = self.matmul_into(Mat::V(q), Mat::V(kt), &scores_ty, (Act::None, None))? else { return Ok(false) };
-        let steps = epilogue(&attrs)?;
+        let steps = epilogue(self.func, op)?;
         self.epilogue_in_place(scores, &scores_ty, &identity(r), &steps, &op.operands[3..].to_vec())?;
         let probs = self.alloc(&scores_ty)?;
         let rows: usize = st[..r - 1].iter().product();

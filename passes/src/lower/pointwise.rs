@@ -16,7 +16,7 @@ use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::module::{OpData, ValueId};
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::kind::{Activation, Movement, OpKind, Pointwise, ScalarOp};
-use aoc_ir::ops::fused::{Step as EpiStep, parse_epilogue};
+use aoc_ir::ops::fused::Step as EpiStep;
 use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
 use aoc_plan::plan::{Buf, Step};
 
@@ -244,7 +244,7 @@ impl Lower<'_> {
         let attrs = Lower::attrs(op)?;
         let result = match op.opcode.kind() {
             OpKind::Pointwise(Pointwise::Fused) => {
-                let steps = epilogue(&attrs)?;
+                let steps = epilogue(self.func, op)?;
                 let first = self.load(&mut kb, op.operands[0])?;
                 let extras = op.operands[1..].to_vec();
                 self.emit_steps(&mut kb, first, &steps, &extras)?
@@ -459,11 +459,9 @@ impl Lower<'_> {
     }
 }
 
-pub(crate) fn epilogue(attrs: &Attrs) -> Result<Vec<EpiStep>, String> {
-    match attrs.get("epilogue") {
-        Some(Attr::Str(s)) => parse_epilogue(s),
-        _ => Ok(vec![]),
-    }
+/// A fused op's epilogue steps, decoded from its region.
+pub(crate) fn epilogue(func: &aoc_ir::Func, op: &OpData) -> Result<Vec<EpiStep>, String> {
+    aoc_ir::ops::fused::epilogue(func, op)
 }
 
 pub(crate) fn float_attr(attrs: &Attrs, name: &str) -> Option<f32> {

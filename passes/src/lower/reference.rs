@@ -26,6 +26,8 @@ impl Lower<'_> {
             .map(|(i, &r)| (format!("r{i}"), self.ty(r).clone()))
             .collect();
         let id = f.push_op_unchecked(op.opcode, params, op.attrs.clone(), results, op.loc.clone());
+        let steps = aoc_ir::ops::fused::epilogue(self.func, op)?;
+        aoc_ir::ops::fused::set_epilogue(&mut f, id, &steps)?;
         let rs = f.ops[id].results.clone();
         f.set_return(rs);
         let air = print_module(&Module { weights: vec![], funcs: vec![f] });

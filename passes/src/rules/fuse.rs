@@ -33,7 +33,7 @@ use crate::egraph::analysis::{Graph, add_computed_const, const_tensor};
 use crate::egraph::node::{Node, OpAttrs, OpNode};
 use crate::egraph::{Rewrite, TensorAnalysis};
 use aoc_ir::attr::{Attr, Attrs};
-use aoc_ir::ops::fused::{Step, operand_count, parse_epilogue, print_epilogue};
+use aoc_ir::ops::fused::{Step, operand_count};
 use aoc_ir::ops::normalize_axis;
 use aoc_ir::{Opcode, Tensor, TensorType};
 use egg::{Applier, Id, PatternAst, Subst, Symbol};
@@ -203,10 +203,7 @@ pub fn is_float(egraph: &Graph, id: Id) -> bool {
 
 /// The epilogue steps of a fused node.
 fn steps_of(node: &OpNode) -> Option<Vec<Step>> {
-    match node.attrs.as_ref()?.get("epilogue") {
-        Some(Attr::Str(s)) => parse_epilogue(&s).ok(),
-        _ => Some(vec![]),
-    }
+    Some(node.attrs.as_ref()?.steps())
 }
 
 /// The step computing `node`, with the chain operand first: (step, extra
@@ -270,12 +267,11 @@ fn fused_of(opcode: Opcode) -> Option<(Opcode, usize)> {
 fn build(
     egraph: &mut Graph,
     opcode: Opcode,
-    mut base: Attrs,
+    base: Attrs,
     operands: Vec<Id>,
     steps: &[Step],
 ) -> Option<Id> {
-    base.set("epilogue", Attr::Str(print_epilogue(steps)));
-    let attrs = OpAttrs::new(opcode, base, None).ok()?;
+    let attrs = OpAttrs::new(opcode, base, None).ok()?.with_epilogue(steps);
     Some(egraph.add(Node::op(opcode, attrs, operands)))
 }
 
@@ -323,7 +319,6 @@ fn extend(
     let (fused, slots) = fused_of(p.opcode)?;
     let attrs = p.attrs.as_ref()?;
     let mut base = attrs.to_attrs();
-    base.remove("epilogue");
     let mut steps = if p.opcode == fused {
         steps_of(p)?
     } else {
