@@ -122,3 +122,39 @@ fn attributes_on_the_left_match_exactly() {
         .collect();
     assert_eq!(fired, [1], "{stats:?}");
 }
+
+/// A user rule builds a fused op with an epilogue (written as its step
+/// list) and another matches one by its epilogue; the result verifies,
+/// holds the epilogue as its region and means what the input meant.
+#[test]
+fn rules_build_and_match_fused_ops_by_their_epilogue() {
+    use aoc_ir::ops::fused::{epilogue, print_epilogue};
+    let rules = load_rules(concat!(
+        "fuse-relu: (core.relu (core.matmul ?a ?b)) => (core.fused_matmul {epilogue = \"relu\"} ?a ?b)\n",
+        "relu-twice: (core.fused_matmul {epilogue = \"relu\"} ?a ?b) => (core.neg (core.neg (core.fused_matmul {epilogue = \"relu; relu\"} ?a ?b)))\n",
+    ))
+    .unwrap();
+    let mut f = Func::new("main");
+    let a = f.add_param("a", f32t(&[2, 3]), Location::default());
+    let b = f.add_param("b", f32t(&[3, 4]), Location::default());
+    let m = op(&mut f, Opcode::MatMul, &[a, b], Attrs::new());
+    let r = op(&mut f, Opcode::Relu, &[m], Attrs::new());
+    f.set_return(vec![r]);
+    let (g, stats) = optimize(&f, &rules);
+    assert!(stats.applied.iter().any(|(r, n)| r == "fuse-relu" && *n > 0), "{stats:?}");
+    assert!(stats.applied.iter().any(|(r, n)| r == "relu-twice" && *n > 0), "{stats:?}");
+    // Both fused forms are in the e-graph; whichever is extracted carries
+    // its epilogue as a region.
+    let fused: Vec<_> = g.body.ops.iter().map(|&o| &g.ops[o]).filter(|o| o.opcode == Opcode::FusedMatMul).collect();
+    assert_eq!(fused.len(), 1);
+    assert_eq!(fused[0].regions.len(), 1);
+    let steps = print_epilogue(&epilogue(&g, fused[0]).unwrap());
+    assert!(steps == "relu" || steps == "relu; relu", "{steps}");
+    let x = aoc_ir::Tensor::from_f64(f32t(&[2, 3]), vec![1.0, -2.0, 0.5, 3.0, -1.0, 2.0]);
+    let y = aoc_ir::Tensor::from_f64(f32t(&[3, 4]), (0..12).map(|i| i as f64 - 6.0).collect());
+    let run = |f: &Func| aoc_ir::interp::run(f, vec![x.clone(), y.clone()], &aoc_ir::interp::NoWeights).unwrap()[0].to_f64();
+    assert_eq!(run(&g), run(&f));
+    // A bad step list is an error at the term.
+    let errs = load_rules("bad: (core.relu ?x) => (core.fused_pointwise {epilogue = \"frob\"} ?x)").unwrap_err();
+    assert!(errs[0].message.contains("unknown epilogue step `frob`"), "{}", errs[0].message);
+}
