@@ -22,6 +22,7 @@ use aoc_compiler::cpu::CPU_PIPELINE;
 use aoc_compiler::driver::load_model;
 use aoc_compiler::npy::read_npy;
 use aoc_ir::tensor::Tensor;
+use aoc_ir::types::{Scalar, TensorType};
 use aoc_runtime::artifact::Artifact;
 use aoc_runtime::exec::{Session, SessionOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -68,6 +69,11 @@ fn main() {
     trials.push(Trial::test("clips_in_convolution_and_gemm_steps", step_clips));
     trials.push(Trial::test("integer_convolution_step_on_the_cpu", integer_convolution));
     trials.push(Trial::test("quant_add_is_a_pointwise_kernel", quant_add_native));
+    for level in levels() {
+        trials.push(Trial::test(format!("quantized_ops_without_integer_kernels_run_natively_{}", level.target_name()), move || {
+            quant_without_kernels(level)
+        }));
+    }
     libtest_mimic::run(&args, trials).exit();
 }
 
@@ -447,6 +453,60 @@ fn quant_add_native() -> Result<(), Failed> {
     let refs = &out.report.reference_ops;
     if refs.iter().any(|(op, _)| op == "quant.add") {
         return Err(format!("quant.add runs on the reference path: {refs:?}").into());
+    }
+    Ok(())
+}
+
+/// A max pool on u8 values, nearest resizes in two modes the resize kernel
+/// lacks, `quant.global_avg_pool`,
+/// and `quant.matmul` (ONNX's default half-pixel, round-prefer-floor, and
+/// asymmetric with ceil): none has an integer or resize kernel of its own, and each compiles to native steps (the quantized ops expanded
+/// into dequantize, float op, quantize; the resizes as gathers), with no
+/// reference step, to the interpreter's outputs (exactly, or within one
+/// step of the output's scale).
+const NO_KERNEL_AIR: &str = r#"func @main(%x: tensor<1x4x6x6xf32>, %a: tensor<2x4xf32>) -> (tensor<1x4x9x9xf32>, tensor<1x4x5x5xf32>, tensor<1x4x1x1xf32>, tensor<2x3xf32>) {
+  %up = core.resize %x {sizes = [1, 4, 9, 9]} : tensor<1x4x9x9xf32>
+  %q = quant.quantize %x : tensor<1x4x6x6x!quant.uniform<u8:f32, 0.05:128>>
+  %mp = core.max_pool2d %q {kernel = [2, 2], strides = [2, 2]} : tensor<1x4x3x3x!quant.uniform<u8:f32, 0.05:128>>
+  %mpd = quant.dequantize %mp : tensor<1x4x3x3xf32>
+  %rd = core.resize %mpd {sizes = [1, 4, 5, 5], coordinate_transformation_mode = "asymmetric", nearest_mode = "ceil"} : tensor<1x4x5x5xf32>
+  %r = quant.quantize %rd : tensor<1x4x5x5x!quant.uniform<u8:f32, 0.05:128>>
+  %g = quant.global_avg_pool %r : tensor<1x4x1x1x!quant.uniform<u8:f32, 0.02:100>>
+  %gd = quant.dequantize %g : tensor<1x4x1x1xf32>
+  %qa = quant.quantize %a : tensor<2x4x!quant.uniform<i8:f32, 0.05>>
+  %b = const dense<[[1, -2, 3], [4, 5, -6], [7, -8, 9], [-10, 11, 12]]> : tensor<4x3x!quant.uniform<i8:f32, 0.25>>
+  %m = quant.matmul %qa, %b : tensor<2x3x!quant.uniform<i8:f32, 0.1:3>>
+  %md = quant.dequantize %m : tensor<2x3xf32>
+  return %up, %rd, %gd, %md : tensor<1x4x9x9xf32>, tensor<1x4x5x5xf32>, tensor<1x4x1x1xf32>, tensor<2x3xf32>
+}
+"#;
+
+fn quant_without_kernels(level: X86Level) -> Result<(), Failed> {
+    let dir = std::env::temp_dir().join(format!("aoc-nokernel-{}-{}", std::process::id(), level.target_name()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("nokernel.air");
+    std::fs::write(&path, NO_KERNEL_AIR)?;
+    let x: Vec<f64> = (0..144).map(|i| ((i * 37 % 101) as f64 - 50.0) / 9.0).collect();
+    let a: Vec<f64> = (0..8).map(|i| (i as f64 - 3.5) / 2.0).collect();
+    let inputs = vec![
+        Tensor::from_f64(TensorType::new(vec![1, 4, 6, 6], Scalar::F32), x),
+        Tensor::from_f64(TensorType::new(vec![2, 4], Scalar::F32), a),
+    ];
+    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs, level, &LowerOptions::CPU)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if kinds.iter().any(|k| k == "reference") {
+        return Err(format!("reference steps remain: {kinds:?}").into());
+    }
+    if kinds.iter().filter(|k| *k == "gather").count() < 2 {
+        return Err(format!("the resizes should be gathers: {kinds:?}").into());
+    }
+    // exact, exact (a max and a gather of stored values), one step of 0.02, one of 0.1
+    for (i, (w, g, tol)) in want.iter().zip(&got).zip([0.0, 0.0, 0.0201, 0.1001]).map(|((w, g), t)| (w, g, t)).enumerate() {
+        let (wv, gv) = (w.to_f64(), g.to_f64());
+        let err = wv.iter().zip(&gv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        if err > tol {
+            return Err(format!("output {i}: max error {err} > {tol}\nwant {wv:?}\ngot  {gv:?}").into());
+        }
     }
     Ok(())
 }

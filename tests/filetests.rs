@@ -20,12 +20,13 @@
 //!     adds `user-rules`), verify again; checks run against the printed
 //!     result (computed constants print inline as `dense<...>`).
 //!   - `lower cpu|gpu [--target=T] [--precision=P] [--passes=LIST]
-//!     [precise-output]`: optimize with the target's pipeline (what `aoc
-//!     compile` runs; `--passes=` names another, empty for none), compile,
-//!     and check the plan as `aoc explain` prints it: steps or launches,
-//!     kernels, reference fallbacks, layout copies (the artifact's path
-//!     reads `<artifact>`). Targets default to `x86-64-v4` and `sm_86`,
-//!     precision to `fp32`.
+//!     [--reference-fallback] [precise-output]`: optimize with the target's
+//!     pipeline (what `aoc compile` runs; `--passes=` names another, empty
+//!     for none), compile, and check the plan as `aoc explain` prints it:
+//!     steps or launches, kernels, reference fallbacks, layout copies (the
+//!     artifact's path reads `<artifact>`); a compile error is checked the
+//!     same way, as `compilation failed:` and the rendered diagnostic.
+//!     Targets default to `x86-64-v4` and `sm_86`, precision to `fp32`.
 //!   - `compile x86|ptx [...same options]`: the emitted code: the CPU
 //!     kernels' assembly (`aoc compile --emit asm`) or the module's PTX
 //!     (`--emit ptx`).
@@ -79,6 +80,8 @@ struct Build {
     passes: Option<String>,
     /// Compare the whole output with the case's `// | ` lines.
     precise: bool,
+    /// `--reference-fallback`: ops without a kernel become reference steps.
+    reference_fallback: bool,
 }
 
 fn parse_build(kind: &str, words: Vec<&str>) -> Result<Build, String> {
@@ -93,6 +96,7 @@ fn parse_build(kind: &str, words: Vec<&str>) -> Result<Build, String> {
         precision: "fp32".to_string(),
         passes: None,
         precise: false,
+        reference_fallback: false,
     };
     for w in words {
         if let Some(t) = w.strip_prefix("--target=") {
@@ -103,6 +107,8 @@ fn parse_build(kind: &str, words: Vec<&str>) -> Result<Build, String> {
             b.passes = Some(p.trim_matches(['\'', '"']).to_string());
         } else if w == "precise-output" {
             b.precise = true;
+        } else if w == "--reference-fallback" {
+            b.reference_fallback = true;
         } else {
             return Err(format!("unknown argument `{w}`"));
         }
@@ -518,19 +524,24 @@ fn build_case(case: &Case, mut module: Module, b: &Build, lower: bool) -> Result
         let precision = aoc_backend_ptx::translate::Precision::parse(&b.precision)
             .ok_or_else(|| format!("unknown precision `{}`", b.precision))?;
         if lower {
-            let out = aoc_backend_ptx::compile::compile(func, &NoWeights, sm, precision, None).map_err(fail)?;
-            explain(&out.artifact, true)
+            match aoc_backend_ptx::compile::compile(func, &NoWeights, sm, precision, None, b.reference_fallback) {
+                Ok(out) => explain(&out.artifact, true),
+                Err(d) => Ok(fail(d)),
+            }
         } else {
-            aoc_backend_ptx::compile::emit_text(func, &NoWeights, sm, precision, true).map_err(fail)
+            aoc_backend_ptx::compile::emit_text(func, &NoWeights, sm, precision, true, b.reference_fallback).map_err(fail)
         }
     } else {
         let level = aoc_backend_x86::pointwise::X86Level::from_target_name(&b.target)
             .ok_or_else(|| format!("unknown CPU target `{}`", b.target))?;
+        let opts = aoc_passes::lower::LowerOptions { reference_fallback: b.reference_fallback, ..aoc_passes::lower::LowerOptions::CPU };
         if lower {
-            let out = aoc_backend_x86::compile::compile(func, &NoWeights, level).map_err(fail)?;
-            explain(&out.artifact, false)
+            match aoc_backend_x86::compile::compile_with(func, &NoWeights, level, &opts) {
+                Ok(out) => explain(&out.artifact, false),
+                Err(d) => Ok(fail(d)),
+            }
         } else {
-            aoc_backend_x86::compile::emit_text(func, &NoWeights, level, true).map_err(fail)
+            aoc_backend_x86::compile::emit_text(func, &NoWeights, level, true, &opts).map_err(fail)
         }
     }
 }

@@ -116,8 +116,9 @@ pub enum Command {
             host (the best level this CPU runs). The target's pipeline runs first (see --passes); \
             every op then becomes a call of a runtime micro-kernel (GEMM, convolution, pooling, ...) \
             or a pointwise kernel generated with Cranelift, over one arena planned from value \
-            lifetimes. Ops without a native kernel run on the reference interpreter inside the \
-            runtime; the summary names them.\n\n\
+            lifetimes. An op without a native kernel on the target is an error that names it; \
+            --reference-fallback (for development) runs such ops on the reference interpreter \
+            inside the artifact instead, and the summary names them.\n\n\
             --emit air writes the IR after the pipeline, --emit clif the generated kernels' \
             Cranelift IR, --emit asm their machine code, each with the plan's steps.",
         after_help = "Examples:\n  aoc compile model.air --target host -o model.aoc\n  \
@@ -138,8 +139,8 @@ pub enum Command {
     #[command(
         long_about = "Print an .aoc artifact's target, inputs, outputs and memory, then one line per \
             plan step: the kernel (gemm, conv2d, pointwise pwN, reference, ...), its shape, and the \
-            IR op (with its ONNX node name) it came from. Steps marked `reference` run on the \
-            reference interpreter because no native kernel covers their op yet.",
+            IR op (with its ONNX node name) it came from. Steps marked `reference` (only in \
+            artifacts compiled with --reference-fallback) run on the reference interpreter.",
         after_help = "Example:\n  aoc explain model.aoc"
     )]
     Explain(ExplainArgs),
@@ -184,6 +185,10 @@ pub struct CompileArgs {
     /// For .onnx files: fix the shape of input NAME (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<usize>)>,
+    /// Development aid: run ops that have no native kernel on this target on the reference
+    /// interpreter inside the artifact (slow; without it such an op is an error that names it).
+    #[arg(long)]
+    pub reference_fallback: bool,
 }
 
 #[derive(Args, Debug)]
@@ -543,7 +548,7 @@ fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     };
     let output = compile_output(&a, ext)?;
     let passes = a.passes.as_deref().unwrap_or(CPU_PIPELINE);
-    let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, !a.no_verify_each, emit, &output)?;
+    let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, !a.no_verify_each, emit, &output, a.reference_fallback)?;
     eprintln!("{msg}");
     Ok(())
 }
@@ -573,7 +578,7 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
     let passes = a.passes.as_deref().unwrap_or(GPU_PIPELINE);
     let cache = a.tune_cache.clone().unwrap_or_else(crate::gpu::default_tune_cache);
     let tune = (a.tune && emit == GpuEmit::Artifact).then_some(cache.as_path());
-    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, !a.no_verify_each, emit, &output, tune)?;
+    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, !a.no_verify_each, emit, &output, tune, a.reference_fallback)?;
     eprintln!("{msg}");
     Ok(())
 }

@@ -11,7 +11,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use aoc_backend_x86::compile::{compile, emit_text};
+use aoc_backend_x86::compile::{compile_with, emit_text};
+use aoc_passes::lower::LowerOptions;
 use aoc_backend_x86::pointwise::X86Level;
 use aoc_ir::tensor::Tensor;
 use aoc_runtime::exec::{Session, SessionOptions};
@@ -42,6 +43,7 @@ pub enum Emit {
 }
 
 /// `aoc compile` for a CPU target; returns the summary line(s) for stderr.
+#[allow(clippy::too_many_arguments)]
 pub fn compile_cpu(
     input: &Path,
     input_shapes: &[(String, Vec<usize>)],
@@ -50,7 +52,9 @@ pub fn compile_cpu(
     verify_each: bool,
     emit: Emit,
     output: &Path,
+    reference_fallback: bool,
 ) -> Result<String, String> {
+    let opts = LowerOptions { reference_fallback, ..LowerOptions::CPU };
     let t0 = Instant::now();
     let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, "x86-64-v4", (emit == Emit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
@@ -60,14 +64,13 @@ pub fn compile_cpu(
         .entry()
         .ok_or_else(|| format!("error: {} has no function to compile", input.display()))?;
     if matches!(emit, Emit::Clif | Emit::Asm) {
-        let text = emit_text(func, loaded.weights.as_ref(), level, emit == Emit::Asm)
+        let text = emit_text(func, loaded.weights.as_ref(), level, emit == Emit::Asm, &opts)
             .map_err(|d| loaded.render(&[d]))?;
-        std::fs::write(output, text).map_err(|e| format!("error: cannot write {}: {e}", output.display()))?;
+        crate::output::write_file(output, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
         return Ok(format!("wrote {}", output.display()));
     }
-    let out = compile(func, loaded.weights.as_ref(), level).map_err(|d| loaded.render(&[d]))?;
-    std::fs::write(output, &out.artifact)
-        .map_err(|e| format!("error: cannot write {}: {e}", output.display()))?;
+    let out = compile_with(func, loaded.weights.as_ref(), level, &opts).map_err(|d| loaded.render(&[d]))?;
+    crate::output::write_file(output, &out.artifact).map_err(|m| format!("error: {m}"))?;
     let r = &out.report;
     let steps: Vec<String> = r.steps.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let mut msg = format!(

@@ -12,7 +12,7 @@
 use crate::npy;
 use crate::onnx;
 use crate::render;
-use crate::weights::{SafetensorsWeights, save_safetensors};
+use crate::weights::{SafetensorsWeights, safetensors_bytes};
 use aoc_ir::Diagnostic;
 use aoc_ir::attr::{Attr, ConstValue};
 use aoc_ir::interp::{MapWeights, WeightSource};
@@ -216,17 +216,21 @@ pub fn write_air(
     out: &Path,
 ) -> Result<Vec<PathBuf>, String> {
     let mut written = vec![];
+    let mut staged = crate::output::Staged::new();
     if !weights.is_empty() {
         let decl = module.weights.first().ok_or(
             "error: the model has weights but the module declares no weights file (importer bug, please report)",
         )?;
         let dir = out.parent().unwrap_or(Path::new(""));
         let wpath = dir.join(&decl.path);
-        save_safetensors(&wpath, weights).map_err(|m| format!("error: {m}"))?;
+        let bytes = safetensors_bytes(&wpath, weights).map_err(|m| format!("error: {m}"))?;
+        staged.add(&wpath, &bytes).map_err(|m| format!("error: {m}"))?;
         written.push(wpath);
     }
     let text = aoc_ir::print::print_module(module);
-    std::fs::write(out, text).map_err(|e| format!("error: cannot write {}: {e}", out.display()))?;
+    staged.add(out, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
+    // Both files appear together, or neither does.
+    staged.commit().map_err(|m| format!("error: {m}"))?;
     written.insert(0, out.to_path_buf());
     Ok(written)
 }
@@ -287,7 +291,7 @@ pub fn load_optimized(
     crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
     if let Some(out) = air_out {
         let text = aoc_ir::print::print_module(&loaded.module);
-        std::fs::write(out, &text).map_err(|e| format!("error: cannot write {}: {e}", out.display()))?;
+        crate::output::write_file(out, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
         return Ok(None);
     }
     Ok(Some(loaded))

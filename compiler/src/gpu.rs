@@ -84,7 +84,7 @@ impl GpuTuner {
             std::fs::create_dir_all(dir).map_err(|e| format!("error: cannot create {}: {e}", dir.display()))?;
         }
         let text = serde_json::to_string_pretty(&self.cache).map_err(|e| format!("error: {e}"))?;
-        std::fs::write(&self.cache_path, text).map_err(|e| format!("error: cannot write {}: {e}", self.cache_path.display()))
+        crate::output::write_file(&self.cache_path, text.as_bytes()).map_err(|m| format!("error: {m}"))
     }
 }
 
@@ -136,9 +136,10 @@ pub fn compile_gpu(
     emit: GpuEmit,
     output: &Path,
     tune: Option<&Path>,
+    reference_fallback: bool,
 ) -> Result<String, String> {
     let t0 = Instant::now();
-    let write = |bytes: &[u8]| std::fs::write(output, bytes).map_err(|e| format!("error: cannot write {}: {e}", output.display()));
+    let write = |bytes: &[u8]| crate::output::write_file(output, bytes).map_err(|m| format!("error: {m}"));
     let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, cost_target(sm), (emit == GpuEmit::Air).then_some(output))? else {
         return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
     };
@@ -147,13 +148,13 @@ pub fn compile_gpu(
         .entry()
         .ok_or_else(|| format!("error: {} has no function to compile", input.display()))?;
     if matches!(emit, GpuEmit::Llvm | GpuEmit::Ptx) {
-        let text = emit_text(func, loaded.weights.as_ref(), sm, precision, emit == GpuEmit::Ptx)
+        let text = emit_text(func, loaded.weights.as_ref(), sm, precision, emit == GpuEmit::Ptx, reference_fallback)
             .map_err(|d| loaded.render(&[d]))?;
         write(text.as_bytes())?;
         return Ok(format!("wrote {}", output.display()));
     }
     let mut tuner = tune.map(|p| GpuTuner::open(p.to_path_buf())).transpose()?;
-    let out = compile(func, loaded.weights.as_ref(), sm, precision, tuner.as_mut().map(|t| t as &mut dyn Tuner))
+    let out = compile(func, loaded.weights.as_ref(), sm, precision, tuner.as_mut().map(|t| t as &mut dyn Tuner), reference_fallback)
         .map_err(|d| loaded.render(&[d]))?;
     write(&out.artifact)?;
     let tuned = match &tuner {

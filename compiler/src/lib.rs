@@ -14,5 +14,6 @@ pub mod gpu;
 pub mod npy;
 pub mod onnx;
 pub mod opt;
+pub mod output;
 pub mod render;
 pub mod weights;

@@ -235,7 +235,7 @@ pub fn numpy_name(s: Scalar) -> &'static str {
 /// and fp8 are written as float32).
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<Option<String>, String> {
     let (bytes, note) = npy_bytes(t).map_err(|m| format!("{}: {m}", path.display()))?;
-    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    crate::output::write_file(path, &bytes)?;
     Ok(note.map(|n| format!("{}: {n}", path.display())))
 }
 

@@ -12,7 +12,7 @@
 //! input.
 
 use crate::render;
-use crate::weights::save_safetensors;
+use crate::weights::safetensors_bytes;
 use aoc_ir::attr::{Attr, ConstValue};
 use aoc_ir::interp::WeightSource;
 use aoc_ir::module::Module;
@@ -445,6 +445,7 @@ pub fn write_result(
     out: &Path,
 ) -> Result<Vec<PathBuf>, String> {
     let mut written = vec![];
+    let mut staged = crate::output::Staged::new();
     if refers_to_weights(module) || large_computed_constants(module).0 > 0 {
         let wpath = out.with_extension("safetensors");
         let wname = wpath
@@ -454,19 +455,19 @@ pub fn write_result(
         let tensors =
             aoc_ir::weights::bundle_weights(module, "weights", &wname, INLINE_LIMIT, weights)
                 .map_err(|m| format!("error: cannot bundle the weights: {m}"))?;
-        // Write beside and rename, so a weights file the input maps (when
-        // OUT is the input) is replaced, not truncated under the map.
-        let tmp = wpath.with_extension("safetensors.tmp");
-        save_safetensors(&tmp, &tensors).map_err(|m| format!("error: {m}"))?;
-        std::fs::rename(&tmp, &wpath)
-            .map_err(|e| format!("error: cannot write {}: {e}", wpath.display()))?;
+        // Staged beside and renamed, so a weights file the input maps (when
+        // OUT is the input) is replaced, not truncated under the map, and
+        // the .air and its weights appear together.
+        let bytes = safetensors_bytes(&wpath, &tensors).map_err(|m| format!("error: {m}"))?;
+        staged.add(&wpath, &bytes).map_err(|m| format!("error: {m}"))?;
         written.push(wpath);
     } else {
         aoc_ir::weights::externalize_constants(module, "weights", 0);
         module.weights.clear();
     }
     let text = aoc_ir::print::print_module(module);
-    std::fs::write(out, text).map_err(|e| format!("error: cannot write {}: {e}", out.display()))?;
+    staged.add(out, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
+    staged.commit().map_err(|m| format!("error: {m}"))?;
     written.insert(0, out.to_path_buf());
     Ok(written)
 }

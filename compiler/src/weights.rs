@@ -198,8 +198,15 @@ impl safetensors::View for &Owned {
 }
 
 /// Writes `tensors` to a safetensors file at `path`, each in the dtype of
-/// its element type's storage scalar.
+/// its element type's storage scalar (through a temporary file renamed into
+/// place, `crate::output`).
 pub fn save_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(), String> {
+    crate::output::write_file(path, &safetensors_bytes(path, tensors)?)
+}
+
+/// The bytes of the safetensors file [`save_safetensors`] writes (`path`
+/// only names it in messages).
+pub fn safetensors_bytes(path: &Path, tensors: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
     let mut seen = std::collections::HashSet::new();
     let mut owned = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
@@ -222,10 +229,9 @@ pub fn save_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(),
         ));
     }
     let views = owned.iter().map(|(n, o)| (n.clone(), o));
-    // Serialized in memory and written plainly (not through safetensors'
-    // temp-file writer, which leaves the file readable by its owner only).
-    let bytes = safetensors::serialize(views, None).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    // Serialized in memory (not through safetensors' temp-file writer,
+    // which leaves the file readable by its owner only).
+    safetensors::serialize(views, None).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// Reads every tensor of a safetensors file into memory (for tests and

@@ -8,116 +8,10 @@
 
 use std::fmt;
 
-/// A non-quantized scalar type.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
-pub enum Scalar {
-    F64,
-    F32,
-    F16,
-    BF16,
-    F8E4M3FN,
-    F8E5M2,
-    I64,
-    I32,
-    I16,
-    I8,
-    U64,
-    U32,
-    U16,
-    U8,
-    I1,
-}
-
-impl Scalar {
-    /// Every scalar type, in the order the docs list them.
-    pub const ALL: [Scalar; 15] = [
-        Scalar::F64,
-        Scalar::F32,
-        Scalar::F16,
-        Scalar::BF16,
-        Scalar::F8E4M3FN,
-        Scalar::F8E5M2,
-        Scalar::I64,
-        Scalar::I32,
-        Scalar::I16,
-        Scalar::I8,
-        Scalar::U64,
-        Scalar::U32,
-        Scalar::U16,
-        Scalar::U8,
-        Scalar::I1,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Scalar::F64 => "f64",
-            Scalar::F32 => "f32",
-            Scalar::F16 => "f16",
-            Scalar::BF16 => "bf16",
-            Scalar::F8E4M3FN => "f8E4M3FN",
-            Scalar::F8E5M2 => "f8E5M2",
-            Scalar::I64 => "i64",
-            Scalar::I32 => "i32",
-            Scalar::I16 => "i16",
-            Scalar::I8 => "i8",
-            Scalar::U64 => "u64",
-            Scalar::U32 => "u32",
-            Scalar::U16 => "u16",
-            Scalar::U8 => "u8",
-            Scalar::I1 => "i1",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Scalar> {
-        Scalar::ALL.into_iter().find(|s| s.name() == name)
-    }
-
-    pub fn is_float(self) -> bool {
-        matches!(
-            self,
-            Scalar::F64 | Scalar::F32 | Scalar::F16 | Scalar::BF16 | Scalar::F8E4M3FN | Scalar::F8E5M2
-        )
-    }
-
-    pub fn is_int(self) -> bool {
-        !self.is_float() && self != Scalar::I1
-    }
-
-    pub fn is_signed_int(self) -> bool {
-        matches!(self, Scalar::I64 | Scalar::I32 | Scalar::I16 | Scalar::I8)
-    }
-
-    pub fn is_bool(self) -> bool {
-        self == Scalar::I1
-    }
-
-    /// Size of one element in bits.
-    pub fn bits(self) -> u32 {
-        match self {
-            Scalar::F64 | Scalar::I64 | Scalar::U64 => 64,
-            Scalar::F32 | Scalar::I32 | Scalar::U32 => 32,
-            Scalar::F16 | Scalar::BF16 | Scalar::I16 | Scalar::U16 => 16,
-            Scalar::F8E4M3FN | Scalar::F8E5M2 | Scalar::I8 | Scalar::U8 => 8,
-            Scalar::I1 => 1,
-        }
-    }
-
-    /// Inclusive value range of an integer type (i1 is 0..=1).
-    pub fn int_range(self) -> Option<(i64, i64)> {
-        Some(match self {
-            Scalar::I64 => (i64::MIN, i64::MAX),
-            Scalar::I32 => (i32::MIN as i64, i32::MAX as i64),
-            Scalar::I16 => (i16::MIN as i64, i16::MAX as i64),
-            Scalar::I8 => (i8::MIN as i64, i8::MAX as i64),
-            Scalar::U64 => (0, i64::MAX),
-            Scalar::U32 => (0, u32::MAX as i64),
-            Scalar::U16 => (0, u16::MAX as i64),
-            Scalar::U8 => (0, u8::MAX as i64),
-            Scalar::I1 => (0, 1),
-            _ => return None,
-        })
-    }
-}
+/// A non-quantized scalar type: the one element-type enum of aoc, shared
+/// with the runtime through `aoc-plan` (so the artifact's dtypes and the
+/// IR's scalars cannot drift apart).
+pub use aoc_plan::dtype::DType as Scalar;
 
 /// Quantization parameters of a quantized element type.
 #[derive(Clone, PartialEq, Debug)]
@@ -280,12 +174,6 @@ pub fn write_float(f: &mut impl fmt::Write, v: f64) -> fmt::Result {
     }
     let s = format!("{v:?}");
     if s.contains(['.', 'e', 'E']) { f.write_str(&s) } else { write!(f, "{s}.0") }
-}
-
-impl fmt::Display for Scalar {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 impl fmt::Display for QuantType {

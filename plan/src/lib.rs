@@ -54,4 +54,5 @@ pub mod jit_abi;
 pub mod pack;
 pub mod plan;
 
-pub use artifact::DType;
+pub mod dtype;
+pub use dtype::DType;

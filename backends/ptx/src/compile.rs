@@ -35,25 +35,29 @@ fn lowered_and_translated(
     sm: Sm,
     precision: Precision,
     tuner: Option<&mut dyn Tuner>,
+    reference_fallback: bool,
 ) -> Result<(Lowered, Translated), Diagnostic> {
-    // The integer kernels use mma.sync m16n8k32 (sm_80+); older GPUs run
-    // the quantized ops on the host's reference path.
-    let opts = LowerOptions { int8: sm.has_mma_f16(), ..LowerOptions::GPU };
+    // The integer kernels use mma.sync m16n8k32 (sm_80+); older GPUs have
+    // no kernel for the quantized ops.
+    let opts = LowerOptions { int8: sm.has_mma_f16(), reference_fallback, ..LowerOptions::GPU };
     let mut lowered = lower(func, weights, &opts)?;
     let t = translate_tuned(&mut lowered, sm, precision, tuner).map_err(|m| Diagnostic::error(m, func.loc.clone()))?;
     Ok((lowered, t))
 }
 
 /// Compiles an optimized, verified function into artifact bytes for `sm`;
-/// with a `tuner`, each GEMM's tile is chosen by measurement.
+/// with a `tuner`, each GEMM's tile is chosen by measurement; with
+/// `reference_fallback`, ops without a kernel run on the host's reference
+/// interpreter instead of being an error.
 pub fn compile(
     func: &Func,
     weights: &dyn WeightSource,
     sm: Sm,
     precision: Precision,
     tuner: Option<&mut dyn Tuner>,
+    reference_fallback: bool,
 ) -> Result<CompileOutput, Diagnostic> {
-    let (lowered, t) = lowered_and_translated(func, weights, sm, precision, tuner)?;
+    let (lowered, t) = lowered_and_translated(func, weights, sm, precision, tuner, reference_fallback)?;
     let err = |m: String| Diagnostic::error(m, func.loc.clone());
     let ptx = ir_parts_to_ptx(&t.llvm, &t.llvm_parts, sm).map_err(err)?;
     let mut w = ArtifactWriter::new(sm.name());
@@ -85,8 +89,15 @@ pub fn compile(
 
 /// The whole module as LLVM IR (`ptx == false`) or PTX, headed by the
 /// launch list as comments: what `--emit llvm|ptx` writes.
-pub fn emit_text(func: &Func, weights: &dyn WeightSource, sm: Sm, precision: Precision, ptx: bool) -> Result<String, Diagnostic> {
-    let (_, t) = lowered_and_translated(func, weights, sm, precision, None)?;
+pub fn emit_text(
+    func: &Func,
+    weights: &dyn WeightSource,
+    sm: Sm,
+    precision: Precision,
+    ptx: bool,
+    reference_fallback: bool,
+) -> Result<String, Diagnostic> {
+    let (_, t) = lowered_and_translated(func, weights, sm, precision, None, reference_fallback)?;
     let body = if ptx {
         ir_parts_to_ptx(&t.llvm, &t.llvm_parts, sm).map_err(|m| Diagnostic::error(m, func.loc.clone()))?
     } else {

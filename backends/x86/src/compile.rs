@@ -82,8 +82,14 @@ pub fn compile_with(func: &Func, weights: &dyn WeightSource, level: X86Level, op
 
 /// What `--emit clif` / `--emit asm` print: every generated kernel's
 /// Cranelift IR or machine code listing, and the plan that calls them.
-pub fn emit_text(func: &Func, weights: &dyn WeightSource, level: X86Level, asm: bool) -> Result<String, Diagnostic> {
-    let lowered = lower(func, weights, &LowerOptions::CPU)?;
+pub fn emit_text(
+    func: &Func,
+    weights: &dyn WeightSource,
+    level: X86Level,
+    asm: bool,
+    opts: &LowerOptions,
+) -> Result<String, Diagnostic> {
+    let lowered = lower(func, weights, opts)?;
     let err = |m: String| Diagnostic::error(m, func.loc.clone());
     let mut out = String::new();
     out.push_str(&format!(

@@ -34,7 +34,7 @@ use crate::types::{QuantType, TensorType};
 /// The float op each integer op computes; the table routes only these ops
 /// here, each through its own pair of hooks below.
 macro_rules! int_hooks {
-    ($($infer:ident, $eval:ident => $float:ident;)*) => {
+    ($($op:ident: $infer:ident, $eval:ident => $float:ident;)*) => {
         $(
             pub fn $infer(cx: &InferCx) -> Result<Vec<TensorType>, String> {
                 infer_int(cx, Opcode::$float)
@@ -43,16 +43,25 @@ macro_rules! int_hooks {
                 eval_int(cx, Opcode::$float)
             }
         )*
+
+        /// The float op an integer compute op is defined by (dequantize,
+        /// this op, clamp, quantize); `None` for every other op.
+        pub fn float_form(opcode: Opcode) -> Option<Opcode> {
+            match opcode {
+                $(Opcode::$op => Some(Opcode::$float),)*
+                _ => None,
+            }
+        }
     };
 }
 
 int_hooks! {
-    infer_conv2d, eval_conv2d => Conv2d;
-    infer_matmul, eval_matmul => MatMul;
-    infer_gemm, eval_gemm => Gemm;
-    infer_add, eval_add => Add;
-    infer_avg_pool2d, eval_avg_pool2d => AvgPool2d;
-    infer_global_avg_pool, eval_global_avg_pool => GlobalAvgPool;
+    QuantConv2d: infer_conv2d, eval_conv2d => Conv2d;
+    QuantMatMul: infer_matmul, eval_matmul => MatMul;
+    QuantGemm: infer_gemm, eval_gemm => Gemm;
+    QuantAdd: infer_add, eval_add => Add;
+    QuantAvgPool2d: infer_avg_pool2d, eval_avg_pool2d => AvgPool2d;
+    QuantGlobalAvgPool: infer_global_avg_pool, eval_global_avg_pool => GlobalAvgPool;
 }
 
 /// The float type an operand dequantizes to.

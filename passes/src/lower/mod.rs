@@ -22,11 +22,14 @@
 //! stored in the weights in the form the op's kernel wants (packed GEMM
 //! panels, depthwise filters, folded batch-norm scale and shift).
 //!
-//! Ops without a native kernel become `Step::Reference` (run by the
-//! interpreter inside the runtime's `reference` feature); `LowerReport`
-//! counts them so `aoc compile` can say so.
+//! An op without a native kernel is an error naming it, unless
+//! `LowerOptions::reference_fallback` (`aoc compile --reference-fallback`,
+//! for development) makes it a `Step::Reference`, run by the interpreter
+//! inside the runtime's `reference` feature; `LowerReport` counts those so
+//! `aoc compile` can say so.
 
 mod attention;
+mod expand;
 mod memory;
 mod nn;
 mod pointwise;
@@ -35,13 +38,13 @@ mod reference;
 mod shape;
 mod winograd;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use aoc_ir::attr::{Attr, Attrs, ConstValue};
 use aoc_ir::diag::Diagnostic;
 use aoc_ir::interp::{WeightSource, eval_op};
-use aoc_ir::module::{Func, OpData, ValueId};
+use aoc_ir::module::{Func, OpData, OpId, ValueId};
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::kind::{Conv, Form, Movement, Norm, OpKind, Pool};
 use aoc_ir::tensor::Tensor;
@@ -140,6 +143,11 @@ pub(crate) struct Lower<'a> {
     /// Uses of each value (operands and returns), for peepholes that fold
     /// an op into its only user.
     pub uses: HashMap<ValueId, usize>,
+    /// The op being lowered.
+    current: Option<OpId>,
+    /// Quantized ops no rule took that expand into float ops
+    /// (`expand.rs`): the function is lowered again with them expanded.
+    to_expand: HashSet<OpId>,
 }
 
 /// Lowers `func` (verified, optimized) to a plan.
@@ -161,6 +169,11 @@ pub struct LowerOptions {
     /// convolution, depthwise convolution) in the `Gemm`, `Conv2d` or
     /// `DepthwiseConv2d` step itself instead of a pointwise step after it.
     pub step_activations: bool,
+    /// Run ops without a native kernel on the reference interpreter
+    /// (`Step::Reference`, a development aid: slow, and the runtime needs
+    /// its `reference` feature). Off by default: such an op is an error
+    /// that names it.
+    pub reference_fallback: bool,
 }
 
 /// How constant GEMM and convolution weights are stored.
@@ -177,13 +190,31 @@ pub enum WeightForm {
 impl LowerOptions {
     /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, step_activations: true };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, step_activations: true, reference_fallback: false };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, step_activations: false };
+        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, step_activations: false, reference_fallback: false };
 }
 
 pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {
+    match lower_once(func, weights, opts)? {
+        Ok(lowered) => Ok(lowered),
+        Err(which) => {
+            // Quantized ops without a kernel: lower their float expansion.
+            let expanded = expand::expand(func, &which).map_err(|m| Diagnostic::error(m, func.loc.clone()))?;
+            match lower_once(&expanded, weights, opts)? {
+                Ok(lowered) => Ok(lowered),
+                Err(_) => Err(Diagnostic::error(
+                    "internal error: an expanded quantized op needs expanding again (please report)",
+                    func.loc.clone(),
+                )),
+            }
+        }
+    }
+}
+
+/// One lowering of `func`: the plan, or the quantized ops to expand first.
+fn lower_once(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Result<Lowered, HashSet<OpId>>, Diagnostic> {
     let mut lw = Lower {
         opts: *opts,
         func,
@@ -199,6 +230,8 @@ pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Re
         report: LowerReport::default(),
         origin: String::new(),
         uses: HashMap::new(),
+        current: None,
+        to_expand: HashSet::new(),
     };
     for &op in &func.body.ops {
         for &v in &func.ops[op].operands {
@@ -229,8 +262,12 @@ pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Re
             (None, Some(&r)) => format!("{} %{}", op.opcode.name(), func.name_of(r)),
             (None, None) => op.opcode.name().to_string(),
         };
+        lw.current = Some(op_id);
         lw.lower_op(op)
             .map_err(|m| Diagnostic::error(format!("cannot compile {}: {m}", op.opcode.name()), op.loc.clone()))?;
+    }
+    if !lw.to_expand.is_empty() {
+        return Ok(Err(lw.to_expand));
     }
     let mut outputs = Vec::new();
     let results: Vec<ValueId> = func.results().to_vec();
@@ -241,7 +278,15 @@ pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Re
             .map_err(|m| Diagnostic::error(format!("cannot compile the result %{}: {m}", func.name_of(r)), func.loc.clone()))?;
         outputs.push(io_spec(&format!("{}", func.name_of(r)), &ty));
     }
-    memory::finish(lw, inputs, outputs).map_err(|m| Diagnostic::error(m, func.loc.clone()))
+    memory::finish(lw, inputs, outputs).map(Ok).map_err(|m| Diagnostic::error(m, func.loc.clone()))
+}
+
+/// A type in few words for messages: shape and storage, `(quantized)` for
+/// quantized ones (their parameters can be long).
+fn brief(ty: &TensorType) -> String {
+    let dims: Vec<String> = ty.shape.iter().map(|d| d.to_string()).collect();
+    let q = if ty.elem.quant().is_some() { " (quantized)" } else { "" };
+    format!("{} {}{q}", dims.join("x"), ty.elem.storage())
 }
 
 fn io_spec(name: &str, ty: &TensorType) -> IoSpec {
@@ -494,6 +539,20 @@ impl<'a> Lower<'a> {
             | OpKind::Pool(_, Form::Fused | Form::Quant) => false,
         };
         if !done {
+            if let Some(id) = self.current
+                && expand::expandable(self.func, op).is_some()
+            {
+                // A placeholder: this lowering is redone with the op expanded.
+                self.to_expand.insert(id);
+                return self.lower_reference(op);
+            }
+            if !self.opts.reference_fallback {
+                let types: Vec<String> = op.operands.iter().map(|&v| brief(self.ty(v))).collect();
+                return Err(format!(
+                    "no native kernel for it on this target (operands: {}); `--reference-fallback` runs it on the reference interpreter instead (a development aid: slow)",
+                    types.join(", ")
+                ));
+            }
             self.lower_reference(op)?;
         }
         Ok(())

@@ -686,7 +686,7 @@ impl Lower<'_> {
 
     pub(crate) fn lower_resize(&mut self, op: &OpData) -> Result<bool, String> {
         if !self.all_f32(op) {
-            return Ok(false);
+            return self.resize_as_gather(op);
         }
         let attrs = Lower::attrs(op)?;
         let x = op.operands[0];
@@ -712,7 +712,7 @@ impl Lower<'_> {
             ("linear", "half_pixel", _) => ResizeMode::BilinearHalfPixel,
             ("linear", "align_corners", _) => ResizeMode::BilinearAlignCorners,
             ("linear", "asymmetric", _) => ResizeMode::BilinearAsymmetric,
-            _ => return Ok(false),
+            _ => return self.resize_as_gather(op),
         };
         let xb = self.materialize(x, &NHWC)?;
         let y = self.alloc(&yt)?;
@@ -728,6 +728,70 @@ impl Lower<'_> {
             ow: u(yt.shape[3]),
         });
         self.define(op.results[0], y, NHWC.to_vec());
+        Ok(true)
+    }
+
+    /// A nearest-neighbour resize of the spatial axes (batch and channels
+    /// kept), any coordinate mode and rounding, any element type: one
+    /// gather of the flattened spatial axes, whose source index of each
+    /// output pixel is computed at compile time by the interpreter's own
+    /// `core.resize` on a tensor holding each pixel's index, so it is
+    /// exactly the interpreter's mapping.
+    fn resize_as_gather(&mut self, op: &OpData) -> Result<bool, String> {
+        let attrs = Lower::attrs(op)?;
+        if !matches!(attrs.get("mode"), Some(Attr::Str(m)) if m == "nearest")
+            || matches!(attrs.get("coordinate_transformation_mode"), Some(Attr::Str(c)) if c == "tf_crop_and_resize")
+        {
+            return Ok(false);
+        }
+        let x = op.operands[0];
+        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
+        if xt.rank() < 3 || xt.shape[..2] != yt.shape[..2] {
+            return Ok(false);
+        }
+        let hw: usize = xt.shape[2..].iter().product();
+        let ohw: usize = yt.shape[2..].iter().product();
+        if hw == 0 || hw >= 1 << 24 {
+            return Ok(false);
+        }
+        let mut one = vec![1usize, 1];
+        one.extend_from_slice(&xt.shape[2..]);
+        let index_ty = TensorType::new(one, Scalar::F32);
+        let index = aoc_ir::Tensor::from_f64(index_ty, (0..hw).map(|i| i as f64).collect());
+        let mut sizes = vec![1i64, 1];
+        sizes.extend(yt.shape[2..].iter().map(|&d| d as i64));
+        let mut map_attrs = attrs.clone();
+        map_attrs.set("sizes", Attr::Ints(sizes.clone()));
+        if let Some(Attr::Floats(sc)) = attrs.get("scales")
+            && sc.len() >= 2
+            && (sc[0] != 1.0 || sc[1] != 1.0)
+        {
+            return Ok(false);
+        }
+        let out_ty = TensorType::new(sizes.iter().map(|&d| d as usize).collect::<Vec<usize>>(), Scalar::F32);
+        let Ok(mut mapped) = aoc_ir::interp::eval_op(Opcode::Resize, &[&index], &map_attrs, std::slice::from_ref(&out_ty), &aoc_ir::interp::NoWeights) else {
+            return Ok(false);
+        };
+        let Some(mapped) = mapped.pop() else { return Ok(false) };
+        let src = mapped.to_f64();
+        if src.len() != ohw || src.iter().any(|&s| s.fract() != 0.0 || s < 0.0 || s >= hw as f64) {
+            return Ok(false);
+        }
+        let bytes: Vec<u8> = src.iter().flat_map(|&s| (s as i64).to_le_bytes()).collect();
+        let indices = self.add_weight("resize_idx", Scalar::I64, &[ohw as u64], bytes);
+        let data = self.materialize(x, &identity(xt.rank()))?;
+        let y = self.alloc(&yt)?;
+        self.push(Step::Gather {
+            data,
+            indices,
+            out: y,
+            elem_size: super::elem_size(xt.elem.storage()),
+            outer: u(xt.shape[0] * xt.shape[1]),
+            axis: u(hw),
+            inner: 1,
+            count: u(ohw),
+        });
+        self.define(op.results[0], y, identity(yt.rank()));
         Ok(true)
     }
 }

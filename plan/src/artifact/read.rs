@@ -387,6 +387,22 @@ fn check_cpu_features(required: &[String], cpu: CpuProbe<'_>) -> Result<(), Arti
     Ok(())
 }
 
+/// A zeroed buffer with room for `n` bytes starting at a 64-byte boundary
+/// (a `Vec<u8>` is only byte aligned), and that start, so weight pointers
+/// are aligned as in a map.
+fn aligned_buffer(n: usize) -> (Vec<u8>, usize) {
+    let buf = vec![0u8; n + WEIGHT_ALIGN as usize];
+    let start = buf
+        .as_ptr()
+        .align_offset(WEIGHT_ALIGN as usize)
+        .min(WEIGHT_ALIGN as usize);
+    (buf, start)
+}
+
+/// Artifacts up to this size are read into memory by [`Artifact::open`];
+/// larger ones are memory-mapped.
+pub const COPY_LIMIT: u64 = 1 << 30;
+
 /// The artifact's bytes: a read-only map of the file, or an owned copy
 /// placed on a 64-byte boundary so weights are as aligned as in a map.
 enum Storage {
@@ -428,17 +444,30 @@ impl std::fmt::Debug for Artifact {
 }
 
 impl Artifact {
-    /// Maps the file at `path` read-only and validates it, checking the
-    /// required CPU features against this CPU.
+    /// Reads the file at `path` and validates it, checking the required CPU
+    /// features against this CPU.
     ///
-    /// As with every memory-mapped loader, the file must not be truncated or
-    /// rewritten by another process while the artifact is alive.
+    /// Files up to [`COPY_LIMIT`] bytes (every artifact of the test and
+    /// example models, and most deployed ones) are read into memory, so no
+    /// later operation on the file by any process (rewriting, truncating,
+    /// deleting) can affect a loaded artifact. Larger files are memory-mapped
+    /// read-only to share the page cache; for those the file must not be
+    /// truncated in place while the artifact is alive (aoc itself never does:
+    /// it writes a new file and renames it over the old one, which leaves a
+    /// mapping of the old one intact).
     pub fn open(path: &Path) -> Result<Artifact, ArtifactError> {
         let name = path.display().to_string();
         let io = |what: &str, e: std::io::Error| {
             ArtifactError::new(&name, ArtifactErrorKind::Io(format!("{what}: {e}")))
         };
-        let file = File::open(path).map_err(|e| io("cannot open", e))?;
+        let meta = std::fs::metadata(path).map_err(|e| io("cannot open", e))?;
+        if meta.is_dir() {
+            return Err(ArtifactError::new(
+                &name,
+                ArtifactErrorKind::Io("is a directory, not an .aoc artifact".to_string()),
+            ));
+        }
+        let mut file = File::open(path).map_err(|e| io("cannot open", e))?;
         let len = file
             .metadata()
             .map_err(|e| io("cannot read metadata", e))?
@@ -453,10 +482,19 @@ impl Artifact {
                 },
             ));
         }
+        if len <= COPY_LIMIT {
+            use std::io::Read;
+            // Read straight into a 64-byte-aligned copy. A file that changes
+            // while it is read fails the checks below (sizes, checksum).
+            let n = len as usize;
+            let (mut buf, start) = aligned_buffer(n);
+            file.read_exact(&mut buf[start..start + n]).map_err(|e| io("cannot read", e))?;
+            return Artifact::build(name, Storage::Owned { buf, start, len: n }, CpuProbe::Host);
+        }
         // SAFETY: the map is read-only and private to this process; its
         // contents are validated below before any use. The remaining hazard,
-        // another process shrinking the file while it is mapped, is shared
-        // by every mmap loader and documented above.
+        // another process shrinking the file in place while it is mapped, is
+        // documented above.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| io("cannot map", e))?;
         Artifact::build(name, Storage::Mapped(map), CpuProbe::Host)
     }
@@ -479,13 +517,7 @@ impl Artifact {
         bytes: &[u8],
         cpu: CpuProbe<'_>,
     ) -> Result<Artifact, ArtifactError> {
-        // A Vec<u8> is only byte aligned; over-allocate and start the copy
-        // at a 64-byte boundary so weight pointers are aligned as in a map.
-        let mut buf = vec![0u8; bytes.len() + WEIGHT_ALIGN as usize];
-        let start = buf
-            .as_ptr()
-            .align_offset(WEIGHT_ALIGN as usize)
-            .min(WEIGHT_ALIGN as usize);
+        let (mut buf, start) = aligned_buffer(bytes.len());
         buf[start..start + bytes.len()].copy_from_slice(bytes);
         Artifact::build(
             name.to_string(),

@@ -56,7 +56,9 @@ impl std::error::Error for RuntimeError {}
 /// How to run a session.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SessionOptions {
-    /// Worker threads; 0 means one per available core.
+    /// Worker threads; 0 means one per available core. At most
+    /// [`max_threads`] (4 per core): more only oversubscribe the CPU, and
+    /// an absurd count would spawn threads until the system refuses.
     pub threads: usize,
 }
 
@@ -264,11 +266,7 @@ impl Session {
         }
         #[cfg(feature = "reference")]
         let reference = reference::Prepared::new(&file, &plan)?;
-        let threads = if opts.threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            opts.threads
-        };
+        let threads = worker_threads(opts.threads)?;
         let shared_a = steps::shared_a_runs(&plan.steps);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -485,5 +483,24 @@ impl Session {
             }
             _ => steps::run(step, sp),
         }
+    }
+}
+
+/// The most worker threads a session takes: four per available core.
+pub fn max_threads() -> usize {
+    4 * std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The pool size for a requested count (0: one per core), or an error
+/// naming the limit.
+fn worker_threads(requested: usize) -> Result<usize, RuntimeError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match requested {
+        0 => Ok(cores),
+        n if n <= max_threads() => Ok(n),
+        n => Err(RuntimeError::new(format!(
+            "{n} worker threads requested; at most {} are allowed on this machine (4 per core, {cores} cores)",
+            max_threads()
+        ))),
     }
 }
