@@ -57,7 +57,7 @@ pub struct Cli {
 pub enum Command {
     /// Import an ONNX model as .air text IR (weights to a .safetensors beside it).
     #[command(
-        long_about = "Import an ONNX model (opset 13 and newer) as .air text IR.\n\n\
+        long_about = "Import an ONNX model (opset 11 and newer) as .air text IR.\n\n\
             The model is verified before anything is written. Its initializers go to a \
             .safetensors file with the output's name (OUT.safetensors beside OUT.air), \
             which the .air file names in a `weights @weights = \"OUT.safetensors\"` \
@@ -427,6 +427,16 @@ fn cmd_check(a: CheckArgs) -> Result<(), String> {
     } else {
         let file = read_air(&a.input)?;
         eprint!("{}", file.warnings);
+        // The weights files too: every `const @w["key"]` must exist with its
+        // declared dtype and shape (headers only; nothing is decoded).
+        let weights = crate::weights::SafetensorsWeights::for_module(&file.module, &a.input);
+        let diags = crate::driver::check_weights(&file.module, &weights);
+        if !diags.is_empty() {
+            let name = a.input.display().to_string();
+            let mut text = crate::render::render(&diags, &name, &file.source);
+            text.push_str(&format!("error: {name}: {} weight{} cannot be loaded\n", diags.len(), if diags.len() == 1 { "" } else { "s" }));
+            return Err(text);
+        }
         file.module
     };
     if a.verbose {

@@ -91,6 +91,24 @@ pub fn parse_air(path: &Path, source: String) -> Result<AirFile, String> {
     Ok(file)
 }
 
+/// Every `const @file["key"]` of `module` that `weights` cannot provide with
+/// its declared type, as a diagnostic at the constant.
+pub fn check_weights(module: &Module, weights: &SafetensorsWeights) -> Vec<aoc_ir::Diagnostic> {
+    use aoc_ir::attr::{Attr, ConstValue};
+    let mut diags = vec![];
+    for f in &module.funcs {
+        for &op in &f.body.ops {
+            let o = &f.ops[op];
+            if let (Some(Attr::Const(ConstValue::Weight(w))), Some(&r)) = (o.attrs.get("value"), o.results.first())
+                && let Err(m) = weights.check(&w.file, &w.key, f.ty(r))
+            {
+                diags.push(aoc_ir::Diagnostic::error(m, o.loc.clone()));
+            }
+        }
+    }
+    diags
+}
+
 /// Reads, parses and verifies an `.air` file.
 pub fn read_air(path: &Path) -> Result<AirFile, String> {
     parse_air(path, read_text(path)?)
@@ -122,6 +140,9 @@ pub fn import_onnx(
     };
     let imported =
         onnx::import_model(&bytes, &opts).map_err(|d| render::render_plain(&[d], &name))?;
+    for w in &imported.warnings {
+        eprintln!("warning: {name}: {w}");
+    }
     let mut module = imported.module;
     let errors = aoc_ir::verify::verify_module(&module);
     if !errors.is_empty() {

@@ -93,6 +93,30 @@ fn open_file(path: &Path) -> Result<Opened, String> {
     })
 }
 
+impl SafetensorsWeights {
+    /// Checks that `@file["key"]` exists with `ty`'s dtype and shape, from
+    /// the file's header only (what `aoc check` runs on every constant).
+    pub fn check(&self, file: &str, key: &str, ty: &TensorType) -> Result<(), String> {
+        let (written, opened) = self.open(file)?;
+        let info = opened
+            .meta
+            .info(key)
+            .ok_or_else(|| format!("{written}: no tensor \"{key}\""))?;
+        let want = ty.elem.storage();
+        if scalar_of(info.dtype) != Some(want) || info.shape != ty.shape {
+            return Err(format!(
+                "{written}: tensor \"{key}\" is {:?} with shape {:?}, but the constant declares {ty}",
+                info.dtype, info.shape
+            ));
+        }
+        let (start, end) = info.data_offsets;
+        if opened.data_start + end > opened.mmap.len() || start > end {
+            return Err(format!("{written}: tensor \"{key}\" lies outside the file"));
+        }
+        Ok(())
+    }
+}
+
 impl WeightSource for SafetensorsWeights {
     fn load(&self, file: &str, key: &str, ty: &TensorType) -> Result<Tensor, String> {
         let (written, opened) = self.open(file)?;

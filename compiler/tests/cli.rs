@@ -1101,3 +1101,25 @@ fn thread_counts_are_bounded() {
     let o = aoc(&[&"bench", &art, &"--iters", &"2", &"--threads", &"2"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `aoc check` opens the weights: a missing file, a missing key and a shape
+/// mismatch each fail at the constant that names them (they used to pass
+/// `check` and fail only at `run`).
+#[test]
+fn check_opens_the_weights() {
+    let d = dir("check_weights");
+    let f = write(&d, "m.air", WEIGHTED);
+    let o = aoc(&[&"check", &f]);
+    user_error(&o, &["cannot open weights file", "w.safetensors", "m.air:"]);
+    let bias = |n: usize| Tensor::from_f64(TensorType::new(vec![n], Scalar::F32), vec![0.5; n]);
+    weights::save_safetensors(&d.join("w.safetensors"), &[("other".to_string(), bias(3))]).unwrap();
+    user_error(&aoc(&[&"check", &f]), &["no tensor \"bias\""]);
+    weights::save_safetensors(&d.join("w.safetensors"), &[("bias".to_string(), bias(4))]).unwrap();
+    user_error(&aoc(&[&"check", &f]), &["tensor \"bias\" is F32 with shape [4], but the constant declares tensor<3xf32>"]);
+    weights::save_safetensors(&d.join("w.safetensors"), &[("bias".to_string(), bias(3))]).unwrap();
+    let o = aoc(&[&"check", &f]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A directory given as an artifact says what it is.
+    let o = aoc(&[&"bench", &d]);
+    user_error(&o, &["is a directory"]);
+}

@@ -27,6 +27,37 @@ use std::rc::Rc;
 /// still emit them.
 pub const MIN_OPSET: i64 = 11;
 
+/// A warning when a graph output's declared shape contradicts the computed
+/// one (a fixed dimension that differs, or another rank); symbolic and
+/// missing dimensions match anything. ONNX Runtime warns the same way and
+/// uses the computed shape, as aoc does.
+fn declared_shape_mismatch(vi: &super::proto::ValueInfoProto, name: &str, got: &TensorType) -> Option<String> {
+    use super::proto::tensor_shape_proto::dimension::Value as D;
+    let Some(type_proto::Value::TensorType(tt)) = vi.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return None;
+    };
+    let sp = tt.shape.as_ref()?;
+    let declared: Vec<String> = sp
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(D::DimValue(v)) => v.to_string(),
+            Some(D::DimParam(p)) => p.clone(),
+            None => "?".to_string(),
+        })
+        .collect();
+    let differs = sp.dim.len() != got.shape.len()
+        || sp.dim.iter().zip(&got.shape).any(|(d, &g)| matches!(&d.value, Some(D::DimValue(v)) if *v != g as i64));
+    differs.then(|| {
+        let dims: Vec<String> = got.shape.iter().map(|d| d.to_string()).collect();
+        format!(
+            "graph output `{name}` is declared with shape [{}], but the model computes [{}]; the computed shape is used",
+            declared.join(", "),
+            dims.join(", ")
+        )
+    })
+}
+
 /// Builds the element type and static shape of a graph input.
 fn input_type(
     vi: &super::proto::ValueInfoProto,
@@ -276,13 +307,27 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     // Results: each named exactly like its graph output.
     cx.loc = Location::default();
     let mut results: Vec<ValueId> = vec![];
+    let mut warnings = vec![];
+    let mut seen_outputs = std::collections::HashSet::new();
     for out in &graph.output {
         let name = out.name.clone().unwrap_or_default();
         cx.loc = Location::named(name.clone());
+        if !seen_outputs.insert(name.clone()) {
+            return Err(cx.err(format!(
+                "graph output `{name}` is listed twice; output names must be unique (onnx.checker and ONNX Runtime reject this model)"
+            )));
+        }
         let v = env
             .get(&name)
             .cloned()
             .ok_or_else(|| cx.err(format!("graph output `{name}` is never computed")))?;
+        let computed = match &v {
+            V::C(t) => t.ty.clone(),
+            V::R(id) => cx.func.ty(*id).clone(),
+        };
+        if let Some(w) = declared_shape_mismatch(out, &name, &computed) {
+            warnings.push(w);
+        }
         let want = fresh_name(&name, |_| false);
         // Free the wanted name if another value holds it.
         if let Some(holder) = cx.func.value_by_name(&want) {
@@ -335,5 +380,5 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
         });
     }
     module.funcs.push(func);
-    Ok(Imported { module, weights })
+    Ok(Imported { module, weights, warnings })
 }

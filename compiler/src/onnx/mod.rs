@@ -64,6 +64,9 @@ pub struct Imported {
     pub module: Module,
     /// Key -> tensor for the safetensors file, in first-use order.
     pub weights: Vec<(String, Tensor)>,
+    /// Things the model gets wrong that do not stop the import (a declared
+    /// output shape the graph contradicts), for the driver to print.
+    pub warnings: Vec<String>,
 }
 
 impl Imported {

@@ -467,3 +467,31 @@ fn folding_a_resize_to_an_empty_result_builds_nothing() {
     let m = folded("Resize", &["x", "", "", "sizes"], vec![f32_init("x", &[1, 0], &[]), sizes], vec![]).unwrap();
     assert_eq!(run(&m, vec![])[0].ty.shape, [1 << 39, 0]);
 }
+
+/// Duplicate output names are refused (onnx.checker and ONNX Runtime
+/// refuse them); a declared output shape the graph contradicts is a
+/// warning, and the computed shape is used.
+#[test]
+fn duplicate_outputs_are_refused_and_wrong_declared_shapes_warned() {
+    let graph = |outputs: Vec<ValueInfoProto>| GraphProto {
+        node: vec![node("Relu", "relu", &["x"], &["y"], vec![])],
+        input: vec![f32_input("x", &[2, 3])],
+        output: outputs,
+        ..Default::default()
+    };
+    let dup = model(17, graph(vec![f32_input("y", &[2, 3]), f32_input("y", &[2, 3])]));
+    let e = import_model(&dup, &ImportOptions::default()).map(|_| ()).unwrap_err();
+    assert!(e.message.contains("graph output `y` is listed twice"), "{}", e.message);
+    let ok = import_model(&model(17, graph(vec![f32_input("y", &[2, 3])])), &ImportOptions::default()).unwrap();
+    assert!(ok.warnings.is_empty(), "{:?}", ok.warnings);
+    let symbolic = tensor_info("y", 1, &[Err("batch"), Ok(3)]);
+    let ok = import_model(&model(17, graph(vec![symbolic])), &ImportOptions::default()).unwrap();
+    assert!(ok.warnings.is_empty(), "{:?}", ok.warnings);
+    for wrong in [f32_input("y", &[2, 4]), f32_input("y", &[6])] {
+        let m = import_model(&model(17, graph(vec![wrong])), &ImportOptions::default()).unwrap();
+        assert_eq!(m.warnings.len(), 1);
+        assert!(m.warnings[0].contains("graph output `y` is declared with shape") && m.warnings[0].contains("computes [2, 3]"), "{:?}", m.warnings);
+        let f = &m.module.funcs[0];
+        assert_eq!(f.ty(f.results()[0]).shape, vec![2, 3]);
+    }
+}
