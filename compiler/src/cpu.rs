@@ -92,9 +92,20 @@ pub fn compile_cpu(
     if !r.reference_ops.is_empty() {
         let ops: Vec<String> = r.reference_ops.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
         msg.push_str(&format!(
-            "\nnote: {} op kinds run on the reference interpreter (no native kernel yet): {}",
+            "\nnote: {} op kinds run on the reference interpreter (--reference-fallback): {}",
             r.reference_ops.len(),
             ops.join(", ")
+        ));
+    }
+    if let Some(total) = aoc_ir::tensor::physical_memory()
+        && out.arena_bytes + r.weight_bytes > total
+    {
+        msg.push_str(&format!(
+            "\nwarning: one inference needs {} (arena {} and weights {}), more than this machine's {} of memory",
+            human(out.arena_bytes + r.weight_bytes),
+            human(out.arena_bytes),
+            human(r.weight_bytes),
+            human(total)
         ));
     }
     Ok(msg)

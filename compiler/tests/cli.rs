@@ -1123,3 +1123,23 @@ fn check_opens_the_weights() {
     let o = aoc(&[&"bench", &d]);
     user_error(&o, &["is a directory"]);
 }
+
+/// A tensor under the 2^40-element limit that does not fit in memory is an
+/// error naming it, in `run` and in `compile`: it used to abort in the
+/// allocator (SIGABRT, exit 134).
+#[test]
+fn tensors_too_large_for_memory_are_errors_not_aborts() {
+    let d = dir("huge");
+    let f = write(
+        &d,
+        "huge.air",
+        "func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %c = const dense<1.0> : tensor<1000000x1000000xf32>\n  %s = core.reduce_sum %c {axes = [0, 1], keepdims = false} : tensor<f32>\n  %y = core.add %x, %s : tensor<2xf32>\n  return %y : tensor<2xf32>\n}\n",
+    );
+    let x = f32_npy(&d, "x.npy", &[2], &[1.0, 2.0]);
+    let o = aoc(&[&"run", &f, &"-i", &x, &"--output-dir", &d.join("out")]);
+    user_error(&o, &["cannot allocate tensor<1000000x1000000xf32>", "do not fit in memory"]);
+    let out = d.join("huge.aoc");
+    let o = aoc(&[&"compile", &f, &"-o", &out]);
+    user_error(&o, &["cannot allocate tensor<1000000x1000000xf32>"]);
+    assert!(!out.exists());
+}

@@ -51,6 +51,10 @@ pub fn eval_op_with_epilogue(
     weights: &dyn WeightSource,
     epilogue: &[Step],
 ) -> Result<Vec<Tensor>, String> {
+    // A result the allocator cannot hold is an error, not an abort.
+    for ty in result_types {
+        crate::tensor::check_alloc(ty).map_err(|m| format!("{}: {m}", opcode.name()))?;
+    }
     let cx = EvalCx { opcode, inputs, attrs, result_types, weights, epilogue };
     let out = (opcode.info().eval)(&cx).map_err(|m| format!("{}: {m}", opcode.name()))?;
     if out.len() != result_types.len() {

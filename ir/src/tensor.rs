@@ -32,6 +32,36 @@ pub struct Tensor {
     pub data: Data,
 }
 
+/// Whether a tensor of type `ty` can be allocated (the interpreter holds
+/// 8 bytes per element): `Err` naming the type and size when the allocator
+/// refuses, so a huge tensor is an error rather than an abort. The probe
+/// allocation is released at once.
+pub fn check_alloc(ty: &TensorType) -> Result<(), String> {
+    let n = ty.num_elements();
+    let bytes = (n as u128) * 8;
+    let refuse = || {
+        format!("cannot allocate {ty}: {n} elements ({:.1} GiB) do not fit in memory", bytes as f64 / (1u128 << 30) as f64)
+    };
+    // More than the machine has is refused outright: with overcommit the
+    // allocator may grant it and the process die when it is touched.
+    if physical_memory().is_some_and(|total| bytes > total as u128) {
+        return Err(refuse());
+    }
+    let mut probe: Vec<f64> = Vec::new();
+    probe.try_reserve_exact(n).map_err(|_| refuse())
+}
+
+/// Total physical memory in bytes (Linux's `/proc/meminfo`), read once.
+pub fn physical_memory() -> Option<u64> {
+    static TOTAL: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kib.checked_mul(1024)
+    })
+}
+
 /// Whether an element type is held as floats (`Data::F`).
 pub fn holds_floats(elem: &ElemType) -> bool {
     elem.storage().is_float()

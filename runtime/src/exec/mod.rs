@@ -324,11 +324,28 @@ impl Session {
         &self.artifact
     }
 
+    /// Zeroed output buffers; an allocation the allocator refuses is an
+    /// error naming the output, not an abort.
+    fn output_buffers(&self) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        self.output_bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let mut v = Vec::new();
+                v.try_reserve_exact(n as usize).map_err(|_| {
+                    RuntimeError::new(format!("cannot allocate output {i} ({n} bytes)"))
+                })?;
+                v.resize(n as usize, 0u8);
+                Ok(v)
+            })
+            .collect()
+    }
+
     /// Runs one inference. `inputs[i]` holds input `i`'s bytes (row major,
     /// little endian, exactly the manifest's size); returns each output's
     /// bytes.
     pub fn run(&self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, RuntimeError> {
-        let mut outs: Vec<Vec<u8>> = self.output_bytes.iter().map(|&n| vec![0u8; n as usize]).collect();
+        let mut outs = self.output_buffers()?;
         let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
         self.run_into(inputs, &mut refs)?;
         Ok(outs)
@@ -342,7 +359,7 @@ impl Session {
 
     /// Like [`Session::run`], timing every step (kernels run as usual).
     pub fn run_profiled(&self, inputs: &[&[u8]]) -> Result<(Vec<Vec<u8>>, Profile), RuntimeError> {
-        let mut outs: Vec<Vec<u8>> = self.output_bytes.iter().map(|&n| vec![0u8; n as usize]).collect();
+        let mut outs = self.output_buffers()?;
         let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
         let mut profile = Profile::default();
         self.run_inner(inputs, &mut refs, Some(&mut profile))?;
