@@ -46,8 +46,21 @@ Exit status: 0 on success, 1 when the input has a problem (the message says
 which and where), 2 on a command-line usage error.";
 
 /// The `aoc` command line.
+
+/// `aoc --version`: the release and the git revision.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("AOC_GIT_REV"), ")");
+
+/// `aoc --version` in full: also the LLVM the PTX backend links, the code
+/// generators and the runtime features built in.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{VERSION}\nLLVM {} (PTX backend), Cranelift (x86-64 backend)\nfeatures: runtime reference interpreter (--reference-fallback), CUDA runtime (cudarc, loaded at run time); MLIR interop not built",
+        aoc_backend_ptx::llvm_version()
+    )
+});
+
 #[derive(Parser, Debug)]
-#[command(name = "aoc", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+#[command(name = "aoc", version = VERSION, long_version = LONG_VERSION.as_str(), about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -328,6 +341,23 @@ pub struct RunArgs {
     /// For .aoc artifacts: worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Give every input that --input does not bind seeded random values (floats in [-1, 1),
+    /// integers and booleans 0 or 1).
+    #[arg(long)]
+    pub random_inputs: bool,
+    /// The seed for --random-inputs.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub seed: u64,
+    /// Compare each output with DIR/NAME.npy: print the max absolute and relative error per
+    /// output, and exit 1 when an element is outside atol + rtol * |expected|.
+    #[arg(long, value_name = "DIR")]
+    pub expected: Option<PathBuf>,
+    /// Absolute tolerance for --expected.
+    #[arg(long, default_value_t = 1e-5, value_name = "X")]
+    pub atol: f64,
+    /// Relative tolerance for --expected.
+    #[arg(long, default_value_t = 1e-4, value_name = "X")]
+    pub rtol: f64,
 }
 
 /// Parses `NAME=1x3x224x224`.
@@ -503,18 +533,54 @@ fn cmd_opt(a: OptArgs) -> Result<(), String> {
 }
 
 fn cmd_run(a: RunArgs) -> Result<(), String> {
-    let inputs: Vec<InputArg> = a.inputs.iter().map(|s| parse_input_arg(s)).collect();
-    let is_artifact = a.input.extension().is_some_and(|e| e == "aoc");
-    let outputs = if is_artifact {
-        match crate::gpu::is_gpu_artifact(&a.input)? {
-            Some(art) => crate::gpu::run_gpu_artifact(art, &inputs)?,
-            None => crate::cpu::run_artifact(&a.input, &inputs, a.threads)?,
-        }
+    let mut inputs: Vec<InputArg> = a.inputs.iter().map(|s| parse_input_arg(s)).collect();
+    let random_dir = if a.random_inputs {
+        let (dir, extra) = crate::run_check::random_inputs(&a.input, &a.input_shapes, &inputs, a.seed)?;
+        inputs.extend(extra);
+        Some(dir)
     } else {
-        run_file(&a.input, &inputs, &a.input_shapes)?
+        None
     };
+    let is_artifact = a.input.extension().is_some_and(|e| e == "aoc");
+    let run = || -> Result<Vec<(String, aoc_ir::tensor::Tensor)>, String> {
+        if is_artifact {
+            match crate::gpu::is_gpu_artifact(&a.input)? {
+                Some(art) => crate::gpu::run_gpu_artifact(art, &inputs),
+                None => crate::cpu::run_artifact(&a.input, &inputs, a.threads),
+            }
+        } else {
+            run_file(&a.input, &inputs, &a.input_shapes)
+        }
+    };
+    let outputs = run();
+    if let Some(dir) = random_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let outputs: Vec<(String, aoc_ir::tensor::Tensor)> =
-        outputs.into_iter().map(|(n, t)| (n.replace('/', "_"), t)).collect();
+        outputs?.into_iter().map(|(n, t)| (n.replace('/', "_"), t)).collect();
+    if let Some(dir) = &a.expected {
+        let cmp = crate::run_check::compare_expected(&outputs, dir, a.atol, a.rtol)?;
+        let mut text = String::new();
+        let mut bad = 0;
+        for c in &cmp {
+            let verdict = if c.mismatches == 0 { "ok".to_string() } else { format!("{} of {} elements differ", c.mismatches, c.elements) };
+            text.push_str(&format!("{}: max abs error {:.3e}, max rel error {:.3e}: {verdict}\n", c.name, c.max_abs, c.max_rel));
+            bad += (c.mismatches > 0) as usize;
+        }
+        print_stdout(&text)?;
+        if bad > 0 {
+            return Err(format!(
+                "error: {bad} of {} outputs differ from {} (atol {}, rtol {})",
+                cmp.len(),
+                dir.display(),
+                a.atol,
+                a.rtol
+            ));
+        }
+        if a.output_dir.is_none() {
+            return Ok(());
+        }
+    }
     match &a.output_dir {
         Some(dir) => {
             let (paths, notes) = write_outputs(dir, &outputs)?;

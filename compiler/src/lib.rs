@@ -16,4 +16,5 @@ pub mod onnx;
 pub mod opt;
 pub mod output;
 pub mod render;
+pub mod run_check;
 pub mod weights;

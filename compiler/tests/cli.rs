@@ -1143,3 +1143,43 @@ fn tensors_too_large_for_memory_are_errors_not_aborts() {
     user_error(&o, &["cannot allocate tensor<1000000x1000000xf32>"]);
     assert!(!out.exists());
 }
+
+/// `--random-inputs` gives the same seeded inputs to an artifact and to the
+/// interpreter, and `--expected` compares outputs with a folder of .npy
+/// files: per-output errors, exit 1 and a count when they differ.
+#[test]
+fn random_inputs_and_expected_outputs() {
+    let d = dir("expected");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.air");
+    let art = d.join("m.aoc");
+    let o = aoc(&[&"compile", &model, &"-o", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = d.join("want");
+    let o = aoc(&[&"run", &art, &"--random-inputs", &"--seed", &"3", &"--output-dir", &want]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The interpreter on the same seeded inputs agrees with the artifact.
+    let o = aoc(&[&"run", &model, &"--random-inputs", &"--seed", &"3", &"--expected", &want, &"--atol", &"1e-4", &"--rtol", &"1e-3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("max abs error") && text.contains(": ok"), "{text}");
+    // Another seed gives other inputs, so other outputs.
+    let o = aoc(&[&"run", &art, &"--random-inputs", &"--seed", &"4", &"--expected", &want]);
+    let err = user_error(&o, &["outputs differ from", "atol"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("elements differ"), "{err}");
+    // A missing expected file is named.
+    let empty = d.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = aoc(&[&"run", &art, &"--random-inputs", &"--expected", &empty]);
+    user_error(&o, &["no expected values for output"]);
+}
+
+/// `aoc --version` names the git revision and the LLVM linked in.
+#[test]
+fn version_names_the_revision_and_llvm() {
+    let o = aoc(&[&"--version"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(first.starts_with("aoc ") && first.contains('(') && !first.contains("()"), "{text}");
+    assert!(text.contains("LLVM 22.") && text.contains("features:"), "{text}");
+}

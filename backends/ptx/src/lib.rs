@@ -37,3 +37,9 @@ pub use gemm::{GemmOut, GemmTile, gemm_f16_llvm, gemm_f16_ptx};
 pub use llvm::{ir_parts_to_ptx, ir_to_ptx, join_ptx};
 pub use pointwise::{compile_ptx, pointwise_llvm};
 pub use target::Sm;
+
+/// The version of the LLVM this backend is linked with (`22.1.x`).
+pub fn llvm_version() -> String {
+    let (major, minor, patch) = inkwell::support::get_llvm_version();
+    format!("{major}.{minor}.{patch}")
+}
