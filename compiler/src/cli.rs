@@ -15,7 +15,7 @@ use crate::weights::SafetensorsWeights;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 const ABOUT: &str = "aoc: an ahead-of-time compiler for neural-network models";
 
@@ -206,9 +206,18 @@ pub struct CompileArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The .aoc artifact.
+    /// The .aoc artifact, or a model (.air, .onnx) to compile for --target first.
     #[arg(value_name = "FILE.aoc")]
     pub input: PathBuf,
+    /// For a model: the target to compile it for (as `aoc compile --target`).
+    #[arg(long, value_name = "TARGET", default_value = "host")]
+    pub target: String,
+    /// For a model and a GPU target: the precision (as `aoc compile --precision`).
+    #[arg(long, value_name = "PRECISION", default_value = "fp32")]
+    pub precision: String,
+    /// For an .onnx model: fix the shape of input NAME (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<usize>)>,
     /// Timed inferences.
     #[arg(long, default_value_t = 50)]
     pub iters: usize,
@@ -663,15 +672,45 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
 const PROFILE_RUNS: usize = 20;
 
 fn cmd_bench(a: BenchArgs) -> Result<(), String> {
-    use crate::bench::synthetic_inputs;
-    use crate::cpu::{bench, bind_artifact_inputs, load_session};
     if a.iters == 0 {
         return Err("error: --iters must be at least 1".to_string());
     }
-    if let Some(art) = crate::gpu::is_gpu_artifact(&a.input)? {
-        return cmd_bench_gpu(&a, art);
+    if a.input.extension().is_some_and(|e| e == "aoc") || a.input.is_dir() {
+        return bench_artifact(&a, &a.input);
     }
-    let s = load_session(&a.input, a.threads)?;
+    // A model: compile it for --target into a scratch artifact (removed
+    // afterwards), then benchmark that, as `trtexec --onnx` does.
+    let scratch = std::env::temp_dir().join(format!("aoc-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("error: cannot create {}: {e}", scratch.display()))?;
+    let art = scratch.join("model.aoc");
+    let compile = CompileArgs {
+        input: a.input.clone(),
+        target: a.target.clone(),
+        precision: a.precision.clone(),
+        tune: false,
+        tune_cache: None,
+        output: Some(art.clone()),
+        emit: "aoc".to_string(),
+        passes: None,
+        no_verify_each: false,
+        input_shapes: a.input_shapes.clone(),
+        reference_fallback: false,
+    };
+    let result = cmd_compile(compile).and_then(|()| bench_artifact(&a, &art));
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// Benchmarks the artifact at `path` (`a.input` names it in the report).
+fn bench_artifact(a: &BenchArgs, path: &Path) -> Result<(), String> {
+    use crate::bench::synthetic_inputs;
+    use crate::cpu::{bench, bind_artifact_inputs, load_session};
+    let t_load = std::time::Instant::now();
+    if let Some(art) = crate::gpu::is_gpu_artifact(path)? {
+        return cmd_bench_gpu(a, art);
+    }
+    let s = load_session(path, a.threads)?;
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let inputs = if a.inputs.is_empty() {
         synthetic_inputs(s.inputs())
     } else {
@@ -726,11 +765,12 @@ fn cmd_bench(a: BenchArgs) -> Result<(), String> {
             "peak_memory_bytes": r.peak_memory_bytes,
             "iters": r.iters,
             "threads": r.threads,
+            "load_ms": load_ms,
         });
         print_stdout(&format!("{v}\n"))
     } else {
         print_stdout(&format!(
-            "{}: {} iterations, {} threads\n  p50 {:.3} ms  p99 {:.3} ms  mean {:.3} ms\n  throughput {:.1}/s  peak memory {}\n",
+            "{}: {} iterations, {} threads, loaded in {load_ms:.1} ms\n  p50 {:.3} ms  p99 {:.3} ms  mean {:.3} ms\n  throughput {:.1}/s  peak memory {}\n",
             a.input.display(),
             r.iters,
             r.threads,

@@ -1183,3 +1183,36 @@ fn version_names_the_revision_and_llvm() {
     assert!(first.starts_with("aoc ") && first.contains('(') && !first.contains("()"), "{text}");
     assert!(text.contains("LLVM 22.") && text.contains("features:"), "{text}");
 }
+
+/// `aoc bench` compiles a model (.air or .onnx) for --target and
+/// benchmarks it in one command, reporting the load time; a soak of 200,000
+/// runs of a small artifact passes (the CI soak).
+#[test]
+fn bench_compiles_models_and_soaks() {
+    let d = dir("bench_model");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.air");
+    let o = aoc(&[&"bench", &model, &"--target", &"x86-64", &"--iters", &"5", &"--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["iters"], 5);
+    assert!(v["load_ms"].as_f64().is_some_and(|t| t >= 0.0), "{v}");
+    let o = aoc(&[&"bench", &example_onnx(), &"--iters", &"3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("loaded in"), "{}", String::from_utf8_lossy(&o.stdout));
+    // A model that does not compile is the compile's error.
+    let bad = write(&d, "bad.air", "func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  return %y : tensor<2xf32>\n}\n");
+    user_error(&aoc(&[&"bench", &bad]), &["bad.air"]);
+    // The soak: 200,000 runs of a small artifact, one session, no failure.
+    let small = write(
+        &d,
+        "small.air",
+        "func @main(%x: tensor<8xf32>) -> tensor<8xf32> {\n  %r = core.relu %x : tensor<8xf32>\n  %y = core.mul %r, %x : tensor<8xf32>\n  return %y : tensor<8xf32>\n}\n",
+    );
+    let art = d.join("small.aoc");
+    let o = aoc(&[&"compile", &small, &"-o", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = aoc(&[&"bench", &art, &"--iters", &"200000", &"--threads", &"1", &"--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["iters"], 200000);
+}
