@@ -166,7 +166,10 @@ pub fn explain(path: &Path) -> Result<String, String> {
         m.target,
         m.cpu_features.join(" "),
         human(m.arena_size),
-        human(s.peak_memory_bytes() - m.arena_size),
+        human({
+            let w = s.artifact().weights_range();
+            (w.end - w.start) as u64
+        }),
         m.code.len(),
         s.plan().steps.len()
     );

@@ -171,15 +171,15 @@ pub fn compile_gpu(
         None => String::new(),
     };
     let r = &out.report;
-    let steps: Vec<String> = r.steps.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let steps: Vec<String> = out.launch_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let mut msg = format!(
-        "compiled {} for {sm} ({}) in {:.2} s: {} launches of {} kernels ({}), PTX {}, weights {}, arena {} (unshared {}), {} layout copies\nwrote {} ({})",
+        "compiled {} for {sm} ({}) in {:.2} s: {} launches ({}) of {} kernels, PTX {}, weights {}, arena {} (unshared {}), {} layout copies\nwrote {} ({})",
         input.display(),
         precision.name(),
         t0.elapsed().as_secs_f64(),
         out.launches,
-        out.kernels,
         steps.join(", "),
+        out.kernels,
         human(out.ptx_bytes as u64),
         human(r.weight_bytes),
         human(out.arena_bytes),

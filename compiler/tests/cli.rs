@@ -1216,3 +1216,39 @@ fn bench_compiles_models_and_soaks() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["iters"], 200000);
 }
+
+/// NaN and ±inf through every CPU epilogue (convolution + bias + relu, GEMM
+/// + relu, max pool, clip, softmax) at every CPU level this machine runs,
+/// element by element against the interpreter (gpu.rs runs the same model on
+/// the GPU).
+#[test]
+fn nan_and_inf_through_every_cpu_epilogue() {
+    let d = dir("nan_every_epilogue");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let model = data.join("nan_epilogues.air");
+    let x = format!("x={}", data.join("nan_x.npy").display());
+    let a = format!("a={}", data.join("nan_a.npy").display());
+    let want = d.join("want");
+    let o = aoc(&[&"run", &model, &"-i", &x, &"-i", &a, &"--output-dir", &want]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for level in ["x86-64", "x86-64-v3", "x86-64-v4"] {
+        let art = d.join(format!("{level}.aoc"));
+        let o = aoc(&[&"compile", &model, &"--target", &level, &"-o", &art]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let got = d.join(format!("got-{level}"));
+        let o = aoc(&[&"run", &art, &"-i", &x, &"-i", &a, &"--output-dir", &got]);
+        if !o.status.success() && stderr(&o).contains("this CPU lacks") {
+            println!("skipping {level}: {}", stderr(&o).trim());
+            continue;
+        }
+        assert!(o.status.success(), "{}", stderr(&o));
+        for name in ["cr", "gr", "p", "k", "s"] {
+            let (_, w) = read_f32(&want.join(format!("{name}.npy")));
+            let (_, g) = read_f32(&got.join(format!("{name}.npy")));
+            for (i, (wv, gv)) in w.iter().zip(&g).enumerate() {
+                let same = if wv.is_nan() { gv.is_nan() } else if wv.is_infinite() { wv == gv } else { (wv - gv).abs() <= 1e-4 * wv.abs().max(1.0) };
+                assert!(same, "{level}: {name}[{i}] is {gv}, the interpreter's is {wv}");
+            }
+        }
+    }
+}

@@ -145,7 +145,31 @@ fn compile(m: &Model, target: &str, precision: &str, out: &Path) -> Result<Strin
         args.push(s.clone());
     }
     let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-    run(&refs)
+    let summary = run(&refs)?;
+    launch_counts_add_up(&summary)?;
+    Ok(summary)
+}
+
+/// The compile summary's per-kernel launch counts add up to its launch
+/// count: `12 launches (gemm_f32 5, pw 4, copy 3) of 9 kernels`.
+fn launch_counts_add_up(summary: &str) -> Result<(), Failed> {
+    let Some(i) = summary.find(" launches (") else {
+        return Err(format!("no launch count in the summary:\n{summary}").into());
+    };
+    let total: usize = summary[..i].rsplit(' ').next().unwrap_or("").parse()?;
+    let rest = &summary[i + " launches (".len()..];
+    let list = &rest[..rest.find(") of").ok_or("no `) of` after the launch list")?];
+    let sum: usize = list
+        .split(", ")
+        .filter(|s| !s.is_empty())
+        .map(|s| s.rsplit(' ').next().unwrap_or("").parse::<usize>())
+        .collect::<Result<Vec<_>, _>>()?
+        .iter()
+        .sum();
+    if sum != total {
+        return Err(format!("the launch counts ({list}) add up to {sum}, not {total}:\n{summary}").into());
+    }
+    Ok(())
 }
 
 /// Every launch of the artifact names an entry of its module with its
@@ -778,6 +802,42 @@ fn no_gpu_is_a_clear_error() -> Result<(), Failed> {
     Ok(())
 }
 
+/// NaN and ±inf through every epilogue the GPU compiles: a convolution with
+/// bias and relu (implicit GEMM), a GEMM with relu, a max pool, a clip, a
+/// softmax, each compared element by element with the interpreter: NaN
+/// where it has NaN, the same infinities, the same finite values. (The GEMM
+/// epilogues' relu was `llvm.maxnum`, which turns NaN into 0.) The model
+/// is compiler/tests/data/nan_epilogues.air; cli.rs runs it on the CPU.
+
+fn nan_through_epilogues() -> Result<(), Failed> {
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let d = scratch("gpu_nan");
+    let file = root().join("compiler/tests/data/nan_epilogues.air");
+    let data = root().join("compiler/tests/data");
+    let inputs = vec![format!("x={}", data.join("nan_x.npy").display()), format!("a={}", data.join("nan_a.npy").display())];
+    let want_dir = d.join("want");
+    run_to_dir(&file, &inputs, &[], &want_dir)?;
+    let want = outputs(&want_dir)?;
+    for (target, precision) in [("sm_86", "fp32"), ("sm_90a", "fp32")] {
+        let art = d.join(format!("{target}.aoc"));
+        run(&["compile", &file.display().to_string(), "--target", target, "--precision", precision, "-o", &art.display().to_string()])?;
+        let got_dir = d.join(format!("got-{target}"));
+        run_to_dir(&art, &inputs, &[], &got_dir)?;
+        for ((name, w), (_, g)) in want.iter().zip(&outputs(&got_dir)?) {
+            for (i, (wv, gv)) in w.to_f64().iter().zip(g.to_f64()).enumerate() {
+                let same = if wv.is_nan() { gv.is_nan() } else if wv.is_infinite() { *wv == gv } else { (wv - gv).abs() <= 1e-4 * wv.abs().max(1.0) };
+                if !same {
+                    return Err(format!("{target}: {name}[{i}] is {gv}, the interpreter's is {wv}").into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let mut trials = vec![];
@@ -815,6 +875,7 @@ fn main() {
     trials.push(Trial::test("gpu_wgmma_convolutions_sm_90a_fp16", || wgmma_convs_on_gpu("fp16")));
     trials.push(Trial::test("gpu_wgmma_convolutions_sm_90a_bf16", || wgmma_convs_on_gpu("bf16")));
     trials.push(Trial::test("special_paths_match_their_entries", special_paths_match_their_entries));
+    trials.push(Trial::test("gpu_nan_and_inf_through_epilogues", nan_through_epilogues));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     libtest_mimic::run(&args, trials).exit();

@@ -25,8 +25,23 @@ pub struct CompileOutput {
     pub ptx_bytes: usize,
     pub arena_bytes: u64,
     pub launches: usize,
+    /// Launches per kernel family (the kernel's name without its hash or
+    /// index: `gemm_f32`, `pw`, `copy`, ...), most first; they add up to
+    /// `launches`.
+    pub launch_kinds: Vec<(String, usize)>,
     /// Items run on the host (ops without a GPU kernel).
     pub host_items: usize,
+}
+
+/// A kernel's family: its name without a trailing `_<hex hash>` or index
+/// (`gemm_f32_ea2016aa21d6f2fa` → `gemm_f32`, `pw12` → `pw`).
+pub fn kernel_family(name: &str) -> &str {
+    let base = match name.rsplit_once('_') {
+        Some((head, tail)) if tail.len() >= 8 && tail.bytes().all(|b| b.is_ascii_hexdigit()) => head,
+        _ => name,
+    };
+    // Numbered kernels (`pw12`) have no underscore; `gemm_tc_f16` keeps its digits.
+    if base.contains('_') { base } else { base.trim_end_matches(|c: char| c.is_ascii_digit()) }
 }
 
 fn lowered_and_translated(
@@ -76,6 +91,17 @@ pub fn compile(
     }
     let artifact = w.to_bytes().map_err(|e| err(e.to_string()))?;
     let host_items = t.plan.items.iter().filter(|i| matches!(i, GpuItem::Host { .. })).count();
+    let mut launch_kinds: Vec<(String, usize)> = vec![];
+    for item in &t.plan.items {
+        if let GpuItem::Launch(l) = item {
+            let family = kernel_family(&l.kernel);
+            match launch_kinds.iter_mut().find(|(k, _)| k == family) {
+                Some((_, n)) => *n += 1,
+                None => launch_kinds.push((family.to_string(), 1)),
+            }
+        }
+    }
+    launch_kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(CompileOutput {
         artifact,
         report: lowered.report,
@@ -83,6 +109,7 @@ pub fn compile(
         ptx_bytes: ptx.len(),
         arena_bytes: lowered.arena_bytes,
         launches: t.plan.items.len() - host_items,
+        launch_kinds,
         host_items,
     })
 }
@@ -120,4 +147,18 @@ pub fn emit_text(
     out.push('\n');
     out.push_str(&body);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_family;
+
+    #[test]
+    fn kernel_families_drop_hashes_and_indices() {
+        assert_eq!(kernel_family("gemm_f32_ea2016aa21d6f2fa"), "gemm_f32");
+        assert_eq!(kernel_family("pw12"), "pw");
+        assert_eq!(kernel_family("copy_5b08da50abc51ebf"), "copy");
+        assert_eq!(kernel_family("softmax"), "softmax");
+        assert_eq!(kernel_family("gemm_tc_f16"), "gemm_tc_f16");
+    }
 }

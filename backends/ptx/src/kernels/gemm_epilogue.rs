@@ -91,17 +91,26 @@ pub(crate) fn params(
     Ok((sig, epi_fn))
 }
 
-/// Accumulator value `x` plus `bias` (if any), then relu as `max(x, 0)`
-/// (NaN becomes 0). No `+ 0.0` without bias: it would turn -0.0 into 0.0.
+/// Accumulator value `x` plus `bias` (if any), then relu keeping NaN
+/// ([`relu_keeping_nan`]). No `+ 0.0` without bias: it would turn -0.0
+/// into 0.0.
 pub(crate) fn bias_relu(b: &mut Body, x: String, bias: Option<&str>, relu: bool) -> String {
     let mut x = x;
     if let Some(bias) = bias {
         x = b.v(format!("fadd float {x}, {bias}"));
     }
     if relu {
-        x = b.v(format!("call float @llvm.maxnum.f32(float {x}, float 0.0)"));
+        x = relu_keeping_nan(b, &x);
     }
     x
+}
+
+/// `x < 0 ? 0 : x`: relu as the interpreter computes it. NaN stays NaN and
+/// -0.0 stays -0.0 (the ordered compare is false for both), where
+/// `llvm.maxnum` would turn NaN into 0.
+pub(crate) fn relu_keeping_nan(b: &mut Body, x: &str) -> String {
+    let neg = b.v(format!("fcmp olt float {x}, 0.0"));
+    b.v(format!("select i1 {neg}, float 0.0, float {x}"))
 }
 
 /// Per epilogue operand `k`, `bz·s0 + row0·s1 + col0·s2` (i64; the batch

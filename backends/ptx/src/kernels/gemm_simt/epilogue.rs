@@ -178,7 +178,8 @@ impl Gen<'_> {
             for cc in 0..cols.len() {
                 let mut x = acc[(r * t.tn) as usize + cc].clone();
                 if p.relu {
-                    x = self.v(format!("call float @llvm.maxnum.f32(float {x}, float 0.0)"));
+                    let neg = self.v(format!("fcmp olt float {x}, 0.0"));
+                    x = self.v(format!("select i1 {neg}, float 0.0, float {x}"));
                 }
                 outs.push(x);
             }
