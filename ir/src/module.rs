@@ -15,6 +15,7 @@ use crate::entity::Arena;
 use crate::ops::Opcode;
 use crate::ops::fused::Step;
 use crate::types::TensorType;
+use crate::entity::EntityId;
 use std::collections::HashSet;
 
 crate::entity_id!(
@@ -82,6 +83,23 @@ pub struct Func {
     /// The declared result types (checked against the returned values).
     pub result_types: Vec<TensorType>,
     pub loc: Location,
+    /// The names in use, for [`Func::fresh_name`] (see [`NameCache`]).
+    names: NameCache,
+}
+
+/// The value names of a function, kept up to date incrementally: values
+/// are only ever appended to the arena, so each call adds the names of the
+/// values made since the last one, and naming a function of n values costs
+/// O(n) in all instead of O(n) per name. A rename of an existing value
+/// goes through [`Func::rename`], which records the new name. A clone
+/// starts empty and is rebuilt on first use.
+#[derive(Default, Debug)]
+struct NameCache(std::sync::Mutex<(usize, HashSet<String>)>);
+
+impl Clone for NameCache {
+    fn clone(&self) -> NameCache {
+        NameCache::default()
+    }
 }
 
 /// A module-level declaration of an external weights file:
@@ -122,6 +140,7 @@ impl Func {
             body: Block::default(),
             result_types: vec![],
             loc: Location::default(),
+            names: NameCache::default(),
         }
     }
 
@@ -148,8 +167,21 @@ impl Func {
 
     /// A name not yet used in this function, derived from `hint`.
     pub fn fresh_name(&self, hint: &str) -> String {
-        let taken: HashSet<&str> = self.values.iter().map(|(_, d)| d.name.as_str()).collect();
+        let mut cache = self.names.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (seen, taken) = &mut *cache;
+        for i in *seen..self.values.len() {
+            taken.insert(self.values[ValueId::new(i)].name.clone());
+        }
+        *seen = self.values.len();
         fresh_name(hint, |n| taken.contains(n))
+    }
+
+    /// Renames value `v` (to a name the caller knows is free, e.g. from
+    /// [`Func::fresh_name`]).
+    pub fn rename(&mut self, v: ValueId, name: String) {
+        let cache = self.names.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        cache.1.insert(name.clone());
+        self.values[v].name = name;
     }
 
     /// Adds a parameter to the body block.

@@ -342,7 +342,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
                 && !results.contains(&holder)
             {
                 let fresh = cx.func.fresh_name(&format!("{want}_0"));
-                cx.func.values[holder].name = fresh;
+                cx.func.rename(holder, fresh);
             }
         }
         let id = match v {
@@ -361,7 +361,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
                 } else {
                     // An op result: renaming it keeps the graph free of copies.
                     let n = cx.func.fresh_name(&want);
-                    cx.func.values[id].name = n;
+                    cx.func.rename(id, n);
                     id
                 }
             }

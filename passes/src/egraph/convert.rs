@@ -276,6 +276,11 @@ pub fn choose(egraph: &Graph, model: &dyn CostModel) -> HashMap<Id, (f64, Node)>
             .collect();
         candidates.push((class.id, nodes));
     }
+    // Class ids grow in insertion order, and a node is added after its
+    // children, so in id order most children's costs are known before their
+    // parents': the fixpoint below then settles in a few passes instead of
+    // one per level of the graph (quadratic on long chains).
+    candidates.sort_by_key(|(id, _)| *id);
     let mut best: HashMap<Id, (f64, Node)> = HashMap::new();
     loop {
         let mut changed = false;
