@@ -96,6 +96,12 @@ fn qdq_rules(names: &[&str]) -> Vec<Rewrite> {
 /// Optimizes `f` with the named rules; checks that `fired` fired, the ops
 /// left are `expect`, and the outputs are exactly equal.
 fn check(f: &Func, names: &[&str], fired: &str, expect: &[Opcode]) {
+    check_any(f, names, fired, &[expect]);
+}
+
+/// As [`check`], where several results cost the same (a view before or
+/// after a dequantize): the ops left are one of `expect`.
+fn check_any(f: &Func, names: &[&str], fired: &str, expect: &[&[Opcode]]) {
     let (g, stats) = optimize(f, &qdq_rules(names));
     assert!(
         stats.applied.iter().any(|(r, n)| r == fired && *n > 0),
@@ -105,7 +111,7 @@ fn check(f: &Func, names: &[&str], fired: &str, expect: &[Opcode]) {
         .into_iter()
         .filter(|o| *o != Opcode::Const)
         .collect();
-    assert_eq!(ops, expect, "{fired}");
+    assert!(expect.contains(&ops.as_slice()), "{fired}: {ops:?}, expected one of {expect:?}");
     assert_eq!(max_error(f, &g, 4), 0.0, "{fired}");
 }
 
@@ -215,12 +221,13 @@ fn dequantize_moves_forward_through_data_movement() {
             qdq(f, d, 0.03, 5)
         });
         let name = format!("dequantize-through-{stem}");
-        check(
-            &f,
-            &[&name, "qdq-cancel"],
-            &name,
-            &[Opcode::Quantize, opcode, Opcode::Dequantize],
-        );
+        let moved: &[Opcode] = &[Opcode::Quantize, opcode, Opcode::Dequantize];
+        // A view (reshape, flatten) costs nothing on either side of the
+        // dequantize, so the extraction may keep it after; every other
+        // mover is cheaper on the 8-bit data.
+        let kept: &[Opcode] = &[Opcode::Quantize, Opcode::Dequantize, opcode];
+        let forms = if opcode.info().has_trait(aoc_ir::Trait::View) { vec![moved, kept] } else { vec![moved] };
+        check_any(&f, &[&name, "qdq-cancel"], &name, &forms);
     }
 }
 

@@ -105,12 +105,14 @@ pub(crate) fn bias_relu(b: &mut Body, x: String, bias: Option<&str>, relu: bool)
     x
 }
 
-/// `x < 0 ? 0 : x`: relu as the interpreter computes it. NaN stays NaN and
-/// -0.0 stays -0.0 (the ordered compare is false for both), where
-/// `llvm.maxnum` would turn NaN into 0.
+/// Relu that keeps NaN, as the interpreter's does: `llvm.maximum`
+/// (`max.NaN.f32` on sm_80+), where `llvm.maxnum` would turn NaN into 0.
+/// One instruction, no predicate, so the register-tiled GEMMs keep their
+/// register budget (a compare and select per element spilled the 8x8 SIMT
+/// tile). It differs from the interpreter only in the sign of zero for an
+/// input of exactly -0.0 (maximum orders -0.0 below +0.0).
 pub(crate) fn relu_keeping_nan(b: &mut Body, x: &str) -> String {
-    let neg = b.v(format!("fcmp olt float {x}, 0.0"));
-    b.v(format!("select i1 {neg}, float 0.0, float {x}"))
+    b.v(format!("call float @llvm.maximum.f32(float {x}, float 0.0)"))
 }
 
 /// Per epilogue operand `k`, `bz·s0 + row0·s1 + col0·s2` (i64; the batch

@@ -100,6 +100,7 @@ const DECLS: &[&str] = &[
     "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)",
     "declare float @llvm.fma.f32(float, float, float)",
     "declare float @llvm.maxnum.f32(float, float)",
+        "declare float @llvm.maximum.f32(float, float)",
 ];
 
 /// Appends the kernel `@{name}` computing `spec` with the tile

@@ -450,6 +450,7 @@ fn declare(m: &mut ModuleText) {
         "declare i32 @llvm.smin.i32(i32, i32)",
         "declare i32 @llvm.smax.i32(i32, i32)",
         "declare float @llvm.maxnum.f32(float, float)",
+        "declare float @llvm.maximum.f32(float, float)",
         "declare void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3), ptr addrspace(1), i32)",
         "declare void @llvm.nvvm.cp.async.commit.group()",
         "declare void @llvm.nvvm.cp.async.wait.group(i32 immarg)",

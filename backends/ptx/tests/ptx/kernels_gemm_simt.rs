@@ -417,7 +417,7 @@ fn gemm_simt_code_shape() {
     assert!(main.contains("st.global.v4"), "16-byte stores of C");
     assert!(main.contains("st.shared.v4"), "B's tile row stored whole");
     assert!(main.contains("bar.sync"));
-    assert!(main.contains("max.f32"), "relu");
+    assert!(main.contains("max.NaN.f32"), "relu keeping NaN");
     assert!(main.contains(".maxntid 256"));
     assert!(main.contains(".minnctapersm 2"));
     assert_eq!(main.matches(".param ").count(), 4, "a, b, bias, c");

@@ -178,8 +178,8 @@ impl Gen<'_> {
             for cc in 0..cols.len() {
                 let mut x = acc[(r * t.tn) as usize + cc].clone();
                 if p.relu {
-                    let neg = self.v(format!("fcmp olt float {x}, 0.0"));
-                    x = self.v(format!("select i1 {neg}, float 0.0, float {x}"));
+                    // keeps NaN (see gemm_epilogue::relu_keeping_nan)
+                    x = self.v(format!("call float @llvm.maximum.f32(float {x}, float 0.0)"));
                 }
                 outs.push(x);
             }

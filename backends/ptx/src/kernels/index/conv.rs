@@ -169,10 +169,8 @@ pub fn depthwise_conv2d(
                 }
             }
             if relu {
-                // `acc < 0 ? 0 : acc`: NaN stays NaN (maxnum would give 0).
-                let neg = k.v(format!("fcmp olt {ft} {acc}, {}", zero(ft)));
-                let cond = ft.replace("float", "i1").replace("double", "i1");
-                acc = k.v(format!("select {cond} {neg}, {ft} {}, {ft} {acc}", zero(ft)));
+                // `maximum` keeps NaN (maxnum would give 0).
+                acc = k.call("maximum", ft, &[&acc, zero(ft)]);
             }
             let yp = k.item_ptr(i, v);
             k.store(ft, &acc, &yp, 4 * v);
