@@ -456,7 +456,14 @@ fn cmd_import(a: ImportArgs) -> Result<(), String> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let (module, weights) = import_onnx(&a.input, &a.input_shapes, &wname)?;
-    write_air(&module, &weights, &out)?;
+    let written = write_air(&module, &weights, &out)?;
+    // Say what was written, as `compile` does.
+    let mut msg = format!("imported {}: {}", a.input.display(), summary(&module));
+    for p in &written {
+        let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        msg.push_str(&format!("\nwrote {} ({})", p.display(), crate::driver::human(size)));
+    }
+    eprintln!("{msg}");
     Ok(())
 }
 

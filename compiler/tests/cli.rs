@@ -209,6 +209,9 @@ fn import_writes_air_and_safetensors_that_run_like_the_model() {
     let out = d.join("rb.air");
     let o = aoc(&[&"import", &example_onnx(), &"-o", &out]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // It says what it wrote.
+    let said = stderr(&o);
+    assert!(said.contains("imported ") && said.contains("wrote ") && said.contains("rb.air") && said.contains("rb.safetensors"), "{said}");
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(
         text.contains("weights @weights = \"rb.safetensors\""),

@@ -46,8 +46,9 @@ fn declared_shape_mismatch(vi: &super::proto::ValueInfoProto, name: &str, got: &
             None => "?".to_string(),
         })
         .collect();
+    // A negative dim_value (exporters write -1) is an unknown dimension.
     let differs = sp.dim.len() != got.shape.len()
-        || sp.dim.iter().zip(&got.shape).any(|(d, &g)| matches!(&d.value, Some(D::DimValue(v)) if *v != g as i64));
+        || sp.dim.iter().zip(&got.shape).any(|(d, &g)| matches!(&d.value, Some(D::DimValue(v)) if *v >= 0 && *v != g as i64));
     differs.then(|| {
         let dims: Vec<String> = got.shape.iter().map(|d| d.to_string()).collect();
         format!(
