@@ -272,11 +272,12 @@ pub fn optimize(
 /// The seed of `--verify-rewrites`' inputs (fixed, so runs repeat).
 const SEED: u64 = 0x5eed_a0c0;
 
-/// splitmix64: small, seedable, good enough for test inputs.
-struct Rng(u64);
+/// splitmix64: small, seedable, good enough for test inputs (also
+/// `aoc run --random-inputs`, `run_check.rs`).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

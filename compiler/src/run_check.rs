@@ -8,6 +8,7 @@ use aoc_ir::tensor::Tensor;
 use aoc_ir::{Scalar, TensorType};
 
 use crate::driver::{InputArg, load_model};
+use crate::opt::Rng;
 
 /// The inputs (name, type) of a model file: an `.aoc` artifact's manifest,
 /// or an `.air`/`.onnx` model's entry function.
@@ -30,39 +31,26 @@ pub fn model_inputs(path: &Path, input_shapes: &[(String, Vec<usize>)]) -> Resul
     Ok(func.params().iter().map(|&p| (func.name_of(p).to_string(), func.ty(p).clone())).collect())
 }
 
-/// SplitMix64: a small, well-mixed generator; the same seed gives the same
-/// inputs on every machine.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
+/// Uniform in [0, 1) from `--verify-rewrites`' splitmix64 generator (the
+/// same seed gives the same inputs on every machine).
+fn unit(g: &mut Rng) -> f64 {
+    (g.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A seeded random tensor of `ty`: floats uniform in [-1, 1), integers and
 /// booleans in {0, 1} (safe as indices and masks), quantized storage over
 /// its whole range.
 pub fn random_tensor(ty: &TensorType, seed: u64) -> Tensor {
-    let mut g = SplitMix(seed);
+    let mut g = Rng(seed);
     let n = ty.num_elements();
     let storage = ty.elem.storage();
     let values: Vec<f64> = if ty.elem.quant().is_some() {
         let (lo, hi) = storage.int_range().unwrap_or((0, 1));
-        (0..n).map(|_| (lo + (g.unit() * (hi - lo + 1) as f64) as i64).min(hi) as f64).collect()
+        (0..n).map(|_| (lo + (unit(&mut g) * (hi - lo + 1) as f64) as i64).min(hi) as f64).collect()
     } else if storage.is_float() {
-        (0..n).map(|_| g.unit() * 2.0 - 1.0).collect()
+        (0..n).map(|_| unit(&mut g) * 2.0 - 1.0).collect()
     } else {
-        (0..n).map(|_| (g.next() & 1) as f64).collect()
+        (0..n).map(|_| (g.next_u64() & 1) as f64).collect()
     };
     Tensor::from_f64(ty.clone(), values)
 }

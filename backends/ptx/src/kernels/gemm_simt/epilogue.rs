@@ -178,8 +178,7 @@ impl Gen<'_> {
             for cc in 0..cols.len() {
                 let mut x = acc[(r * t.tn) as usize + cc].clone();
                 if p.relu {
-                    // keeps NaN (see gemm_epilogue::relu_keeping_nan)
-                    x = self.v(format!("call float @llvm.maximum.f32(float {x}, float 0.0)"));
+                    x = crate::kernels::gemm_epilogue::relu_keeping_nan(&mut self.b, &x);
                 }
                 outs.push(x);
             }
