@@ -114,6 +114,12 @@ demo: setup llvm
 	$(AOC) run $(DEMO)/model.aoc --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-cpu
 	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-cpu --atol 1e-4
 	$(AOC) bench $(DEMO)/model.aoc --iters 100
+	$(PY) tests/scripts/make_calib.py $(EXAMPLE)/input.npy $(DEMO)/calib 32
+	$(AOC) quantize $(DEMO)/model.air --calib $(DEMO)/calib -o $(DEMO)/model.int8.air --report $(DEMO)/quantize.json
+	$(AOC) compile $(DEMO)/model.int8.air --target host -o $(DEMO)/model.int8.aoc
+	$(AOC) run $(DEMO)/model.int8.aoc --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-int8
+	$(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-int8 --min-sqnr 25
+	$(AOC) bench $(DEMO)/model.int8.aoc --iters 100
 	$(AOC) compile $(DEMO)/model.air --target sm_86 -o $(DEMO)/model.sm_86.aoc
 	@if $(AOC) run $(DEMO)/model.sm_86.aoc --input $(EXAMPLE)/input.npy --output-dir $(DEMO)/out-gpu; then \
 	  $(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-gpu --atol 1e-3; \

@@ -157,6 +157,110 @@ pub enum Command {
         after_help = "Example:\n  aoc explain model.aoc"
     )]
     Explain(ExplainArgs),
+    /// Quantize a float model to int8 (or fp8) Q/DQ form with calibration data.
+    #[command(
+        long_about = "Post-training quantization: calibrate a float model (.air or .onnx) on \
+            representative inputs and write an explicit Q/DQ model (.air + .safetensors) that \
+            `aoc compile` turns into integer kernels.\n\n\
+            Batch-norms are folded first. The inputs of convolutions, matmuls and gemms (weights \
+            per output channel, symmetric; activations per tensor), their outputs, residual adds \
+            and average pools are quantized, so conv-relu-conv chains, adds, pools, concats and \
+            reshapes stay in int8 end to end. Calibration runs the model compiled for this CPU \
+            over --calib, and each tensor's range comes from --method: entropy (TensorRT's KL \
+            divergence search over a 2048-bin histogram), percentile (--percentile of |x|), mse \
+            (the clip with the least squared error) or minmax (the observed range).\n\n\
+            The result's output SQNR against the float model is measured on the calibration \
+            batches (and on --eval), with top-1 agreement for class-score outputs. \
+            --target-sqnr DB measures each layer alone and keeps the most sensitive ones in \
+            float until the model reaches DB. The table (layer, op, precision, SQNR alone, why \
+            float) goes to stderr, the full report to --report FILE.json.\n\n\
+            --calib DIR holds one .npy file per batch (exactly the input's shape and dtype), \
+            or one folder of .npy files per input (DIR/<input>/, matched by file name), or \
+            images (.png, .jpg, .bmp) for a single NCHW/NHWC input, preprocessed with \
+            --mean/--std/--scale/--bgr.",
+        after_help = "Examples:\n  aoc quantize model.onnx --calib calib/ -o model.int8.air\n  \
+            aoc quantize model.air --calib calib/ --eval held_out/ --method percentile --percentile 99.99 -o q.air\n  \
+            aoc quantize model.air --calib calib/ --target-sqnr 40 --report q.json -o q.air\n  \
+            aoc quantize model.onnx --calib images/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 -o q.air\n  \
+            aoc compile q.air --target host -o q.aoc"
+    )]
+    Quantize(QuantizeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct QuantizeArgs {
+    /// The float model (.air or .onnx).
+    #[arg(value_name = "MODEL")]
+    pub input: PathBuf,
+    /// Calibration data: a folder of .npy batches (or DIR/<input>/ folders, or images).
+    #[arg(long, value_name = "DIR")]
+    pub calib: PathBuf,
+    /// The .air file to write (weights to OUT.safetensors beside it).
+    #[arg(short, long, value_name = "OUT.air")]
+    pub output: PathBuf,
+    /// Range method: entropy, percentile, mse or minmax.
+    #[arg(long, default_value = "entropy", value_name = "METHOD")]
+    pub method: String,
+    /// For --method percentile: the percentile of |x| to clip at.
+    #[arg(long, default_value_t = 99.99, value_name = "P")]
+    pub percentile: f64,
+    /// int8, or fp8 (e4m3 with a per-tensor scale, for sm_89 / sm_90 targets).
+    #[arg(long, default_value = "int8", value_name = "PRECISION")]
+    pub precision: String,
+    /// int8 activations: u8 (asymmetric) or s8 (symmetric).
+    #[arg(long, default_value = "u8", value_name = "TYPE")]
+    pub activations: String,
+    /// One weight scale per tensor instead of per output channel.
+    #[arg(long)]
+    pub per_tensor_weights: bool,
+    /// Layers (by ONNX node / loc name or result name, `*` and `?` globs) kept in float; comma-separated, repeatable.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub keep: Vec<String>,
+    /// Residual adds in int8 or float.
+    #[arg(long, default_value = "int8", value_name = "int8|float")]
+    pub residual: String,
+    /// Keep the most sensitive layers in float until the output SQNR against float is at least DB.
+    #[arg(long, value_name = "DB")]
+    pub target_sqnr: Option<f64>,
+    /// Measure every layer alone (the table's `SQNR alone`) even without --target-sqnr.
+    #[arg(long)]
+    pub sensitivity: bool,
+    /// Calibration batches each per-layer measurement runs.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub sensitivity_batches: usize,
+    /// Held-out batches (same layout as --calib) to report SQNR and top-1 agreement on.
+    #[arg(long, value_name = "DIR")]
+    pub eval: Option<PathBuf>,
+    /// Write the report (method, ranges and scales, per-layer precision and SQNR, totals) as JSON.
+    #[arg(long, value_name = "FILE.json")]
+    pub report: Option<PathBuf>,
+    /// Quantize a model that is already quantized again, from its float form.
+    #[arg(long)]
+    pub requantize: bool,
+    /// Images: the input's height and width (checked against the model).
+    #[arg(long, value_name = "H,W")]
+    pub image_size: Option<String>,
+    /// Images: per-channel mean subtracted after scaling (R,G,B).
+    #[arg(long, value_name = "R,G,B")]
+    pub mean: Option<String>,
+    /// Images: per-channel standard deviation divided by (R,G,B).
+    #[arg(long, value_name = "R,G,B")]
+    pub std: Option<String>,
+    /// Images: channels in BGR order.
+    #[arg(long)]
+    pub bgr: bool,
+    /// Images: pixel values are divided by this first.
+    #[arg(long, default_value_t = 255.0, value_name = "X")]
+    pub scale: f64,
+    /// For .onnx models: fix the shape of input NAME (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<usize>)>,
+    /// Worker threads for calibration (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print nothing but errors (no table, no progress).
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -422,6 +526,7 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Run(a) => cmd_run(a),
         Command::Compile(a) => cmd_compile(a),
         Command::Bench(a) => cmd_bench(a),
+        Command::Quantize(a) => cmd_quantize(a),
         Command::Explain(a) => match crate::gpu::is_gpu_artifact(&a.input)? {
             Some(art) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
             None => crate::cpu::explain(&a.input).and_then(|t| print_stdout(&t)),
@@ -464,6 +569,119 @@ fn cmd_import(a: ImportArgs) -> Result<(), String> {
         msg.push_str(&format!("\nwrote {} ({})", p.display(), crate::driver::human(size)));
     }
     eprintln!("{msg}");
+    Ok(())
+}
+
+/// Parses `1,2,3` into exactly `N` numbers.
+fn parse_floats<const N: usize>(flag: &str, s: &str) -> Result<[f64; N], String> {
+    let v: Vec<f64> = s
+        .split(',')
+        .map(|x| x.trim().parse::<f64>().map_err(|_| format!("error: {flag}: `{x}` is not a number")))
+        .collect::<Result<_, _>>()?;
+    v.try_into().map_err(|v: Vec<f64>| format!("error: {flag} takes {N} comma-separated numbers, found {}", v.len()))
+}
+
+fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
+    use crate::quantize::{self, Config, calib::{CalibData, ImageOptions}, place::{Activations, Precision}, range::Method};
+    let method = match a.method.as_str() {
+        "entropy" | "kl" => Method::Entropy,
+        "minmax" => Method::MinMax,
+        "mse" => Method::Mse,
+        "percentile" => {
+            if !(a.percentile > 0.0 && a.percentile <= 100.0) {
+                return Err(format!("error: --percentile must be in (0, 100], found {}", a.percentile));
+            }
+            Method::Percentile(a.percentile)
+        }
+        m => return Err(format!("error: --method must be entropy, percentile, mse or minmax, found `{m}`")),
+    };
+    let precision = match a.precision.as_str() {
+        "int8" => Precision::Int8,
+        "fp8" | "e4m3" => Precision::Fp8,
+        p => return Err(format!("error: --precision must be int8 or fp8, found `{p}`")),
+    };
+    let activations = match a.activations.as_str() {
+        "u8" => Activations::U8,
+        "s8" => Activations::S8,
+        t => return Err(format!("error: --activations must be u8 or s8, found `{t}`")),
+    };
+    let residual_int8 = match a.residual.as_str() {
+        "int8" => true,
+        "float" | "fp32" | "fp16" => false,
+        r => return Err(format!("error: --residual must be int8 or float, found `{r}`")),
+    };
+    if let Some(t) = a.target_sqnr
+        && !t.is_finite()
+    {
+        return Err(format!("error: --target-sqnr must be a number of dB, found {t}"));
+    }
+    if !(a.scale.is_finite() && a.scale > 0.0) {
+        return Err(format!("error: --scale must be positive, found {}", a.scale));
+    }
+    let mut image = ImageOptions { bgr: a.bgr, scale: a.scale, ..Default::default() };
+    if let Some(s) = &a.image_size {
+        let [h, w] = parse_floats::<2>("--image-size", s)?;
+        if h < 1.0 || w < 1.0 || h.fract() != 0.0 || w.fract() != 0.0 {
+            return Err(format!("error: --image-size takes H,W in pixels, found {s}"));
+        }
+        image.size = Some((h as usize, w as usize));
+    }
+    if let Some(s) = &a.mean {
+        image.mean = parse_floats::<3>("--mean", s)?;
+    }
+    if let Some(s) = &a.std {
+        image.std = parse_floats::<3>("--std", s)?;
+        if image.std.iter().any(|&x| x == 0.0 || !x.is_finite()) {
+            return Err(format!("error: --std must be nonzero, found {s}"));
+        }
+    }
+    if a.output == a.input {
+        return Err(format!("error: the output {} would overwrite the model", a.output.display()));
+    }
+    let loaded = crate::driver::load_model(&a.input, &a.input_shapes)?;
+    let entry = loaded.module.entry().ok_or_else(|| format!("error: {} has no function", a.input.display()))?;
+    let inputs: Vec<(String, aoc_ir::TensorType)> =
+        entry.params().iter().map(|&p| (entry.name_of(p).to_string(), entry.ty(p).clone())).collect();
+    let calib = CalibData::open(&a.calib, &inputs, Some(&image))?;
+    let eval = match &a.eval {
+        Some(d) => Some(CalibData::open(d, &inputs, Some(&image))?),
+        None => None,
+    };
+    for d in std::iter::once(&calib).chain(&eval) {
+        if d.left_out > 0 && !a.quiet {
+            eprintln!("note: {}: {} images that do not fill a batch are left out", d.dir.display(), d.left_out);
+        }
+    }
+    let cfg = Config {
+        method,
+        precision,
+        activations,
+        per_channel_weights: !a.per_tensor_weights,
+        keep: a.keep.iter().filter(|k| !k.is_empty()).cloned().collect(),
+        residual_int8,
+        target_sqnr: a.target_sqnr,
+        sensitivity: a.sensitivity,
+        sensitivity_batches: a.sensitivity_batches,
+        threads: a.threads,
+        requantize: a.requantize,
+        progress: !a.quiet,
+    };
+    let name = a.input.display().to_string();
+    let weights = loaded.weights;
+    let mut outcome = quantize::quantize(loaded.module, weights.as_ref(), &calib, eval.as_ref(), &cfg, &name)?;
+    let written = crate::opt::write_result(&mut outcome.module, weights.as_ref(), &a.output)?;
+    if let Some(r) = &a.report {
+        let text = serde_json::to_string_pretty(&outcome.report).map_err(|e| format!("error: cannot encode the report: {e}"))?;
+        crate::output::write_file(r, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
+    }
+    if !a.quiet {
+        let mut msg = quantize::table(&outcome);
+        for p in written.iter().chain(&a.report) {
+            let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+            msg.push_str(&format!("wrote {} ({})\n", p.display(), crate::driver::human(size)));
+        }
+        eprint!("{msg}");
+    }
     Ok(())
 }
 

@@ -15,6 +15,7 @@ pub mod npy;
 pub mod onnx;
 pub mod opt;
 pub mod output;
+pub mod quantize;
 pub mod render;
 pub mod run_check;
 pub mod weights;

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Compare every EXPECTED/*.npy with the file of the same name in ACTUAL.
 
-    compare_npy.py EXPECTED_DIR ACTUAL_DIR [--atol 1e-4]
+    compare_npy.py EXPECTED_DIR ACTUAL_DIR [--atol 1e-4] [--min-sqnr DB]
 
 Prints the max absolute error per file; exits 1 if a file is missing, has
-another shape, or differs by more than --atol.
+another shape, or differs by more than --atol. With --min-sqnr (for
+quantized models) the test is the signal-to-quantization-noise ratio
+instead: 10 log10(sum(want^2) / sum((got - want)^2)) must be at least DB.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("expected")
     ap.add_argument("actual")
     ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--min-sqnr", type=float, default=None)
     args = ap.parse_args(argv)
 
     names = sorted(n for n in os.listdir(args.expected) if n.endswith(".npy"))
@@ -40,10 +43,20 @@ def main(argv: list[str]) -> int:
             print(f"{name}: shape {got.shape}, expected {want.shape}")
             ok = False
             continue
-        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if want.size else 0.0
-        verdict = "ok" if err <= args.atol else f"FAIL (atol {args.atol:g})"
-        print(f"{name}: max abs error {err:.3g} {verdict}")
-        ok &= err <= args.atol
+        diff = got.astype(np.float64) - want.astype(np.float64)
+        err = float(np.max(np.abs(diff))) if want.size else 0.0
+        if args.min_sqnr is not None:
+            noise = float(np.sum(diff * diff))
+            signal = float(np.sum(want.astype(np.float64) ** 2))
+            sqnr = float("inf") if noise == 0 else 10 * np.log10(signal / noise)
+            good = sqnr >= args.min_sqnr
+            verdict = "ok" if good else f"FAIL (min SQNR {args.min_sqnr:g} dB)"
+            print(f"{name}: SQNR {sqnr:.2f} dB, max abs error {err:.3g} {verdict}")
+        else:
+            good = err <= args.atol
+            verdict = "ok" if good else f"FAIL (atol {args.atol:g})"
+            print(f"{name}: max abs error {err:.3g} {verdict}")
+        ok &= good
     return 0 if ok else 1
 
 

@@ -1,0 +1,628 @@
+//! `aoc quantize`: post-training quantization of a float model.
+//!
+//! The steps, each in its own module:
+//! 1. the float model is prepared (batch-norms folded into the
+//!    convolutions, so the integer model has no BN step left);
+//! 2. [`place::layers`] finds what can run in int8 (or fp8);
+//! 3. calibration runs the float model, compiled for this CPU with every
+//!    tensor to be quantized as an extra output ([`engine`]), over the
+//!    calibration batches ([`calib`]), streaming each tensor into an
+//!    [`range::Observer`];
+//! 4. each tensor's range comes from the chosen [`range::Method`];
+//! 5. [`place::build`] writes the Q/DQ graph for the chosen layers; with
+//!    `--target-sqnr`, layers are measured alone and the most sensitive
+//!    kept in float until the model meets the target;
+//! 6. the result is measured against the float model (output SQNR, and
+//!    top-1 agreement for class scores) on the calibration and `--eval`
+//!    batches, with the same compiled kernels `aoc compile` produces.
+
+pub mod calib;
+pub mod engine;
+pub mod place;
+pub mod range;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+use aoc_ir::attr::{Attr, Attrs, ConstValue};
+use aoc_ir::interp::{WeightSource, eval_op};
+use aoc_ir::module::{Func, Module, ValueDef, ValueId};
+use aoc_ir::types::QuantType;
+use aoc_ir::{Opcode, Tensor};
+use aoc_runtime::exec::Session;
+
+use calib::CalibData;
+use place::{Activations, Precision, WeightFormat};
+use range::{Method, Observer};
+
+/// What `aoc quantize` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub method: Method,
+    pub precision: Precision,
+    pub activations: Activations,
+    pub per_channel_weights: bool,
+    /// `--keep`: layers (by name or glob) left in float.
+    pub keep: Vec<String>,
+    /// `--residual int8` (true) or `float`.
+    pub residual_int8: bool,
+    pub target_sqnr: Option<f64>,
+    /// Measure every layer alone even without a target.
+    pub sensitivity: bool,
+    /// Batches each per-layer measurement runs (the first ones).
+    pub sensitivity_batches: usize,
+    pub threads: usize,
+    /// Quantize a model that is already quantized again, from its float form.
+    pub requantize: bool,
+    /// Show progress bars (on a terminal).
+    pub progress: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            method: Method::Entropy,
+            precision: Precision::Int8,
+            activations: Activations::U8,
+            per_channel_weights: true,
+            keep: vec![],
+            residual_int8: true,
+            target_sqnr: None,
+            sensitivity: false,
+            sensitivity_batches: 8,
+            threads: 0,
+            requantize: false,
+            progress: true,
+        }
+    }
+}
+
+/// A layer's fate, for the table and the report.
+#[derive(Clone, Debug)]
+pub struct LayerResult {
+    pub name: String,
+    pub op: &'static str,
+    /// `int8`, `fp8` or `float`.
+    pub precision: &'static str,
+    /// Why it stayed in float.
+    pub why: Option<String>,
+    /// Output SQNR with only this layer quantized.
+    pub sqnr_alone: Option<f64>,
+}
+
+/// Accuracy of a quantized model against the float one.
+#[derive(Clone, Copy, Debug)]
+pub struct Score {
+    /// Output SQNR in dB over all outputs and batches (infinite when equal).
+    pub sqnr_db: f64,
+    /// Top-1 agreement of class-score outputs ([N, C]), when there are any.
+    pub top1: Option<f64>,
+    pub batches: usize,
+}
+
+/// What `aoc quantize` produced.
+pub struct Outcome {
+    pub module: Module,
+    pub layers: Vec<LayerResult>,
+    pub calib: Score,
+    pub eval: Option<Score>,
+    pub report: serde_json::Value,
+}
+
+fn db(x: f64) -> String {
+    if x.is_infinite() { "exact".to_string() } else { format!("{x:.2} dB") }
+}
+
+fn json_db(x: f64) -> serde_json::Value {
+    if x.is_finite() { serde_json::json!(x) } else { serde_json::Value::Null }
+}
+
+/// `*` and `?` globs.
+pub fn glob(pat: &str, s: &str) -> bool {
+    fn go(p: &[char], s: &[char]) -> bool {
+        match p.first() {
+            None => s.is_empty(),
+            Some('*') => (0..=s.len()).any(|i| go(&p[1..], &s[i..])),
+            Some('?') => !s.is_empty() && go(&p[1..], &s[1..]),
+            Some(c) => s.first() == Some(c) && go(&p[1..], &s[1..]),
+        }
+    }
+    go(&pat.chars().collect::<Vec<_>>(), &s.chars().collect::<Vec<_>>())
+}
+
+/// Quant ops and quantized values of a function.
+fn quantized_ops(f: &Func) -> Vec<String> {
+    let mut kinds: Vec<String> = vec![];
+    for &op in &f.body.ops {
+        let d = &f.ops[op];
+        let q = d.opcode.name().starts_with("quant.")
+            || d.results.iter().any(|&r| f.ty(r).elem.quant().is_some());
+        if q && !kinds.iter().any(|k| k == d.opcode.name()) {
+            kinds.push(d.opcode.name().to_string());
+        }
+    }
+    kinds
+}
+
+/// `--requantize`: the float form of a Q/DQ model. Quantized constants
+/// behind a dequantize become float constants of their values, and each
+/// `dequantize(quantize(x))` becomes `x`. Integer compute ops have no
+/// float form here and are refused.
+fn strip_qdq(f: &mut Func, weights: &dyn WeightSource) -> Result<(), String> {
+    let mut replace: HashMap<ValueId, ValueId> = HashMap::new();
+    let mut consts = place::Consts::new(f, weights);
+    let mut new_consts: Vec<(aoc_ir::OpId, Tensor, aoc_ir::Location, String)> = vec![];
+    for &op in &f.body.ops {
+        let d = &f.ops[op];
+        if d.opcode != Opcode::Dequantize {
+            continue;
+        }
+        let (x, y) = (d.operands[0], d.results[0]);
+        if let ValueDef::Result(qop, _) = f.values[x].def
+            && f.ops[qop].opcode == Opcode::Quantize
+        {
+            replace.insert(y, f.ops[qop].operands[0]);
+        } else if let Some(t) = consts.get(x)? {
+            let ty = f.ty(y).clone();
+            let out = eval_op(Opcode::Dequantize, &[&t], &Attrs::new(), std::slice::from_ref(&ty), weights)
+                .map_err(|m| format!("error: {m}"))?;
+            new_consts.push((op, out.into_iter().next().expect("one result"), d.loc.clone(), f.name_of(y).to_string()));
+        }
+    }
+    drop(consts);
+    for (op, t, loc, name) in new_consts {
+        let ty = t.ty.clone();
+        let attrs = Attrs::new().with("value", Attr::Const(ConstValue::tensor(t)));
+        let c = f
+            .push_op(Opcode::Const, &[], attrs, Some(vec![ty]), &format!("{name}.float"), loc)
+            .map_err(|d| format!("error: {}", d.message))?[0];
+        let new = f.body.ops.pop().expect("just pushed");
+        let pos = f.body.ops.iter().position(|&o| o == op).expect("op in body");
+        f.body.ops.insert(pos, new);
+        replace.insert(f.ops[op].results[0], c);
+    }
+    let resolve = |mut v: ValueId| {
+        while let Some(&n) = replace.get(&v) {
+            v = n;
+        }
+        v
+    };
+    let ops = f.body.ops.clone();
+    for op in ops {
+        for i in 0..f.ops[op].operands.len() {
+            f.ops[op].operands[i] = resolve(f.ops[op].operands[i]);
+        }
+    }
+    for r in f.body.terminator.iter_mut() {
+        *r = resolve(*r);
+    }
+    place::remove_dead(f);
+    let left = quantized_ops(f);
+    if !left.is_empty() {
+        return Err(format!(
+            "error: --requantize takes Q/DQ models (quantize/dequantize around float ops); this one has integer ops without a float form here: {}",
+            left.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The calibration (or evaluation) batches with the float model's outputs.
+struct Set<'a> {
+    data: &'a CalibData,
+    /// Encoded inputs of each batch, while they fit the cache.
+    cache: Vec<Option<Vec<Vec<u8>>>>,
+    /// The float model's outputs per batch (f32 values per output).
+    refs: Vec<Vec<Vec<f32>>>,
+    /// Output shapes.
+    shapes: Vec<Vec<usize>>,
+}
+
+/// Encoded calibration inputs kept in memory up to this size; beyond it
+/// batches are read again from disk for each measurement.
+const CACHE_LIMIT: usize = 1 << 30;
+
+impl Set<'_> {
+    fn inputs(&self, i: usize) -> Result<Vec<Vec<u8>>, String> {
+        match &self.cache[i] {
+            Some(b) => Ok(b.clone()),
+            None => Ok(engine::encode(&self.data.load(i)?)),
+        }
+    }
+
+    /// Runs `s` (the model with its outputs only) on the first `limit`
+    /// batches and compares with the float outputs.
+    fn score(&self, s: &Session, limit: usize) -> Result<Score, String> {
+        let (mut signal, mut noise) = (0f64, 0f64);
+        let (mut agree, mut rows) = (0usize, 0usize);
+        let n = limit.min(self.refs.len());
+        for i in 0..n {
+            let outs = engine::run(s, &self.inputs(i)?)?;
+            for ((o, r), shape) in outs.iter().zip(&self.refs[i]).zip(&self.shapes) {
+                let q = engine::f32s(o);
+                for (&a, &b) in r.iter().zip(&q) {
+                    signal += (a as f64) * (a as f64);
+                    let e = a as f64 - b as f64;
+                    noise += if e.is_nan() { f64::INFINITY } else { e * e };
+                }
+                if shape.len() == 2 && shape[1] >= 2 {
+                    for (ra, qa) in r.chunks(shape[1]).zip(q.chunks(shape[1])) {
+                        agree += (argmax(ra) == argmax(qa)) as usize;
+                        rows += 1;
+                    }
+                }
+            }
+        }
+        let sqnr_db = if noise == 0.0 { f64::INFINITY } else { 10.0 * (signal / noise).log10() };
+        Ok(Score { sqnr_db, top1: (rows > 0).then(|| agree as f64 / rows as f64), batches: n })
+    }
+}
+
+fn argmax(xs: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn progress(enabled: bool, len: usize, what: &str) -> indicatif::ProgressBar {
+    if !enabled {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg:<12} [{bar:30}] {pos}/{len} batches, {per_sec}, ETA {eta}") {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Quantizes `module` (its entry function) with calibration batches
+/// `calib`; `eval` are held-out batches measured at the end.
+pub fn quantize(
+    mut module: Module,
+    weights: &dyn WeightSource,
+    calib: &CalibData,
+    eval: Option<&CalibData>,
+    cfg: &Config,
+    model_name: &str,
+) -> Result<Outcome, String> {
+    let t_start = Instant::now();
+    let entry = module.entry().ok_or_else(|| format!("error: {model_name} has no function"))?.name.clone();
+    let fidx = module.funcs.iter().position(|f| f.name == entry).expect("entry exists");
+    let q = quantized_ops(&module.funcs[fidx]);
+    if !q.is_empty() {
+        if !cfg.requantize {
+            return Err(format!(
+                "error: {model_name} is already quantized (it has {}); it compiles to integer kernels as it is (aoc compile {model_name}). Use --requantize to calibrate it again from its float form",
+                q.join(", ")
+            ));
+        }
+        strip_qdq(&mut module.funcs[fidx], weights)?;
+    }
+    // 1. Batch-norms folded first: a BN left between a conv and its
+    // quantize would keep the conv in float.
+    let prep = crate::opt::OptConfig { passes: Some("fold-bn".to_string()), ..Default::default() };
+    crate::opt::optimize(&mut module, weights, &prep, None)?;
+    let func = module.funcs[fidx].clone();
+
+    // 2. Layers, and what the user keeps in float.
+    let mut layers = place::layers(&func, weights)?;
+    if layers.iter().all(|l| l.unsupported.is_some()) {
+        return Err(format!(
+            "error: {model_name} has no layer to quantize (convolutions, matmuls, gemms, residual adds, average pools in f32)"
+        ));
+    }
+    let mut kept: HashMap<usize, String> = HashMap::new();
+    for pat in &cfg.keep {
+        let hits: Vec<usize> =
+            (0..layers.len()).filter(|&i| glob(pat, &layers[i].name) || glob(pat, &layers[i].value_name)).collect();
+        if hits.is_empty() {
+            let names: Vec<&str> = layers.iter().take(12).map(|l| l.name.as_str()).collect();
+            return Err(format!(
+                "error: --keep {pat} matches no layer; the layers are named {}{}",
+                names.join(", "),
+                if layers.len() > 12 { ", ..." } else { "" }
+            ));
+        }
+        for i in hits {
+            kept.insert(i, "--keep".to_string());
+        }
+    }
+    if !cfg.residual_int8 {
+        for (i, l) in layers.iter().enumerate() {
+            if l.kind == LayerKind::Add {
+                kept.insert(i, "--residual float".to_string());
+            }
+        }
+    }
+    for l in &mut layers {
+        if cfg.precision == Precision::Fp8 && l.unsupported.is_none() && !l.kind.has_weights() {
+            l.unsupported = Some("fp8 runs convolutions and matmuls only".to_string());
+        }
+        if l.unsupported.is_none() && !l.acts.iter().map(|&(_, v)| v).chain([l.output]).all(|v| func.ty(v).elem.is_float()) {
+            l.unsupported = Some("not a float op".to_string());
+        }
+    }
+
+    // 3. Calibration: the float model with every observed tensor as an
+    // extra output, compiled for this CPU.
+    let observed = place::observed_values(&layers);
+    let params: HashSet<ValueId> = func.params().iter().copied().collect();
+    let results: Vec<ValueId> = func.results().to_vec();
+    let extra: Vec<ValueId> = observed.iter().copied().filter(|v| !params.contains(v) && !results.contains(v)).collect();
+    let mut obs_module = module.clone();
+    {
+        let f = &mut obs_module.funcs[fidx];
+        let mut ret = results.clone();
+        ret.extend(&extra);
+        f.set_return(ret);
+    }
+    let t_cal = Instant::now();
+    let float_session = engine::compile(&obs_module, weights, cfg.threads)?;
+    let shapes: Vec<Vec<usize>> = results.iter().map(|&r| func.ty(r).shape.clone()).collect();
+    let mut observers: HashMap<ValueId, Observer> = observed.iter().map(|&v| (v, Observer::default())).collect();
+    let mut set = Set { data: calib, cache: vec![], refs: vec![], shapes: shapes.clone() };
+    let mut cached = 0usize;
+    let pb = progress(cfg.progress, calib.len(), "calibrating");
+    for i in 0..calib.len() {
+        let inputs = calib.load(i)?;
+        let bytes = engine::encode(&inputs);
+        let outs = engine::run(&float_session, &bytes)?;
+        let (model_outs, extra_outs) = outs.split_at(results.len());
+        let mut observe = |v: ValueId, xs: &[f32]| -> Result<(), String> {
+            observers.get_mut(&v).expect("observed").observe(xs).map_err(|at| {
+                format!(
+                    "error: {}: the float model computes a non-finite value in %{} (element {at}); calibration needs finite activations",
+                    calib.describe(i),
+                    func.name_of(v)
+                )
+            })
+        };
+        for (k, &p) in func.params().iter().enumerate() {
+            if observed.contains(&p) {
+                observe(p, &engine::f32s(&bytes[k]))?;
+            }
+        }
+        for &v in &observed {
+            if let Some(k) = results.iter().position(|&r| r == v) {
+                observe(v, &engine::f32s(&model_outs[k]))?;
+            } else if let Some(k) = extra.iter().position(|&e| e == v) {
+                observe(v, &engine::f32s(&extra_outs[k]))?;
+            }
+        }
+        set.refs.push(model_outs.iter().map(|b| engine::f32s(b)).collect());
+        cached += bytes.iter().map(|b| b.len()).sum::<usize>();
+        set.cache.push((cached <= CACHE_LIMIT).then_some(bytes));
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let calib_seconds = t_cal.elapsed().as_secs_f64();
+
+    // The eval batches' float outputs.
+    let mut eval_set = match eval {
+        Some(d) => {
+            let mut s = Set { data: d, cache: vec![], refs: vec![], shapes: shapes.clone() };
+            let pb = progress(cfg.progress, d.len(), "evaluating");
+            for i in 0..d.len() {
+                let bytes = engine::encode(&d.load(i)?);
+                let outs = engine::run(&float_session, &bytes)?;
+                s.refs.push(outs[..results.len()].iter().map(|b| engine::f32s(b)).collect());
+                s.cache.push(None);
+                pb.inc(1);
+            }
+            pb.finish_and_clear();
+            Some(s)
+        }
+        None => None,
+    };
+    drop(float_session);
+
+    // 4. Ranges and types.
+    let mut types: HashMap<ValueId, QuantType> = HashMap::new();
+    let mut ranges: Vec<serde_json::Value> = vec![];
+    for &v in &observed {
+        let o = &observers[&v];
+        let lv = place::levels(o.min, cfg.precision, cfg.activations);
+        let (lo, hi) = o.range(cfg.method, lv);
+        let q = place::activation_type(lo, hi, cfg.precision, cfg.activations);
+        let (scale, zp) = q.params_at(0);
+        ranges.push(serde_json::json!({
+            "tensor": func.name_of(v), "min": o.min, "max": o.max, "lo": lo, "hi": hi,
+            "scale": scale, "zero_point": zp, "storage": q.storage.name(),
+        }));
+        types.insert(v, q);
+    }
+    let act_type = |v: ValueId| types.get(&v).cloned();
+    let wf = WeightFormat {
+        precision: cfg.precision,
+        per_channel: cfg.per_channel_weights,
+        outputs: cfg.precision == Precision::Int8,
+    };
+
+    // 5. The layers to quantize.
+    let candidates: Vec<usize> =
+        (0..layers.len()).filter(|i| layers[*i].unsupported.is_none() && !kept.contains_key(i)).collect();
+    if candidates.is_empty() {
+        return Err("error: every quantizable layer is kept in float (--keep, --residual float); nothing to quantize".to_string());
+    }
+    let module_for = |active: &HashSet<usize>| -> Result<Module, String> {
+        let f = place::build(&func, &layers, active, &act_type, wf)?;
+        let mut m = module.clone();
+        m.funcs[fidx] = f;
+        Ok(m)
+    };
+    let measure = |active: &HashSet<usize>, limit: usize, set: &Set| -> Result<Score, String> {
+        let m = module_for(active)?;
+        let s = engine::compile(&m, weights, cfg.threads)?;
+        set.score(&s, limit)
+    };
+
+    let mut alone: HashMap<usize, f64> = HashMap::new();
+    if cfg.sensitivity || cfg.target_sqnr.is_some() {
+        let pb = progress(cfg.progress, candidates.len(), "sensitivity");
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("{msg:<12} [{bar:30}] {pos}/{len} layers, ETA {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        for &i in &candidates {
+            let s = measure(&HashSet::from([i]), cfg.sensitivity_batches.max(1), &set)?;
+            alone.insert(i, s.sqnr_db);
+            pb.inc(1);
+        }
+        pb.finish_and_clear();
+    }
+    let mut active: HashSet<usize> = candidates.iter().copied().collect();
+    let mut score = measure(&active, usize::MAX, &set)?;
+    let mut target_note = None;
+    if let Some(target) = cfg.target_sqnr {
+        // Most sensitive first: weighted layers by their SQNR alone, then
+        // the rest.
+        let mut order = candidates.clone();
+        order.sort_by(|&a, &b| alone[&a].total_cmp(&alone[&b]));
+        let mut dropped: Vec<usize> = vec![];
+        for &i in &order {
+            if score.sqnr_db >= target {
+                break;
+            }
+            active.remove(&i);
+            dropped.push(i);
+            kept.insert(i, format!("--target-sqnr {target}"));
+            score = measure(&active, usize::MAX, &set)?;
+        }
+        if score.sqnr_db < target {
+            return Err(format!(
+                "error: --target-sqnr {target} cannot be met: with every layer in float the model reaches {}",
+                db(score.sqnr_db)
+            ));
+        }
+        // Fewest kept: try each kept layer back in int8, least sensitive first.
+        for &i in dropped.iter().rev().skip(1) {
+            let mut trial = active.clone();
+            trial.insert(i);
+            let s = measure(&trial, usize::MAX, &set)?;
+            if s.sqnr_db >= target {
+                active = trial;
+                score = s;
+                kept.remove(&i);
+            }
+        }
+        target_note = Some(format!(
+            "--target-sqnr {target}: {} of {} layers kept in float, {} on the calibration set",
+            candidates.len() - active.len(),
+            candidates.len(),
+            db(score.sqnr_db)
+        ));
+    }
+
+    // 6. The result and its accuracy.
+    let out_module = module_for(&active)?;
+    let eval_score = match &mut eval_set {
+        Some(s) => {
+            let sess = engine::compile(&out_module, weights, cfg.threads)?;
+            Some(s.score(&sess, usize::MAX)?)
+        }
+        None => None,
+    };
+    let qname = match cfg.precision {
+        Precision::Int8 => "int8",
+        Precision::Fp8 => "fp8",
+    };
+    let results_: Vec<LayerResult> = layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let on = active.contains(&i);
+            LayerResult {
+                name: l.name.clone(),
+                op: l.kind.name(),
+                precision: if on { qname } else { "float" },
+                why: if on { None } else { l.unsupported.clone().or_else(|| kept.get(&i).cloned()) },
+                sqnr_alone: alone.get(&i).copied(),
+            }
+        })
+        .collect();
+    let score_json = |s: &Score| {
+        serde_json::json!({"sqnr_db": json_db(s.sqnr_db), "top1_agreement": s.top1, "batches": s.batches})
+    };
+    let report = serde_json::json!({
+        "model": model_name,
+        "method": cfg.method.name(),
+        "percentile": match cfg.method { Method::Percentile(p) => Some(p), _ => None },
+        "precision": qname,
+        "activations": match (cfg.precision, cfg.activations) { (Precision::Fp8, _) => "f8E4M3FN", (_, Activations::U8) => "u8", _ => "s8" },
+        "weights": if cfg.per_channel_weights { "per-channel symmetric" } else { "per-tensor symmetric" },
+        "calibration": {"dir": calib.dir.display().to_string(), "batches": calib.len(), "seconds": calib_seconds},
+        "target_sqnr_db": cfg.target_sqnr,
+        "tensors": ranges,
+        "layers": results_.iter().map(|r| serde_json::json!({
+            "name": r.name, "op": r.op, "precision": r.precision, "why_float": r.why,
+            "sqnr_alone_db": r.sqnr_alone.map(json_db),
+        })).collect::<Vec<_>>(),
+        "totals": {
+            "layers": layers.len(),
+            "quantized": active.len(),
+            "float": layers.len() - active.len(),
+            "calibration": score_json(&score),
+            "eval": eval_score.as_ref().map(score_json),
+            "seconds": t_start.elapsed().as_secs_f64(),
+        },
+        "note": target_note,
+    });
+    Ok(Outcome { module: out_module, layers: results_, calib: score, eval: eval_score, report })
+}
+
+use place::LayerKind;
+
+/// The per-layer table `aoc quantize` prints.
+pub fn table(o: &Outcome) -> String {
+    let w = o.layers.iter().map(|l| l.name.len()).max().unwrap_or(5).clamp(5, 48);
+    let mut s = format!("{:<w$}  {:<15}  {:<9}  {:>11}  why\n", "layer", "op", "precision", "SQNR alone");
+    for l in &o.layers {
+        let name = if l.name.len() > w { format!("…{}", &l.name[l.name.len() - (w - 1)..]) } else { l.name.clone() };
+        let alone = l.sqnr_alone.map(db).unwrap_or_else(|| "-".to_string());
+        s.push_str(&format!(
+            "{name:<w$}  {:<15}  {:<9}  {alone:>11}  {}\n",
+            l.op,
+            l.precision,
+            l.why.as_deref().unwrap_or("")
+        ));
+    }
+    let n_q = o.layers.iter().filter(|l| l.precision != "float").count();
+    s.push_str(&format!(
+        "{n_q} of {} layers quantized; output SQNR against float: {} on {} calibration batch{}",
+        o.layers.len(),
+        db(o.calib.sqnr_db),
+        o.calib.batches,
+        if o.calib.batches == 1 { "" } else { "es" }
+    ));
+    if let Some(t) = o.calib.top1 {
+        s.push_str(&format!(", top-1 agreement {:.1}%", t * 100.0));
+    }
+    if let Some(e) = &o.eval {
+        s.push_str(&format!("; {} on {} eval batch{}", db(e.sqnr_db), e.batches, if e.batches == 1 { "" } else { "es" }));
+        if let Some(t) = e.top1 {
+            s.push_str(&format!(", top-1 agreement {:.1}%", t * 100.0));
+        }
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob;
+
+    #[test]
+    fn globs_match_names() {
+        assert!(glob("/layer1/*", "/layer1/conv1/Conv"));
+        assert!(glob("*Conv", "/layer1/conv1/Conv"));
+        assert!(glob("conv?", "conv1"));
+        assert!(!glob("conv?", "conv10"));
+        assert!(glob("fc", "fc"));
+        assert!(!glob("fc", "fc2"));
+    }
+}

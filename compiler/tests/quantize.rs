@@ -1,0 +1,395 @@
+//! `aoc quantize` end to end: every range method on a ResNet-style block
+//! with batch-norms (checked independently with the interpreter and the
+//! compiled artifact), a model with heavy-tailed inputs where clipping
+//! beats min-max, the accuracy target, images, several inputs, models that
+//! are already quantized, and bad input (each a clear message, exit 1, and
+//! no output file).
+
+use aoc_compiler::{npy, weights};
+use aoc_ir::{Scalar, Tensor, TensorType};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quantize").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn aoc(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_aoc")).args(args.iter().map(|a| a.as_ref())).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: &Output) -> String {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(0), "aoc failed:\n{e}");
+    e
+}
+
+/// Exit 1, no panic, every fragment in stderr.
+fn user_error(o: &Output, fragments: &[&str]) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "expected exit 1, stderr:\n{err}");
+    assert!(!err.contains("panicked") && !err.contains("internal error"), "panic:\n{err}");
+    for f in fragments {
+        assert!(err.contains(f), "stderr lacks `{f}`:\n{err}");
+    }
+    err
+}
+
+/// splitmix64 normals, so the data is the same on every machine.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u, v) = (self.unit(), self.unit());
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+}
+
+fn f32_tensor(shape: &[usize], vals: Vec<f64>) -> Tensor {
+    Tensor::from_f64(TensorType::new(shape.to_vec(), Scalar::F32), vals.into_iter().map(|v| v as f32 as f64).collect())
+}
+
+fn save_npy(path: &Path, t: &Tensor) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, npy::npy_bytes(t).unwrap().0).unwrap();
+}
+
+/// `n` batches of smooth-ish normal data of `shape` in `d` (b000.npy, ...).
+fn batches(d: &Path, shape: &[usize], n: usize, seed: u64) -> Vec<PathBuf> {
+    let mut rng = Rng(seed);
+    let len: usize = shape.iter().product();
+    (0..n)
+        .map(|i| {
+            let p = d.join(format!("b{i:03}.npy"));
+            save_npy(&p, &f32_tensor(shape, (0..len).map(|_| rng.normal()).collect()));
+            p
+        })
+        .collect()
+}
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name).join("model.air")
+}
+
+fn report(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn eval_sqnr(r: &serde_json::Value) -> f64 {
+    r["totals"]["eval"]["sqnr_db"].as_f64().expect("a finite eval SQNR")
+}
+
+fn read_f32(path: &Path) -> Vec<f64> {
+    npy::read_npy(path).unwrap().to_f64()
+}
+
+fn sqnr(reference: &[f64], x: &[f64]) -> f64 {
+    let s: f64 = reference.iter().map(|a| a * a).sum();
+    let n: f64 = reference.iter().zip(x).map(|(a, b)| (a - b) * (a - b)).sum();
+    10.0 * (s / n).log10()
+}
+
+#[test]
+fn every_method_quantizes_a_resnet_block_that_compiles_to_integer_kernels() {
+    let d = dir("resnet_block");
+    let model = example("resnet_block");
+    batches(&d.join("calib"), &[1, 3, 32, 32], 16, 1);
+    let eval = batches(&d.join("eval"), &[1, 3, 32, 32], 8, 2);
+    // The float model's output on one held-out batch, by the interpreter.
+    let fl = d.join("float");
+    ok(&aoc(&[&"run", &model, &"--input", &eval[0], &"--output-dir", &fl]));
+    let reference = read_f32(&fl.join("logits.npy"));
+    for method in ["minmax", "entropy", "percentile", "mse"] {
+        let out = d.join(format!("{method}.air"));
+        let rep = d.join(format!("{method}.json"));
+        let e = ok(&aoc(&[
+            &"quantize", &model, &"--calib", &d.join("calib"), &"--eval", &d.join("eval"), &"--method", &method,
+            &"-o", &out, &"--report", &rep,
+        ]));
+        assert!(e.contains("10 of 10 layers quantized"), "{method}:\n{e}");
+        let r = report(&rep);
+        assert_eq!(r["method"], method);
+        assert_eq!(r["totals"]["quantized"], 10, "{method}");
+        let s = eval_sqnr(&r);
+        assert!(s > 26.0, "{method}: eval SQNR {s} dB");
+        assert!(r["totals"]["eval"]["top1_agreement"].as_f64().unwrap() >= 0.75, "{method}");
+        // Weights are stored as int8 per output channel, biases as int32.
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains("!quant.uniform<i8:f32:0, {"), "{method}: no per-channel int8 weights");
+        assert!(text.contains("!quant.uniform<i32:f32:0, {"), "{method}: no int32 biases");
+        assert!(!text.contains("core.batch_norm"), "{method}: batch-norms are folded first");
+        // The interpreter runs the quantized model: its error against float
+        // is what the report says, give or take one batch's spread.
+        let qo = d.join(format!("{method}.q"));
+        ok(&aoc(&[&"run", &out, &"--input", &eval[0], &"--output-dir", &qo]));
+        let interp = read_f32(&qo.join("logits.npy"));
+        let s_interp = sqnr(&reference, &interp);
+        assert!(s_interp > 22.0, "{method}: interpreter SQNR {s_interp} dB");
+        // Compiled for this CPU: integer convolutions, no reference steps,
+        // and within one quantization step of the output of the interpreter.
+        let art = d.join(format!("{method}.aoc"));
+        ok(&aoc(&[&"compile", &out, &"--target", &"host", &"-o", &art]));
+        let explain = String::from_utf8_lossy(&aoc(&[&"explain", &art]).stdout).into_owned();
+        assert!(explain.matches("qconv2d").count() >= 7, "{method}:\n{explain}");
+        assert!(!explain.contains("reference"), "{method}:\n{explain}");
+        let co = d.join(format!("{method}.c"));
+        ok(&aoc(&[&"run", &art, &"--input", &eval[0], &"--output-dir", &co]));
+        let compiled = read_f32(&co.join("logits.npy"));
+        let step = r["tensors"].as_array().unwrap().iter().find(|t| t["tensor"] == "logits").unwrap()["scale"].as_f64().unwrap();
+        for (a, b) in interp.iter().zip(&compiled) {
+            assert!((a - b).abs() <= step * 1.001, "{method}: compiled {b} vs interpreter {a} (step {step})");
+        }
+    }
+}
+
+/// Input channel 0 carries rare huge spikes that the first convolution
+/// all but ignores (its weights there are tiny): min-max spends the int8
+/// range on them, clipping methods keep the resolution where the signal is.
+#[test]
+fn clipping_methods_beat_minmax_on_heavy_tailed_inputs() {
+    let d = dir("heavy_tailed");
+    let mut rng = Rng(11);
+    let mut w1: Vec<f64> = (0..8 * 4 * 9).map(|_| rng.normal() * 0.3).collect();
+    for o in 0..8 {
+        for k in 0..9 {
+            w1[o * 36 + k] *= 0.001;
+        }
+    }
+    let w2: Vec<f64> = (0..8 * 8 * 9).map(|_| rng.normal() * 0.2).collect();
+    let b1: Vec<f64> = (0..8).map(|_| rng.normal() * 0.1).collect();
+    weights::save_safetensors(
+        &d.join("w.safetensors"),
+        &[
+            ("w1".into(), f32_tensor(&[8, 4, 3, 3], w1)),
+            ("b1".into(), f32_tensor(&[8], b1)),
+            ("w2".into(), f32_tensor(&[8, 8, 3, 3], w2)),
+        ],
+    )
+    .unwrap();
+    let model = d.join("m.air");
+    std::fs::write(
+        &model,
+        "weights @weights = \"w.safetensors\"\n\
+         func @main(%x: tensor<1x4x32x32xf32>) -> tensor<1x8x32x32xf32> {\n\
+           %w1 = const @weights[\"w1\"] : tensor<8x4x3x3xf32>\n\
+           %b1 = const @weights[\"b1\"] : tensor<8xf32>\n\
+           %h = core.conv2d %x, %w1, %b1 {pads = [1, 1, 1, 1]} : tensor<1x8x32x32xf32>\n\
+           %r = core.relu %h : tensor<1x8x32x32xf32>\n\
+           %w2 = const @weights[\"w2\"] : tensor<8x8x3x3xf32>\n\
+           %y = core.conv2d %r, %w2 {pads = [1, 1, 1, 1]} : tensor<1x8x32x32xf32>\n\
+           return %y : tensor<1x8x32x32xf32>\n\
+         }\n",
+    )
+    .unwrap();
+    for (sub, n, seed) in [("calib", 16, 3), ("eval", 8, 4)] {
+        let mut rng = Rng(seed);
+        for i in 0..n {
+            // Two spikes in 4096 values: 0.05%, beyond the 99.9th percentile.
+            let mut v: Vec<f64> = (0..4 * 1024).map(|_| rng.normal()).collect();
+            for _ in 0..2 {
+                let at = (rng.next() % 1024) as usize;
+                v[at] = if rng.unit() < 0.5 { -100.0 } else { 100.0 };
+            }
+            save_npy(&d.join(sub).join(format!("b{i:03}.npy")), &f32_tensor(&[1, 4, 32, 32], v));
+        }
+    }
+    let mut got = std::collections::HashMap::new();
+    for method in ["minmax", "entropy", "percentile", "mse"] {
+        let rep = d.join(format!("{method}.json"));
+        ok(&aoc(&[
+            &"quantize", &model, &"--calib", &d.join("calib"), &"--eval", &d.join("eval"), &"--method", &method,
+            &"--percentile", &"99.9", &"-o", &d.join(format!("{method}.air")), &"--report", &rep, &"-q",
+        ]));
+        got.insert(method, eval_sqnr(&report(&rep)));
+    }
+    // MSE weighs the spikes' clipping error in the input itself, where it
+    // is real, so it keeps them; the methods that cut tails win.
+    for m in ["entropy", "percentile"] {
+        assert!(got[m] >= got["minmax"] + 3.0, "{m} {:.2} dB vs minmax {:.2} dB", got[m], got["minmax"]);
+    }
+}
+
+#[test]
+fn the_accuracy_target_keeps_the_most_sensitive_layers_in_float() {
+    let d = dir("target");
+    let model = example("resnet_block");
+    batches(&d.join("calib"), &[1, 3, 32, 32], 8, 5);
+    let all = d.join("all.json");
+    ok(&aoc(&[&"quantize", &model, &"--calib", &d.join("calib"), &"-o", &d.join("all.air"), &"--report", &all, &"-q"]));
+    let base = report(&all)["totals"]["calibration"]["sqnr_db"].as_f64().unwrap();
+    let target = base + 3.0;
+    let rep = d.join("t.json");
+    let e = ok(&aoc(&[
+        &"quantize", &model, &"--calib", &d.join("calib"), &"--target-sqnr", &target.to_string(),
+        &"-o", &d.join("t.air"), &"--report", &rep,
+    ]));
+    assert!(e.contains("SQNR alone"), "{e}");
+    let r = report(&rep);
+    let reached = r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap();
+    assert!(reached >= target, "{reached} dB < target {target} dB");
+    let float = r["totals"]["float"].as_u64().unwrap();
+    let quantized = r["totals"]["quantized"].as_u64().unwrap();
+    assert!(float >= 1 && quantized >= 1, "{r}");
+    // Every kept layer says why, and every layer was measured alone.
+    for l in r["layers"].as_array().unwrap() {
+        assert!(l["sqnr_alone_db"].is_number(), "{l}");
+        if l["precision"] == "float" {
+            assert!(l["why_float"].as_str().unwrap().contains("--target-sqnr"), "{l}");
+        }
+    }
+    // --keep: a named layer stays in float.
+    let rep = d.join("k.json");
+    ok(&aoc(&[
+        &"quantize", &model, &"--calib", &d.join("calib"), &"--keep", &"/fc/*", &"--residual", &"float",
+        &"-o", &d.join("k.air"), &"--report", &rep, &"-q",
+    ]));
+    let r = report(&rep);
+    for l in r["layers"].as_array().unwrap() {
+        let float = l["precision"] == "float";
+        let should = l["name"] == "/fc/Gemm" || l["op"] == "add";
+        assert_eq!(float, should, "{l}");
+    }
+}
+
+#[test]
+fn images_and_several_inputs_calibrate() {
+    let d = dir("images");
+    let imgs = d.join("imgs");
+    std::fs::create_dir_all(&imgs).unwrap();
+    let mut rng = Rng(9);
+    for i in 0..5 {
+        let img = image::RgbImage::from_fn(40, 36, |x, y| {
+            image::Rgb([(x * 6) as u8, (y * 7) as u8, (rng.next() % 256) as u8])
+        });
+        img.save(imgs.join(format!("im{i}.png"))).unwrap();
+    }
+    let rep = d.join("r.json");
+    let e = ok(&aoc(&[
+        &"quantize", &example("resnet_block"), &"--calib", &imgs, &"--mean", &"0.485,0.456,0.406", &"--std",
+        &"0.229,0.224,0.225", &"-o", &d.join("q.air"), &"--report", &rep,
+    ]));
+    assert!(e.contains("layers quantized"), "{e}");
+    let r = report(&rep);
+    assert_eq!(r["calibration"]["batches"], 5);
+    // The input's range is that of the normalized images: (0 - 0.485) / 0.229 at the lowest.
+    let input = r["tensors"].as_array().unwrap().iter().find(|t| t["tensor"] == "input").unwrap().clone();
+    assert!(input["min"].as_f64().unwrap() >= -2.2 && input["max"].as_f64().unwrap() <= 2.7, "{input}");
+    // An image that cannot be decoded is named.
+    std::fs::write(imgs.join("broken.png"), b"not a png").unwrap();
+    let o = aoc(&[&"quantize", &example("resnet_block"), &"--calib", &imgs, &"-o", &d.join("b.air")]);
+    user_error(&o, &["broken.png", "cannot read the image"]);
+    assert!(!d.join("b.air").exists());
+    // --image-size must agree with the model.
+    std::fs::remove_file(imgs.join("broken.png")).unwrap();
+    let o = aoc(&[&"quantize", &example("resnet_block"), &"--calib", &imgs, &"--image-size", &"64,64", &"-o", &d.join("b.air")]);
+    user_error(&o, &["--image-size 64,64", "height 32"]);
+
+    // Two inputs: one folder per input, matched by file name.
+    let m = d.join("two.air");
+    std::fs::write(
+        &m,
+        "func @main(%a: tensor<1x2x4x4xf32>, %b: tensor<1x2x4x4xf32>) -> tensor<1x3x4x4xf32> {\n\
+           %w = const dense<[[[[0.5]], [[-0.25]]], [[[0.75]], [[1.0]]], [[[-0.5]], [[0.25]]]]> : tensor<3x2x1x1xf32>\n\
+           %ca = core.conv2d %a, %w : tensor<1x3x4x4xf32>\n\
+           %cb = core.conv2d %b, %w : tensor<1x3x4x4xf32>\n\
+           %y = core.add %ca, %cb : tensor<1x3x4x4xf32>\n\
+           return %y : tensor<1x3x4x4xf32>\n\
+         }\n",
+    )
+    .unwrap();
+    batches(&d.join("two/a"), &[1, 2, 4, 4], 4, 1);
+    batches(&d.join("two/b"), &[1, 2, 4, 4], 4, 2);
+    let rep = d.join("two.json");
+    ok(&aoc(&[&"quantize", &m, &"--calib", &d.join("two"), &"--method", &"minmax", &"-o", &d.join("two.q.air"), &"--report", &rep, &"-q"]));
+    let r = report(&rep);
+    assert_eq!(r["totals"]["quantized"], 3, "{r}");
+    assert!(r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap() > 25.0, "{r}");
+    std::fs::remove_file(d.join("two/b/b003.npy")).unwrap();
+    let o = aoc(&[&"quantize", &m, &"--calib", &d.join("two"), &"-o", &d.join("two.x.air")]);
+    user_error(&o, &["b003.npy", "is missing"]);
+}
+
+#[test]
+fn already_quantized_models_are_refused_unless_requantized() {
+    let d = dir("qdq");
+    let model = example("qdq_cnn");
+    batches(&d.join("calib"), &[1, 3, 32, 32], 4, 1);
+    let o = aoc(&[&"quantize", &model, &"--calib", &d.join("calib"), &"-o", &d.join("q.air")]);
+    user_error(&o, &["already quantized", "--requantize"]);
+    assert!(!d.join("q.air").exists());
+    let rep = d.join("r.json");
+    ok(&aoc(&[&"quantize", &model, &"--calib", &d.join("calib"), &"--requantize", &"-o", &d.join("q.air"), &"--report", &rep, &"-q"]));
+    let r = report(&rep);
+    assert!(r["totals"]["quantized"].as_u64().unwrap() >= 8, "{r}");
+}
+
+#[test]
+fn bad_calibration_data_is_named_and_writes_nothing() {
+    let d = dir("bad");
+    let model = example("resnet_block");
+    let out = d.join("q.air");
+    let run = |calib: &Path, extra: &[&str]| {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"quantize", &model, &"--calib", &calib, &"-o", &out];
+        for e in extra {
+            args.push(e);
+        }
+        aoc(&args)
+    };
+    let empty = d.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    user_error(&run(&empty, &[]), &["holds no calibration data"]);
+    user_error(&run(&d.join("missing"), &[]), &["is not a folder"]);
+    let wrong = d.join("wrong");
+    save_npy(&wrong.join("a.npy"), &f32_tensor(&[1, 3, 16, 16], vec![0.0; 768]));
+    user_error(&run(&wrong, &[]), &["a.npy", "[1, 3, 32, 32]", "[1, 3, 16, 16]"]);
+    let nan = d.join("nan");
+    let mut v = vec![0.5; 3 * 32 * 32];
+    v[40] = f64::NAN;
+    save_npy(&nan.join("n.npy"), &f32_tensor(&[1, 3, 32, 32], v));
+    user_error(&run(&nan, &[]), &["n.npy", "NaN", "[0, 0, 1, 8]"]);
+    let good = d.join("good");
+    batches(&good, &[1, 3, 32, 32], 2, 1);
+    user_error(&run(&good, &["--keep", "no_such_layer"]), &["--keep no_such_layer matches no layer", "/fc/Gemm"]);
+    user_error(&run(&good, &["--method", "kld"]), &["--method must be"]);
+    user_error(&run(&good, &["--percentile", "0", "--method", "percentile"]), &["--percentile"]);
+    user_error(&run(&good, &["--precision", "int4"]), &["--precision must be int8 or fp8"]);
+    user_error(&run(&good, &["--mean", "1,2"]), &["--mean takes 3"]);
+    for f in ["q.air", "q.safetensors"] {
+        assert!(!d.join(f).exists(), "{f} was written");
+    }
+}
+
+#[test]
+fn onnx_models_quantize_and_fp8_is_written() {
+    let d = dir("onnx_fp8");
+    let onnx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.onnx");
+    batches(&d.join("calib"), &[1, 3, 32, 32], 4, 1);
+    let rep = d.join("r.json");
+    ok(&aoc(&[&"quantize", &onnx, &"--calib", &d.join("calib"), &"--precision", &"fp8", &"-o", &d.join("q.air"), &"--report", &rep, &"-q"]));
+    let r = report(&rep);
+    assert_eq!(r["precision"], "fp8");
+    let s = r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap();
+    assert!(s > 15.0, "fp8 SQNR {s}");
+    let text = std::fs::read_to_string(d.join("q.air")).unwrap();
+    assert!(text.contains("!quant.uniform<f8E4M3FN:f32"), "no fp8 types");
+    // The convolutions and the gemm only; adds and pools stay in float.
+    for l in r["layers"].as_array().unwrap() {
+        assert_eq!(l["precision"] == "fp8", ["conv2d", "gemm"].contains(&l["op"].as_str().unwrap()), "{l}");
+    }
+}
