@@ -64,6 +64,12 @@ static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Print only errors and results: no summaries, tables, warnings or progress.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Print more: per-pass timing (compile, bench of a model), per-tensor ranges (quantize), the check summary.
+    #[arg(short, long, global = true, conflicts_with = "quiet")]
+    pub verbose: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -258,9 +264,6 @@ pub struct QuantizeArgs {
     /// Worker threads for calibration (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Print nothing but errors (no table, no progress).
-    #[arg(short, long)]
-    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -363,9 +366,6 @@ pub struct CheckArgs {
     /// The .air (or .onnx) file.
     #[arg(value_name = "FILE.air")]
     pub input: PathBuf,
-    /// Print a one-line summary when the module is valid.
-    #[arg(short, long)]
-    pub verbose: bool,
     /// For .onnx files: fix the shape of input NAME (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<usize>)>,
@@ -519,6 +519,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
 
 /// Runs a parsed command line.
 pub fn execute(cli: Cli) -> Result<(), String> {
+    crate::say::set(cli.quiet, cli.verbose);
     match cli.command {
         Command::Import(a) => cmd_import(a),
         Command::Check(a) => cmd_check(a),
@@ -568,7 +569,7 @@ fn cmd_import(a: ImportArgs) -> Result<(), String> {
         let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         msg.push_str(&format!("\nwrote {} ({})", p.display(), crate::driver::human(size)));
     }
-    eprintln!("{msg}");
+    crate::say::info(&msg);
     Ok(())
 }
 
@@ -648,8 +649,8 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
         None => None,
     };
     for d in std::iter::once(&calib).chain(&eval) {
-        if d.left_out > 0 && !a.quiet {
-            eprintln!("note: {}: {} images that do not fill a batch are left out", d.dir.display(), d.left_out);
+        if d.left_out > 0 {
+            crate::say::info(&format!("note: {}: {} images that do not fill a batch are left out", d.dir.display(), d.left_out));
         }
     }
     let cfg = Config {
@@ -664,7 +665,7 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
         sensitivity_batches: a.sensitivity_batches,
         threads: a.threads,
         requantize: a.requantize,
-        progress: !a.quiet,
+        progress: !crate::say::quiet(),
     };
     let name = a.input.display().to_string();
     let weights = loaded.weights;
@@ -674,13 +675,16 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
         let text = serde_json::to_string_pretty(&outcome.report).map_err(|e| format!("error: cannot encode the report: {e}"))?;
         crate::output::write_file(r, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
     }
-    if !a.quiet {
+    if crate::say::verbose() {
+        crate::say::detail(&quantize::ranges_table(&outcome));
+    }
+    {
         let mut msg = quantize::table(&outcome);
         for p in written.iter().chain(&a.report) {
             let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
             msg.push_str(&format!("wrote {} ({})\n", p.display(), crate::driver::human(size)));
         }
-        eprint!("{msg}");
+        crate::say::info(&msg);
     }
     Ok(())
 }
@@ -690,7 +694,7 @@ fn cmd_check(a: CheckArgs) -> Result<(), String> {
         import_onnx(&a.input, &a.input_shapes, "weights.safetensors")?.0
     } else {
         let file = read_air(&a.input)?;
-        eprint!("{}", file.warnings);
+        crate::say::info(&file.warnings);
         // The weights files too: every `const @w["key"]` must exist with its
         // declared dtype and shape (headers only; nothing is decoded).
         let weights = crate::weights::SafetensorsWeights::for_module(&file.module, &a.input);
@@ -703,7 +707,7 @@ fn cmd_check(a: CheckArgs) -> Result<(), String> {
         }
         file.module
     };
-    if a.verbose {
+    if crate::say::verbose() {
         print_stdout(&format!(
             "{}: ok ({})\n",
             a.input.display(),
@@ -740,7 +744,7 @@ fn cmd_opt(a: OptArgs) -> Result<(), String> {
         None => None,
     };
     let file = read_air(&input)?;
-    eprint!("{}", file.warnings);
+    crate::say::info(&file.warnings);
     let name = input.display().to_string();
     let config = a.config(rules);
     let weights = SafetensorsWeights::for_module(&file.module, &input);
@@ -819,7 +823,7 @@ fn cmd_run(a: RunArgs) -> Result<(), String> {
         Some(dir) => {
             let (paths, notes) = write_outputs(dir, &outputs)?;
             for n in notes {
-                eprintln!("note: {n}");
+                crate::say::info(&format!("note: {n}"));
             }
             let lines: String = paths
                 .iter()
@@ -859,7 +863,7 @@ fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     let output = compile_output(&a, ext)?;
     let passes = a.passes.as_deref().unwrap_or(CPU_PIPELINE);
     let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, !a.no_verify_each, emit, &output, a.reference_fallback)?;
-    eprintln!("{msg}");
+    crate::say::info(&msg);
     Ok(())
 }
 
@@ -889,7 +893,7 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
     let cache = a.tune_cache.clone().unwrap_or_else(crate::gpu::default_tune_cache);
     let tune = (a.tune && emit == GpuEmit::Artifact).then_some(cache.as_path());
     let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, !a.no_verify_each, emit, &output, tune, a.reference_fallback)?;
-    eprintln!("{msg}");
+    crate::say::info(&msg);
     Ok(())
 }
 

@@ -179,7 +179,15 @@ pub fn explain(path: &Path) -> Result<String, String> {
     for o in &m.outputs {
         out.push_str(&format!("  output {} {} {:?}\n", o.name, o.dtype, o.shape));
     }
-    for (i, (step, origin)) in s.plan().steps.iter().zip(&s.plan().origins).enumerate() {
+    let plan = s.plan();
+    // A quantized artifact also gets each step's precision, and why a
+    // compute step is not in int8.
+    let precisions: Option<Vec<&str>> = plan
+        .origins
+        .iter()
+        .any(|o| o.starts_with("quant."))
+        .then(|| plan.steps.iter().zip(&plan.origins).map(|(st, o)| step_precision(st, o)).collect());
+    for (i, (step, origin)) in plan.steps.iter().zip(&plan.origins).enumerate() {
         let what = match step {
             Step::Gemm { m, n, k, relu, clip, gelu, .. } => {
                 format!("gemm {m}x{n}x{k}{}", activations(*relu, *clip, *gelu))
@@ -202,9 +210,76 @@ pub fn explain(path: &Path) -> Result<String, String> {
             }
             other => other.kind().to_string(),
         };
-        out.push_str(&format!("  {i:>4}  {what:<44} <- {origin}\n"));
+        match &precisions {
+            Some(p) => out.push_str(&format!("  {i:>4}  {:<7} {what:<44} <- {origin}\n", p[i])),
+            None => out.push_str(&format!("  {i:>4}  {what:<44} <- {origin}\n")),
+        }
+    }
+    if let Some(p) = &precisions {
+        out.push_str(&not_in_int8(plan, p));
     }
     Ok(out)
+}
+
+/// The precision a step computes in, for `aoc explain` on quantized
+/// artifacts: `int8` (integer kernels), `quant`/`dequant` (the conversions)
+/// or `f32`.
+fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'static str {
+    use aoc_runtime::plan::Step;
+    if matches!(step, Step::QConv2d { .. }) {
+        return "int8";
+    }
+    if matches!(step, Step::Copy { .. } | Step::Fill { .. } | Step::Gather { .. }) {
+        return "move";
+    }
+    if origin.starts_with("quant.quantize") || origin.starts_with("quant.requantize") {
+        return "quant";
+    }
+    if origin.starts_with("quant.dequantize") {
+        return "dequant";
+    }
+    if origin.starts_with("quant.") && matches!(step, Step::Pointwise { .. }) {
+        return "int8";
+    }
+    "f32"
+}
+
+/// The `loc("...")` of an origin string.
+fn origin_loc(origin: &str) -> Option<&str> {
+    let start = origin.find("loc(\"")? + 5;
+    let len = origin[start..].find("\")")?;
+    Some(&origin[start..start + len])
+}
+
+/// The compute steps of a quantized artifact that run in f32, and why.
+fn not_in_int8(plan: &aoc_runtime::plan::Plan, precision: &[&str]) -> String {
+    use aoc_runtime::plan::Step;
+    let dequantized: std::collections::HashSet<&str> = plan
+        .origins
+        .iter()
+        .zip(precision)
+        .filter(|(_, p)| **p == "dequant")
+        .filter_map(|(o, _)| origin_loc(o))
+        .collect();
+    let mut lines = String::new();
+    for (i, (st, o)) in plan.steps.iter().zip(&plan.origins).enumerate() {
+        let compute = !matches!(st, Step::Pointwise { .. });
+        if precision[i] != "f32" || !compute {
+            continue;
+        }
+        let op = o.split_whitespace().next().unwrap_or("?");
+        let why = if origin_loc(o).is_some_and(|l| dequantized.contains(l)) {
+            "no integer kernel for it here: it runs on dequantized values and is quantized again"
+        } else {
+            "a float layer: not quantized, or kept in float by aoc quantize (its report says why)"
+        };
+        lines.push_str(&format!("  {i:>4}  {op} {}: {why}\n", origin_loc(o).unwrap_or("")));
+    }
+    if lines.is_empty() {
+        "  every compute step runs in int8\n".to_string()
+    } else {
+        format!("  not in int8:\n{lines}")
+    }
 }
 
 /// The activations a GEMM or convolution step applies, for `aoc explain`.

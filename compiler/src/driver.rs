@@ -141,7 +141,7 @@ pub fn import_onnx(
     let imported =
         onnx::import_model(&bytes, &opts).map_err(|d| render::render_plain(&[d], &name))?;
     for w in &imported.warnings {
-        eprintln!("warning: {name}: {w}");
+        crate::say::info(&format!("warning: {name}: {w}"));
     }
     let mut module = imported.module;
     let errors = aoc_ir::verify::verify_module(&module);
@@ -215,7 +215,7 @@ pub fn load_model(path: &Path, input_shapes: &[(String, Vec<usize>)]) -> Result<
     }
     let file = read_air(path)?;
     if !file.warnings.is_empty() {
-        eprint!("{}", file.warnings);
+        crate::say::info(&file.warnings);
     }
     let weights = SafetensorsWeights::for_module(&file.module, path);
     Ok(Loaded {
@@ -309,7 +309,8 @@ pub fn load_optimized(
         verify_each,
         ..Default::default()
     };
-    crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    let outcome = crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    crate::say::detail(&outcome.report.render_timing());
     if let Some(out) = air_out {
         let text = aoc_ir::print::print_module(&loaded.module);
         crate::output::write_file(out, text.as_bytes()).map_err(|m| format!("error: {m}"))?;

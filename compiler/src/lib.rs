@@ -18,4 +18,5 @@ pub mod output;
 pub mod quantize;
 pub mod render;
 pub mod run_check;
+pub mod say;
 pub mod weights;

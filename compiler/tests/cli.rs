@@ -119,6 +119,38 @@ fn check_prints_nothing_for_a_valid_file() {
 }
 
 #[test]
+fn quiet_and_verbose_apply_to_every_command() {
+    let d = dir("quiet_verbose");
+    let f = write(&d, "m.air", SAMPLE);
+    // -q: errors only, for any command, before or after the subcommand.
+    for args in [
+        vec!["-q", "compile"],
+        vec!["compile", "--quiet"],
+    ] {
+        let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> = args.iter().map(|s| s as &dyn AsRef<std::ffi::OsStr>).collect();
+        a.push(&f);
+        a.push(&"-o");
+        let out = d.join("m.aoc");
+        a.push(&out);
+        let o = aoc(&a);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(stderr(&o), "", "{args:?}");
+        assert!(out.exists());
+    }
+    let o = aoc(&[&"import", &example_onnx(), &"-o", &d.join("r.air"), &"-q"]);
+    assert_eq!((o.status.code(), stderr(&o)), (Some(0), String::new()));
+    // Errors still print under -q.
+    let o = aoc(&[&"-q", &"check", &d.join("missing.air")]);
+    user_error(&o, &["missing.air"]);
+    // -v: the pass timing of a compile.
+    let o = aoc(&[&"compile", &f, &"-v", &"-o", &d.join("v.aoc")]);
+    let e = stderr(&o);
+    assert!(e.contains("pass timing (wall):") && e.contains("compiled "), "{e}");
+    // The two contradict each other.
+    assert_eq!(aoc(&[&"check", &f, &"-q", &"-v"]).status.code(), Some(2));
+}
+
+#[test]
 fn opt_writes_the_canonical_form_which_is_stable() {
     let d = dir("opt_roundtrip");
     let f = write(&d, "m.air", SAMPLE);

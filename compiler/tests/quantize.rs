@@ -147,6 +147,9 @@ fn every_method_quantizes_a_resnet_block_that_compiles_to_integer_kernels() {
         ok(&aoc(&[&"compile", &out, &"--target", &"host", &"-o", &art]));
         let explain = String::from_utf8_lossy(&aoc(&[&"explain", &art]).stdout).into_owned();
         assert!(explain.matches("qconv2d").count() >= 7, "{method}:\n{explain}");
+        // Each step's precision, and why a step is not in int8.
+        assert!(explain.matches(" int8 ").count() >= 9, "{method}:\n{explain}");
+        assert!(explain.contains("not in int8:") && explain.contains("core.max_pool2d /stem/stem.3/MaxPool: no integer kernel"), "{method}:\n{explain}");
         assert!(!explain.contains("reference"), "{method}:\n{explain}");
         let co = d.join(format!("{method}.c"));
         ok(&aoc(&[&"run", &art, &"--input", &eval[0], &"--output-dir", &co]));

@@ -427,7 +427,9 @@ pub fn quantize(
     for &v in &observed {
         let o = &observers[&v];
         let lv = place::levels(o.min, cfg.precision, cfg.activations);
-        let (lo, hi) = o.range(cfg.method, lv);
+        // A model output's clipping error is the output's error: no clip.
+        let method = if results.contains(&v) { Method::MinMax } else { cfg.method };
+        let (lo, hi) = o.range(method, lv);
         let q = place::activation_type(lo, hi, cfg.precision, cfg.activations);
         let (scale, zp) = q.params_at(0);
         ranges.push(serde_json::json!({
@@ -576,6 +578,25 @@ pub fn quantize(
 }
 
 use place::LayerKind;
+
+/// Every calibrated tensor's observed and chosen range (`aoc quantize -v`).
+pub fn ranges_table(o: &Outcome) -> String {
+    let mut s = format!("{:<40} {:>10} {:>10} {:>10} {:>10} {:>12} {:>5}\n", "tensor", "min", "max", "lo", "hi", "scale", "zp");
+    for t in o.report["tensors"].as_array().into_iter().flatten() {
+        let f = |k: &str| t[k].as_f64().unwrap_or(f64::NAN);
+        s.push_str(&format!(
+            "{:<40} {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>12.4e} {:>5}\n",
+            t["tensor"].as_str().unwrap_or("?"),
+            f("min"),
+            f("max"),
+            f("lo"),
+            f("hi"),
+            f("scale"),
+            t["zero_point"]
+        ));
+    }
+    s
+}
 
 /// The per-layer table `aoc quantize` prints.
 pub fn table(o: &Outcome) -> String {

@@ -22,6 +22,10 @@
 /// Histogram bins (TensorRT's 2048).
 pub const BINS: usize = 2048;
 
+/// The entropy search needs this many nonzero values per quantization
+/// level; below it the tensor keeps its observed range.
+const ENTROPY_MIN_SAMPLES: u64 = 64;
+
 /// A calibration method.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Method {
@@ -138,8 +142,13 @@ impl Observer {
             return 0.0;
         }
         let (hist, width) = self.trimmed();
+        let nonzero = self.count - self.zeros;
         let t = match method {
             Method::MinMax => amax,
+            // A sparse histogram makes the divergence noise: a tensor seen
+            // in fewer than ENTROPY_MIN_SAMPLES values per level (a pooled
+            // vector of a few batches) keeps its observed range.
+            Method::Entropy if nonzero < ENTROPY_MIN_SAMPLES * levels as u64 => amax,
             Method::Entropy => entropy_bins(hist, levels.max(1)) as f64 * width,
             Method::Percentile(p) => percentile(hist, self.zeros, width, p),
             Method::Mse => mse_bins(hist, width, levels.max(1)),
@@ -376,6 +385,14 @@ mod tests {
         assert!(t > 1.8 && t <= 2.0, "T = {t}");
         let t = o.threshold(Method::Mse, 127);
         assert!(t > 1.8 && t <= 2.0, "T = {t}");
+    }
+
+    #[test]
+    fn sparse_histograms_keep_their_range_under_entropy() {
+        let mut rng = crate::opt::Rng(2);
+        let xs: Vec<f32> = (0..4096).map(|_| rng.normal() as f32).collect();
+        let o = observe_all(&[xs]);
+        assert_eq!(o.threshold(Method::Entropy, 127), o.amax());
     }
 
     #[test]
