@@ -104,7 +104,8 @@ pub struct Score {
 pub struct Outcome {
     pub module: Module,
     pub layers: Vec<LayerResult>,
-    pub calib: Score,
+    /// On the calibration set (measured with --target-sqnr, or without --eval).
+    pub calib: Option<Score>,
     pub eval: Option<Score>,
     pub report: serde_json::Value,
 }
@@ -403,7 +404,7 @@ pub fn quantize(
     let calib_seconds = t_cal.elapsed().as_secs_f64();
 
     // The eval batches' float outputs.
-    let mut eval_set = match eval {
+    let eval_set = match eval {
         Some(d) => {
             let mut s = Set { data: d, cache: vec![], refs: vec![], shapes: shapes.clone() };
             let pb = progress(cfg.progress, d.len(), "evaluating");
@@ -478,27 +479,32 @@ pub fn quantize(
         pb.finish_and_clear();
     }
     let mut active: HashSet<usize> = candidates.iter().copied().collect();
-    let mut score = measure(&active, usize::MAX, &set)?;
+    // The calibration set's score: needed by the target; otherwise only
+    // measured when there is no --eval set (the number to trust).
+    let mut score = match cfg.target_sqnr {
+        Some(_) => Some(measure(&active, usize::MAX, &set)?),
+        None => None,
+    };
     let mut target_note = None;
     if let Some(target) = cfg.target_sqnr {
-        // Most sensitive first: weighted layers by their SQNR alone, then
-        // the rest.
+        let mut current = score.expect("measured above");
+        // Most sensitive first.
         let mut order = candidates.clone();
         order.sort_by(|&a, &b| alone[&a].total_cmp(&alone[&b]));
         let mut dropped: Vec<usize> = vec![];
         for &i in &order {
-            if score.sqnr_db >= target {
+            if current.sqnr_db >= target {
                 break;
             }
             active.remove(&i);
             dropped.push(i);
             kept.insert(i, format!("--target-sqnr {target}"));
-            score = measure(&active, usize::MAX, &set)?;
+            current = measure(&active, usize::MAX, &set)?;
         }
-        if score.sqnr_db < target {
+        if current.sqnr_db < target {
             return Err(format!(
                 "error: --target-sqnr {target} cannot be met: with every layer in float the model reaches {}",
-                db(score.sqnr_db)
+                db(current.sqnr_db)
             ));
         }
         // Fewest kept: try each kept layer back in int8, least sensitive first.
@@ -508,7 +514,7 @@ pub fn quantize(
             let s = measure(&trial, usize::MAX, &set)?;
             if s.sqnr_db >= target {
                 active = trial;
-                score = s;
+                current = s;
                 kept.remove(&i);
             }
         }
@@ -516,19 +522,23 @@ pub fn quantize(
             "--target-sqnr {target}: {} of {} layers kept in float, {} on the calibration set",
             candidates.len() - active.len(),
             candidates.len(),
-            db(score.sqnr_db)
+            db(current.sqnr_db)
         ));
+        score = Some(current);
     }
 
-    // 6. The result and its accuracy.
+    // 6. The result and its accuracy (one compiled model for both sets).
     let out_module = module_for(&active)?;
-    let eval_score = match &mut eval_set {
-        Some(s) => {
-            let sess = engine::compile(&out_module, weights, cfg.threads)?;
-            Some(s.score(&sess, usize::MAX)?)
+    let mut eval_score = None;
+    if score.is_none() || eval_set.is_some() {
+        let sess = engine::compile(&out_module, weights, cfg.threads)?;
+        if score.is_none() && eval_set.is_none() {
+            score = Some(set.score(&sess, usize::MAX)?);
         }
-        None => None,
-    };
+        if let Some(s) = &eval_set {
+            eval_score = Some(s.score(&sess, usize::MAX)?);
+        }
+    }
     let qname = match cfg.precision {
         Precision::Int8 => "int8",
         Precision::Fp8 => "fp8",
@@ -568,7 +578,7 @@ pub fn quantize(
             "layers": layers.len(),
             "quantized": active.len(),
             "float": layers.len() - active.len(),
-            "calibration": score_json(&score),
+            "calibration": score.as_ref().map(score_json),
             "eval": eval_score.as_ref().map(score_json),
             "seconds": t_start.elapsed().as_secs_f64(),
         },
@@ -613,23 +623,17 @@ pub fn table(o: &Outcome) -> String {
         ));
     }
     let n_q = o.layers.iter().filter(|l| l.precision != "float").count();
-    s.push_str(&format!(
-        "{n_q} of {} layers quantized; output SQNR against float: {} on {} calibration batch{}",
-        o.layers.len(),
-        db(o.calib.sqnr_db),
-        o.calib.batches,
-        if o.calib.batches == 1 { "" } else { "es" }
-    ));
-    if let Some(t) = o.calib.top1 {
-        s.push_str(&format!(", top-1 agreement {:.1}%", t * 100.0));
-    }
-    if let Some(e) = &o.eval {
-        s.push_str(&format!("; {} on {} eval batch{}", db(e.sqnr_db), e.batches, if e.batches == 1 { "" } else { "es" }));
-        if let Some(t) = e.top1 {
-            s.push_str(&format!(", top-1 agreement {:.1}%", t * 100.0));
+    let mut parts = vec![];
+    for (sc, what) in [(&o.calib, "calibration"), (&o.eval, "eval")] {
+        if let Some(sc) = sc {
+            let mut p = format!("{} on {} {what} batch{}", db(sc.sqnr_db), sc.batches, if sc.batches == 1 { "" } else { "es" });
+            if let Some(t) = sc.top1 {
+                p.push_str(&format!(", top-1 agreement {:.1}%", t * 100.0));
+            }
+            parts.push(p);
         }
     }
-    s.push('\n');
+    s.push_str(&format!("{n_q} of {} layers quantized; output SQNR against float: {}\n", o.layers.len(), parts.join("; ")));
     s
 }
 
