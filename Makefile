@@ -40,7 +40,7 @@ LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
 LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu gpu-test device-bins bench-gpu
+.PHONY: c-lib help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu gpu-test device-bins bench-gpu
 
 help:
 	@echo 'make demo         import examples/resnet_block, run it, compare with ONNX Runtime'
@@ -55,6 +55,7 @@ help:
 	@echo 'make device-bins  build the binaries a GPU machine without cargo runs (build/device/)'
 	@echo 'make bench-gpu    on a GPU machine: aoc vs PyTorch eager/torch.compile and cuBLAS (bench/gpu/run.py)'
 	@echo 'make bench-cpu    build the benchmark models, compare aoc with ONNX Runtime on the CPU (bench/cpu/README.md)'
+	@echo 'make c-lib        the C runtime library: target/release/libaoc_runtime.a and .so, and build/aoc_run_c (examples/c/main.c)'
 	@echo 'make clean-build  remove build/ and .venv/'
 
 # --- Python venv -------------------------------------------------------------
@@ -125,6 +126,16 @@ demo: setup llvm
 	  $(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-gpu --atol 1e-3; \
 	  $(AOC) bench $(DEMO)/model.sm_86.aoc --iters 100; \
 	else echo "demo: no GPU here, so the sm_86 artifact was compiled but not run"; fi
+
+# --- The C runtime library ----------------------------------------------------
+# One place for it: target/release/libaoc_runtime.{a,so} with the header in
+# runtime/include/; build/aoc_run_c is examples/c/main.c linked against it.
+
+c-lib:
+	cargo build --release -p aoc-runtime
+	@mkdir -p $(BUILD)
+	cc -O2 examples/c/main.c -I runtime/include target/release/libaoc_runtime.a -lpthread -ldl -lm -o $(BUILD)/aoc_run_c
+	@echo "C library: target/release/libaoc_runtime.a, target/release/libaoc_runtime.so (header runtime/include/aoc_runtime.h); example: build/aoc_run_c MODEL.aoc"
 
 # --- Examples' .air files ------------------------------------------------------
 # Each examples/NAME/model.onnx (made by examples/make_examples.py) imported

@@ -13,9 +13,11 @@
  * size: the file's byte count is passed through, so a wrong file shows the
  * runtime's error message. Exit status: 0 on success, 1 on any error.
  *
- * Build (from the repository root, after `cargo build -p aoc-runtime`):
- *   cc examples/c/main.c -I runtime/include target/debug/libaoc_runtime.a \
- *      -lpthread -ldl -lm -o aoc_run_c
+ * Build: `make c-lib` (from the repository root) builds the library at
+ * target/release/libaoc_runtime.a (and .so) and this program as
+ * build/aoc_run_c, with
+ *   cc examples/c/main.c -I runtime/include target/release/libaoc_runtime.a \
+ *      -lpthread -ldl -lm -o build/aoc_run_c
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -2,8 +2,9 @@
  * aoc_runtime.h — the C API of the aoc runtime: load a compiled `.aoc`
  * artifact, inspect its inputs and outputs, run inferences.
  *
- * Linking: build the `aoc-runtime` crate (it produces libaoc_runtime.a and
- * libaoc_runtime.so in target/<profile>/) and link either
+ * Linking: `make c-lib` builds target/release/libaoc_runtime.a and
+ * target/release/libaoc_runtime.so (`cargo build --release -p aoc-runtime`);
+ * link either
  *   cc app.c -I runtime/include target/release/libaoc_runtime.a -lpthread -ldl -lm
  * or
  *   cc app.c -I runtime/include -L target/release -laoc_runtime
