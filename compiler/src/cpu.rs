@@ -224,7 +224,7 @@ pub fn explain(path: &Path) -> Result<String, String> {
 /// The precision a step computes in, for `aoc explain` on quantized
 /// artifacts: `int8` (integer kernels), `quant`/`dequant` (the conversions)
 /// or `f32`.
-fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'static str {
+pub(crate) fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'static str {
     use aoc_runtime::plan::Step;
     if matches!(step, Step::QConv2d { .. }) {
         return "int8";
@@ -245,7 +245,7 @@ fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'static str 
 }
 
 /// The `loc("...")` of an origin string.
-fn origin_loc(origin: &str) -> Option<&str> {
+pub(crate) fn origin_loc(origin: &str) -> Option<&str> {
     let start = origin.find("loc(\"")? + 5;
     let len = origin[start..].find("\")")?;
     Some(&origin[start..start + len])

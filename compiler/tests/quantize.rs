@@ -150,6 +150,12 @@ fn every_method_quantizes_a_resnet_block_that_compiles_to_integer_kernels() {
         // Each step's precision, and why a step is not in int8.
         assert!(explain.matches(" int8 ").count() >= 9, "{method}:\n{explain}");
         assert!(explain.contains("not in int8:") && explain.contains("core.max_pool2d /stem/stem.3/MaxPool: no integer kernel"), "{method}:\n{explain}");
+        // The report says which quantized layers have no integer kernel here.
+        for l in r["layers"].as_array().unwrap() {
+            let runs = l["runs"].as_str().unwrap();
+            let int_kernel = ["conv2d", "gemm", "add"].contains(&l["op"].as_str().unwrap());
+            assert_eq!(runs == "integer kernel", int_kernel, "{method}: {l}");
+        }
         assert!(!explain.contains("reference"), "{method}:\n{explain}");
         let co = d.join(format!("{method}.c"));
         ok(&aoc(&[&"run", &art, &"--input", &eval[0], &"--output-dir", &co]));

@@ -84,7 +84,8 @@ pub struct LayerResult {
     pub op: &'static str,
     /// `int8`, `fp8` or `float`.
     pub precision: &'static str,
-    /// Why it stayed in float.
+    /// Why it stayed in float; for a quantized layer, why it does not run
+    /// on an integer kernel of this CPU.
     pub why: Option<String>,
     /// Output SQNR with only this layer quantized.
     pub sqnr_alone: Option<f64>,
@@ -304,6 +305,22 @@ pub fn quantize(
         }
         strip_qdq(&mut module.funcs[fidx], weights)?;
     }
+    // The convolution behind each batch-norm: after folding, the conv
+    // carries the BN's location, but users name layers by the conv.
+    let conv_of_bn: HashMap<String, String> = {
+        let f = &module.funcs[fidx];
+        f.body
+            .ops
+            .iter()
+            .filter(|&&op| f.ops[op].opcode == Opcode::BatchNorm)
+            .filter_map(|&op| {
+                let bn = &f.ops[op];
+                let conv = f.def_op(*bn.operands.first()?)?;
+                let c = &f.ops[conv];
+                (c.opcode == Opcode::Conv2d).then(|| Some((bn.loc.name.clone()?, c.loc.name.clone()?)))?
+            })
+            .collect()
+    };
     // 1. Batch-norms folded first: a BN left between a conv and its
     // quantize would keep the conv in float.
     let prep = crate::opt::OptConfig { passes: Some("fold-bn".to_string()), ..Default::default() };
@@ -312,6 +329,11 @@ pub fn quantize(
 
     // 2. Layers, and what the user keeps in float.
     let mut layers = place::layers(&func, weights)?;
+    for l in &mut layers {
+        if let Some(conv) = conv_of_bn.get(&l.name) {
+            l.aliases.push(std::mem::replace(&mut l.name, conv.clone()));
+        }
+    }
     if layers.iter().all(|l| l.unsupported.is_some()) {
         return Err(format!(
             "error: {model_name} has no layer to quantize (convolutions, matmuls, gemms, residual adds, average pools in f32)"
@@ -319,8 +341,13 @@ pub fn quantize(
     }
     let mut kept: HashMap<usize, String> = HashMap::new();
     for pat in &cfg.keep {
-        let hits: Vec<usize> =
-            (0..layers.len()).filter(|&i| glob(pat, &layers[i].name) || glob(pat, &layers[i].value_name)).collect();
+        // By name (the ONNX node), or by result name or folded BN's name.
+        let hits: Vec<usize> = (0..layers.len())
+            .filter(|&i| {
+                let l = &layers[i];
+                std::iter::once(&l.name).chain([&l.value_name]).chain(&l.aliases).any(|n| glob(pat, n))
+            })
+            .collect();
         if hits.is_empty() {
             let names: Vec<&str> = layers.iter().take(12).map(|l| l.name.as_str()).collect();
             return Err(format!(
@@ -530,15 +557,30 @@ pub fn quantize(
     // 6. The result and its accuracy (one compiled model for both sets).
     let out_module = module_for(&active)?;
     let mut eval_score = None;
-    if score.is_none() || eval_set.is_some() {
-        let sess = engine::compile(&out_module, weights, cfg.threads)?;
-        if score.is_none() && eval_set.is_none() {
-            score = Some(set.score(&sess, usize::MAX)?);
-        }
-        if let Some(s) = &eval_set {
-            eval_score = Some(s.score(&sess, usize::MAX)?);
-        }
+    let sess = engine::compile(&out_module, weights, cfg.threads)?;
+    if score.is_none() && eval_set.is_none() {
+        score = Some(set.score(&sess, usize::MAX)?);
     }
+    if let Some(s) = &eval_set {
+        eval_score = Some(s.score(&sess, usize::MAX)?);
+    }
+    // Which quantized layers this CPU runs on integer kernels: the plan's
+    // int8 steps, by the location of the layer's quantized output.
+    let plan = sess.plan();
+    let int8_locs: HashSet<&str> = plan
+        .steps
+        .iter()
+        .zip(&plan.origins)
+        .filter(|(st, o)| crate::cpu::step_precision(st, o) == "int8")
+        .filter_map(|(_, o)| crate::cpu::origin_loc(o))
+        .collect();
+    let kernel_note = |l: &place::Layer| -> Option<String> {
+        let loc = func.values[l.output].loc.name.as_deref()?;
+        (!int8_locs.contains(loc)).then(|| match cfg.precision {
+            Precision::Int8 => "no integer kernel on this CPU yet: runs as dequantize, float, quantize".to_string(),
+            Precision::Fp8 => "no fp8 kernel on this CPU (fp8 is for sm_89 / sm_90)".to_string(),
+        })
+    };
     let qname = match cfg.precision {
         Precision::Int8 => "int8",
         Precision::Fp8 => "fp8",
@@ -552,7 +594,7 @@ pub fn quantize(
                 name: l.name.clone(),
                 op: l.kind.name(),
                 precision: if on { qname } else { "float" },
-                why: if on { None } else { l.unsupported.clone().or_else(|| kept.get(&i).cloned()) },
+                why: if on { kernel_note(l) } else { l.unsupported.clone().or_else(|| kept.get(&i).cloned()) },
                 sqnr_alone: alone.get(&i).copied(),
             }
         })
@@ -571,7 +613,9 @@ pub fn quantize(
         "target_sqnr_db": cfg.target_sqnr,
         "tensors": ranges,
         "layers": results_.iter().map(|r| serde_json::json!({
-            "name": r.name, "op": r.op, "precision": r.precision, "why_float": r.why,
+            "name": r.name, "op": r.op, "precision": r.precision,
+            "why_float": if r.precision == "float" { r.why.clone() } else { None },
+            "runs": if r.precision == "float" { None } else { Some(r.why.clone().unwrap_or_else(|| "integer kernel".to_string())) },
             "sqnr_alone_db": r.sqnr_alone.map(json_db),
         })).collect::<Vec<_>>(),
         "totals": {

@@ -77,8 +77,10 @@ pub struct Layer {
     pub op: OpId,
     /// The op's `loc` name (the ONNX node), else its result's name.
     pub name: String,
-    /// The result's name (`--keep` matches either).
+    /// The result's name (`--keep` matches it too).
     pub value_name: String,
+    /// Other names `--keep` matches (the batch-norm folded into a conv).
+    pub aliases: Vec<String>,
     pub kind: LayerKind,
     /// Activation operands: (operand index, value).
     pub acts: Vec<(usize, ValueId)>,
@@ -202,6 +204,7 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
             op,
             name: data.loc.name.clone().unwrap_or_else(|| func.name_of(result).to_string()),
             value_name: func.name_of(result).to_string(),
+            aliases: vec![],
             kind,
             acts: vec![],
             weight: None,
