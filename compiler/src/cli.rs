@@ -271,6 +271,9 @@ pub struct ExplainArgs {
     /// The .aoc artifact.
     #[arg(value_name = "FILE.aoc")]
     pub input: PathBuf,
+    /// Print one JSON object: target, inputs, outputs, and every step (kernel, precision, op, loc).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -309,6 +312,9 @@ pub struct CompileArgs {
     /// interpreter inside the artifact (slow; without it such an op is an error that names it).
     #[arg(long)]
     pub reference_fallback: bool,
+    /// Print the summary as one JSON object on stdout (steps by kind, kernels, memory, time).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -334,7 +340,8 @@ pub struct BenchArgs {
     /// Worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// Print one JSON object (p50_ms, p99_ms, mean_ms, throughput_per_s, peak_memory_bytes).
+    /// Print one JSON object (p50_ms, p99_ms, mean_ms, throughput_per_s, peak_memory_bytes; with --profile
+    /// on a CPU artifact also each step's and each kind's median time).
     #[arg(long)]
     pub json: bool,
     /// Inputs as for `aoc run` (default: synthetic).
@@ -528,9 +535,11 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Compile(a) => cmd_compile(a),
         Command::Bench(a) => cmd_bench(a),
         Command::Quantize(a) => cmd_quantize(a),
-        Command::Explain(a) => match crate::gpu::is_gpu_artifact(&a.input)? {
-            Some(art) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
-            None => crate::cpu::explain(&a.input).and_then(|t| print_stdout(&t)),
+        Command::Explain(a) => match (crate::gpu::is_gpu_artifact(&a.input)?, a.json) {
+            (Some(art), false) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
+            (Some(art), true) => crate::gpu::explain_gpu_json(&a.input, &art).and_then(|v| print_stdout(&format!("{v:#}\n"))),
+            (None, false) => crate::cpu::explain(&a.input).and_then(|t| print_stdout(&t)),
+            (None, true) => crate::cpu::explain_json(&a.input).and_then(|v| print_stdout(&format!("{v:#}\n"))),
         },
     }
 }
@@ -862,9 +871,18 @@ fn cmd_compile(a: CompileArgs) -> Result<(), String> {
     };
     let output = compile_output(&a, ext)?;
     let passes = a.passes.as_deref().unwrap_or(CPU_PIPELINE);
-    let msg = compile_cpu(&a.input, &a.input_shapes, level, passes, !a.no_verify_each, emit, &output, a.reference_fallback)?;
-    crate::say::info(&msg);
-    Ok(())
+    let (msg, json) = compile_cpu(&a.input, &a.input_shapes, level, passes, !a.no_verify_each, emit, &output, a.reference_fallback)?;
+    compile_report(a.json, &msg, &json)
+}
+
+/// The compile summary: text on stderr, or with --json one object on stdout.
+fn compile_report(json: bool, msg: &str, v: &serde_json::Value) -> Result<(), String> {
+    if json {
+        print_stdout(&format!("{v:#}\n"))
+    } else {
+        crate::say::info(msg);
+        Ok(())
+    }
 }
 
 /// `-o`, or the input's path with `ext`; never the model itself.
@@ -892,9 +910,8 @@ fn cmd_compile_gpu(a: CompileArgs) -> Result<(), String> {
     let passes = a.passes.as_deref().unwrap_or(GPU_PIPELINE);
     let cache = a.tune_cache.clone().unwrap_or_else(crate::gpu::default_tune_cache);
     let tune = (a.tune && emit == GpuEmit::Artifact).then_some(cache.as_path());
-    let msg = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, !a.no_verify_each, emit, &output, tune, a.reference_fallback)?;
-    crate::say::info(&msg);
-    Ok(())
+    let (msg, json) = compile_gpu(&a.input, &a.input_shapes, sm, precision, passes, !a.no_verify_each, emit, &output, tune, a.reference_fallback)?;
+    compile_report(a.json, &msg, &json)
 }
 
 /// Profiled runs behind `aoc bench --profile` (fewer when --iters is smaller).
@@ -924,6 +941,7 @@ fn cmd_bench(a: BenchArgs) -> Result<(), String> {
         no_verify_each: false,
         input_shapes: a.input_shapes.clone(),
         reference_fallback: false,
+        json: false,
     };
     let result = cmd_compile(compile).and_then(|()| bench_artifact(&a, &art));
     let _ = std::fs::remove_dir_all(&scratch);
@@ -947,6 +965,7 @@ fn bench_artifact(a: &BenchArgs, path: &Path) -> Result<(), String> {
         bind_artifact_inputs(&s, &args)?
     };
     let r = bench(&s, &inputs, a.warmup, a.iters)?;
+    let mut profile_json = None;
     if a.profile {
         let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
         // Each step's median over several profiled runs: one run's step
@@ -964,7 +983,6 @@ fn bench_artifact(a: &BenchArgs, path: &Path) -> Result<(), String> {
             t.sort_by(f64::total_cmp);
             st.3 = t[t.len() / 2];
         }
-        eprintln!("  profile: median of each step over {runs} runs");
         let mut by_kind: Vec<(&str, f64, usize)> = vec![];
         for (_, kind, _, t) in &p.steps {
             match by_kind.iter_mut().find(|(k, _, _)| k == kind) {
@@ -976,13 +994,23 @@ fn bench_artifact(a: &BenchArgs, path: &Path) -> Result<(), String> {
             }
         }
         by_kind.sort_by(|a, b| b.1.total_cmp(&a.1));
-        for (k, t, n) in by_kind {
-            eprintln!("  {k:<18} {n:>4} steps {:>9.3} ms", t * 1e3);
-        }
-        let mut slow = p.steps.clone();
-        slow.sort_by(|a, b| b.3.total_cmp(&a.3));
-        for (i, k, o, t) in slow.iter().take(a.slowest) {
-            eprintln!("  slowest: step {i} {k} {:.3} ms  <- {o}", t * 1e3);
+        if a.json {
+            profile_json = Some(serde_json::json!({
+                "runs": runs,
+                "statistic": "median",
+                "by_kind": by_kind.iter().map(|(k, t, n)| serde_json::json!({"kind": k, "steps": n, "ms": t * 1e3})).collect::<Vec<_>>(),
+                "steps": p.steps.iter().map(|(i, k, o, t)| serde_json::json!({"index": i, "kind": k, "origin": o, "ms": t * 1e3})).collect::<Vec<_>>(),
+            }));
+        } else {
+            eprintln!("  profile: median of each step over {runs} runs");
+            for (k, t, n) in &by_kind {
+                eprintln!("  {k:<18} {n:>4} steps {:>9.3} ms", t * 1e3);
+            }
+            let mut slow = p.steps.clone();
+            slow.sort_by(|a, b| b.3.total_cmp(&a.3));
+            for (i, k, o, t) in slow.iter().take(a.slowest) {
+                eprintln!("  slowest: step {i} {k} {:.3} ms  <- {o}", t * 1e3);
+            }
         }
     }
     if a.json {
@@ -995,6 +1023,7 @@ fn bench_artifact(a: &BenchArgs, path: &Path) -> Result<(), String> {
             "iters": r.iters,
             "threads": r.threads,
             "load_ms": load_ms,
+            "profile": profile_json,
         });
         print_stdout(&format!("{v}\n"))
     } else {

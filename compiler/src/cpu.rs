@@ -53,11 +53,12 @@ pub fn compile_cpu(
     emit: Emit,
     output: &Path,
     reference_fallback: bool,
-) -> Result<String, String> {
+) -> Result<(String, serde_json::Value), String> {
     let opts = LowerOptions { reference_fallback, ..LowerOptions::CPU };
     let t0 = Instant::now();
     let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, "x86-64-v4", (emit == Emit::Air).then_some(output))? else {
-        return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
+        let msg = format!("wrote {} (the IR after `{passes}`)", output.display());
+        return Ok((msg, serde_json::json!({"output": output.display().to_string(), "emit": "air", "passes": passes})));
     };
     let func = loaded
         .module
@@ -67,17 +68,35 @@ pub fn compile_cpu(
         let text = emit_text(func, loaded.weights.as_ref(), level, emit == Emit::Asm, &opts)
             .map_err(|d| loaded.render(&[d]))?;
         crate::output::write_file(output, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
-        return Ok(format!("wrote {}", output.display()));
+        let kind = if emit == Emit::Asm { "asm" } else { "clif" };
+        return Ok((format!("wrote {}", output.display()), serde_json::json!({"output": output.display().to_string(), "emit": kind})));
     }
     let out = compile_with(func, loaded.weights.as_ref(), level, &opts).map_err(|d| loaded.render(&[d]))?;
     crate::output::write_file(output, &out.artifact).map_err(|m| format!("error: {m}"))?;
     let r = &out.report;
+    let seconds = t0.elapsed().as_secs_f64();
+    let json = serde_json::json!({
+        "input": input.display().to_string(),
+        "output": output.display().to_string(),
+        "target": level.target_name(),
+        "seconds": seconds,
+        "steps": out.steps,
+        "step_kinds": r.steps.iter().map(|(k, n)| (k.to_string(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
+        "generated_kernels": out.kernels,
+        "code_bytes": out.code_bytes,
+        "weight_bytes": r.weight_bytes,
+        "arena_bytes": out.arena_bytes,
+        "unshared_bytes": r.unshared_bytes,
+        "layout_copies": r.layout_copies,
+        "artifact_bytes": out.artifact.len(),
+        "reference_ops": r.reference_ops.iter().map(|(k, n)| (k.to_string(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
+    });
     let steps: Vec<String> = r.steps.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let mut msg = format!(
         "compiled {} for {} in {:.2} s: {} steps ({}), {} generated kernels ({} bytes of code), weights {}, arena {} (unshared {}), {} layout copies\nwrote {} ({})",
         input.display(),
         level.target_name(),
-        t0.elapsed().as_secs_f64(),
+        seconds,
         out.steps,
         steps.join(", "),
         out.kernels,
@@ -108,7 +127,7 @@ pub fn compile_cpu(
             human(total)
         ));
     }
-    Ok(msg)
+    Ok((msg, json))
 }
 
 /// Loads an artifact for running.
@@ -157,7 +176,6 @@ pub fn bench(s: &Session, inputs: &[Vec<u8>], warmup: usize, iters: usize) -> Re
 
 /// `aoc explain`: the artifact's plan, one line per step.
 pub fn explain(path: &Path) -> Result<String, String> {
-    use aoc_runtime::plan::Step;
     let s = load_session(path, 1)?;
     let m = s.artifact().manifest();
     let mut out = format!(
@@ -188,7 +206,60 @@ pub fn explain(path: &Path) -> Result<String, String> {
         .any(|o| o.starts_with("quant."))
         .then(|| plan.steps.iter().zip(&plan.origins).map(|(st, o)| step_precision(st, o)).collect());
     for (i, (step, origin)) in plan.steps.iter().zip(&plan.origins).enumerate() {
-        let what = match step {
+        let what = step_what(step);
+        match &precisions {
+            Some(p) => out.push_str(&format!("  {i:>4}  {:<7} {what:<44} <- {origin}\n", p[i])),
+            None => out.push_str(&format!("  {i:>4}  {what:<44} <- {origin}\n")),
+        }
+    }
+    if let Some(p) = &precisions {
+        out.push_str(&not_in_int8(plan, p));
+    }
+    Ok(out)
+}
+
+/// `aoc explain --json`: the same as [`explain`], one object.
+pub fn explain_json(path: &Path) -> Result<serde_json::Value, String> {
+    let s = load_session(path, 1)?;
+    let m = s.artifact().manifest();
+    let plan = s.plan();
+    let w = s.artifact().weights_range();
+    let spec = |t: &aoc_runtime::artifact::TensorSpec| serde_json::json!({"name": t.name, "dtype": t.dtype, "shape": t.shape});
+    let steps: Vec<serde_json::Value> = plan
+        .steps
+        .iter()
+        .zip(&plan.origins)
+        .enumerate()
+        .map(|(i, (st, o))| {
+            serde_json::json!({
+                "index": i,
+                "kind": st.kind(),
+                "kernel": step_what(st),
+                "precision": step_precision(st, o),
+                "op": o.split_whitespace().next(),
+                "loc": origin_loc(o),
+                "origin": o,
+            })
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "artifact": path.display().to_string(),
+        "target": m.target,
+        "cpu_features": m.cpu_features,
+        "arena_bytes": m.arena_size,
+        "weight_bytes": w.end - w.start,
+        "kernels": m.code.len(),
+        "inputs": m.inputs.iter().map(spec).collect::<Vec<_>>(),
+        "outputs": m.outputs.iter().map(spec).collect::<Vec<_>>(),
+        "steps": steps,
+    }))
+}
+
+/// One step's kernel and shape, as `aoc explain` prints it.
+fn step_what(step: &aoc_runtime::plan::Step) -> String {
+    use aoc_runtime::plan::Step;
+    {
+        match step {
             Step::Gemm { m, n, k, relu, clip, gelu, .. } => {
                 format!("gemm {m}x{n}x{k}{}", activations(*relu, *clip, *gelu))
             }
@@ -209,16 +280,8 @@ pub fn explain(path: &Path) -> Result<String, String> {
                 format!("reference {op}")
             }
             other => other.kind().to_string(),
-        };
-        match &precisions {
-            Some(p) => out.push_str(&format!("  {i:>4}  {:<7} {what:<44} <- {origin}\n", p[i])),
-            None => out.push_str(&format!("  {i:>4}  {what:<44} <- {origin}\n")),
         }
     }
-    if let Some(p) = &precisions {
-        out.push_str(&not_in_int8(plan, p));
-    }
-    Ok(out)
 }
 
 /// The precision a step computes in, for `aoc explain` on quantized

@@ -137,11 +137,12 @@ pub fn compile_gpu(
     output: &Path,
     tune: Option<&Path>,
     reference_fallback: bool,
-) -> Result<String, String> {
+) -> Result<(String, serde_json::Value), String> {
     let t0 = Instant::now();
     let write = |bytes: &[u8]| crate::output::write_file(output, bytes).map_err(|m| format!("error: {m}"));
+    let wrote = |emit: &str| serde_json::json!({"output": output.display().to_string(), "emit": emit});
     let Some(loaded) = load_optimized(input, input_shapes, passes, verify_each, cost_target(sm), (emit == GpuEmit::Air).then_some(output))? else {
-        return Ok(format!("wrote {} (the IR after `{passes}`)", output.display()));
+        return Ok((format!("wrote {} (the IR after `{passes}`)", output.display()), wrote("air")));
     };
     let func = loaded
         .module
@@ -151,7 +152,7 @@ pub fn compile_gpu(
         let text = emit_text(func, loaded.weights.as_ref(), sm, precision, emit == GpuEmit::Ptx, reference_fallback)
             .map_err(|d| loaded.render(&[d]))?;
         write(text.as_bytes())?;
-        return Ok(format!("wrote {}", output.display()));
+        return Ok((format!("wrote {}", output.display()), wrote(if emit == GpuEmit::Ptx { "ptx" } else { "llvm" })));
     }
     let mut tuner = tune.map(|p| GpuTuner::open(p.to_path_buf())).transpose()?;
     let out = compile(func, loaded.weights.as_ref(), sm, precision, tuner.as_mut().map(|t| t as &mut dyn Tuner), reference_fallback)
@@ -171,12 +172,31 @@ pub fn compile_gpu(
         None => String::new(),
     };
     let r = &out.report;
+    let seconds = t0.elapsed().as_secs_f64();
+    let json = serde_json::json!({
+        "input": input.display().to_string(),
+        "output": output.display().to_string(),
+        "target": sm.to_string(),
+        "precision": precision.name(),
+        "seconds": seconds,
+        "launches": out.launches,
+        "launch_kinds": out.launch_kinds.iter().map(|(k, n)| (k.to_string(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
+        "kernels": out.kernels,
+        "ptx_bytes": out.ptx_bytes,
+        "weight_bytes": r.weight_bytes,
+        "arena_bytes": out.arena_bytes,
+        "unshared_bytes": r.unshared_bytes,
+        "layout_copies": r.layout_copies,
+        "host_items": out.host_items,
+        "artifact_bytes": out.artifact.len(),
+        "reference_ops": r.reference_ops.iter().map(|(k, n)| (k.to_string(), serde_json::json!(n))).collect::<serde_json::Map<_, _>>(),
+    });
     let steps: Vec<String> = out.launch_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let mut msg = format!(
         "compiled {} for {sm} ({}) in {:.2} s: {} launches ({}) of {} kernels, PTX {}, weights {}, arena {} (unshared {}), {} layout copies\nwrote {} ({})",
         input.display(),
         precision.name(),
-        t0.elapsed().as_secs_f64(),
+        seconds,
         out.launches,
         steps.join(", "),
         out.kernels,
@@ -198,7 +218,7 @@ pub fn compile_gpu(
             ops.join(", ")
         ));
     }
-    Ok(msg)
+    Ok((msg, json))
 }
 
 /// Whether the artifact at `path` is for a GPU (its target is `sm_*`).
@@ -306,4 +326,35 @@ pub fn explain_gpu(path: &Path, a: &Artifact) -> Result<String, String> {
         out.push_str(&format!("  {i:>4}  {what:<52} <- {origin}\n"));
     }
     Ok(out)
+}
+
+/// `aoc explain --json` for a GPU artifact: every launch and host step.
+pub fn explain_gpu_json(path: &Path, a: &Artifact) -> Result<serde_json::Value, String> {
+    let m = a.manifest();
+    let plan: aoc_runtime::gpu_plan::GpuPlan =
+        serde_json::from_value(m.plan.clone()).map_err(|e| format!("error: {}: the GPU plan is not valid: {e}", path.display()))?;
+    let w = a.weights_range();
+    let spec = |t: &aoc_runtime::artifact::TensorSpec| serde_json::json!({"name": t.name, "dtype": t.dtype, "shape": t.shape});
+    let items: Vec<serde_json::Value> = plan
+        .items
+        .iter()
+        .zip(&plan.origins)
+        .enumerate()
+        .map(|(i, (item, origin))| match item {
+            GpuItem::Launch(l) => serde_json::json!({
+                "index": i, "kind": "launch", "kernel": l.kernel, "grid": l.grid, "block": l.block, "origin": origin,
+            }),
+            GpuItem::Host { step } => serde_json::json!({"index": i, "kind": "host", "step": step.kind(), "origin": origin}),
+        })
+        .collect();
+    Ok(serde_json::json!({
+        "artifact": path.display().to_string(),
+        "target": m.target,
+        "arena_bytes": m.arena_size,
+        "weight_bytes": w.end - w.start,
+        "ptx_bytes": a.code(aoc_runtime::gpu_plan::PTX_BLOB).map(|c| c.len()).unwrap_or(0),
+        "inputs": m.inputs.iter().map(spec).collect::<Vec<_>>(),
+        "outputs": m.outputs.iter().map(spec).collect::<Vec<_>>(),
+        "items": items,
+    }))
 }

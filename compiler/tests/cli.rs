@@ -151,6 +151,45 @@ fn quiet_and_verbose_apply_to_every_command() {
 }
 
 #[test]
+fn json_reports_of_compile_explain_and_bench_profile() {
+    let d = dir("json_reports");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.air");
+    let art = d.join("m.aoc");
+    let o = aoc(&[&"compile", &model, &"-o", &art, &"--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let kinds: u64 = v["step_kinds"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(kinds, v["steps"].as_u64().unwrap(), "{v}");
+    assert_eq!(v["artifact_bytes"].as_u64().unwrap(), std::fs::metadata(&art).unwrap().len());
+    assert!(v["arena_bytes"].as_u64().unwrap() > 0 && v["weight_bytes"].as_u64().unwrap() > 0);
+    // explain --json: one entry per step of the text form, with kernel, op and loc.
+    let text = String::from_utf8(aoc(&[&"explain", &art]).stdout).unwrap();
+    let o = aoc(&[&"explain", &art, &"--json"]);
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let steps = e["steps"].as_array().unwrap();
+    assert_eq!(steps.len() as u64, v["steps"].as_u64().unwrap());
+    for st in steps {
+        assert!(text.contains(st["kernel"].as_str().unwrap()), "{st}");
+        assert!(st["op"].as_str().unwrap().starts_with("core."), "{st}");
+    }
+    assert_eq!(e["inputs"][0]["name"], "input");
+    // bench --profile --json: each step's median time.
+    let o = aoc(&[&"bench", &art, &"--iters", &"5", &"--profile", &"--json"]);
+    let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(b["profile"]["steps"].as_array().unwrap().len(), steps.len());
+    assert!(b["profile"]["by_kind"][0]["ms"].as_f64().unwrap() > 0.0);
+    // A GPU compile (no GPU needed): launches add up.
+    let o = aoc(&[&"compile", &model, &"--target", &"sm_86", &"-o", &d.join("g.aoc"), &"--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let launches: u64 = g["launch_kinds"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(launches, g["launches"].as_u64().unwrap(), "{g}");
+    let ge: serde_json::Value = serde_json::from_slice(&aoc(&[&"explain", &d.join("g.aoc"), &"--json"]).stdout).unwrap();
+    let items = ge["items"].as_array().unwrap();
+    assert_eq!(items.iter().filter(|i| i["kind"] == "launch").count() as u64, launches);
+}
+
+#[test]
 fn opt_writes_the_canonical_form_which_is_stable() {
     let d = dir("opt_roundtrip");
     let f = write(&d, "m.air", SAMPLE);
