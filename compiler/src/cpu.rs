@@ -71,7 +71,10 @@ pub fn compile_cpu(
         let kind = if emit == Emit::Asm { "asm" } else { "clif" };
         return Ok((format!("wrote {}", output.display()), serde_json::json!({"output": output.display().to_string(), "emit": kind})));
     }
-    let out = compile_with(func, loaded.weights.as_ref(), level, &opts).map_err(|d| loaded.render(&[d]))?;
+    let pb = crate::say::progress(0, &format!("generating code for {}", level.target_name()));
+    let out = compile_with(func, loaded.weights.as_ref(), level, &opts);
+    pb.finish_and_clear();
+    let out = out.map_err(|d| loaded.render(&[d]))?;
     crate::output::write_file(output, &out.artifact).map_err(|m| format!("error: {m}"))?;
     let r = &out.report;
     let seconds = t0.elapsed().as_secs_f64();

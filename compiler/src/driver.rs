@@ -309,7 +309,10 @@ pub fn load_optimized(
         verify_each,
         ..Default::default()
     };
-    let outcome = crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
+    let pb = crate::say::progress(0, &format!("optimizing {} ({passes})", input.display()));
+    let outcome = crate::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None);
+    pb.finish_and_clear();
+    let outcome = outcome?;
     crate::say::detail(&outcome.report.render_timing());
     if let Some(out) = air_out {
         let text = aoc_ir::print::print_module(&loaded.module);
@@ -446,7 +449,12 @@ pub fn run_module(
     let func = module.entry().ok_or_else(|| {
         Diagnostic::error("the module has no function to run", Default::default())
     })?;
-    let outs = aoc_ir::interp::run(func, inputs, weights)?;
+    // A bar for models big enough to take a while in the interpreter.
+    let n = func.body.ops.len();
+    let pb = if n >= 200 { crate::say::progress(n as u64, "interpreting") } else { indicatif::ProgressBar::hidden() };
+    let outs = aoc_ir::interp::run_observed(func, inputs, weights, &mut |k| pb.set_position(k as u64));
+    pb.finish_and_clear();
+    let outs = outs?;
     Ok(func
         .results()
         .iter()

@@ -155,8 +155,11 @@ pub fn compile_gpu(
         return Ok((format!("wrote {}", output.display()), wrote(if emit == GpuEmit::Ptx { "ptx" } else { "llvm" })));
     }
     let mut tuner = tune.map(|p| GpuTuner::open(p.to_path_buf())).transpose()?;
-    let out = compile(func, loaded.weights.as_ref(), sm, precision, tuner.as_mut().map(|t| t as &mut dyn Tuner), reference_fallback)
-        .map_err(|d| loaded.render(&[d]))?;
+    let what = if tuner.is_some() { format!("generating PTX for {sm} and timing GEMM tiles (--tune)") } else { format!("generating PTX for {sm}") };
+    let pb = crate::say::progress(0, &what);
+    let out = compile(func, loaded.weights.as_ref(), sm, precision, tuner.as_mut().map(|t| t as &mut dyn Tuner), reference_fallback);
+    pb.finish_and_clear();
+    let out = out.map_err(|d| loaded.render(&[d]))?;
     write(&out.artifact)?;
     let tuned = match &tuner {
         Some(t) => {

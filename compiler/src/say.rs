@@ -47,3 +47,25 @@ pub fn detail(text: &str) {
         emit(text);
     }
 }
+
+/// A progress bar on stderr for `len` units of `what` (hidden under
+/// `--quiet` and when stderr is not a terminal), or a spinner when `len`
+/// is 0.
+pub fn progress(len: u64, what: &str) -> indicatif::ProgressBar {
+    if quiet() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let (pb, template) = if len == 0 {
+        (indicatif::ProgressBar::new_spinner(), "{spinner} {msg} ({elapsed})")
+    } else {
+        (indicatif::ProgressBar::new(len), "{msg:<12} [{bar:30}] {pos}/{len}, {per_sec}, ETA {eta}")
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    if len == 0 {
+        pb.enable_steady_tick(std::time::Duration::from_millis(120));
+    }
+    pb
+}

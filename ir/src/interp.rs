@@ -81,6 +81,17 @@ pub fn eval_op_with_epilogue(
 /// Runs `func` on `inputs` (one per parameter, in order). Values are dropped
 /// after their last use.
 pub fn run(func: &Func, inputs: Vec<Tensor>, weights: &dyn WeightSource) -> Result<Vec<Tensor>, Diagnostic> {
+    run_observed(func, inputs, weights, &mut |_| {})
+}
+
+/// As [`run`], calling `done(n)` after each of the body's ops with the
+/// number evaluated so far (for a progress bar).
+pub fn run_observed(
+    func: &Func,
+    inputs: Vec<Tensor>,
+    weights: &dyn WeightSource,
+    done: &mut dyn FnMut(usize),
+) -> Result<Vec<Tensor>, Diagnostic> {
     let params = func.params();
     if inputs.len() != params.len() {
         return Err(Diagnostic::error(
@@ -137,6 +148,7 @@ pub fn run(func: &Func, inputs: Vec<Tensor>, weights: &dyn WeightSource) -> Resu
                 env[v.index()] = None;
             }
         }
+        done(pos + 1);
     }
     func.results()
         .iter()

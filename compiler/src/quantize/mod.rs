@@ -274,12 +274,7 @@ fn progress(enabled: bool, len: usize, what: &str) -> indicatif::ProgressBar {
     if !enabled {
         return indicatif::ProgressBar::hidden();
     }
-    let pb = indicatif::ProgressBar::new(len as u64);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg:<12} [{bar:30}] {pos}/{len} batches, {per_sec}, ETA {eta}") {
-        pb.set_style(style.progress_chars("=> "));
-    }
-    pb.set_message(what.to_string());
-    pb
+    crate::say::progress(len as u64, what)
 }
 
 /// Quantizes `module` (its entry function) with calibration batches
