@@ -226,17 +226,29 @@ fn output_row(p: &QuantConv, gi: usize, sums: &[i32], comp: &[i32], scale: &[f32
     }
 }
 
-/// [`output_row`] compiled with FMA and SSE4.1 (AVX2 vectors), where the
+/// The outputs of group `gi` for consecutive pixels: `sums` holds `ocg`
+/// accumulators per pixel, `out` the pixels' `oc` bytes.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn output_rows(p: &QuantConv, gi: usize, ocg: usize, oc: usize, sums: &[i32], comp: &[i32], scale: &[f32], shift: &[f32], out: &mut [u8]) {
+    for (s, o) in sums.chunks_exact(ocg).zip(out.chunks_exact_mut(oc)) {
+        output_row(p, gi, s, comp, scale, shift, o);
+    }
+}
+
+/// [`output_rows`] compiled with FMA and SSE4.1 (AVX2 vectors), where the
 /// baseline build would call libm's `fmaf` and `rintf` per element. The
 /// same operations, so the same bytes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,sse4.1")]
-unsafe fn output_row_avx2(p: &QuantConv, gi: usize, sums: &[i32], comp: &[i32], scale: &[f32], shift: &[f32], out: &mut [u8]) {
-    output_row(p, gi, sums, comp, scale, shift, out)
+#[allow(clippy::too_many_arguments)]
+unsafe fn output_rows_avx2(p: &QuantConv, gi: usize, ocg: usize, oc: usize, sums: &[i32], comp: &[i32], scale: &[f32], shift: &[f32], out: &mut [u8]) {
+    output_rows(p, gi, ocg, oc, sums, comp, scale, shift, out)
 }
 
-/// [`output_row`] on the best instructions this CPU has.
-fn requantize_row(p: &QuantConv, gi: usize, sums: &[i32], comp: &[i32], scale: &[f32], shift: &[f32], out: &mut [u8]) {
+/// [`output_rows`] on the best instructions this CPU has.
+#[allow(clippy::too_many_arguments)]
+fn requantize_rows(p: &QuantConv, gi: usize, ocg: usize, oc: usize, sums: &[i32], comp: &[i32], scale: &[f32], shift: &[f32], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::sync::OnceLock;
@@ -248,11 +260,14 @@ fn requantize_row(p: &QuantConv, gi: usize, sums: &[i32], comp: &[i32], scale: &
         });
         if fast {
             // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { output_row_avx2(p, gi, sums, comp, scale, shift, out) };
+            return unsafe { output_rows_avx2(p, gi, ocg, oc, sums, comp, scale, shift, out) };
         }
     }
-    output_row(p, gi, sums, comp, scale, shift, out)
+    output_rows(p, gi, ocg, oc, sums, comp, scale, shift, out)
 }
+
+/// Pixels per parallel chunk of the requantization.
+const REQUANT_PIXELS: usize = 64;
 
 /// Where a convolution's windows read its NHWC input (extents from
 /// [`check`]).
@@ -390,9 +405,9 @@ fn qconv2d_gemm(
                 ocg,
             )?;
             y[p0 * oc..(p0 + rows) * oc]
-                .par_chunks_mut(oc)
-                .zip(acc[..rows * ocg].par_chunks(ocg))
-                .for_each(|(out, sums)| requantize_row(p, gi, sums, comp, scale, shift, out));
+                .par_chunks_mut(oc * REQUANT_PIXELS)
+                .zip(acc[..rows * ocg].par_chunks(ocg * REQUANT_PIXELS))
+                .for_each(|(out, sums)| requantize_rows(p, gi, ocg, oc, sums, comp, scale, shift, out));
         }
     }
     Ok(())
