@@ -479,3 +479,74 @@ fn nul_bytes_in_messages_are_escaped() {
     set_error("tensor `a\0b` is bad");
     assert_eq!(last_error(), "tensor `a\\0b` is bad");
 }
+
+/// An artifact whose output `y: f32 [6]` is the last 6 values of its 1 MiB
+/// weight `w` (so a run reads the end of the weights section).
+fn weight_tail_artifact(path: &std::path::Path, values: &[f32]) {
+    let n = values.len() as u64;
+    let plan = Plan {
+        steps: vec![Step::Copy {
+            src: Buf { space: Space::Weights, index: 0, offset: (n - 6) * 4, len: 24 },
+            dst: buf(Space::Output, 0, 24),
+            elem_size: 4,
+            shape: vec![6],
+            src_start: 0,
+            src_strides: vec![1],
+            dst_strides: vec![1],
+        }],
+        origins: vec!["copy".to_string()],
+    };
+    let mut w = ArtifactWriter::new("x86-64");
+    w.input("x", "f32", &[1])
+        .output("y", "f32", &[6])
+        .add_weight_f32("w", &[n], values)
+        .plan(serde_json::to_value(&plan).unwrap());
+    w.write_to(path).unwrap();
+}
+
+/// A session loaded through the C API keeps running, with the values it
+/// loaded, while its file is truncated, overwritten in place and replaced
+/// by another artifact (what `cp`, `truncate` and `aoc compile -o` do).
+#[test]
+fn replacing_the_file_under_a_running_session_does_not_disturb_it() {
+    let dir = Scratch::new();
+    let n = 1 << 18;
+    let values: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let path = dir.0.join("w.aoc");
+    weight_tail_artifact(&path, &values);
+    let cpath = CString::new(path.to_str().unwrap()).unwrap();
+    let s = Loaded::new(&cpath, 1);
+    let addr = s.0 as usize;
+    let want = f32_bytes(&values[n - 6..]);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let runner = scope.spawn(|| {
+            let x = f32_bytes(&[0.0]);
+            let mut runs = 0;
+            while !done.load(Ordering::Relaxed) || runs < 1000 {
+                let mut y = vec![0u8; 24];
+                run(addr as *mut AocSession, &[x.as_ptr().cast()], &[4], &[y.as_mut_ptr().cast()], &[24]).unwrap();
+                assert_eq!(y, want, "run {runs}");
+                runs += 1;
+            }
+            runs
+        });
+        let negated: Vec<f32> = values.iter().map(|v| -v).collect();
+        for _ in 0..20 {
+            std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(16).unwrap();
+            std::fs::write(&path, b"not an artifact").unwrap();
+            let other = dir.0.join("other.aoc");
+            weight_tail_artifact(&other, &negated);
+            std::fs::rename(&other, &path).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        done.store(true, Ordering::Relaxed);
+        assert!(runner.join().unwrap() >= 1000);
+    });
+    // A session loaded now reads the replacement.
+    let fresh = Loaded::new(&cpath, 1);
+    let x = f32_bytes(&[0.0]);
+    let mut y = vec![0u8; 24];
+    run(fresh.0, &[x.as_ptr().cast()], &[4], &[y.as_mut_ptr().cast()], &[24]).unwrap();
+    assert_eq!(y, f32_bytes(&values[n - 6..].iter().map(|v| -v).collect::<Vec<_>>()));
+}
