@@ -651,7 +651,7 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
     let loaded = crate::driver::load_model(&a.input, &a.input_shapes)?;
     let entry = loaded.module.entry().ok_or_else(|| format!("error: {} has no function", a.input.display()))?;
     let inputs: Vec<(String, aoc_ir::TensorType)> =
-        entry.params().iter().map(|&p| (entry.name_of(p).to_string(), entry.ty(p).clone())).collect();
+        (0..entry.params().len()).map(|i| (entry.param_name(i).to_string(), entry.ty(entry.params()[i]).clone())).collect();
     let calib = CalibData::open(&a.calib, &inputs, Some(&image))?;
     let eval = match &a.eval {
         Some(d) => Some(CalibData::open(d, &inputs, Some(&image))?),

@@ -355,12 +355,18 @@ pub fn parse_input_arg(s: &str) -> InputArg {
     }
 }
 
+/// `%x (tensor<...>)`, or `input:0 (%input_0, tensor<...>)` for a
+/// parameter whose external name differs.
+fn describe_param(func: &Func, i: usize) -> String {
+    let p = func.params()[i];
+    match func.param_name(i) {
+        n if n == func.name_of(p) => format!("%{n} ({})", func.ty(p)),
+        n => format!("{n} (%{}, {})", func.name_of(p), func.ty(p)),
+    }
+}
+
 fn describe_params(func: &Func) -> String {
-    func.params()
-        .iter()
-        .map(|&p| format!("%{} ({})", func.name_of(p), func.ty(p)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    (0..func.params().len()).map(|i| describe_param(func, i)).collect::<Vec<_>>().join(", ")
 }
 
 /// Binds given tensors to `func`'s parameters: named ones by name, unnamed
@@ -379,7 +385,7 @@ pub fn bind_inputs(
             unnamed.push((origin, t));
             continue;
         };
-        let Some(i) = params.iter().position(|&p| func.name_of(p) == name) else {
+        let Some(i) = func.param_index(&name) else {
             return Err(format!(
                 "error: unknown input `{name}` (from {origin}); @{}'s inputs are: {}",
                 func.name,
@@ -408,19 +414,10 @@ pub fn bind_inputs(
             extra.join(", ")
         ));
     }
-    let missing: Vec<String> = params
-        .iter()
-        .zip(&slots)
-        .filter(|(_, s)| s.is_none())
-        .map(|(&p, _)| format!("%{} ({})", func.name_of(p), func.ty(p)))
-        .collect();
+    let missing: Vec<String> =
+        (0..params.len()).filter(|&i| slots[i].is_none()).map(|i| describe_param(func, i)).collect();
     if !missing.is_empty() {
-        let first = params
-            .iter()
-            .zip(&slots)
-            .find(|(_, s)| s.is_none())
-            .map(|(&p, _)| func.name_of(p))
-            .unwrap_or("x");
+        let first = (0..params.len()).find(|&i| slots[i].is_none()).map(|i| func.param_name(i)).unwrap_or("x");
         return Err(format!(
             "error: missing input{} {}; give {} with --input {first}=PATH.npy",
             if missing.len() == 1 { "" } else { "s" },
@@ -455,12 +452,7 @@ pub fn run_module(
     let outs = aoc_ir::interp::run_observed(func, inputs, weights, &mut |k| pb.set_position(k as u64));
     pb.finish_and_clear();
     let outs = outs?;
-    Ok(func
-        .results()
-        .iter()
-        .map(|&v| func.name_of(v).to_string())
-        .zip(outs)
-        .collect())
+    Ok((0..func.results().len()).map(|i| func.result_name(i).to_string()).zip(outs).collect())
 }
 
 /// Loads a model (`.air`, or `.onnx` imported in memory), reads the `.npy`

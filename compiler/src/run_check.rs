@@ -28,7 +28,7 @@ pub fn model_inputs(path: &Path, input_shapes: &[(String, Vec<usize>)]) -> Resul
     }
     let loaded = load_model(path, input_shapes)?;
     let func = loaded.module.entry().ok_or_else(|| format!("error: {} has no function to run", path.display()))?;
-    Ok(func.params().iter().map(|&p| (func.name_of(p).to_string(), func.ty(p).clone())).collect())
+    Ok((0..func.params().len()).map(|i| (func.param_name(i).to_string(), func.ty(func.params()[i]).clone())).collect())
 }
 
 /// Uniform in [0, 1) from `--verify-rewrites`' splitmix64 generator (the

@@ -189,6 +189,40 @@ fn json_reports_of_compile_explain_and_bench_profile() {
     assert_eq!(items.iter().filter(|i| i["kind"] == "launch").count() as u64, launches);
 }
 
+/// External names (an ONNX model's `serving:0`, `out:0`) are the names of
+/// the inputs and outputs in `aoc run` on `.air` files and on artifacts,
+/// with no collision with a value that has the sanitized name.
+#[test]
+fn inputs_and_outputs_keep_the_models_own_names() {
+    let d = dir("external_names");
+    let f = write(
+        &d,
+        "m.air",
+        "func @main(%serving_0: tensor<2xf32> loc(\"serving:0\")) -> (tensor<2xf32> loc(\"out:0\"), tensor<2xf32> loc(\"out_0\")) {\n\
+           %a = core.relu %serving_0 : tensor<2xf32>\n\
+           %b = core.neg %serving_0 : tensor<2xf32>\n\
+           return %a, %b : tensor<2xf32>, tensor<2xf32>\n\
+         }\n",
+    );
+    let x = f32_npy(&d, "x.npy", &[2], &[-1.0, 2.0]);
+    let art = d.join("m.aoc");
+    let o = aoc(&[&"compile", &f, &"-o", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (model, arg) in [(&f, "serving:0"), (&f, "serving_0"), (&art, "serving:0")] {
+        let out = d.join(format!("out-{}", model.extension().unwrap().to_string_lossy()));
+        let _ = std::fs::remove_dir_all(&out);
+        let o = aoc(&[&"run", model, &"--input", &format!("{arg}={}", x.display()), &"--output-dir", &out]);
+        assert!(o.status.success(), "{arg}: {}", stderr(&o));
+        assert_eq!(read_f32(&out.join("out:0.npy")).1, vec![0.0, 2.0], "{}", model.display());
+        assert_eq!(read_f32(&out.join("out_0.npy")).1, vec![1.0, -2.0], "{}", model.display());
+    }
+    let explain = String::from_utf8(aoc(&[&"explain", &art]).stdout).unwrap();
+    assert!(explain.contains("input  serving:0 f32") && explain.contains("output out:0 f32"), "{explain}");
+    // The artifact knows only the model's names.
+    let o = aoc(&[&"run", &art, &"--input", &format!("serving_0={}", x.display())]);
+    user_error(&o, &["unknown input `serving_0`", "serving:0"]);
+}
+
 #[test]
 fn opt_writes_the_canonical_form_which_is_stable() {
     let d = dir("opt_roundtrip");

@@ -82,6 +82,11 @@ pub struct Func {
     pub body: Block,
     /// The declared result types (checked against the returned values).
     pub result_types: Vec<TensorType>,
+    /// External names of the results (an ONNX output named `logits:0`),
+    /// where they differ from the returned values' names; by position,
+    /// possibly shorter than the results. A parameter's external name is
+    /// its `loc` name. See [`Func::param_name`], [`Func::result_name`].
+    pub result_names: Vec<Option<String>>,
     pub loc: Location,
     /// The names in use, for [`Func::fresh_name`] (see [`NameCache`]).
     names: NameCache,
@@ -139,6 +144,7 @@ impl Func {
             ops: Arena::new(),
             body: Block::default(),
             result_types: vec![],
+            result_names: vec![],
             loc: Location::default(),
             names: NameCache::default(),
         }
@@ -158,6 +164,30 @@ impl Func {
 
     pub fn name_of(&self, v: ValueId) -> &str {
         &self.values[v].name
+    }
+
+    /// The name the outside world knows parameter `i` by: its external name
+    /// (`loc`) if it has one, else its SSA name.
+    pub fn param_name(&self, i: usize) -> &str {
+        let p = self.body.args[i];
+        self.values[p].loc.name.as_deref().unwrap_or(&self.values[p].name)
+    }
+
+    /// The name the outside world knows result `i` by: its external name if
+    /// it has one, else the returned value's SSA name.
+    pub fn result_name(&self, i: usize) -> &str {
+        match self.result_names.get(i) {
+            Some(Some(n)) => n,
+            _ => self.name_of(self.body.terminator[i]),
+        }
+    }
+
+    /// The parameter a caller names `name`: by external name first, then
+    /// by SSA name (so an external name that equals another parameter's
+    /// sanitized name finds the one the model calls so).
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        let n = self.body.args.len();
+        (0..n).find(|&i| self.param_name(i) == name).or_else(|| (0..n).find(|&i| self.name_of(self.body.args[i]) == name))
     }
 
     /// Finds a value by its SSA name (without `%`).

@@ -40,16 +40,36 @@ pub fn print_func(out: &mut String, f: &Func) {
             out.push_str(", ");
         }
         let _ = write!(out, "%{}: {}", f.name_of(p), f.ty(p));
+        // The external name, where it is not the SSA name (an ONNX input
+        // `input:0` becomes `%input_0` with `loc("input:0")`).
+        if let Some(name) = &f.values[p].loc.name
+            && name != f.name_of(p)
+        {
+            let _ = write!(out, " loc({})", quoted(name));
+        }
     }
     out.push(')');
+    // A result type with its external name, when it has one.
+    let result = |out: &mut String, i: usize, t: &crate::types::TensorType| {
+        let _ = write!(out, "{t}");
+        if let Some(Some(name)) = f.result_names.get(i) {
+            let _ = write!(out, " loc({})", quoted(name));
+        }
+    };
     match f.result_types.as_slice() {
         [] => {}
         [t] => {
-            let _ = write!(out, " -> {t}");
+            out.push_str(" -> ");
+            result(out, 0, t);
         }
         ts => {
             out.push_str(" -> (");
-            write_types(out, ts.iter());
+            for (i, t) in ts.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                result(out, i, t);
+            }
             out.push(')');
         }
     }

@@ -308,6 +308,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     // Results: each named exactly like its graph output.
     cx.loc = Location::default();
     let mut results: Vec<ValueId> = vec![];
+    let mut result_names: Vec<Option<String>> = vec![];
     let mut warnings = vec![];
     let mut seen_outputs = std::collections::HashSet::new();
     for out in &graph.output {
@@ -337,6 +338,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
                 && !results.contains(&holder);
             if is_ok_holder {
                 results.push(holder);
+                result_names.push((cx.func.name_of(holder) != name).then(|| name.clone()));
                 continue;
             }
             if !matches!(cx.func.values[holder].def, ValueDef::Param(_))
@@ -368,8 +370,13 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
             }
         };
         results.push(id);
+        // The model's own name, where the IR's had to differ.
+        result_names.push((cx.func.name_of(id) != name).then(|| name.clone()));
     }
     cx.func.set_return(results);
+    if result_names.iter().any(Option::is_some) {
+        cx.func.result_names = result_names;
+    }
 
     let (func, weights) = cx.finish();
     let mut module = Module::default();

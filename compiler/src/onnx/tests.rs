@@ -234,6 +234,40 @@ fn shape_chains_fold_to_a_static_reshape() {
 }
 
 #[test]
+fn the_models_own_input_and_output_names_are_kept() {
+    // `serving:0` and `out:0` are not SSA names; `out_0` is what `out:0`
+    // would be sanitized to, so the two must stay apart.
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![
+                node("Relu", "r", &["serving:0"], &["out:0"], vec![]),
+                node("Neg", "n", &["serving:0"], &["out_0"], vec![]),
+            ],
+            input: vec![f32_input("serving:0", &[2])],
+            output: vec![f32_input("out:0", &[2]), f32_input("out_0", &[2])],
+            ..Default::default()
+        },
+    );
+    let m = import_model(&bytes, &ImportOptions::default()).unwrap();
+    let f = &m.module.funcs[0];
+    assert_eq!(f.param_name(0), "serving:0");
+    assert_eq!((f.result_name(0), f.result_name(1)), ("out:0", "out_0"));
+    assert_eq!(f.param_index("serving:0"), Some(0));
+    // Printed and parsed back, the names stay.
+    let text = aoc_ir::print::print_module(&m.module);
+    assert!(text.contains("loc(\"serving:0\")") && text.contains("loc(\"out:0\")"), "{text}");
+    let (back, diags) = aoc_ir::parse::parse(&text);
+    assert!(diags.is_empty(), "{diags:?}");
+    let g = &back.funcs[0];
+    assert_eq!((g.param_name(0), g.result_name(0), g.result_name(1)), ("serving:0", "out:0", "out_0"));
+    assert_eq!(aoc_ir::print::print_module(&back), text);
+    let x = Tensor::from_f64(TensorType::new(vec![2], Scalar::F32), vec![-1.0, 2.0]);
+    let out = run(&m, vec![x]);
+    assert_eq!((out[0].to_f64(), out[1].to_f64()), (vec![0.0, 2.0], vec![1.0, -2.0]));
+}
+
+#[test]
 fn outputs_are_named_and_inputs_returned_through_identity() {
     let bytes = model(
         17,

@@ -34,7 +34,8 @@ pub enum Item<'s> {
 pub struct FuncDef<'s> {
     pub name: Spanned<'s>,
     pub params: Vec<Param<'s>>,
-    pub results: Vec<Type<'s>>,
+    /// Result types, each with its optional external name (`loc("...")`).
+    pub results: Vec<(Type<'s>, Option<Spanned<'s>>)>,
     pub body: Body<'s>,
 }
 
@@ -43,6 +44,8 @@ pub struct FuncDef<'s> {
 pub struct Param<'s> {
     pub name: Spanned<'s>,
     pub ty: Type<'s>,
+    /// The external name (`loc("input:0")`) of a function parameter.
+    pub loc: Option<Spanned<'s>>,
 }
 
 /// A block's ops and terminator (`return` or `yield`).

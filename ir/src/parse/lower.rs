@@ -101,7 +101,8 @@ impl Lowerer {
             let name = value_name(&p.name);
             match ty {
                 Some(ty) if !self.is_duplicate(&scope, &p.name) => {
-                    let v = func.add_param(name, ty, Location::span(p.name.span));
+                    let loc = Location { span: Some(p.name.span), name: p.loc.as_ref().and_then(|l| self.string(l)) };
+                    let v = func.add_param(name, ty, loc);
                     scope
                         .defined
                         .insert(name.to_string(), (Binding::Value(v), p.name.span));
@@ -115,7 +116,11 @@ impl Lowerer {
                 }
             }
         }
-        func.result_types = f.results.iter().filter_map(|t| self.ty(t)).collect();
+        func.result_types = f.results.iter().filter_map(|(t, _)| self.ty(t)).collect();
+        func.result_names = f.results.iter().map(|(_, l)| l.as_ref().and_then(|l| self.string(l))).collect();
+        if func.result_names.iter().all(Option::is_none) {
+            func.result_names.clear();
+        }
         let block = self.block(&mut func, &mut scope, &f.body, BlockKind::FuncBody, None);
         func.body.ops = block.ops;
         func.body.terminator = block.terminator;

@@ -413,6 +413,7 @@ pub fn extract(fg: &FuncGraph, model: &dyn CostModel, template: &Func) -> Result
         results.push(memo[&root]);
     }
     func.set_return(results);
+    func.result_names = template.result_names.clone();
     if func.result_types != template.result_types {
         return Err("extraction changed the function's result types".to_string());
     }

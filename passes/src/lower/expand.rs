@@ -134,5 +134,6 @@ pub(crate) fn expand(func: &Func, which: &HashSet<OpId>) -> Result<Func, String>
     }
     let results = func.results().iter().map(|v| map[v]).collect();
     f.set_return(results);
+    f.result_names = func.result_names.clone();
     Ok(f)
 }

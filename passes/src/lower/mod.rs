@@ -253,7 +253,7 @@ fn lower_once(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> R
                 perm: identity(ty.rank()),
             },
         );
-        inputs.push(io_spec(func.name_of(p), ty));
+        inputs.push(io_spec(func.param_name(i), ty));
     }
     for &op_id in &func.body.ops {
         let op = &func.ops[op_id];
@@ -276,7 +276,7 @@ fn lower_once(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> R
         lw.origin = format!("return value {i}");
         lw.bind_output(i as u32, r, &ty)
             .map_err(|m| Diagnostic::error(format!("cannot compile the result %{}: {m}", func.name_of(r)), func.loc.clone()))?;
-        outputs.push(io_spec(&format!("{}", func.name_of(r)), &ty));
+        outputs.push(io_spec(func.result_name(i), &ty));
     }
     memory::finish(lw, inputs, outputs).map(Ok).map_err(|m| Diagnostic::error(m, func.loc.clone()))
 }
