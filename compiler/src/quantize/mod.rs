@@ -469,7 +469,7 @@ pub fn quantize(
     };
 
     // 5. The layers to quantize.
-    let candidates: Vec<usize> =
+    let mut candidates: Vec<usize> =
         (0..layers.len()).filter(|i| layers[*i].unsupported.is_none() && !kept.contains_key(i)).collect();
     if candidates.is_empty() {
         return Err("error: every quantizable layer is kept in float (--keep, --residual float); nothing to quantize".to_string());
@@ -480,6 +480,24 @@ pub fn quantize(
         m.funcs[fidx] = f;
         Ok(m)
     };
+    // A layer this CPU has no integer kernel for would run as dequantize,
+    // float, quantize: the error of int8 for none of its speed. It stays
+    // in float, with a dequantize before it (int8 only: fp8 targets GPUs).
+    if cfg.precision == Precision::Int8 {
+        let all: HashSet<usize> = candidates.iter().copied().collect();
+        let sess = engine::compile(&module_for(&all)?, weights, cfg.threads)?;
+        let locs = int8_locs(sess.plan());
+        candidates.retain(|&i| {
+            let runs_int8 = func.values[layers[i].output].loc.name.as_deref().is_none_or(|l| locs.contains(l));
+            if !runs_int8 {
+                kept.insert(i, "no integer kernel for it on this CPU yet: kept in float".to_string());
+            }
+            runs_int8
+        });
+        if candidates.is_empty() {
+            return Err("error: this CPU has no integer kernel for any of the model's quantizable layers".to_string());
+        }
+    }
     let measure = |active: &HashSet<usize>, limit: usize, set: &Set| -> Result<Score, String> {
         let m = module_for(active)?;
         let s = engine::compile(&m, weights, cfg.threads)?;
@@ -561,14 +579,7 @@ pub fn quantize(
     }
     // Which quantized layers this CPU runs on integer kernels: the plan's
     // int8 steps, by the location of the layer's quantized output.
-    let plan = sess.plan();
-    let int8_locs: HashSet<&str> = plan
-        .steps
-        .iter()
-        .zip(&plan.origins)
-        .filter(|(st, o)| crate::cpu::step_precision(st, o) == "int8")
-        .filter_map(|(_, o)| crate::cpu::origin_loc(o))
-        .collect();
+    let int8_locs = int8_locs(sess.plan());
     let kernel_note = |l: &place::Layer| -> Option<String> {
         let loc = func.values[l.output].loc.name.as_deref()?;
         (!int8_locs.contains(loc)).then(|| match cfg.precision {
@@ -645,6 +656,16 @@ pub fn ranges_table(o: &Outcome) -> String {
         ));
     }
     s
+}
+
+/// The locations of the ops a compiled plan runs on integer kernels.
+fn int8_locs(plan: &aoc_runtime::plan::Plan) -> HashSet<String> {
+    plan.steps
+        .iter()
+        .zip(&plan.origins)
+        .filter(|(st, o)| crate::cpu::step_precision(st, o) == "int8")
+        .filter_map(|(_, o)| crate::cpu::origin_loc(o).map(str::to_string))
+        .collect()
 }
 
 /// The per-layer table `aoc quantize` prints.
