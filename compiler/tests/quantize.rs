@@ -417,3 +417,41 @@ fn onnx_models_quantize_and_fp8_is_written() {
         assert_eq!(l["precision"] == "fp8", ["conv2d", "gemm"].contains(&l["op"].as_str().unwrap()), "{l}");
     }
 }
+
+/// A transformer block: the matmuls by constant weights become integer
+/// GEMM steps; the attention's matmuls of two activations have no integer
+/// kernel here and stay in float. Compiled, the model gives the
+/// interpreter's output to within 1% of its range.
+#[test]
+fn an_encoder_layers_weight_matmuls_run_on_integer_kernels() {
+    let d = dir("encoder");
+    let model = example("encoder_layer");
+    let shape: Vec<usize> = npy::read_npy(&model.with_file_name("input.npy")).unwrap().ty.shape;
+    batches(&d.join("calib"), &shape, 8, 1);
+    let eval = batches(&d.join("eval"), &shape, 2, 2);
+    let out = d.join("q.air");
+    let rep = d.join("r.json");
+    ok(&aoc(&[&"quantize", &model, &"--calib", &d.join("calib"), &"--eval", &d.join("eval"), &"-o", &out, &"--report", &rep, &"-q"]));
+    let r = report(&rep);
+    assert!(eval_sqnr(&r) > 25.0, "{r}");
+    for l in r["layers"].as_array().unwrap() {
+        let name = l["name"].as_str().unwrap();
+        if name.starts_with("/linear") {
+            assert_eq!(l["precision"], "int8", "{l}");
+            assert_eq!(l["runs"], "integer kernel", "{l}");
+        }
+    }
+    let art = d.join("q.aoc");
+    ok(&aoc(&[&"compile", &out, &"-o", &art]));
+    let explain = String::from_utf8_lossy(&aoc(&[&"explain", &art]).stdout).into_owned();
+    assert!(explain.matches("<- quant.matmul").count() >= 2, "{explain}");
+    let (qi, qc) = (d.join("i"), d.join("c"));
+    ok(&aoc(&[&"run", &out, &"--input", &eval[0], &"--output-dir", &qi]));
+    ok(&aoc(&[&"run", &art, &"--input", &eval[0], &"--output-dir", &qc]));
+    let name = std::fs::read_dir(&qi).unwrap().next().unwrap().unwrap().file_name();
+    let (a, b) = (read_f32(&qi.join(&name)), read_f32(&qc.join(&name)));
+    let max = a.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= max / 100.0, "compiled {y} vs interpreter {x}");
+    }
+}

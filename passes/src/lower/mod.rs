@@ -515,7 +515,9 @@ impl<'a> Lower<'a> {
             OpKind::Conv(Conv::Direct, Form::Float | Form::Fused) => self.lower_conv(op)?,
             OpKind::Conv(Conv::Transposed, Form::Float) => self.lower_conv_transpose(op)?,
             OpKind::Conv(Conv::Winograd, Form::Float) => self.opts.winograd && self.lower_winograd(op)?,
-            OpKind::Conv(Conv::Direct, Form::Quant) | OpKind::Gemm(Form::Quant) => self.lower_qconv(op)?,
+            OpKind::Conv(Conv::Direct, Form::Quant) | OpKind::Gemm(Form::Quant) | OpKind::MatMul(Form::Quant) => {
+                self.lower_qconv(op)?
+            }
             OpKind::MatMul(Form::Float | Form::Fused) => self.lower_matmul(op)?,
             OpKind::Gemm(Form::Float | Form::Fused) => self.lower_gemm(op)?,
             OpKind::Attention => self.lower_attention(op)?,
@@ -535,7 +537,6 @@ impl<'a> Lower<'a> {
             // No kernels yet for these forms: the reference path (the
             // integer kernels arrive with the quantization work).
             OpKind::Conv(Conv::Transposed | Conv::Winograd, Form::Fused | Form::Quant)
-            | OpKind::MatMul(Form::Quant)
             | OpKind::Pool(_, Form::Fused | Form::Quant) => false,
         };
         if !done {

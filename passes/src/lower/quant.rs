@@ -159,6 +159,33 @@ impl Lower<'_> {
                 };
                 (g, rows, if trans_b { 0 } else { 1 })
             }
+            // A matmul by a constant 2-D weight is a GEMM over the rows of
+            // its (row-major) left operand: [.., M, K] x [K, N].
+            Opcode::QuantMatMul => {
+                if xt.rank() < 2 || wt.rank() != 2 || xt.shape[xt.rank() - 1] != wt.shape[0] {
+                    return Ok(false);
+                }
+                let (k, n) = (wt.shape[0], wt.shape[1]);
+                let m: usize = xt.shape[..xt.rank() - 1].iter().product();
+                let wi = &wi;
+                let rows: Vec<i64> = (0..n).flat_map(|o| (0..k).map(move |kk| wi[kk * n + o])).collect();
+                let g = ConvGeom {
+                    n: 1,
+                    h: u(m),
+                    w: 1,
+                    c: u(k),
+                    oh: u(m),
+                    ow: 1,
+                    oc: u(n),
+                    kh: 1,
+                    kw: 1,
+                    stride: [1, 1],
+                    dilation: [1, 1],
+                    pads: [0; 4],
+                    group: 1,
+                };
+                (g, rows, 1)
+            }
             _ => return Ok(false),
         };
         let oc = g.oc as usize;
@@ -214,7 +241,7 @@ impl Lower<'_> {
         let xb = if op.opcode == Opcode::QuantConv2d {
             self.materialize(x, &NHWC)?
         } else {
-            self.materialize(x, &identity(2))?
+            self.materialize(x, &identity(xt.rank()))?
         };
         let wbytes: Vec<u8> = rows.iter().map(|&v| v as i8 as u8).collect();
         let wb = self.add_weight("qfilter", Scalar::I8, &[rows.len() as u64], wbytes);
@@ -249,7 +276,7 @@ impl Lower<'_> {
         let perm = if op.opcode == Opcode::QuantConv2d {
             NHWC.to_vec()
         } else {
-            identity(2)
+            identity(yt.rank())
         };
         self.define(op.results[0], y, perm);
         Ok(true)
