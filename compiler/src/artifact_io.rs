@@ -84,3 +84,8 @@ pub fn decode_outputs(specs: &[TensorSpec], outs: Vec<Vec<u8>>) -> Result<Vec<(S
         })
         .collect()
 }
+
+/// An input or output as `aoc explain --json` shows it.
+pub fn spec_json(t: &TensorSpec) -> serde_json::Value {
+    serde_json::json!({"name": t.name, "dtype": t.dtype, "shape": t.shape})
+}

@@ -227,7 +227,6 @@ pub fn explain_json(path: &Path) -> Result<serde_json::Value, String> {
     let m = s.artifact().manifest();
     let plan = s.plan();
     let w = s.artifact().weights_range();
-    let spec = |t: &aoc_runtime::artifact::TensorSpec| serde_json::json!({"name": t.name, "dtype": t.dtype, "shape": t.shape});
     let steps: Vec<serde_json::Value> = plan
         .steps
         .iter()
@@ -252,8 +251,8 @@ pub fn explain_json(path: &Path) -> Result<serde_json::Value, String> {
         "arena_bytes": m.arena_size,
         "weight_bytes": w.end - w.start,
         "kernels": m.code.len(),
-        "inputs": m.inputs.iter().map(spec).collect::<Vec<_>>(),
-        "outputs": m.outputs.iter().map(spec).collect::<Vec<_>>(),
+        "inputs": m.inputs.iter().map(crate::artifact_io::spec_json).collect::<Vec<_>>(),
+        "outputs": m.outputs.iter().map(crate::artifact_io::spec_json).collect::<Vec<_>>(),
         "steps": steps,
     }))
 }

@@ -337,7 +337,6 @@ pub fn explain_gpu_json(path: &Path, a: &Artifact) -> Result<serde_json::Value, 
     let plan: aoc_runtime::gpu_plan::GpuPlan =
         serde_json::from_value(m.plan.clone()).map_err(|e| format!("error: {}: the GPU plan is not valid: {e}", path.display()))?;
     let w = a.weights_range();
-    let spec = |t: &aoc_runtime::artifact::TensorSpec| serde_json::json!({"name": t.name, "dtype": t.dtype, "shape": t.shape});
     let items: Vec<serde_json::Value> = plan
         .items
         .iter()
@@ -356,8 +355,8 @@ pub fn explain_gpu_json(path: &Path, a: &Artifact) -> Result<serde_json::Value, 
         "arena_bytes": m.arena_size,
         "weight_bytes": w.end - w.start,
         "ptx_bytes": a.code(aoc_runtime::gpu_plan::PTX_BLOB).map(|c| c.len()).unwrap_or(0),
-        "inputs": m.inputs.iter().map(spec).collect::<Vec<_>>(),
-        "outputs": m.outputs.iter().map(spec).collect::<Vec<_>>(),
+        "inputs": m.inputs.iter().map(crate::artifact_io::spec_json).collect::<Vec<_>>(),
+        "outputs": m.outputs.iter().map(crate::artifact_io::spec_json).collect::<Vec<_>>(),
         "items": items,
     }))
 }

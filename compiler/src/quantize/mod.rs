@@ -483,6 +483,9 @@ pub fn quantize(
     // A layer this CPU has no integer kernel for would run as dequantize,
     // float, quantize: the error of int8 for none of its speed. It stays
     // in float, with a dequantize before it (int8 only: fp8 targets GPUs).
+    // The compiled probe is kept: when no layer is dropped and nothing else
+    // changes the set, it is the final model.
+    let mut probe: Option<(HashSet<usize>, Session)> = None;
     if cfg.precision == Precision::Int8 {
         let all: HashSet<usize> = candidates.iter().copied().collect();
         let sess = engine::compile(&module_for(&all)?, weights, cfg.threads)?;
@@ -497,6 +500,7 @@ pub fn quantize(
         if candidates.is_empty() {
             return Err("error: this CPU has no integer kernel for any of the model's quantizable layers".to_string());
         }
+        probe = Some((all, sess));
     }
     let measure = |active: &HashSet<usize>, limit: usize, set: &Set| -> Result<Score, String> {
         let m = module_for(active)?;
@@ -570,7 +574,10 @@ pub fn quantize(
     // 6. The result and its accuracy (one compiled model for both sets).
     let out_module = module_for(&active)?;
     let mut eval_score = None;
-    let sess = engine::compile(&out_module, weights, cfg.threads)?;
+    let sess = match probe {
+        Some((set, sess)) if set == active => sess,
+        _ => engine::compile(&out_module, weights, cfg.threads)?,
+    };
     if score.is_none() && eval_set.is_none() {
         score = Some(set.score(&sess, usize::MAX)?);
     }

@@ -358,17 +358,24 @@ pub fn levels(min: f64, precision: Precision, act: Activations) -> usize {
     }
 }
 
+/// The largest |x| of each slice along `axis` of `vals` (shape `shape`).
+fn channel_amax(vals: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
+    let oc = shape.get(axis).copied().unwrap_or(1).max(1);
+    let inner: usize = shape.iter().skip(axis + 1).product::<usize>().max(1);
+    let mut amax = vec![0f64; oc];
+    for (i, v) in vals.iter().enumerate() {
+        let c = (i / inner) % oc;
+        amax[c] = amax[c].max(v.abs());
+    }
+    amax
+}
+
 /// A weight quantized symmetrically, per channel along `axis` or per tensor.
 fn quantize_weight(w: &Tensor, axis: usize, per_channel: bool, precision: Precision) -> (Tensor, Vec<f64>) {
     let shape = w.shape().to_vec();
     let vals = w.to_f64();
-    let oc = shape.get(axis).copied().unwrap_or(1).max(1);
-    let inner: usize = shape.iter().skip(axis + 1).product();
-    let mut amax = vec![0f64; oc];
-    for (i, v) in vals.iter().enumerate() {
-        let c = (i / inner.max(1)) % oc;
-        amax[c] = amax[c].max(v.abs());
-    }
+    let mut amax = channel_amax(&vals, &shape, axis);
+    let oc = amax.len();
     if !per_channel {
         let m = amax.iter().cloned().fold(0.0, f64::max);
         amax = vec![m; oc];
@@ -398,13 +405,8 @@ fn quantize_weight(w: &Tensor, axis: usize, per_channel: bool, precision: Precis
 fn quantize_bias(b: &Tensor, axis: usize, s_x: f64, s_w: &[f64]) -> Tensor {
     let shape = b.shape().to_vec();
     let vals = b.to_f64();
-    let oc = shape.get(axis).copied().unwrap_or(1).max(1);
-    let inner: usize = shape.iter().skip(axis + 1).product::<usize>().max(1);
-    let mut amax = vec![0f64; oc];
-    for (i, v) in vals.iter().enumerate() {
-        let c = (i / inner) % oc;
-        amax[c] = amax[c].max(v.abs());
-    }
+    let amax = channel_amax(&vals, &shape, axis);
+    let oc = amax.len();
     let limit = (1u64 << 30) as f64;
     let scales: Vec<f64> = (0..oc)
         .map(|c| {

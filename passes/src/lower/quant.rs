@@ -72,6 +72,26 @@ fn weight_scales(q: &QuantType, oc: usize, axis: usize) -> Option<Vec<f64>> {
     }
 }
 
+/// A GEMM of `m` rows by `k` by `n` as the 1×1 convolution the integer
+/// step runs: `m` pixels of `k` channels in, `n` channels out.
+fn gemm_geom(m: usize, k: usize, n: usize) -> ConvGeom {
+    ConvGeom {
+        n: 1,
+        h: u(m),
+        w: 1,
+        c: u(k),
+        oh: u(m),
+        ow: 1,
+        oc: u(n),
+        kh: 1,
+        kw: 1,
+        stride: [1, 1],
+        dilation: [1, 1],
+        pads: [0; 4],
+        group: 1,
+    }
+}
+
 fn f32r(v: f64) -> f64 {
     v as f32 as f64
 }
@@ -142,21 +162,7 @@ impl Lower<'_> {
                         }
                     })
                     .collect();
-                let g = ConvGeom {
-                    n: 1,
-                    h: u(m),
-                    w: 1,
-                    c: u(k),
-                    oh: u(m),
-                    ow: 1,
-                    oc: u(n),
-                    kh: 1,
-                    kw: 1,
-                    stride: [1, 1],
-                    dilation: [1, 1],
-                    pads: [0; 4],
-                    group: 1,
-                };
+                let g = gemm_geom(m, k, n);
                 (g, rows, if trans_b { 0 } else { 1 })
             }
             // A matmul by a constant 2-D weight is a GEMM over the rows of
@@ -169,21 +175,7 @@ impl Lower<'_> {
                 let m: usize = xt.shape[..xt.rank() - 1].iter().product();
                 let wi = &wi;
                 let rows: Vec<i64> = (0..n).flat_map(|o| (0..k).map(move |kk| wi[kk * n + o])).collect();
-                let g = ConvGeom {
-                    n: 1,
-                    h: u(m),
-                    w: 1,
-                    c: u(k),
-                    oh: u(m),
-                    ow: 1,
-                    oc: u(n),
-                    kh: 1,
-                    kw: 1,
-                    stride: [1, 1],
-                    dilation: [1, 1],
-                    pads: [0; 4],
-                    group: 1,
-                };
+                let g = gemm_geom(m, k, n);
                 (g, rows, 1)
             }
             _ => return Ok(false),
