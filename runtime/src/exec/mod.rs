@@ -253,7 +253,7 @@ impl Session {
         let mut qconv_packed = Vec::with_capacity(plan.steps.len());
         for (i, step) in plan.steps.iter().enumerate() {
             let packed = match step {
-                Step::QConv2d { w, geom, q, .. } if w.space == Space::Weights && crate::kernels::qconv::uses_gemm(geom, q) => {
+                Step::QConv2d { w, geom, q, .. } if w.space == Space::Weights && crate::kernels::qconv::uses_packed(geom, q) => {
                     let bytes = &weights[w.offset as usize..(w.offset + w.len) as usize];
                     let w8: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
                     let p = crate::kernels::qconv::pack_qconv(geom, &w8)

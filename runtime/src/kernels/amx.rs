@@ -231,7 +231,7 @@ const fn config_bytes() -> [u8; 64] {
 /// # Safety
 /// AMX is available (`amx_int8_available` or `amx_bf16_available`).
 #[cfg(target_arch = "x86_64")]
-unsafe fn begin() {
+pub(super) unsafe fn begin() {
     // SAFETY: the caller guarantees AMX and the permission; CONFIG is a
     // valid palette-1 configuration.
     unsafe {
@@ -246,7 +246,7 @@ unsafe fn begin() {
 /// # Safety
 /// As for [`begin`].
 #[cfg(target_arch = "x86_64")]
-unsafe fn end() {
+pub(super) unsafe fn end() {
     // SAFETY: the caller guarantees AMX.
     unsafe { std::arch::asm!("tilerelease", options(nostack)) };
 }

@@ -45,6 +45,7 @@ pub mod norm;
 pub mod pack;
 pub mod pool;
 pub mod qconv;
+pub mod qdirect;
 pub mod resize;
 pub mod winograd;
 

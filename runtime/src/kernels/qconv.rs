@@ -22,7 +22,8 @@
 use rayon::prelude::*;
 
 use super::KernelError;
-use super::int8::{PackedS8, gemm_u8s8, pack_b_s8};
+use super::int8::{Int8Level, PackedS8, gemm_u8s8, pack_b_s8};
+use super::qdirect::{self, DirectWeights};
 use crate::plan::{ConvGeom, QuantConv};
 
 /// Output pixels below which the scalar loop runs (packing the weights
@@ -48,6 +49,9 @@ pub fn requantize(acc: i32, scale: f32, shift: f32, p: &QuantConv) -> i32 {
 #[derive(Clone, Debug)]
 pub struct PackedQConv {
     groups: Vec<PackedS8>,
+    /// The weights of the direct NHWC kernels, where they run (then
+    /// `groups` is empty).
+    direct: Option<DirectWeights>,
 }
 
 /// Whether [`qconv2d`] runs `g` with `p` on the int8 GEMM: enough output
@@ -55,13 +59,42 @@ pub struct PackedQConv {
 /// inputs are shifted by 128.
 pub fn uses_gemm(g: &ConvGeom, p: &QuantConv) -> bool {
     let pixels = g.n.saturating_mul(g.oh).saturating_mul(g.ow);
-    let pad = p.x_zero + if p.x_signed { 128 } else { 0 };
     let taps = g.kh.saturating_mul(g.kw).saturating_mul(g.c);
-    pixels >= GEMM_MIN_PIXELS as u64 && taps > 0 && (0..=255).contains(&pad)
+    pixels >= GEMM_MIN_PIXELS as u64 && taps > 0 && pad_fits(p)
 }
 
-/// Packs the weights `w` (`[oc][kh][kw][c/group]`) of `g` for the GEMM path.
+/// Whether the padding byte of the u8 operand (the input's zero point,
+/// plus 128 for i8 inputs) is a u8.
+fn pad_fits(p: &QuantConv) -> bool {
+    (0..=255).contains(&(p.x_zero + if p.x_signed { 128 } else { 0 }))
+}
+
+/// Whether weights packed by [`pack_qconv`] are used for `g` with `p`
+/// (the executor packs them at load then).
+pub fn uses_packed(g: &ConvGeom, p: &QuantConv) -> bool {
+    uses_gemm(g, p) || (qdirect::best_level().is_some() && qdirect::applies(g) && pad_fits(p))
+}
+
+/// Packs the weights `w` (`[oc][kh][kw][c/group]`) of `g`: for the direct
+/// NHWC kernels where this CPU has them and they take `g`, else for the
+/// GEMM path.
 pub fn pack_qconv(g: &ConvGeom, w: &[i8]) -> Result<PackedQConv, KernelError> {
+    match qdirect::best_level() {
+        Some(level) if qdirect::applies(g) => pack_qconv_direct(g, w, level),
+        _ => pack_qconv_gemm(g, w),
+    }
+}
+
+/// [`pack_qconv`] for the direct kernels of `level` (tests, benchmarks).
+pub fn pack_qconv_direct(g: &ConvGeom, w: &[i8], level: Int8Level) -> Result<PackedQConv, KernelError> {
+    Ok(PackedQConv {
+        groups: Vec::new(),
+        direct: Some(qdirect::pack(g, w, level)?),
+    })
+}
+
+/// [`pack_qconv`] for the GEMM path.
+pub fn pack_qconv_gemm(g: &ConvGeom, w: &[i8]) -> Result<PackedQConv, KernelError> {
     let err = |m: String| KernelError::new(format!("qconv2d: {m}"));
     let group = usize::try_from(g.group).map_err(|_| err("too many groups".into()))?;
     if group == 0 || !g.c.is_multiple_of(g.group) || !g.oc.is_multiple_of(g.group) {
@@ -94,7 +127,10 @@ pub fn pack_qconv(g: &ConvGeom, w: &[i8]) -> Result<PackedQConv, KernelError> {
         }
         groups.push(pack_b_s8(kk, ocg, &bt, ocg)?);
     }
-    Ok(PackedQConv { groups })
+    Ok(PackedQConv {
+        groups,
+        direct: None,
+    })
 }
 
 /// Runs the convolution; `x`, `y` are raw bytes of the storage type;
@@ -112,6 +148,12 @@ pub fn qconv2d(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
+    if let Some(dw) = packed.and_then(|pk| pk.direct.as_ref())
+        && pad_fits(p)
+    {
+        check(g, x, w, comp, scale, shift, y)?;
+        return qdirect::run(g, p, x, dw, comp, scale, shift, y);
+    }
     if !uses_gemm(g, p) {
         return qconv2d_scalar(g, p, x, w, comp, scale, shift, y);
     }
@@ -119,7 +161,7 @@ pub fn qconv2d(
     let packed = match packed {
         Some(pk) => pk,
         None => {
-            made = pack_qconv(g, w)?;
+            made = pack_qconv_gemm(g, w)?;
             &made
         }
     };
@@ -271,7 +313,7 @@ const REQUANT_PIXELS: usize = 64;
 
 /// Where a convolution's windows read its NHWC input (extents from
 /// [`check`]).
-struct Window {
+pub(super) struct Window {
     h: usize,
     w: usize,
     c: usize,
@@ -287,7 +329,7 @@ struct Window {
 }
 
 impl Window {
-    fn new(g: &ConvGeom, [_, h, w, c, oh, ow, _, kh, kw, group]: [usize; 10]) -> Window {
+    pub(super) fn new(g: &ConvGeom, [_, h, w, c, oh, ow, _, kh, kw, group]: [usize; 10]) -> Window {
         Window {
             h,
             w,
@@ -306,7 +348,7 @@ impl Window {
     /// The im2col row of output pixel `pix` and group `gi` into `row`
     /// (`kh·kw·cg` values, tap-major): each input byte through `load`,
     /// `pad` where the window leaves the image.
-    fn gather<T: Copy>(
+    pub(super) fn gather<T: Copy>(
         &self,
         x: &[u8],
         pix: usize,
@@ -543,7 +585,7 @@ mod tests {
                 "case {i} is too small for the GEMM path"
             );
             let (mut fast, mut slow) = (vec![0u8; len], vec![1u8; len]);
-            let packed = pack_qconv(&g, &w).unwrap();
+            let packed = pack_qconv_gemm(&g, &w).unwrap();
             qconv2d_gemm(&g, &q, &x, &packed, &w, &comp, &scale, &shift, &mut fast).unwrap();
             let mut again = vec![2u8; len];
             qconv2d(&g, &q, &x, &w, None, &comp, &scale, &shift, &mut again).unwrap();
@@ -564,4 +606,59 @@ mod tests {
             "one case spans two pixel blocks"
         );
     }
+
+    /// The direct NHWC kernels give the scalar loops' bytes at every level
+    /// this CPU has: both modes (padded taps, and im2col for a 7×7 stem on
+    /// 3 channels), channels not a multiple of 4 or 64, output channels
+    /// not a multiple of 16, strides, dilation, asymmetric-looking pads,
+    /// two images, rows shorter and longer than one block, i8 and u8
+    /// inputs with zero points at the ends of their ranges.
+    #[test]
+    fn direct_kernels_match_the_scalar_loops() {
+        let levels: Vec<Int8Level> = [Int8Level::Amx, Int8Level::Avx512Vnni]
+            .into_iter()
+            .filter(|&l| qdirect::supports(l))
+            .collect();
+        for l in [Int8Level::Amx, Int8Level::Avx512Vnni] {
+            if !levels.contains(&l) {
+                println!("direct int8 convolution: level {l} skipped: this cpu lacks it");
+            }
+        }
+        let cases = [
+            (geom(1, 9, 64, 64, 3, 1, 1, 1, 1), false, 3, false),
+            (geom(2, 12, 6, 9, 3, 2, 1, 1, 1), true, -128, true),
+            (geom(1, 35, 16, 24, 1, 1, 0, 1, 1), false, 0, true),
+            (geom(1, 20, 3, 40, 7, 2, 3, 1, 1), false, 255, false),
+            (geom(1, 17, 70, 33, 3, 1, 2, 2, 1), true, 127, false),
+            (geom(1, 5, 128, 20, 1, 2, 0, 1, 1), true, 5, true),
+            (geom(2, 3, 8, 16, 3, 1, 1, 1, 1), false, 128, false),
+        ];
+        for (i, (g, x_signed, x_zero, y_signed)) in cases.into_iter().enumerate() {
+            let q = QuantConv {
+                x_signed,
+                x_zero,
+                y_signed,
+                y_zero: if y_signed { -3 } else { 7 },
+                y_min: if y_signed { -100 } else { 0 },
+                y_max: if y_signed { 127 } else { 200 },
+            };
+            let kk = (g.kh * g.kw * g.c) as usize;
+            let oc = g.oc as usize;
+            let x = bytes((g.n * g.h * g.w * g.c) as usize, 7 + i as u32);
+            let w: Vec<i8> = bytes(oc * kk, 200 + i as u32).into_iter().map(|b| b as i8).collect();
+            let comp: Vec<i32> = (0..oc).map(|o| (o as i32 * 733) % 4000 - 2000).collect();
+            let scale: Vec<f32> = (0..oc).map(|o| 1.0 / (200.0 + 41.0 * o as f32)).collect();
+            let shift: Vec<f32> = (0..oc).map(|o| (o as f32 - 3.0) * 0.5).collect();
+            let len = (g.n * g.oh * g.ow) as usize * oc;
+            let mut slow = vec![1u8; len];
+            qconv2d_scalar(&g, &q, &x, &w, &comp, &scale, &shift, &mut slow).unwrap();
+            for &level in &levels {
+                let packed = pack_qconv_direct(&g, &w, level).unwrap();
+                let mut fast = vec![0u8; len];
+                qconv2d(&g, &q, &x, &w, Some(&packed), &comp, &scale, &shift, &mut fast).unwrap();
+                assert_eq!(fast, slow, "case {i} level {level}: {g:?}");
+            }
+        }
+    }
+
 }

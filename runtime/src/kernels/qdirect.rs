@@ -1,0 +1,510 @@
+//! Direct NHWC integer convolution for AVX-512 VNNI and AMX: no im2col
+//! matrix and no packing of A. The same sums and the same requantization
+//! as `qconv::qconv2d_scalar`, so the same bytes.
+//!
+//! The input is first copied once into a padded buffer `xp`
+//! (`n × hp × wp × cp` bytes): i8 inputs shifted to u8 (`x ^ 0x80`, the
+//! sums corrected by `128·Σw`), the border filled with the zero point, the
+//! channels padded to `cp` (a multiple of 4 for VNNI, 64 for AMX; the
+//! padded channels have zero weights). Then for tap `t = (ky, kx)` and an
+//! output pixel `(n, oy, ox)` the `cp` bytes the weights of that tap
+//! multiply start at `((n·hp + oy·sh + ky·dh)·wp + ox·sw + kx·dw)·cp`:
+//! consecutive output pixels of one row are `sw·cp` bytes apart, which is
+//! the row stride of an AMX A tile and the step between VNNI broadcasts.
+//!
+//! Convolutions whose window is small and whose channels are few (a 7×7
+//! stem on 3 channels) would waste most of a padded tap; they gather
+//! im2col rows of `kh·kw·c` bytes instead and run as a 1×1 convolution on
+//! them ([`Mode::Im2col`]).
+//!
+//! The weights are packed once ([`pack`]) as a `k × oc` B of the int8 GEMM
+//! (`int8::pack_b_s8`, `k = taps·cp`), 16-channel panels whose 64-byte rows
+//! hold 4 consecutive k of 16 channels: the operand of `vpdpbusd` and of an
+//! AMX B tile alike.
+//!
+//! Work is split over the pool's threads by blocks of output pixels, each
+//! block running every output channel.
+
+use rayon::prelude::*;
+
+use super::KernelError;
+use super::int8::{Int8Level, PackedS8, pack_b_s8};
+use crate::plan::{ConvGeom, QuantConv};
+
+/// Pixels of one VNNI register block (14 rows × 2 panels of zmm
+/// accumulators).
+const VNNI_MR: usize = 14;
+/// Pixels of one AMX A tile.
+const AMX_ROWS: usize = 16;
+
+/// How the A operand is formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The padded input, one tap at a time.
+    Direct,
+    /// Gathered im2col rows, as a 1×1 convolution.
+    Im2col,
+}
+
+/// Weights packed for the direct kernels of one level.
+#[derive(Clone, Debug)]
+pub struct DirectWeights {
+    level: Int8Level,
+    mode: Mode,
+    /// Bytes per tap of A (channels padded).
+    cp: usize,
+    /// Taps of A: `kh·kw` (direct) or 1 (im2col).
+    taps: usize,
+    b: PackedS8,
+}
+
+/// The level the direct kernels run on here, if any: AMX, else AVX-512
+/// VNNI (with the AVX-512 BW/VL the epilogue uses).
+pub fn best_level() -> Option<Int8Level> {
+    [Int8Level::Amx, Int8Level::Avx512Vnni]
+        .into_iter()
+        .find(|&l| supports(l))
+}
+
+/// Whether the direct kernels can run on `level` on this CPU.
+pub fn supports(level: Int8Level) -> bool {
+    let bw_vl = {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    };
+    matches!(level, Int8Level::Amx | Int8Level::Avx512Vnni)
+        && level.is_supported()
+        && Int8Level::Avx512Vnni.is_supported()
+        && bw_vl
+}
+
+/// Whether the direct kernels take `g`: one group (grouped and depthwise
+/// convolutions keep the GEMM path) and a non-empty window.
+pub fn applies(g: &ConvGeom) -> bool {
+    g.group == 1 && g.kh * g.kw * g.c > 0 && g.oc > 0
+}
+
+/// Packs `w` (`[oc][kh][kw][c]`) of `g` for `level`.
+pub fn pack(g: &ConvGeom, w: &[i8], level: Int8Level) -> Result<DirectWeights, KernelError> {
+    let err = |m: String| KernelError::new(format!("qconv2d: {m}"));
+    if !applies(g) {
+        return Err(err("the direct kernels take one group and a non-empty window".into()));
+    }
+    let size = |v: u64| usize::try_from(v).map_err(|_| err("extent too large".into()));
+    let (c, oc, taps) = (size(g.c)?, size(g.oc)?, size(g.kh * g.kw)?);
+    let kk = taps * c;
+    if oc.checked_mul(kk).is_none_or(|need| need > w.len()) {
+        return Err(err(format!(
+            "w holds {} elements, fewer than the geometry needs",
+            w.len()
+        )));
+    }
+    let q = if level == Int8Level::Amx { 64 } else { 4 };
+    let (mode, cp, taps_a) = if kk.next_multiple_of(q) < taps * c.next_multiple_of(q) {
+        (Mode::Im2col, kk.next_multiple_of(q), 1)
+    } else {
+        (Mode::Direct, c.next_multiple_of(q), taps)
+    };
+    let k = cp * taps_a;
+    // B row r = tap·cp + channel (direct) or the im2col index (im2col);
+    // padded rows stay zero.
+    let mut bt = vec![0i8; k * oc];
+    for o in 0..oc {
+        for t in 0..taps {
+            for ch in 0..c {
+                let r = match mode {
+                    Mode::Direct => t * cp + ch,
+                    Mode::Im2col => t * c + ch,
+                };
+                bt[r * oc + o] = w[o * kk + t * c + ch];
+            }
+        }
+    }
+    Ok(DirectWeights {
+        level,
+        mode,
+        cp,
+        taps: taps_a,
+        b: pack_b_s8(k, oc, &bt, oc)?,
+    })
+}
+
+/// The convolution on the direct kernels; slices as for
+/// `qconv::qconv2d` (lengths checked there against `g`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    g: &ConvGeom,
+    p: &QuantConv,
+    x: &[u8],
+    dw: &DirectWeights,
+    comp: &[i32],
+    scale: &[f32],
+    shift: &[f32],
+    y: &mut [u8],
+) -> Result<(), KernelError> {
+    if !supports(dw.level) {
+        return Err(KernelError::new(format!(
+            "qconv2d: int8 level {} is not supported by this cpu",
+            dw.level
+        )));
+    }
+    let [n, h, w, c, oh, ow, oc, kh, kw] = [g.n, g.h, g.w, g.c, g.oh, g.ow, g.oc, g.kh, g.kw].map(|v| v as usize);
+    let [sh, sw] = g.stride.map(|v| v as usize);
+    let [dh, dwl] = g.dilation.map(|v| v as usize);
+    let [pt, pl] = [g.pads[0] as usize, g.pads[1] as usize];
+    if dw.b.n() != oc || dw.b.k() != dw.cp * dw.taps {
+        return Err(KernelError::new(
+            "qconv2d: the packed weights do not match the geometry".to_string(),
+        ));
+    }
+    let a_zero = if p.x_signed { 128 } else { 0 };
+    let flip = if p.x_signed { 0x80u8 } else { 0 };
+    let pad = (p.x_zero + a_zero) as u8;
+    let cp = dw.cp;
+    // The A source as an image (`n × hp × wp × cp`), with the strides,
+    // dilations and byte offsets of its taps.
+    let (hp, wp, st, taps) = match dw.mode {
+        Mode::Direct => {
+            let hp = (h + pt).max((oh - 1) * sh + (kh - 1) * dh + 1);
+            let wp = (w + pl).max((ow - 1) * sw + (kw - 1) * dwl + 1);
+            let taps: Vec<usize> = (0..kh * kw)
+                .map(|t| ((t / kw) * dh * wp + (t % kw) * dwl) * cp)
+                .collect();
+            (hp, wp, [sh, sw], taps)
+        }
+        Mode::Im2col => (oh, ow, [1, 1], vec![0]),
+    };
+    // Slack after the image: a partial block reads whole tiles.
+    let slack = AMX_ROWS.max(VNNI_MR) * st[1] * cp + 64;
+    let mut xp = vec![pad; n * hp * wp * cp + slack];
+    match dw.mode {
+        Mode::Direct => {
+            xp[..n * hp * wp * cp]
+                .par_chunks_mut(wp * cp)
+                .enumerate()
+                .for_each(|(row, dst)| {
+                    let (img, yy) = (row / hp, row % hp);
+                    let Some(iy) = yy.checked_sub(pt).filter(|&v| v < h) else {
+                        return;
+                    };
+                    for ix in 0..w {
+                        let src = &x[((img * h + iy) * w + ix) * c..][..c];
+                        let d = &mut dst[(ix + pl) * cp..][..c];
+                        for (d, &s) in d.iter_mut().zip(src) {
+                            *d = s ^ flip;
+                        }
+                    }
+                });
+        }
+        Mode::Im2col => {
+            let win = super::qconv::Window::new(g, [n, h, w, c, oh, ow, oc, kh, kw, 1]);
+            xp[..n * oh * ow * cp]
+                .par_chunks_mut(cp)
+                .enumerate()
+                .for_each(|(pix, row)| win.gather(x, pix, 0, &mut row[..kh * kw * c], pad, |s| s ^ flip));
+        }
+    }
+    // Per channel: the compensation less a_zero·Σw (the shift of i8 inputs).
+    let off: Vec<i32> = (0..oc)
+        .map(|o| comp[o].wrapping_sub(dw.b.col_sums()[o].wrapping_mul(a_zero)))
+        .collect();
+    let lo = (p.y_min as i64 - p.y_zero as i64) as f32;
+    let hi = (p.y_max as i64 - p.y_zero as i64) as f32;
+    let ep = Epilogue {
+        off: &off,
+        scale,
+        shift,
+        lo,
+        hi,
+        zero: p.y_zero,
+        oc,
+    };
+    let seg_len = if dw.level == Int8Level::Amx { AMX_ROWS } else { VNNI_MR };
+    // Blocks: runs of up to seg_len output pixels of one row.
+    let per_row = ow.div_ceil(seg_len);
+    let segs: Vec<(usize, usize, usize)> = (0..n * oh)
+        .flat_map(|r| (0..per_row).map(move |s| (r, s * seg_len, seg_len.min(ow - s * seg_len))))
+        .collect();
+    let src = Source {
+        xp: &xp,
+        hp,
+        wp,
+        cp,
+        oh,
+        ow,
+        st,
+        taps: &taps,
+    };
+    let b = dw.b.data();
+    let bstride = dw.b.k().div_ceil(4).next_multiple_of(16) * 64;
+    let y_addr = y.as_mut_ptr() as usize;
+    let per_task = if dw.level == Int8Level::Amx { 2 } else { 1 };
+    let tasks = segs.len().div_ceil(per_task);
+    // Several blocks per task, so AMX configures its tiles rarely.
+    let chunk = tasks.div_ceil(rayon::current_num_threads() * 8).max(1);
+    (0..tasks.div_ceil(chunk)).into_par_iter().for_each(|ti| {
+        let range = ti * chunk * per_task..((ti + 1) * chunk * per_task).min(segs.len());
+        // SAFETY: the level is supported (checked above); every block
+        // writes only the output pixels of its own segments, which no
+        // other task writes; reads stay inside xp (its slack covers the
+        // rows of a partial block) and inside the packed B.
+        unsafe {
+            #[cfg(target_arch = "x86_64")]
+            match dw.level {
+                Int8Level::Amx => amx_blocks(&src, &segs[range], b, bstride, &ep, y_addr as *mut u8),
+                _ => vnni_blocks(&src, &segs[range], b, bstride, &ep, y_addr as *mut u8),
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Where the kernels read A.
+struct Source<'a> {
+    xp: &'a [u8],
+    hp: usize,
+    wp: usize,
+    cp: usize,
+    oh: usize,
+    ow: usize,
+    /// Strides of the output grid in the source.
+    st: [usize; 2],
+    /// Byte offset of each tap from a pixel's window origin.
+    taps: &'a [usize],
+}
+
+impl Source<'_> {
+    /// The window origin of output pixel `ox` of output row `r` (`n·oh`
+    /// rows); pixel `p` as the output's row-major index `r·ow + ox`.
+    fn origin(&self, r: usize, ox: usize) -> (*const u8, usize) {
+        let (img, oy) = (r / self.oh, r % self.oh);
+        let at = ((img * self.hp + oy * self.st[0]) * self.wp + ox * self.st[1]) * self.cp;
+        // SAFETY: `at` lies inside the image part of xp.
+        (unsafe { self.xp.as_ptr().add(at) }, r * self.ow + ox)
+    }
+}
+
+/// The requantization of 16 channels' sums, as `qconv::requantize`.
+struct Epilogue<'a> {
+    off: &'a [i32],
+    scale: &'a [f32],
+    shift: &'a [f32],
+    lo: f32,
+    hi: f32,
+    zero: i32,
+    oc: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Epilogue<'_> {
+    /// Stores channels `o0..o0+16` (those below `oc`) of one pixel from
+    /// the sums `acc` at `out` (the pixel's first channel).
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL; `out` holds `oc` bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn store(&self, acc: std::arch::x86_64::__m512i, o0: usize, out: *mut u8) {
+        use std::arch::x86_64::*;
+        let live = (self.oc - o0).min(16);
+        let mask: __mmask16 = if live == 16 { 0xffff } else { (1u16 << live) - 1 };
+        // SAFETY: the masked loads and the store touch channels below oc.
+        unsafe {
+            let off = _mm512_maskz_loadu_epi32(mask, self.off.as_ptr().add(o0));
+            let scale = _mm512_maskz_loadu_ps(mask, self.scale.as_ptr().add(o0));
+            let shift = _mm512_maskz_loadu_ps(mask, self.shift.as_ptr().add(o0));
+            let f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, off)), scale, shift);
+            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(f);
+            // `clamp` keeps NaN and `as` makes it 0: the ordered lanes only.
+            let ord = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
+            let cl = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(self.lo)), _mm512_set1_ps(self.hi));
+            let v = _mm512_maskz_cvtps_epi32(ord, cl);
+            let v = _mm512_add_epi32(v, _mm512_set1_epi32(self.zero));
+            _mm_mask_storeu_epi8(out.add(o0).cast(), mask, _mm512_cvtepi32_epi8(v));
+        }
+    }
+}
+
+/// The VNNI kernel over blocks of up to `VNNI_MR` pixels: 2 panels (32
+/// channels) at a time in 28 zmm accumulators.
+///
+/// # Safety
+/// AVX-512 F/BW/VL and VNNI; `y` holds the output; see the call in [`run`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn vnni_blocks(
+    src: &Source<'_>,
+    segs: &[(usize, usize, usize)],
+    b: &[i8],
+    bstride: usize,
+    ep: &Epilogue<'_>,
+    y: *mut u8,
+) {
+    let panels = ep.oc.div_ceil(16);
+    for &(r, ox0, len) in segs {
+        let mut rows = [std::ptr::null::<u8>(); VNNI_MR];
+        let (first, pix) = src.origin(r, ox0);
+        let step = src.st[1] * src.cp;
+        for (i, row) in rows.iter_mut().enumerate() {
+            // Rows past the segment repeat its last pixel (results dropped).
+            // SAFETY: inside xp (the slack covers the repeats' reads).
+            *row = unsafe { first.add(i.min(len - 1) * step) };
+        }
+        let mut p = 0;
+        while p < panels {
+            // SAFETY: forwarded; panels p (and p + 1) exist.
+            unsafe {
+                if p + 1 < panels {
+                    vnni_tile::<2>(src, &rows, len, b.as_ptr().cast::<u8>().add(p * bstride), bstride, ep, p * 16, y.add(pix * ep.oc));
+                    p += 2;
+                } else {
+                    vnni_tile::<1>(src, &rows, len, b.as_ptr().cast::<u8>().add(p * bstride), bstride, ep, p * 16, y.add(pix * ep.oc));
+                    p += 1;
+                }
+            }
+        }
+    }
+}
+
+/// One VNNI block: `VNNI_MR` pixels (`len` of them stored) × `NP` panels.
+///
+/// # Safety
+/// As for [`vnni_blocks`]; `b` is panel `o0/16`'s first row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn vnni_tile<const NP: usize>(
+    src: &Source<'_>,
+    rows: &[*const u8; VNNI_MR],
+    len: usize,
+    b: *const u8,
+    bstride: usize,
+    ep: &Epilogue<'_>,
+    o0: usize,
+    y: *mut u8,
+) {
+    use std::arch::x86_64::*;
+    let groups = src.cp / 4;
+    // SAFETY: every A read is 4 bytes of a tap inside xp, every B read a
+    // 64-byte row of the panel; stores as in `Epilogue::store`.
+    unsafe {
+        let mut acc = [[_mm512_setzero_si512(); NP]; VNNI_MR];
+        let mut brow = b;
+        for &toff in src.taps {
+            for q in 0..groups {
+                let mut bv = [_mm512_setzero_si512(); NP];
+                for (j, v) in bv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_si512(brow.add(j * bstride).cast());
+                }
+                for i in 0..VNNI_MR {
+                    let a = _mm512_set1_epi32(rows[i].add(toff + 4 * q).cast::<i32>().read_unaligned());
+                    for j in 0..NP {
+                        acc[i][j] = _mm512_dpbusd_epi32(acc[i][j], a, bv[j]);
+                    }
+                }
+                brow = brow.add(64);
+            }
+        }
+        for (i, row) in acc.iter().enumerate().take(len) {
+            for (j, &v) in row.iter().enumerate() {
+                ep.store(v, o0 + 16 * j, y.add(i * ep.oc));
+            }
+        }
+    }
+}
+
+/// The AMX kernel: blocks of two 16-pixel segments (tmm4, tmm5) × two
+/// panels (tmm6, tmm7) into four i32 tiles (tmm0–3), stored to a scratch
+/// block and requantized with AVX-512.
+///
+/// # Safety
+/// AMX int8 and AVX-512 F/BW/VL; see the call in [`run`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn amx_blocks(
+    src: &Source<'_>,
+    segs: &[(usize, usize, usize)],
+    b: &[i8],
+    bstride: usize,
+    ep: &Epilogue<'_>,
+    y: *mut u8,
+) {
+    use super::amx::{Asm, TileOps};
+    use std::arch::x86_64::*;
+    #[repr(C, align(64))]
+    struct Scratch([[i32; 32]; 32]);
+    let mut scratch = Scratch([[0; 32]; 32]);
+    static ZERO: Scratch = Scratch([[0; 32]; 32]);
+    let panels = ep.oc.div_ceil(16);
+    let stride = src.st[1] * src.cp;
+    let steps_per_tap = src.cp / 64;
+    let ops = &mut Asm;
+    // SAFETY: AMX is supported (checked by the caller); tile reads stay
+    // inside xp (slack) and the packed B, tile stores inside scratch.
+    unsafe {
+        super::amx::begin();
+        for pair in segs.chunks(2) {
+            let (a0, pix0) = src.origin(pair[0].0, pair[0].1);
+            let (a1, pix1, len1) = match pair.get(1) {
+                Some(&(r, ox, len)) => {
+                    let (a, p) = src.origin(r, ox);
+                    (a, p, len)
+                }
+                None => (a0, pix0, 0),
+            };
+            let len0 = pair[0].2;
+            for p in (0..panels).step_by(2) {
+                let two = p + 1 < panels;
+                let z = ZERO.0.as_ptr().cast::<u8>();
+                ops.load::<0>(z, 0);
+                ops.load::<2>(z, 0);
+                if two {
+                    ops.load::<1>(z, 0);
+                    ops.load::<3>(z, 0);
+                }
+                let mut brow = b.as_ptr().cast::<u8>().add(p * bstride);
+                for &toff in src.taps {
+                    for s in 0..steps_per_tap {
+                        ops.load::<4>(a0.add(toff + 64 * s), stride);
+                        ops.load::<5>(a1.add(toff + 64 * s), stride);
+                        ops.load::<6>(brow, 64);
+                        ops.dot::<false, 0, 4, 6>();
+                        ops.dot::<false, 2, 5, 6>();
+                        if two {
+                            ops.load::<7>(brow.add(bstride), 64);
+                            ops.dot::<false, 1, 4, 7>();
+                            ops.dot::<false, 3, 5, 7>();
+                        }
+                        brow = brow.add(16 * 64);
+                    }
+                }
+                let sc = scratch.0.as_mut_ptr().cast::<u8>();
+                ops.store::<0>(sc, 128);
+                ops.store::<2>(sc.add(16 * 128), 128);
+                if two {
+                    ops.store::<1>(sc.add(64), 128);
+                    ops.store::<3>(sc.add(16 * 128 + 64), 128);
+                }
+                let np = if two { 2 } else { 1 };
+                for (i, row) in scratch.0.iter().enumerate() {
+                    let (pix, live) = if i < 16 { (pix0 + i, i < len0) } else { (pix1 + i - 16, i - 16 < len1) };
+                    if !live {
+                        continue;
+                    }
+                    for j in 0..np {
+                        let v = _mm512_loadu_si512(row.as_ptr().add(16 * j).cast());
+                        ep.store(v, (p + j) * 16, y.add(pix * ep.oc));
+                    }
+                }
+            }
+        }
+        super::amx::end();
+    }
+}
