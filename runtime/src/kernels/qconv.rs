@@ -547,6 +547,19 @@ mod tests {
         }
     }
 
+    /// The parameters of the tests' cases: an output zero point and a clip
+    /// inside the output type's range.
+    fn quant(x_signed: bool, x_zero: i32, y_signed: bool) -> QuantConv {
+        QuantConv {
+            x_signed,
+            x_zero,
+            y_signed,
+            y_zero: if y_signed { -3 } else { 7 },
+            y_min: if y_signed { -100 } else { 0 },
+            y_max: if y_signed { 127 } else { 200 },
+        }
+    }
+
     /// The GEMM path gives the scalar loops' bytes: i8 and u8 inputs with
     /// zero points at the ends of their ranges (padding reads them), groups,
     /// strides, dilation, 1×1 and 3×3, more pixels than one block, i8 and
@@ -561,14 +574,7 @@ mod tests {
             (geom(1, 7, 3, 5, 5, 1, 2, 1, 1), false, 128, false),
         ];
         for (i, (g, x_signed, x_zero, y_signed)) in cases.into_iter().enumerate() {
-            let q = QuantConv {
-                x_signed,
-                x_zero,
-                y_signed,
-                y_zero: if y_signed { -3 } else { 7 },
-                y_min: if y_signed { -100 } else { 0 },
-                y_max: if y_signed { 127 } else { 200 },
-            };
+            let q = quant(x_signed, x_zero, y_signed);
             let kk = (g.kh * g.kw * g.c / g.group) as usize;
             let oc = g.oc as usize;
             let x = bytes((g.n * g.h * g.w * g.c) as usize, 1 + i as u32);
@@ -634,14 +640,7 @@ mod tests {
             (geom(2, 3, 8, 16, 3, 1, 1, 1, 1), false, 128, false),
         ];
         for (i, (g, x_signed, x_zero, y_signed)) in cases.into_iter().enumerate() {
-            let q = QuantConv {
-                x_signed,
-                x_zero,
-                y_signed,
-                y_zero: if y_signed { -3 } else { 7 },
-                y_min: if y_signed { -100 } else { 0 },
-                y_max: if y_signed { 127 } else { 200 },
-            };
+            let q = quant(x_signed, x_zero, y_signed);
             let kk = (g.kh * g.kw * g.c) as usize;
             let oc = g.oc as usize;
             let x = bytes((g.n * g.h * g.w * g.c) as usize, 7 + i as u32);
