@@ -132,7 +132,7 @@ demo: setup llvm
 # runtime/include/; build/aoc_run_c is examples/c/main.c linked against it.
 
 c-lib:
-	cargo build --release -p aoc-runtime
+	cargo build --release -p aoc-runtime --features cuda
 	@mkdir -p $(BUILD)
 	cc -O2 examples/c/main.c -I runtime/include target/release/libaoc_runtime.a -lpthread -ldl -lm -o $(BUILD)/aoc_run_c
 	@echo "C library: target/release/libaoc_runtime.a, target/release/libaoc_runtime.so (header runtime/include/aoc_runtime.h); example: build/aoc_run_c MODEL.aoc"

@@ -68,10 +68,13 @@ fn main() {
     trials.push(Trial::test("gelu_in_the_gemm_epilogue", gemm_gelu));
     trials.push(Trial::test("clips_in_convolution_and_gemm_steps", step_clips));
     trials.push(Trial::test("integer_convolution_step_on_the_cpu", integer_convolution));
-    trials.push(Trial::test("quant_add_is_a_pointwise_kernel", quant_add_native));
+    trials.push(Trial::test("quant_add_runs_on_the_qadd_kernel", quant_add_native));
     for level in levels() {
         trials.push(Trial::test(format!("quantized_ops_without_integer_kernels_run_natively_{}", level.target_name()), move || {
             quant_without_kernels(level)
+        }));
+        trials.push(Trial::test(format!("int8_add_and_max_pool_steps_match_the_interpreter_{}", level.target_name()), move || {
+            int8_elementwise(level)
         }));
     }
     libtest_mimic::run(&args, trials).exit();
@@ -437,30 +440,68 @@ fn integer_convolution() -> Result<(), Failed> {
     close("integer convolution vs interpreter", &want, &got, 2e-2)
 }
 
-/// `quant.add` is a generated pointwise kernel, not a reference step (the
-/// qdq_cnn example has two; its exact agreement with the interpreter is
-/// `example_qdq_cnn_*`'s check).
+/// `quant.add` runs on the 8-bit `qadd` kernel, not a reference step or
+/// generated float code (the qdq_cnn example has two; its agreement with
+/// the interpreter is `example_qdq_cnn_*`'s check).
 fn quant_add_native() -> Result<(), Failed> {
-    let (path, _) = example("qdq_cnn")?;
-    let mut loaded = load_model(&path, &[])?;
-    let config = aoc_compiler::opt::OptConfig { passes: Some(CPU_PIPELINE.to_string()), ..Default::default() };
-    aoc_compiler::opt::optimize(&mut loaded.module, loaded.weights.as_ref(), &config, None)?;
-    let func = loaded.module.entry().ok_or("no entry function")?;
-    if !aoc_ir::print::print_module(&loaded.module).contains("quant.add") {
-        return Err("the optimized qdq_cnn has no quant.add to lower".into());
+    let (path, input) = example("qdq_cnn")?;
+    let (want, got, kinds) = compile_and_run_with(&path, &[], vec![input], X86Level::host(), &LowerOptions::CPU)?;
+    if kinds.iter().filter(|k| *k == "qadd").count() < 2 || kinds.iter().any(|k| k == "reference") {
+        return Err(format!("expected two qadd steps and no reference step: {kinds:?}").into());
     }
-    let out = compile(func, loaded.weights.as_ref(), X86Level::host()).map_err(|d| d.message)?;
-    let refs = &out.report.reference_ops;
-    if refs.iter().any(|(op, _)| op == "quant.add") {
-        return Err(format!("quant.add runs on the reference path: {refs:?}").into());
+    close("qdq_cnn with qadd steps vs interpreter", &want, &got, 2e-2)
+}
+
+/// The 8-bit elementwise steps against the interpreter, exactly: a
+/// `quant.add` of u8 and i8 operands with a fused relu (`qadd`, 245
+/// elements: vector blocks and a scalar tail), one into i8 with an upper
+/// clip, one that broadcasts (no `qadd`: generated code), and max pools
+/// of u8 and i8 values (`qmax_pool`, padding and a ceil-mode window).
+const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: tensor<1x5x7x7xf32>, %b: tensor<1x5x1x1xf32>) -> (tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>) {
+  %qx = quant.quantize %x : tensor<1x5x7x7x!quant.uniform<u8:f32, 0.031:117>>
+  %qy = quant.quantize %y : tensor<1x5x7x7x!quant.uniform<i8:f32, 0.027:-3>>
+  %qb = quant.quantize %b : tensor<1x5x1x1x!quant.uniform<i8:f32, 0.05>>
+  %s = quant.add %qx, %qy {clip_min = 0.0} : tensor<1x5x7x7x!quant.uniform<u8:f32, 0.04:0>>
+  %t = quant.add %qy, %qx {clip_max = 1.5} : tensor<1x5x7x7x!quant.uniform<i8:f32, 0.045:5>>
+  %u = quant.add %qx, %qb : tensor<1x5x7x7x!quant.uniform<u8:f32, 0.06:128>>
+  %p = core.max_pool2d %qx {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]} : tensor<1x5x4x4x!quant.uniform<u8:f32, 0.031:117>>
+  %r = core.max_pool2d %qy {kernel = [2, 2], strides = [2, 2], ceil_mode = true} : tensor<1x5x4x4x!quant.uniform<i8:f32, 0.027:-3>>
+  %sd = quant.dequantize %s : tensor<1x5x7x7xf32>
+  %td = quant.dequantize %t : tensor<1x5x7x7xf32>
+  %ud = quant.dequantize %u : tensor<1x5x7x7xf32>
+  %pd = quant.dequantize %p : tensor<1x5x4x4xf32>
+  %rd = quant.dequantize %r : tensor<1x5x4x4xf32>
+  return %sd, %td, %ud, %pd, %rd : tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>
+}
+"#;
+
+fn int8_elementwise(level: X86Level) -> Result<(), Failed> {
+    let dir = std::env::temp_dir().join(format!("aoc-int8-elementwise-{}-{}", std::process::id(), level.target_name()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("int8_elementwise.air");
+    std::fs::write(&path, INT8_ELEMENTWISE_AIR)?;
+    let inputs = vec![random(&[1, 5, 7, 7], 11), random(&[1, 5, 7, 7], 12), random(&[1, 5, 1, 1], 13)];
+    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs, level, &LowerOptions::CPU)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let count = |k: &str| kinds.iter().filter(|s| *s == k).count();
+    if count("qadd") != 2 || count("qmax_pool") != 2 || count("reference") != 0 {
+        return Err(format!("expected 2 qadd and 2 qmax_pool steps, no reference step: {kinds:?}").into());
+    }
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        let (wv, gv) = (w.to_f64(), g.to_f64());
+        if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
+            return Err(format!("output {i}[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
+        }
     }
     Ok(())
 }
 
-/// A max pool on u8 values, nearest resizes in two modes the resize kernel
-/// lacks, `quant.global_avg_pool`,
-/// and `quant.matmul` (ONNX's default half-pixel, round-prefer-floor, and
-/// asymmetric with ceil): none has an integer or resize kernel of its own, and each compiles to native steps (the quantized ops expanded
+/// Nearest resizes in two modes the resize kernel lacks (ONNX's default
+/// half-pixel, round-prefer-floor, and asymmetric with ceil), after a max
+/// pool on u8 values (its own `qmax_pool` step), `quant.global_avg_pool`
+/// and `quant.matmul` of two activations: none of the resizes and
+/// quantized ops has a kernel of its own, and each compiles to native
+/// steps (the quantized ops expanded
 /// into dequantize, float op, quantize; the resizes as gathers), with no
 /// reference step, to the interpreter's outputs (exactly, or within one
 /// step of the output's scale).

@@ -203,10 +203,8 @@ pub fn explain(path: &Path) -> Result<String, String> {
     let plan = s.plan();
     // A quantized artifact also gets each step's precision, and why a
     // compute step is not in int8.
-    let precisions: Option<Vec<&str>> = plan
-        .origins
-        .iter()
-        .any(|o| o.starts_with("quant."))
+    let precisions: Option<Vec<&str>> = (plan.origins.iter().any(|o| o.starts_with("quant."))
+        || plan.steps.iter().any(|st| step_precision(st, "") == "int8"))
         .then(|| plan.steps.iter().zip(&plan.origins).map(|(st, o)| step_precision(st, o)).collect());
     for (i, (step, origin)) in plan.steps.iter().zip(&plan.origins).enumerate() {
         let what = step_what(step);
@@ -291,7 +289,7 @@ fn step_what(step: &aoc_runtime::plan::Step) -> String {
 /// or `f32`.
 pub(crate) fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'static str {
     use aoc_runtime::plan::Step;
-    if matches!(step, Step::QConv2d { .. }) {
+    if matches!(step, Step::QConv2d { .. } | Step::QAdd { .. } | Step::QMaxPool { .. }) {
         return "int8";
     }
     if matches!(step, Step::Copy { .. } | Step::Fill { .. } | Step::Gather { .. }) {

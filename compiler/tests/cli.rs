@@ -1086,11 +1086,13 @@ fn explain_lists_every_step_with_its_origin() {
     // dequantize and a quantize.
     let fc = text.lines().find(|l| l.contains("quant.gemm")).unwrap_or_default();
     assert!(fc.contains("qconv2d") && !text.contains("gemm 1x10x64"), "{text}");
-    // Integer convolutions run natively; the quantized max pool and global
-    // average pool, which have no integer kernel yet, run as their float
-    // expansion: no step of a default compile is a reference step.
+    // Integer convolutions, residual adds and the max pool run on 8-bit
+    // kernels; the global average pool, which has no integer kernel yet,
+    // runs as its float expansion: no step of a default compile is a
+    // reference step.
     assert!(text.contains("qconv2d") && !text.contains("reference"), "{text}");
-    assert!(text.lines().any(|l| l.contains(" pool ") && l.contains("core.max_pool2d")), "{text}");
+    assert!(text.lines().any(|l| l.contains(" qmax_pool ") && l.contains("core.max_pool2d")), "{text}");
+    assert!(text.lines().any(|l| l.contains(" qadd ") && l.contains("quant.add")), "{text}");
     // --reference-fallback is the development escape hatch: a cubic resize
     // has no kernel and is an error that names it, unless the flag is given.
     let cubic = d.join("cubic.air");

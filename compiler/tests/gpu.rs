@@ -802,6 +802,97 @@ fn no_gpu_is_a_clear_error() -> Result<(), Failed> {
     Ok(())
 }
 
+/// GPU artifacts through the C API (`aoc_runtime.h`): `aoc_session_load`
+/// of an sm_86 artifact describes its ports from the manifest and
+/// `aoc_session_run` (two threads at once on one session) matches the
+/// interpreter as `aoc run` does; a wrong buffer size is an error naming
+/// the tensor. Without a GPU, the load fails with NULL and a message that
+/// names the missing driver or GPU, never a crash.
+fn c_api_runs_gpu_artifacts() -> Result<(), Failed> {
+    use aoc_runtime::capi::*;
+    use std::ffi::{CStr, CString, c_void};
+    let last_error = || unsafe { CStr::from_ptr(aoc_last_error()) }.to_string_lossy().to_string();
+    let m = models().into_iter().find(|m| m.name == "resnet_block").ok_or("examples/resnet_block is missing")?;
+    let d = scratch("c_api");
+    let art = d.join("model.aoc");
+    compile(&m, "sm_86", "fp32", &art)?;
+    let path = CString::new(art.display().to_string())?;
+    let s = unsafe { aoc_session_load(path.as_ptr(), 0) };
+    if let Some(why) = no_gpu() {
+        let err = last_error();
+        if !s.is_null() || !(err.contains("no NVIDIA driver") || err.contains("reports no GPU")) || !err.contains("model.aoc") {
+            return Err(format!("without a GPU: expected NULL and the missing driver or GPU named, got {s:?}: {err}").into());
+        }
+        println!("skipped the run: {why} (the load failed as it should: {err})");
+        return Ok(());
+    }
+    if s.is_null() {
+        return Err(format!("aoc_session_load: {}", last_error()).into());
+    }
+    struct Free(*mut AocSession);
+    impl Drop for Free {
+        fn drop(&mut self) {
+            unsafe { aoc_session_free(self.0) }
+        }
+    }
+    let s = Free(s);
+    let (n_in, n_out) = unsafe { (aoc_session_input_count(s.0), aoc_session_output_count(s.0)) };
+    if n_in != 1 || n_out == 0 {
+        return Err(format!("{n_in} inputs and {n_out} outputs").into());
+    }
+    let x = read_npy(Path::new(&m.inputs[0]))?;
+    let in_bytes: Vec<u8> = x.to_f64().iter().flat_map(|v| (*v as f32).to_le_bytes()).collect();
+    if unsafe { aoc_session_input_bytes(s.0, 0) } != in_bytes.len() {
+        return Err(format!("input bytes {} vs the .npy's {}", unsafe { aoc_session_input_bytes(s.0, 0) }, in_bytes.len()).into());
+    }
+    let want_dir = d.join("want");
+    run_to_dir(&m.file, std::slice::from_ref(&m.inputs[0]), &[], &want_dir)?;
+    let want = outputs(&want_dir)?;
+    let out_sizes: Vec<usize> = (0..n_out).map(|i| unsafe { aoc_session_output_bytes(s.0, i) }).collect();
+    let session = s.0 as usize;
+    let runs: Vec<Result<Vec<Vec<u8>>, String>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let (in_bytes, out_sizes) = (&in_bytes, &out_sizes);
+                sc.spawn(move || {
+                    let mut outs: Vec<Vec<u8>> = out_sizes.iter().map(|&n| vec![0u8; n]).collect();
+                    let ins = [in_bytes.as_ptr() as *const c_void];
+                    let ptrs: Vec<*mut c_void> = outs.iter_mut().map(|o| o.as_mut_ptr() as *mut c_void).collect();
+                    let rc = unsafe {
+                        aoc_session_run(session as *mut AocSession, ins.as_ptr(), [in_bytes.len()].as_ptr(), 1, ptrs.as_ptr(), out_sizes.as_ptr(), out_sizes.len())
+                    };
+                    if rc != 0 { Err(unsafe { CStr::from_ptr(aoc_last_error()) }.to_string_lossy().to_string()) } else { Ok(outs) }
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a run panicked".into()))).collect()
+    });
+    for run in runs {
+        let outs = run.map_err(|e| format!("aoc_session_run: {e}"))?;
+        for (i, (o, (wn, w))) in outs.iter().zip(&want).enumerate() {
+            let got: Vec<f64> = o.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect();
+            let wv = w.to_f64();
+            if got.len() != wv.len() {
+                return Err(format!("output {i}: {} values, the interpreter's {wn} has {}", got.len(), wv.len()).into());
+            }
+            let scale = wv.iter().fold(1.0f64, |a, v| a.max(v.abs()));
+            let err = wv.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale;
+            println!("C API output {i}: max error {err:.2e} of {scale:.3}");
+            if err.is_nan() || err > 1e-3 {
+                return Err(format!("C API output {i} differs from the interpreter's {wn} by {err:.3e}").into());
+            }
+        }
+    }
+    let mut short = vec![0u8; out_sizes[0].saturating_sub(4)];
+    let ptrs = [short.as_mut_ptr() as *mut c_void];
+    let rc = unsafe { aoc_session_run(s.0, [in_bytes.as_ptr() as *const c_void].as_ptr(), [in_bytes.len()].as_ptr(), 1, ptrs.as_ptr(), [short.len()].as_ptr(), 1) };
+    let err = last_error();
+    if n_out == 1 && (rc == 0 || !err.contains("bytes")) {
+        return Err(format!("a short output buffer: expected an error naming the size, got rc {rc}: {err}").into());
+    }
+    Ok(())
+}
+
 /// NaN and ±inf through every epilogue the GPU compiles: a convolution with
 /// bias and relu (implicit GEMM), a GEMM with relu, a max pool, a clip, a
 /// softmax, each compared element by element with the interpreter: NaN
@@ -877,6 +968,7 @@ fn main() {
     trials.push(Trial::test("special_paths_match_their_entries", special_paths_match_their_entries));
     trials.push(Trial::test("gpu_nan_and_inf_through_epilogues", nan_through_epilogues));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
+    trials.push(Trial::test("gpu_c_api_runs_gpu_artifacts", c_api_runs_gpu_artifacts));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -81,6 +81,28 @@ pub struct QuantConv {
     pub y_max: i32,
 }
 
+/// One operand of a [`Step::QAdd`]: 8-bit storage (i8 when `signed`, else
+/// u8) with per-tensor `zero` and `scale`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantOperand {
+    pub signed: bool,
+    pub zero: i32,
+    pub scale: f32,
+}
+
+/// The parameters of a [`Step::QAdd`]: both operands', the result's, and
+/// the op's clamp in real values (`None`: no bound).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantAdd {
+    pub a: QuantOperand,
+    pub b: QuantOperand,
+    pub y: QuantOperand,
+    pub clip_min: Option<f32>,
+    pub clip_max: Option<f32>,
+}
+
 /// How a pool reduces its window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -340,6 +362,29 @@ pub enum Step {
         geom: ConvGeom,
         q: QuantConv,
     },
+    /// `quant.add` of two 8-bit tensors of `n` elements each, in the same
+    /// layout: per element, in f32, `d = (a − a.zero)·a.scale + (b −
+    /// b.zero)·b.scale`, clamped to `[clip_min, clip_max]`, then `y =
+    /// clamp(round_half_even(d / y.scale) + y.zero)` to the storage range
+    /// (the op's Q/DQ definition, operation for operation).
+    QAdd {
+        a: Buf,
+        b: Buf,
+        y: Buf,
+        n: u64,
+        q: QuantAdd,
+    },
+    /// A max pool of 8-bit integers (i8 when `signed`, else u8) in NHWC,
+    /// geometry as [`Step::Pool`]: `core.max_pool2d` on a quantized tensor
+    /// whose result has the same parameters, where the maximum of the stored
+    /// values is the stored maximum.
+    QMaxPool {
+        x: Buf,
+        y: Buf,
+        geom: ConvGeom,
+        ceil_mode: bool,
+        signed: bool,
+    },
     /// A kernel the backend generated (Cranelift): `code` names the blob,
     /// `args` are its tensors in the kernel's order (the last one is the
     /// output), `rows` the parallel extent the kernel splits over.
@@ -434,7 +479,13 @@ impl Step {
                 f(shift, false);
                 f(y, true);
             }
+            Step::QAdd { a, b, y, .. } => {
+                f(a, false);
+                f(b, false);
+                f(y, true);
+            }
             Step::Pool { x, y, .. }
+            | Step::QMaxPool { x, y, .. }
             | Step::Reduce { x, y, .. }
             | Step::Resize { x, y, .. }
             | Step::Softmax { x, y, .. } => {
@@ -503,6 +554,8 @@ impl Step {
             Step::LayerNorm { .. } => "layer_norm",
             Step::Attention { .. } => "attention",
             Step::QConv2d { .. } => "qconv2d",
+            Step::QAdd { .. } => "qadd",
+            Step::QMaxPool { .. } => "qmax_pool",
             Step::Pointwise { .. } => "pointwise",
             Step::Reference { .. } => "reference",
         }

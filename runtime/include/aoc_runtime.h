@@ -57,11 +57,18 @@ extern "C" {
 typedef struct aoc_session aoc_session;
 
 /*
- * Opens, validates (format, checksum, manifest, CPU features) and loads the
- * artifact at `path`. `threads` is the number of worker threads each run
- * uses; 0 means one per available core; negative is an error.
- * Returns NULL on error; the message names the file. The file is
- * memory-mapped: it must not be modified while the session lives.
+ * Opens, validates (format, checksum, manifest, CPU features or GPU
+ * architecture) and loads the artifact at `path`. A CPU artifact runs on a
+ * thread pool: `threads` is the number of worker threads each run uses; 0
+ * means one per available core; negative is an error. A GPU artifact
+ * (compiled for an sm_* target) runs on GPU 0 through the CUDA driver,
+ * which is loaded when the first GPU artifact is (no CUDA toolkit is
+ * needed to link); `threads` must still be 0 or positive and is otherwise
+ * unused. Returns NULL on error; the message names the file (and says when
+ * there is no driver or GPU, or the GPU is older than the artifact's
+ * target). Artifacts up to 1 GiB are read into memory, so the file may be
+ * replaced or deleted while the session lives; larger ones are
+ * memory-mapped and must not be truncated or rewritten in place.
  */
 aoc_session* aoc_session_load(const char* path, int threads);
 

@@ -165,6 +165,10 @@ pub struct LowerOptions {
     /// Lower `quant.conv2d` and `quant.gemm` to integer `Step::QConv2d`
     /// (else they run on the reference path).
     pub int8: bool,
+    /// Lower `quant.add` to `Step::QAdd` and max pools of quantized values
+    /// to `Step::QMaxPool` (the CPU's 8-bit kernels); otherwise they are
+    /// generated pointwise code and a dequantize–pool–quantize expansion.
+    pub int8_elementwise: bool,
     /// Apply an epilogue's leading GELU (erf form; matmul) or clip (matmul,
     /// convolution, depthwise convolution) in the `Gemm`, `Conv2d` or
     /// `DepthwiseConv2d` step itself instead of a pointwise step after it.
@@ -190,10 +194,10 @@ pub enum WeightForm {
 impl LowerOptions {
     /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, step_activations: true, reference_fallback: false };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, int8_elementwise: true, step_activations: true, reference_fallback: false };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, step_activations: false, reference_fallback: false };
+        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, int8_elementwise: false, step_activations: false, reference_fallback: false };
 }
 
 pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {

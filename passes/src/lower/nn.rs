@@ -14,13 +14,13 @@ use aoc_plan::plan::{ConvGeom, PoolKind, ReduceKind, ResizeMode, Step};
 use super::pointwise::{epilogue, float_attr};
 use super::{Lower, NHWC, Val, WeightForm, identity, logical_strides};
 
-fn ints(attrs: &Attrs, name: &str) -> Vec<i64> {
+pub(super) fn ints(attrs: &Attrs, name: &str) -> Vec<i64> {
     match attrs.get(name) {
         Some(Attr::Ints(v)) => v.clone(),
         _ => vec![],
     }
 }
-fn int(attrs: &Attrs, name: &str, default: i64) -> i64 {
+pub(super) fn int(attrs: &Attrs, name: &str, default: i64) -> i64 {
     match attrs.get(name) {
         Some(Attr::Int(v)) => *v,
         _ => default,
@@ -592,7 +592,10 @@ impl Lower<'_> {
 
     pub(crate) fn lower_pool(&mut self, op: &OpData, pool: Pool) -> Result<bool, String> {
         if !self.all_f32(op) {
-            return Ok(false);
+            return match pool {
+                Pool::Max => self.lower_qmax_pool(op),
+                Pool::Avg | Pool::GlobalAvg | Pool::GlobalMax => Ok(false),
+            };
         }
         let attrs = Lower::attrs(op)?;
         let x = op.operands[0];

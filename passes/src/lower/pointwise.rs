@@ -215,6 +215,9 @@ impl Lower<'_> {
         if self.fold_relu(op) {
             return Ok(true);
         }
+        if op.opcode.kind() == OpKind::Pointwise(Pointwise::QuantAdd) && self.lower_qadd(op)? {
+            return Ok(true);
+        }
         let r = op.results[0];
         let out_ty = self.ty(r).clone();
         let out_s = out_ty.elem.storage();

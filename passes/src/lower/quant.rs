@@ -1,6 +1,8 @@
 //! Integer convolution and GEMM (`quant.conv2d`, `quant.gemm`) →
 //! `Step::QConv2d`, when the target has integer kernels
-//! ([`LowerOptions::int8`](super::LowerOptions)).
+//! ([`LowerOptions::int8`](super::LowerOptions)); `quant.add` →
+//! `Step::QAdd` and a max pool of quantized values → `Step::QMaxPool`
+//! where it has those ([`LowerOptions::int8_elementwise`](super::LowerOptions)).
 //!
 //! The IR defines these ops by their Q/DQ meaning (dequantize, compute in
 //! float, clamp, quantize). The step computes the same in integers:
@@ -27,12 +29,12 @@ use aoc_ir::module::OpData;
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::quant::dequantize_values;
 use aoc_ir::types::{QuantParams, QuantType, Scalar, TensorType};
-use aoc_plan::plan::{ConvGeom, QuantConv, Step};
+use aoc_plan::plan::{ConvGeom, QuantAdd, QuantConv, QuantOperand, Step};
 
 use aoc_ir::attr::{Attr, Attrs};
 
-use super::nn::{boolean, float, geom, u};
-use super::{Lower, NHWC, identity};
+use super::nn::{boolean, float, geom, ints, u};
+use super::{Lower, NHWC, Val, identity};
 
 /// A per-tensor 8-bit quantized type: (signed, scale, zero point, lo, hi).
 fn act_params(t: &TensorType) -> Option<(bool, f64, i64, i64, i64)> {
@@ -271,6 +273,76 @@ impl Lower<'_> {
             identity(yt.rank())
         };
         self.define(op.results[0], y, perm);
+        Ok(true)
+    }
+}
+
+impl Lower<'_> {
+    /// `quant.add` of two tensors of the result's shape (no broadcasting)
+    /// with per-tensor 8-bit parameters → `Step::QAdd`, in the layout its
+    /// left operand already has.
+    pub(crate) fn lower_qadd(&mut self, op: &OpData) -> Result<bool, String> {
+        if !self.opts.int8_elementwise || op.operands.len() != 2 {
+            return Ok(false);
+        }
+        let (a, b, r) = (op.operands[0], op.operands[1], op.results[0]);
+        let (at, bt, yt) = (self.ty(a).clone(), self.ty(b).clone(), self.ty(r).clone());
+        if at.shape != yt.shape || bt.shape != yt.shape {
+            return Ok(false);
+        }
+        let operand = |t: &TensorType| {
+            act_params(t).map(|(signed, scale, zero, _, _)| QuantOperand { signed, zero: zero as i32, scale: scale as f32 })
+        };
+        let (Some(qa), Some(qb), Some(qy)) = (operand(&at), operand(&bt), operand(&yt)) else {
+            return Ok(false);
+        };
+        let attrs = Lower::attrs(op)?;
+        let perm = match self.val(a)? {
+            Val::Mem { perm, .. } => perm,
+            Val::Const(_) => match self.val(b)? {
+                Val::Mem { perm, .. } => perm,
+                Val::Const(_) => identity(yt.rank()),
+            },
+        };
+        let (ab, bb) = (self.materialize(a, &perm)?, self.materialize(b, &perm)?);
+        let y = self.alloc(&yt)?;
+        let clip = |name: &str| opt_float(&attrs, name).map(|v| v as f32);
+        self.push(Step::QAdd {
+            a: ab,
+            b: bb,
+            y,
+            n: u(yt.num_elements()),
+            q: QuantAdd { a: qa, b: qb, y: qy, clip_min: clip("clip_min"), clip_max: clip("clip_max") },
+        });
+        self.define(r, y, perm);
+        Ok(true)
+    }
+
+    /// `core.max_pool2d` on a per-tensor 8-bit quantized tensor whose result
+    /// has the same type parameters → `Step::QMaxPool` (the maximum of the
+    /// stored values is the stored maximum).
+    pub(crate) fn lower_qmax_pool(&mut self, op: &OpData) -> Result<bool, String> {
+        if !self.opts.int8_elementwise {
+            return Ok(false);
+        }
+        let x = op.operands[0];
+        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
+        let (Some(xq), Some(yq)) = (act_params(&xt), act_params(&yt)) else {
+            return Ok(false);
+        };
+        if xq != yq || xt.rank() != 4 || xt.elem != yt.elem {
+            return Ok(false);
+        }
+        let attrs = Lower::attrs(op)?;
+        let k = ints(&attrs, "kernel");
+        if k.len() != 2 {
+            return Ok(false);
+        }
+        let geom = geom(&xt, [u(yt.shape[1]), u(yt.shape[2]), u(yt.shape[3])], [k[0] as u64, k[1] as u64], &attrs);
+        let xb = self.materialize(x, &NHWC)?;
+        let y = self.alloc(&yt)?;
+        self.push(Step::QMaxPool { x: xb, y, geom, ceil_mode: boolean(&attrs, "ceil_mode"), signed: xq.0 });
+        self.define(op.results[0], y, NHWC.to_vec());
         Ok(true)
     }
 }

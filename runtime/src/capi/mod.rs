@@ -21,22 +21,84 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 
-use crate::artifact::{DType, TensorSpec};
-use crate::exec::{Session, SessionOptions};
+use crate::artifact::{Artifact, DType, TensorSpec};
+use crate::exec::{RuntimeError, Session, SessionOptions};
 
 // The C API hands one session to several threads; that is sound only while
-// `Session` is `Send + Sync`, which `exec` promises. Fail the build, not a
-// user's program, if that promise is ever broken.
+// both executors' sessions are `Send + Sync`, which they promise. Fail the
+// build, not a user's program, if that promise is ever broken.
 const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Session>();
+    #[cfg(feature = "cuda")]
+    assert_send_sync::<crate::cuda::GpuSession>();
 };
+
+/// The executor behind a C session: an artifact's manifest target picks it
+/// (`sm_*` runs on GPU 0 through the CUDA executor, anything else on the
+/// CPU).
+enum Backend {
+    Cpu(Session),
+    #[cfg(feature = "cuda")]
+    Gpu(crate::cuda::GpuSession),
+}
+
+impl Backend {
+    fn load(path: &std::path::Path, threads: usize) -> Result<Backend, RuntimeError> {
+        let artifact = Artifact::open(path).map_err(|e| RuntimeError::new(e.to_string()))?;
+        if artifact.manifest().target.starts_with("sm_") {
+            return Backend::gpu(artifact);
+        }
+        Session::from_artifact(artifact, &SessionOptions { threads }).map(Backend::Cpu)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn gpu(artifact: Artifact) -> Result<Backend, RuntimeError> {
+        let file = artifact.name().to_string();
+        crate::cuda::GpuSession::from_artifact(artifact, 0)
+            .map(Backend::Gpu)
+            .map_err(|e| RuntimeError::new(format!("{file}: {e}")))
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn gpu(artifact: Artifact) -> Result<Backend, RuntimeError> {
+        Err(RuntimeError::new(format!(
+            "{}: a GPU artifact ({}), and this library is built without CUDA support (build it with `make c-lib`, which enables the runtime's `cuda` feature)",
+            artifact.name(),
+            artifact.manifest().target
+        )))
+    }
+
+    fn inputs(&self) -> &[TensorSpec] {
+        match self {
+            Backend::Cpu(s) => s.inputs(),
+            #[cfg(feature = "cuda")]
+            Backend::Gpu(s) => s.inputs(),
+        }
+    }
+
+    fn outputs(&self) -> &[TensorSpec] {
+        match self {
+            Backend::Cpu(s) => s.outputs(),
+            #[cfg(feature = "cuda")]
+            Backend::Gpu(s) => s.outputs(),
+        }
+    }
+
+    fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RuntimeError> {
+        match self {
+            Backend::Cpu(s) => s.run_into(inputs, outputs),
+            #[cfg(feature = "cuda")]
+            Backend::Gpu(s) => s.run_into(inputs, outputs),
+        }
+    }
+}
 
 /// What C sees as `aoc_session`: the session plus the C strings and sizes
 /// of its inputs and outputs, built once at load so the accessors only
 /// lend pointers.
 pub struct AocSession {
-    session: Session,
+    session: Backend,
     inputs: Vec<Port>,
     outputs: Vec<Port>,
 }
@@ -165,7 +227,8 @@ fn path_from_c(path: &CStr) -> Result<PathBuf, String> {
     }
 }
 
-/// Opens, validates and loads an artifact; NULL on error.
+/// Opens, validates and loads an artifact (a CPU one on a thread pool of
+/// `threads`, a GPU one on GPU 0); NULL on error.
 ///
 /// # Safety
 /// `path` is null or a NUL-terminated string.
@@ -183,8 +246,7 @@ pub unsafe extern "C" fn aoc_session_load(path: *const c_char, threads: c_int) -
                 path.display()
             )
         })?;
-        let session =
-            Session::load(&path, &SessionOptions { threads }).map_err(|e| e.to_string())?;
+        let session = Backend::load(&path, threads).map_err(|e| e.to_string())?;
         let ports = |what: &str, specs: &[TensorSpec]| {
             specs
                 .iter()

@@ -435,7 +435,32 @@ impl GpuSession {
     /// Runs one inference: `inputs[i]` holds input `i`'s bytes (row major,
     /// little endian, exactly the manifest's size); returns each output's.
     pub fn run(&self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, RuntimeError> {
+        let mut outs: Vec<Vec<u8>> = self.output_bytes.iter().map(|&n| vec![0u8; n as usize]).collect();
+        let mut slices: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        self.run_into(inputs, &mut slices)?;
+        Ok(outs)
+    }
+
+    /// [`GpuSession::run`] into the caller's output buffers, each exactly
+    /// its output's size (what the C API calls).
+    pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RuntimeError> {
         self.check_inputs(inputs)?;
+        if outputs.len() != self.output_bytes.len() {
+            return Err(RuntimeError::new(format!(
+                "expected {} outputs, got {}",
+                self.output_bytes.len(),
+                outputs.len()
+            )));
+        }
+        for (i, (o, &n)) in outputs.iter().zip(&self.output_bytes).enumerate() {
+            if o.len() as u64 != n {
+                return Err(RuntimeError::new(format!(
+                    "output {i} (`{}`) has {} bytes, expected {n}",
+                    self.outputs()[i].name,
+                    o.len()
+                )));
+            }
+        }
         let mut guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
         let st = &mut *guard;
         self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
@@ -461,7 +486,10 @@ impl GpuSession {
                 "an index input is out of range (a gather read past its axis); the outputs are not valid",
             ));
         }
-        Ok(st.host_out.iter().map(|p| p.as_slice().to_vec()).collect())
+        for (o, p) in outputs.iter_mut().zip(&st.host_out) {
+            o.copy_from_slice(p.as_slice());
+        }
+        Ok(())
     }
 
     /// Device time of `iters` replays (inputs already on the device from

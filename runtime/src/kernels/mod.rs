@@ -45,6 +45,8 @@ pub mod norm;
 pub mod pack;
 pub mod pool;
 pub mod qconv;
+pub mod qdepthwise;
+pub mod qelem;
 pub mod qdirect;
 pub mod resize;
 pub mod winograd;

@@ -55,6 +55,23 @@ pub fn pool2d(
     x: &[f32],
     y: &mut [f32],
 ) -> Result<(), KernelError> {
+    let g = pool_dims(geom, ceil_mode)?;
+    check_len("input", g.x_len, x.len())?;
+    check_len("output", g.y_len, y.len())?;
+    if g.y_len == 0 {
+        return Ok(());
+    }
+    y[..g.y_len]
+        .par_chunks_mut(g.ow * g.c)
+        .enumerate()
+        .for_each(|(r, yrow)| pool_row(kind, &g, x, r, yrow));
+    Ok(())
+}
+
+/// The checked geometry of a pool (any element type): channels in equal
+/// channels out, and the output size the window, strides, padding and
+/// `ceil_mode` give.
+pub(crate) fn pool_dims(geom: &ConvGeom, ceil_mode: bool) -> Result<Dims, KernelError> {
     let g = Dims::new(geom)?;
     if g.oc != g.c {
         return Err(kerr(format!(
@@ -95,16 +112,7 @@ pub fn pool2d(
             )));
         }
     }
-    check_len("input", g.x_len, x.len())?;
-    check_len("output", g.y_len, y.len())?;
-    if g.y_len == 0 {
-        return Ok(());
-    }
-    y[..g.y_len]
-        .par_chunks_mut(g.ow * g.c)
-        .enumerate()
-        .for_each(|(r, yrow)| pool_row(kind, &g, x, r, yrow));
-    Ok(())
+    Ok(g)
 }
 
 /// Channels per accumulator block (kept in registers across a window).

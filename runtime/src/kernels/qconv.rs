@@ -23,6 +23,7 @@ use rayon::prelude::*;
 
 use super::KernelError;
 use super::int8::{Int8Level, PackedS8, gemm_u8s8, pack_b_s8};
+use super::qdepthwise::{self, DepthwiseWeights};
 use super::qdirect::{self, DirectWeights};
 use crate::plan::{ConvGeom, QuantConv};
 
@@ -52,6 +53,9 @@ pub struct PackedQConv {
     /// The weights of the direct NHWC kernels, where they run (then
     /// `groups` is empty).
     direct: Option<DirectWeights>,
+    /// The weights of the depthwise kernel, where it runs (then the other
+    /// two are empty).
+    depthwise: Option<DepthwiseWeights>,
 }
 
 /// Whether [`qconv2d`] runs `g` with `p` on the int8 GEMM: enough output
@@ -72,13 +76,16 @@ fn pad_fits(p: &QuantConv) -> bool {
 /// Whether weights packed by [`pack_qconv`] are used for `g` with `p`
 /// (the executor packs them at load then).
 pub fn uses_packed(g: &ConvGeom, p: &QuantConv) -> bool {
-    uses_gemm(g, p) || (qdirect::best_level().is_some() && qdirect::applies(g) && pad_fits(p))
+    qdepthwise::applies(g) || uses_gemm(g, p) || (qdirect::best_level().is_some() && qdirect::applies(g) && pad_fits(p))
 }
 
 /// Packs the weights `w` (`[oc][kh][kw][c/group]`) of `g`: for the direct
 /// NHWC kernels where this CPU has them and they take `g`, else for the
 /// GEMM path.
 pub fn pack_qconv(g: &ConvGeom, w: &[i8]) -> Result<PackedQConv, KernelError> {
+    if qdepthwise::applies(g) {
+        return Ok(PackedQConv { groups: Vec::new(), direct: None, depthwise: Some(qdepthwise::pack(g, w)?) });
+    }
     match qdirect::best_level() {
         Some(level) if qdirect::applies(g) => pack_qconv_direct(g, w, level),
         _ => pack_qconv_gemm(g, w),
@@ -90,6 +97,7 @@ pub fn pack_qconv_direct(g: &ConvGeom, w: &[i8], level: Int8Level) -> Result<Pac
     Ok(PackedQConv {
         groups: Vec::new(),
         direct: Some(qdirect::pack(g, w, level)?),
+        depthwise: None,
     })
 }
 
@@ -130,6 +138,7 @@ pub fn pack_qconv_gemm(g: &ConvGeom, w: &[i8]) -> Result<PackedQConv, KernelErro
     Ok(PackedQConv {
         groups,
         direct: None,
+        depthwise: None,
     })
 }
 
@@ -148,6 +157,18 @@ pub fn qconv2d(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
+    if qdepthwise::applies(g) {
+        check(g, x, w, comp, scale, shift, y)?;
+        let made;
+        let dw = match packed.and_then(|pk| pk.depthwise.as_ref()) {
+            Some(dw) => dw,
+            None => {
+                made = qdepthwise::pack(g, w)?;
+                &made
+            }
+        };
+        return qdepthwise::run(g, p, x, dw, comp, scale, shift, y);
+    }
     if let Some(dw) = packed.and_then(|pk| pk.direct.as_ref())
         && pad_fits(p)
     {
@@ -290,7 +311,7 @@ unsafe fn output_rows_avx2(p: &QuantConv, gi: usize, ocg: usize, oc: usize, sums
 
 /// [`output_rows`] on the best instructions this CPU has.
 #[allow(clippy::too_many_arguments)]
-fn requantize_rows(p: &QuantConv, gi: usize, ocg: usize, oc: usize, sums: &[i32], comp: &[i32], scale: &[f32], shift: &[f32], out: &mut [u8]) {
+pub(super) fn requantize_rows(p: &QuantConv, gi: usize, ocg: usize, oc: usize, sums: &[i32], comp: &[i32], scale: &[f32], shift: &[f32], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::sync::OnceLock;
@@ -393,6 +414,45 @@ impl Window {
     }
 }
 
+impl Window {
+    /// [`Window::gather`] of bytes with `load = |s| s ^ flip`, faster: the
+    /// taps of one window row that lie inside the image are one contiguous
+    /// run of the NHWC input when the group spans every channel and the
+    /// horizontal dilation is 1 (a 7×7 stem on 3 channels copies 21 bytes
+    /// at a time instead of 3), and the flip runs over the whole row.
+    pub(super) fn gather_u8(&self, x: &[u8], pix: usize, gi: usize, row: &mut [u8], pad: u8, flip: u8) {
+        let Window { h, w, c, cg, oh, ow, kh, kw, .. } = *self;
+        if cg != c || self.dilation[1] != 1 {
+            return self.gather(x, pix, gi, row, pad, |s| s ^ flip);
+        }
+        let (img, rest) = (pix / (oh * ow), pix % (oh * ow));
+        let (oy, ox) = (rest / ow, rest % ow);
+        let row = &mut row[..kh * kw * c];
+        // Taps kx in kx0..kx1 read columns bx + kx inside 0..w.
+        let bx = (ox * self.stride[1]) as isize - self.pads[1] as isize;
+        let kx0 = (-bx).clamp(0, kw as isize) as usize;
+        let kx1 = (w as isize - bx).clamp(kx0 as isize, kw as isize) as usize;
+        let raw_pad = pad ^ flip;
+        for ky in 0..kh {
+            let dst = &mut row[ky * kw * c..][..kw * c];
+            let iy = (oy * self.stride[0] + ky * self.dilation[0]).checked_sub(self.pads[0]).filter(|&v| v < h);
+            let Some(iy) = iy.filter(|_| kx0 < kx1) else {
+                dst.fill(raw_pad);
+                continue;
+            };
+            dst[..kx0 * c].fill(raw_pad);
+            let start = ((img * h + iy) * w) as isize + bx + kx0 as isize;
+            dst[kx0 * c..kx1 * c].copy_from_slice(&x[start as usize * c..][..(kx1 - kx0) * c]);
+            dst[kx1 * c..].fill(raw_pad);
+        }
+        if flip != 0 {
+            for v in row.iter_mut() {
+                *v ^= flip;
+            }
+        }
+    }
+}
+
 /// [`qconv2d`] on the int8 GEMM (see the module doc); the input's zero
 /// point plus 128 for i8 inputs must be a u8.
 #[allow(clippy::too_many_arguments)]
@@ -434,7 +494,7 @@ fn qconv2d_gemm(
             a[..rows * kk]
                 .par_chunks_mut(kk)
                 .enumerate()
-                .for_each(|(r, row)| win.gather(x, p0 + r, gi, row, pad, |s| s ^ flip));
+                .for_each(|(r, row)| win.gather_u8(x, p0 + r, gi, row, pad, flip));
             gemm_u8s8(
                 rows,
                 ocg,
@@ -611,6 +671,41 @@ mod tests {
             big.oh * big.ow > BLOCK_PIXELS as u64,
             "one case spans two pixel blocks"
         );
+    }
+
+    /// The depthwise kernel gives the scalar loops' bytes: 3×3 and 5×5,
+    /// strides 1 and 2, dilation 2, pads that make border pixels read the
+    /// zero point, channel counts that leave vector tails, i8 and u8 inputs
+    /// and outputs; packed at load and on the fly.
+    #[test]
+    fn depthwise_kernel_matches_the_scalar_loops() {
+        let cases = [
+            (geom(1, 9, 32, 32, 3, 1, 1, 1, 32), false, 3, false),
+            (geom(2, 12, 19, 19, 3, 2, 1, 1, 19), true, -128, true),
+            (geom(1, 11, 72, 72, 5, 2, 2, 1, 72), false, 255, true),
+            (geom(1, 10, 8, 8, 3, 1, 2, 2, 8), true, 127, false),
+            (geom(1, 6, 3, 3, 3, 1, 0, 1, 3), false, 0, false),
+        ];
+        for (i, (g, x_signed, x_zero, y_signed)) in cases.into_iter().enumerate() {
+            assert!(qdepthwise::applies(&g), "case {i} is depthwise");
+            let q = quant(x_signed, x_zero, y_signed);
+            let (taps, oc) = ((g.kh * g.kw) as usize, g.oc as usize);
+            let x = bytes((g.n * g.h * g.w * g.c) as usize, 31 + i as u32);
+            let w: Vec<i8> = bytes(oc * taps, 300 + i as u32).into_iter().map(|b| b as i8).collect();
+            let comp: Vec<i32> = (0..oc).map(|o| (o as i32 * 577) % 3000 - 1500).collect();
+            let scale: Vec<f32> = (0..oc).map(|o| 1.0 / (40.0 + 13.0 * o as f32)).collect();
+            let shift: Vec<f32> = (0..oc).map(|o| (o as f32 - 2.0) * 0.25).collect();
+            let len = (g.n * g.oh * g.ow) as usize * oc;
+            let mut slow = vec![1u8; len];
+            qconv2d_scalar(&g, &q, &x, &w, &comp, &scale, &shift, &mut slow).unwrap();
+            let packed = pack_qconv(&g, &w).unwrap();
+            assert!(packed.depthwise.is_some(), "case {i}: packed for the depthwise kernel");
+            let (mut fast, mut again) = (vec![0u8; len], vec![2u8; len]);
+            qconv2d(&g, &q, &x, &w, Some(&packed), &comp, &scale, &shift, &mut fast).unwrap();
+            qconv2d(&g, &q, &x, &w, None, &comp, &scale, &shift, &mut again).unwrap();
+            assert_eq!(fast, slow, "case {i}: {g:?}");
+            assert_eq!(again, slow, "case {i}: packing on the fly");
+        }
     }
 
     /// The direct NHWC kernels give the scalar loops' bytes at every level

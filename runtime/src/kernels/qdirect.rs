@@ -183,7 +183,7 @@ pub(super) fn run(
     };
     // Slack after the image: a partial block reads whole tiles.
     let slack = AMX_ROWS.max(VNNI_MR) * st[1] * cp + 64;
-    let mut xp = vec![pad; n * hp * wp * cp + slack];
+    with_padded(n * hp * wp * cp + slack, pad, |xp| {
     match dw.mode {
         Mode::Direct => {
             xp[..n * hp * wp * cp]
@@ -208,7 +208,7 @@ pub(super) fn run(
             xp[..n * oh * ow * cp]
                 .par_chunks_mut(cp)
                 .enumerate()
-                .for_each(|(pix, row)| win.gather(x, pix, 0, &mut row[..kh * kw * c], pad, |s| s ^ flip));
+                .for_each(|(pix, row)| win.gather_u8(x, pix, 0, &mut row[..kh * kw * c], pad, flip));
         }
     }
     // Per channel: the compensation less a_zero·Σw (the shift of i8 inputs).
@@ -233,7 +233,7 @@ pub(super) fn run(
         .flat_map(|r| (0..per_row).map(move |s| (r, s * seg_len, seg_len.min(ow - s * seg_len))))
         .collect();
     let src = Source {
-        xp: &xp,
+        xp,
         hp,
         wp,
         cp,
@@ -263,7 +263,31 @@ pub(super) fn run(
             }
         }
     });
+    });
     Ok(())
+}
+
+thread_local! {
+    /// The calling thread's padded-input buffer, kept between calls so a
+    /// run does not page in a fresh allocation per convolution.
+    static PADDED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `len` bytes all set to `pad`: the thread's buffer, or a
+/// fresh one when it is in use.
+fn with_padded(len: usize, pad: u8, f: impl FnOnce(&mut [u8])) {
+    PADDED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            buf.resize(len, pad);
+            f(&mut buf[..]);
+            // Do not keep more than 64 MiB alive between runs.
+            if buf.capacity() > 64 << 20 {
+                *buf = Vec::new();
+            }
+        }
+        Err(_) => f(&mut vec![pad; len]),
+    })
 }
 
 /// Where the kernels read A.

@@ -397,6 +397,11 @@ impl<'a> Tr<'a, '_> {
                 self.launch(kern, args, origin);
                 Ok(())
             }
+            // The CPU's 8-bit kernels: `LowerOptions::GPU` never asks for
+            // them (its int8_elementwise is off).
+            Step::QAdd { .. } | Step::QMaxPool { .. } => {
+                Err(format!("internal error: a {} step in a GPU plan (please report)", step.kind()))
+            }
             Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
             Step::Reference { .. } => {
                 self.halves.host_step();

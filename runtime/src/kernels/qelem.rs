@@ -1,0 +1,362 @@
+//! 8-bit kernels of the quantized path besides the convolutions:
+//! `quant.add` ([`qadd`], the residual add of every quantized ResNet) and
+//! the max pool of stored integers ([`qmax_pool2d`]).
+//!
+//! [`qadd`] computes the op's Q/DQ definition in f32, operation for
+//! operation as the generated pointwise kernel and the interpreter's f32
+//! path do (convert, subtract the zero point, multiply by the scale, add,
+//! clamp, divide by the result's scale, round half to even, add its zero
+//! point, saturate): no fused multiply-add, an IEEE division, so every ISA
+//! level gives the same bytes as [`qadd_one`], the scalar specification.
+//! AVX-512 does 16 elements per step, AVX2 8, the rest the scalar loop.
+//!
+//! [`qmax_pool2d`] is [`super::pool::pool2d`]'s max on stored values: the
+//! maximum of dequantized values is the dequantized maximum (scales are
+//! positive), so when the result has the input's parameters the stored
+//! maximum is exact. Padding never wins (a window of only padding, which
+//! valid geometries cannot make, gives the storage's lowest value).
+//!
+//! Invariants: slice lengths are checked first (an error, never an
+//! out-of-bounds access); each output element is computed by one thread,
+//! so results do not depend on the thread count.
+
+use rayon::prelude::*;
+
+use super::KernelError;
+use super::conv::{Dims, kerr, multiversion, tap_range};
+use super::pool::pool_dims;
+use crate::plan::{ConvGeom, QuantAdd, QuantOperand};
+
+/// Elements per parallel task of [`qadd`].
+const CHUNK: usize = 16 * 1024;
+
+/// The storage range of an 8-bit operand.
+fn range(signed: bool) -> (f32, f32) {
+    if signed { (-128.0, 127.0) } else { (0.0, 255.0) }
+}
+
+#[inline(always)]
+fn load(v: u8, signed: bool) -> f32 {
+    if signed { v as i8 as f32 } else { v as f32 }
+}
+
+#[inline(always)]
+fn dequantize(v: u8, p: &QuantOperand) -> f32 {
+    (load(v, p.signed) - p.zero as f32) * p.scale
+}
+
+/// One element of `quant.add` (the specification every path matches).
+pub fn qadd_one(q: &QuantAdd, a: u8, b: u8) -> u8 {
+    let mut d = dequantize(a, &q.a) + dequantize(b, &q.b);
+    if let Some(lo) = q.clip_min {
+        d = d.max(lo);
+    }
+    if let Some(hi) = q.clip_max {
+        d = d.min(hi);
+    }
+    let (lo, hi) = range(q.y.signed);
+    let t = ((d / q.y.scale).round_ties_even() + q.y.zero as f32).max(lo).min(hi);
+    // In range and integral: the cast is exact (i8 values as their byte).
+    t as i32 as u8
+}
+
+/// `y[i] = quant.add(a[i], b[i])` for `i < n` (see the module doc).
+pub fn qadd(q: &QuantAdd, n: usize, a: &[u8], b: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
+    for (name, len) in [("lhs", a.len()), ("rhs", b.len()), ("output", y.len())] {
+        if len < n {
+            return Err(kerr(format!("quant.add: {name} needs {n} bytes, found {len}")));
+        }
+    }
+    let (lo, hi) = range(q.y.signed);
+    if ![q.a.scale, q.b.scale, q.y.scale].iter().all(|s| s.is_finite() && *s > 0.0) || (q.y.zero as f32) < lo || (q.y.zero as f32) > hi {
+        return Err(kerr(format!("quant.add: scales must be positive and finite and the zero point in range, found {q:?}")));
+    }
+    y[..n].par_chunks_mut(CHUNK).enumerate().for_each(|(i, ys)| {
+        let o = i * CHUNK;
+        qadd_span(q, &a[o..o + ys.len()], &b[o..o + ys.len()], ys);
+    });
+    Ok(())
+}
+
+/// [`qadd`] over one span, at the best level this CPU has.
+fn qadd_span(q: &QuantAdd, a: &[u8], b: &[u8], y: &mut [u8]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F; the slices are equally long.
+            done = unsafe { x86::qadd_avx512(q, a, b, y) };
+        } else if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2; the slices are equally long.
+            done = unsafe { x86::qadd_avx2(q, a, b, y) };
+        }
+    }
+    for i in done..y.len() {
+        y[i] = qadd_one(q, a[i], b[i]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::range;
+    use crate::plan::QuantAdd;
+
+    const NEAREST: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+    /// Whole blocks of 16; returns how many elements it wrote.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `a`, `b` and `y` are equally long.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn qadd_avx512(q: &QuantAdd, a: &[u8], b: &[u8], y: &mut [u8]) -> usize {
+        let (za, sa) = (_mm512_set1_ps(q.a.zero as f32), _mm512_set1_ps(q.a.scale));
+        let (zb, sb) = (_mm512_set1_ps(q.b.zero as f32), _mm512_set1_ps(q.b.scale));
+        let (sy, zy) = (_mm512_set1_ps(q.y.scale), _mm512_set1_ps(q.y.zero as f32));
+        let (lo, hi) = range(q.y.signed);
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        let cmin = match q.clip_min {
+            Some(v) => Some(_mm512_set1_ps(v)),
+            None => None,
+        };
+        let cmax = match q.clip_max {
+            Some(v) => Some(_mm512_set1_ps(v)),
+            None => None,
+        };
+        let n = y.len() / 16 * 16;
+        let mut i = 0;
+        while i < n {
+            // SAFETY: i + 16 <= n <= each slice's length.
+            let (va, vb) = unsafe { (_mm_loadu_si128(a.as_ptr().add(i).cast()), _mm_loadu_si128(b.as_ptr().add(i).cast())) };
+            let va = if q.a.signed { _mm512_cvtepi8_epi32(va) } else { _mm512_cvtepu8_epi32(va) };
+            let vb = if q.b.signed { _mm512_cvtepi8_epi32(vb) } else { _mm512_cvtepu8_epi32(vb) };
+            let (xa, xb) = (_mm512_cvtepi32_ps(va), _mm512_cvtepi32_ps(vb));
+            let da = _mm512_mul_ps(_mm512_sub_ps(xa, za), sa);
+            let db = _mm512_mul_ps(_mm512_sub_ps(xb, zb), sb);
+            let mut d = _mm512_add_ps(da, db);
+            if let Some(c) = cmin {
+                d = _mm512_max_ps(d, c);
+            }
+            if let Some(c) = cmax {
+                d = _mm512_min_ps(d, c);
+            }
+            let t = _mm512_add_ps(_mm512_roundscale_ps::<NEAREST>(_mm512_div_ps(d, sy)), zy);
+            let t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            // In range: truncating each i32 to its low byte is the value.
+            let bytes = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t));
+            // SAFETY: as for the loads.
+            unsafe { _mm_storeu_si128(y.as_mut_ptr().add(i).cast(), bytes) };
+            i += 16;
+        }
+        n
+    }
+
+    /// Whole blocks of 8; returns how many elements it wrote.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `a`, `b` and `y` are equally long.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn qadd_avx2(q: &QuantAdd, a: &[u8], b: &[u8], y: &mut [u8]) -> usize {
+        let (za, sa) = (_mm256_set1_ps(q.a.zero as f32), _mm256_set1_ps(q.a.scale));
+        let (zb, sb) = (_mm256_set1_ps(q.b.zero as f32), _mm256_set1_ps(q.b.scale));
+        let (sy, zy) = (_mm256_set1_ps(q.y.scale), _mm256_set1_ps(q.y.zero as f32));
+        let (lo, hi) = range(q.y.signed);
+        let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+        let cmin = match q.clip_min {
+            Some(v) => Some(_mm256_set1_ps(v)),
+            None => None,
+        };
+        let cmax = match q.clip_max {
+            Some(v) => Some(_mm256_set1_ps(v)),
+            None => None,
+        };
+        let n = y.len() / 8 * 8;
+        let mut i = 0;
+        while i < n {
+            // SAFETY: i + 8 <= n <= each slice's length.
+            let (va, vb) = unsafe { (_mm_loadl_epi64(a.as_ptr().add(i).cast()), _mm_loadl_epi64(b.as_ptr().add(i).cast())) };
+            let va = if q.a.signed { _mm256_cvtepi8_epi32(va) } else { _mm256_cvtepu8_epi32(va) };
+            let vb = if q.b.signed { _mm256_cvtepi8_epi32(vb) } else { _mm256_cvtepu8_epi32(vb) };
+            let (xa, xb) = (_mm256_cvtepi32_ps(va), _mm256_cvtepi32_ps(vb));
+            let da = _mm256_mul_ps(_mm256_sub_ps(xa, za), sa);
+            let db = _mm256_mul_ps(_mm256_sub_ps(xb, zb), sb);
+            let mut d = _mm256_add_ps(da, db);
+            if let Some(c) = cmin {
+                d = _mm256_max_ps(d, c);
+            }
+            if let Some(c) = cmax {
+                d = _mm256_min_ps(d, c);
+            }
+            let t = _mm256_add_ps(_mm256_round_ps::<NEAREST>(_mm256_div_ps(d, sy)), zy);
+            let t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
+            let v = _mm256_cvtps_epi32(t);
+            // In range, so the saturating packs keep every value.
+            let w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            let bytes = if q.y.signed { _mm_packs_epi16(w, w) } else { _mm_packus_epi16(w, w) };
+            // SAFETY: as for the loads.
+            unsafe { _mm_storel_epi64(y.as_mut_ptr().add(i).cast(), bytes) };
+            i += 8;
+        }
+        n
+    }
+}
+
+/// NHWC max pool of 8-bit values `x` (`n × h × w × c`) into `y` (`n × oh
+/// × ow × c`), signed or not; geometry as [`super::pool::pool2d`].
+pub fn qmax_pool2d(geom: &ConvGeom, ceil_mode: bool, signed: bool, x: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
+    let g = pool_dims(geom, ceil_mode)?;
+    for (name, need, len) in [("input", g.x_len, x.len()), ("output", g.y_len, y.len())] {
+        if len < need {
+            return Err(kerr(format!("max pool: {name} needs {need} bytes, found {len}")));
+        }
+    }
+    if g.y_len == 0 {
+        return Ok(());
+    }
+    // i8 values compare as u8 once their sign bit is flipped: pools run on
+    // flipped bytes and flip back.
+    let flip = if signed { 0x80u8 } else { 0 };
+    y[..g.y_len].par_chunks_mut(g.ow * g.c).enumerate().for_each(|(r, yrow)| qmax_row(&g, x, r, yrow, flip));
+    Ok(())
+}
+
+multiversion! {
+    /// Output row `r` (flat over `n·oh`) of [`qmax_pool2d`] on bytes with
+    /// `flip` applied (see there).
+    fn qmax_row(g: &Dims, x: &[u8], r: usize, yrow: &mut [u8], flip: u8) {
+        let (b, oy) = (r / g.oh, r % g.oh);
+        let c = g.c;
+        let by = g.base(oy, 0);
+        let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
+        for (ox, out) in yrow.chunks_exact_mut(c).enumerate() {
+            let bx = g.base(ox, 1);
+            let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+            out.fill(0);
+            for ky in ky0..ky1 {
+                let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+                for kx in kx0..kx1 {
+                    let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+                    let xs = &x[((b * g.h + iy) * g.w + ix) * c..][..c];
+                    for (o, &v) in out.iter_mut().zip(xs) {
+                        *o = (*o).max(v ^ flip);
+                    }
+                }
+            }
+            for v in out.iter_mut() {
+                *v ^= flip;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::pool::pool2d;
+    use crate::plan::PoolKind;
+
+    fn bytes(n: usize, seed: u32) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 24) as u8
+            })
+            .collect()
+    }
+
+    fn operand(signed: bool, zero: i32, scale: f32) -> QuantOperand {
+        QuantOperand { signed, zero, scale }
+    }
+
+    /// The vector paths agree with the scalar definition byte for byte,
+    /// for every signedness, with and without clamps, on lengths that
+    /// leave tails; and the scalar definition is the f64 Q/DQ formula to
+    /// within one step (f32 rounding of the scaled sum).
+    #[test]
+    fn qadd_matches_its_definition() {
+        let levels = [("avx512f", std::arch::is_x86_feature_detected!("avx512f")), ("avx2", std::arch::is_x86_feature_detected!("avx2"))];
+        for (name, has) in levels {
+            if !has {
+                println!("skipped {name}: this CPU lacks it");
+            }
+        }
+        let cases = [
+            QuantAdd { a: operand(false, 3, 0.041), b: operand(false, 120, 0.058), y: operand(false, 7, 0.07), clip_min: Some(0.0), clip_max: None },
+            QuantAdd { a: operand(true, -5, 0.02), b: operand(false, 0, 0.013), y: operand(true, 2, 0.03), clip_min: None, clip_max: Some(1.5) },
+            QuantAdd { a: operand(true, 0, 0.5), b: operand(true, 0, 0.25), y: operand(false, 128, 0.011), clip_min: Some(-0.5), clip_max: Some(0.5) },
+        ];
+        for (k, q) in cases.iter().enumerate() {
+            for n in [0usize, 7, 16, 33, 100_003] {
+                let (a, b) = (bytes(n, 1 + k as u32), bytes(n, 99 + n as u32));
+                let mut y = vec![0u8; n];
+                qadd(q, n, &a, &b, &mut y).unwrap();
+                // Each vector level this CPU has, called directly (the
+                // dispatcher only runs the best one).
+                #[cfg(target_arch = "x86_64")]
+                for (level, has) in levels {
+                    if !has {
+                        continue;
+                    }
+                    let mut yl = vec![0u8; n];
+                    // SAFETY: the CPU has the level; equal lengths.
+                    let done = unsafe {
+                        if level == "avx512f" { x86::qadd_avx512(q, &a, &b, &mut yl) } else { x86::qadd_avx2(q, &a, &b, &mut yl) }
+                    };
+                    for i in 0..done {
+                        assert_eq!(yl[i], qadd_one(q, a[i], b[i]), "{level}: case {k}, n {n}, element {i}");
+                    }
+                }
+                for i in 0..n {
+                    let want = qadd_one(q, a[i], b[i]);
+                    assert_eq!(y[i], want, "case {k}, n {n}, element {i}");
+                    let deq = |v: u8, p: &QuantOperand| (if p.signed { v as i8 as f64 } else { v as f64 } - p.zero as f64) * p.scale as f64;
+                    let mut d = deq(a[i], &q.a) + deq(b[i], &q.b);
+                    d = d.max(q.clip_min.map_or(f64::MIN, f64::from)).min(q.clip_max.map_or(f64::MAX, f64::from));
+                    let (lo, hi) = range(q.y.signed);
+                    let exact = ((d / q.y.scale as f64).round() + q.y.zero as f64).clamp(lo as f64, hi as f64);
+                    let got = if q.y.signed { want as i8 as f64 } else { want as f64 };
+                    assert!((got - exact).abs() <= 1.0, "case {k}: {got} vs {exact}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn qadd_refuses_short_slices_and_bad_scales() {
+        let q = QuantAdd { a: operand(false, 0, 0.1), b: operand(false, 0, 0.1), y: operand(false, 0, 0.1), clip_min: None, clip_max: None };
+        let mut y = vec![0u8; 4];
+        assert!(qadd(&q, 5, &[0; 5], &[0; 5], &mut y).unwrap_err().to_string().contains("output needs 5"));
+        let bad = QuantAdd { y: operand(false, 0, 0.0), ..q };
+        assert!(qadd(&bad, 4, &[0; 4], &[0; 4], &mut y).is_err());
+    }
+
+    /// The integer max pool is the float pool of the dequantized values,
+    /// quantized back (exact), for u8 and i8, with padding, strides and
+    /// `ceil_mode`.
+    #[test]
+    fn qmax_pool_is_the_float_pool_on_stored_values() {
+        for signed in [false, true] {
+            for (h, w, c, k, s, p, ceil) in [(9, 11, 70, 3, 2, 1, false), (8, 8, 3, 3, 2, 0, true), (5, 7, 64, 3, 1, 1, true)] {
+                let mut g = ConvGeom { n: 2, h, w, c, oh: 0, ow: 0, oc: c, kh: k, kw: k, stride: [s, s], dilation: [1, 1], pads: [p; 4], group: 1 };
+                let out = |len: u64| {
+                    let span = len + 2 * p - k;
+                    if ceil { span.div_ceil(s) + 1 } else { span / s + 1 }
+                };
+                (g.oh, g.ow) = (out(h), out(w));
+                let x = bytes((2 * h * w * c) as usize, (h * c) as u32 + signed as u32);
+                let mut y = vec![0u8; (2 * g.oh * g.ow * c) as usize];
+                qmax_pool2d(&g, ceil, signed, &x, &mut y).unwrap();
+                let xf: Vec<f32> = x.iter().map(|&v| load(v, signed)).collect();
+                let mut yf = vec![0f32; y.len()];
+                pool2d(PoolKind::Max, &g, ceil, &xf, &mut yf).unwrap();
+                for (i, (&got, &want)) in y.iter().zip(&yf).enumerate() {
+                    assert_eq!(load(got, signed), want, "signed {signed}, {h}x{w}x{c}, element {i}");
+                }
+            }
+        }
+    }
+}
