@@ -362,9 +362,11 @@ pub enum Step {
         geom: ConvGeom,
         q: QuantConv,
     },
-    /// `quant.add` of two 8-bit tensors of `n` elements each, in the same
-    /// layout: per element, in f32, `d = (a − a.zero)·a.scale + (b −
-    /// b.zero)·b.scale`, clamped to `[clip_min, clip_max]`, then `y =
+    /// `quant.add` of 8-bit tensors: `a` and `y` of `n` elements in the
+    /// same layout, `b` of `b_len` elements repeated along them (`b_len`
+    /// divides `n`; `b_len == n`: no broadcast, e.g. a bias along the last
+    /// axis otherwise). Per element, in f32, `d = (a − a.zero)·a.scale +
+    /// (b − b.zero)·b.scale`, clamped to `[clip_min, clip_max]`, then `y =
     /// clamp(round_half_even(d / y.scale) + y.zero)` to the storage range
     /// (the op's Q/DQ definition, operation for operation).
     QAdd {
@@ -372,6 +374,7 @@ pub enum Step {
         b: Buf,
         y: Buf,
         n: u64,
+        b_len: u64,
         q: QuantAdd,
     },
     /// A max pool of 8-bit integers (i8 when `signed`, else u8) in NHWC,

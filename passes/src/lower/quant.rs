@@ -278,16 +278,23 @@ impl Lower<'_> {
 }
 
 impl Lower<'_> {
-    /// `quant.add` of two tensors of the result's shape (no broadcasting)
-    /// with per-tensor 8-bit parameters → `Step::QAdd`, in the layout its
-    /// left operand already has.
+    /// `quant.add` with per-tensor 8-bit parameters → `Step::QAdd`: of two
+    /// tensors of the result's shape, in the layout the first already has;
+    /// or of one such tensor and one that repeats along it (after leading
+    /// 1s, a suffix of the result's shape of at least 16 elements: a bias
+    /// on the last axes), both in row-major order.
     pub(crate) fn lower_qadd(&mut self, op: &OpData) -> Result<bool, String> {
         if !self.opts.int8_elementwise || op.operands.len() != 2 {
             return Ok(false);
         }
-        let (a, b, r) = (op.operands[0], op.operands[1], op.results[0]);
-        let (at, bt, yt) = (self.ty(a).clone(), self.ty(b).clone(), self.ty(r).clone());
-        if at.shape != yt.shape || bt.shape != yt.shape {
+        let (mut a, mut b, r) = (op.operands[0], op.operands[1], op.results[0]);
+        let yt = self.ty(r).clone();
+        if self.ty(a).shape != yt.shape {
+            // `a + b` is `b + a` in f32: the full operand goes first.
+            std::mem::swap(&mut a, &mut b);
+        }
+        let (at, bt) = (self.ty(a).clone(), self.ty(b).clone());
+        if at.shape != yt.shape {
             return Ok(false);
         }
         let operand = |t: &TensorType| {
@@ -297,23 +304,29 @@ impl Lower<'_> {
             return Ok(false);
         };
         let attrs = Lower::attrs(op)?;
-        let perm = match self.val(a)? {
-            Val::Mem { perm, .. } => perm,
-            Val::Const(_) => match self.val(b)? {
-                Val::Mem { perm, .. } => perm,
-                Val::Const(_) => identity(yt.rank()),
-            },
-        };
-        let (ab, bb) = (self.materialize(a, &perm)?, self.materialize(b, &perm)?);
-        let y = self.alloc(&yt)?;
         let clip = |name: &str| opt_float(&attrs, name).map(|v| v as f32);
-        self.push(Step::QAdd {
-            a: ab,
-            b: bb,
-            y,
-            n: u(yt.num_elements()),
-            q: QuantAdd { a: qa, b: qb, y: qy, clip_min: clip("clip_min"), clip_max: clip("clip_max") },
-        });
+        let q = QuantAdd { a: qa, b: qb, y: qy, clip_min: clip("clip_min"), clip_max: clip("clip_max") };
+        let n = yt.num_elements();
+        let (ab, bb, perm, b_len) = if bt.shape == yt.shape {
+            let perm = match self.val(a)? {
+                Val::Mem { perm, .. } => perm,
+                Val::Const(_) => match self.val(b)? {
+                    Val::Mem { perm, .. } => perm,
+                    Val::Const(_) => identity(yt.rank()),
+                },
+            };
+            (self.materialize(a, &perm)?, self.materialize(b, &perm)?, perm, n)
+        } else {
+            let core: Vec<usize> = bt.shape.iter().copied().skip_while(|&d| d == 1).collect();
+            let b_len: usize = core.iter().product();
+            if bt.rank() > yt.rank() || !yt.shape.ends_with(&core) || b_len < 16 {
+                return Ok(false);
+            }
+            let perm = identity(yt.rank());
+            (self.materialize(a, &perm)?, self.materialize(b, &identity(bt.rank()))?, perm, b_len)
+        };
+        let y = self.alloc(&yt)?;
+        self.push(Step::QAdd { a: ab, b: bb, y, n: u(n), b_len: u(b_len), q });
         self.define(r, y, perm);
         Ok(true)
     }

@@ -242,7 +242,9 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
         Step::QMaxPool { x, y, geom, ceil_mode, signed } => {
             kernels::qelem::qmax_pool2d(geom, *ceil_mode, *signed, bytes(sp, x), bytes_mut(sp, y)).map_err(e)
         }
-        Step::QAdd { a, b, y, n, q } => kernels::qelem::qadd(q, us(*n), bytes(sp, a), bytes(sp, b), bytes_mut(sp, y)).map_err(e),
+        Step::QAdd { a, b, y, n, b_len, q } => {
+            kernels::qelem::qadd(q, us(*n), us(*b_len), bytes(sp, a), bytes(sp, b), bytes_mut(sp, y)).map_err(e)
+        }
         Step::Reduce { kind, x, y, outer, len, inner } => {
             kernels::pool::reduce_middle(*kind, us(*outer), us(*len), us(*inner), f32s(sp, x)?, f32s_mut(sp, y)?).map_err(e)
         }

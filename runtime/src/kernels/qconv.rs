@@ -733,6 +733,9 @@ mod tests {
             (geom(1, 17, 70, 33, 3, 1, 2, 2, 1), true, 127, false),
             (geom(1, 5, 128, 20, 1, 2, 0, 1, 1), true, 5, true),
             (geom(2, 3, 8, 16, 3, 1, 1, 1, 1), false, 128, false),
+            // 1×1 stride 1 over two images of 7-pixel rows: blocks run
+            // across rows and images.
+            (geom(2, 7, 64, 40, 1, 1, 0, 1, 1), false, 9, true),
         ];
         for (i, (g, x_signed, x_zero, y_signed)) in cases.into_iter().enumerate() {
             let q = quant(x_signed, x_zero, y_signed);

@@ -227,9 +227,17 @@ pub(super) fn run(
         oc,
     };
     let seg_len = if dw.level == Int8Level::Amx { AMX_ROWS } else { VNNI_MR };
+    // Where consecutive output pixels read consecutive `cp`-byte rows of
+    // `xp` across output rows and images too (im2col rows; a 1×1 stride-1
+    // convolution without padding, e.g. a GEMM of `m` rows as `m × 1`
+    // pixels), the output is one long row: blocks fill whole tiles
+    // instead of stopping at each row's end (a 7-pixel row would use 7 of
+    // 16 AMX tile rows).
+    let linear = dw.mode == Mode::Im2col || (taps.len() == 1 && st == [1, 1] && hp == oh && wp == ow);
+    let (rows, ow, oh, hp, wp) = if linear { (1, n * oh * ow, 1, 1, n * hp * wp) } else { (n * oh, ow, oh, hp, wp) };
     // Blocks: runs of up to seg_len output pixels of one row.
     let per_row = ow.div_ceil(seg_len);
-    let segs: Vec<(usize, usize, usize)> = (0..n * oh)
+    let segs: Vec<(usize, usize, usize)> = (0..rows)
         .flat_map(|r| (0..per_row).map(move |s| (r, s * seg_len, seg_len.min(ow - s * seg_len))))
         .collect();
     let src = Source {

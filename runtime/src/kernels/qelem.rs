@@ -60,20 +60,35 @@ pub fn qadd_one(q: &QuantAdd, a: u8, b: u8) -> u8 {
     t as i32 as u8
 }
 
-/// `y[i] = quant.add(a[i], b[i])` for `i < n` (see the module doc).
-pub fn qadd(q: &QuantAdd, n: usize, a: &[u8], b: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
-    for (name, len) in [("lhs", a.len()), ("rhs", b.len()), ("output", y.len())] {
-        if len < n {
-            return Err(kerr(format!("quant.add: {name} needs {n} bytes, found {len}")));
+/// `y[i] = quant.add(a[i], b[i % b_len])` for `i < n` (see the module
+/// doc); `b_len` divides `n`.
+pub fn qadd(q: &QuantAdd, n: usize, b_len: usize, a: &[u8], b: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
+    if b_len == 0 && n > 0 || b_len > 0 && !n.is_multiple_of(b_len) {
+        return Err(kerr(format!("quant.add: the broadcast operand's {b_len} elements do not divide the result's {n}")));
+    }
+    for (name, need, len) in [("lhs", n, a.len()), ("rhs", b_len, b.len()), ("output", n, y.len())] {
+        if len < need {
+            return Err(kerr(format!("quant.add: {name} needs {need} bytes, found {len}")));
         }
     }
     let (lo, hi) = range(q.y.signed);
     if ![q.a.scale, q.b.scale, q.y.scale].iter().all(|s| s.is_finite() && *s > 0.0) || (q.y.zero as f32) < lo || (q.y.zero as f32) > hi {
         return Err(kerr(format!("quant.add: scales must be positive and finite and the zero point in range, found {q:?}")));
     }
-    y[..n].par_chunks_mut(CHUNK).enumerate().for_each(|(i, ys)| {
-        let o = i * CHUNK;
-        qadd_span(q, &a[o..o + ys.len()], &b[o..o + ys.len()], ys);
+    if b_len == n {
+        y[..n].par_chunks_mut(CHUNK).enumerate().for_each(|(i, ys)| {
+            let o = i * CHUNK;
+            qadd_span(q, &a[o..o + ys.len()], &b[o..o + ys.len()], ys);
+        });
+        return Ok(());
+    }
+    // Rows of `b_len`, several per task.
+    let per_task = (CHUNK / b_len.max(1)).max(1) * b_len;
+    y[..n].par_chunks_mut(per_task).enumerate().for_each(|(i, ys)| {
+        for (j, yr) in ys.chunks_exact_mut(b_len).enumerate() {
+            let o = i * per_task + j * b_len;
+            qadd_span(q, &a[o..o + b_len], &b[..b_len], yr);
+        }
     });
     Ok(())
 }
@@ -293,7 +308,7 @@ mod tests {
             for n in [0usize, 7, 16, 33, 100_003] {
                 let (a, b) = (bytes(n, 1 + k as u32), bytes(n, 99 + n as u32));
                 let mut y = vec![0u8; n];
-                qadd(q, n, &a, &b, &mut y).unwrap();
+                qadd(q, n, n, &a, &b, &mut y).unwrap();
                 // Each vector level this CPU has, called directly (the
                 // dispatcher only runs the best one).
                 #[cfg(target_arch = "x86_64")]
@@ -325,13 +340,30 @@ mod tests {
         }
     }
 
+    /// A `b` repeated along `a` (a bias on the last axis): each row is the
+    /// elementwise add of that row and `b`.
+    #[test]
+    fn qadd_broadcasts_rows() {
+        let q = QuantAdd { a: operand(false, 100, 0.02), b: operand(true, 1, 0.03), y: operand(false, 90, 0.025), clip_min: None, clip_max: None };
+        for (rows, b_len) in [(3usize, 37usize), (129, 256), (1, 16)] {
+            let n = rows * b_len;
+            let (a, b) = (bytes(n, 5), bytes(b_len, 6));
+            let mut y = vec![0u8; n];
+            qadd(&q, n, b_len, &a, &b, &mut y).unwrap();
+            for i in 0..n {
+                assert_eq!(y[i], qadd_one(&q, a[i], b[i % b_len]), "{rows}x{b_len}, element {i}");
+            }
+        }
+    }
+
     #[test]
     fn qadd_refuses_short_slices_and_bad_scales() {
         let q = QuantAdd { a: operand(false, 0, 0.1), b: operand(false, 0, 0.1), y: operand(false, 0, 0.1), clip_min: None, clip_max: None };
         let mut y = vec![0u8; 4];
-        assert!(qadd(&q, 5, &[0; 5], &[0; 5], &mut y).unwrap_err().to_string().contains("output needs 5"));
+        assert!(qadd(&q, 5, 5, &[0; 5], &[0; 5], &mut y).unwrap_err().to_string().contains("output needs 5"));
+        assert!(qadd(&q, 4, 3, &[0; 4], &[0; 4], &mut y).unwrap_err().to_string().contains("do not divide"));
         let bad = QuantAdd { y: operand(false, 0, 0.0), ..q };
-        assert!(qadd(&bad, 4, &[0; 4], &[0; 4], &mut y).is_err());
+        assert!(qadd(&bad, 4, 4, &[0; 4], &[0; 4], &mut y).is_err());
     }
 
     /// The integer max pool is the float pool of the dequantized values,
