@@ -292,6 +292,12 @@ pub(crate) fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'
     if matches!(step, Step::QConv2d { .. } | Step::QAdd { .. } | Step::QMaxPool { .. }) {
         return "int8";
     }
+    if matches!(step, Step::Quantize { .. }) {
+        return "quant";
+    }
+    if matches!(step, Step::Dequantize { .. }) {
+        return "dequant";
+    }
     if matches!(step, Step::Copy { .. } | Step::Fill { .. } | Step::Gather { .. }) {
         return "move";
     }

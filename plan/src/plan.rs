@@ -377,6 +377,24 @@ pub enum Step {
         b_len: u64,
         q: QuantAdd,
     },
+    /// `quant.quantize` of `n` f32 values to 8-bit storage with per-tensor
+    /// parameters `q`: `y = clamp(round_half_even(x / q.scale) + q.zero)`
+    /// to the storage range, NaN to the zero point (the interpreter's
+    /// rule); `y` in `x`'s layout.
+    Quantize {
+        x: Buf,
+        y: Buf,
+        n: u64,
+        q: QuantOperand,
+    },
+    /// `quant.dequantize` of `n` 8-bit values: `y = (x − q.zero)·q.scale`
+    /// in f32; `y` in `x`'s layout.
+    Dequantize {
+        x: Buf,
+        y: Buf,
+        n: u64,
+        q: QuantOperand,
+    },
     /// A max pool of 8-bit integers (i8 when `signed`, else u8) in NHWC,
     /// geometry as [`Step::Pool`]: `core.max_pool2d` on a quantized tensor
     /// whose result has the same parameters, where the maximum of the stored
@@ -489,6 +507,8 @@ impl Step {
             }
             Step::Pool { x, y, .. }
             | Step::QMaxPool { x, y, .. }
+            | Step::Quantize { x, y, .. }
+            | Step::Dequantize { x, y, .. }
             | Step::Reduce { x, y, .. }
             | Step::Resize { x, y, .. }
             | Step::Softmax { x, y, .. } => {
@@ -559,6 +579,8 @@ impl Step {
             Step::QConv2d { .. } => "qconv2d",
             Step::QAdd { .. } => "qadd",
             Step::QMaxPool { .. } => "qmax_pool",
+            Step::Quantize { .. } => "quantize",
+            Step::Dequantize { .. } => "dequantize",
             Step::Pointwise { .. } => "pointwise",
             Step::Reference { .. } => "reference",
         }

@@ -215,7 +215,12 @@ impl Lower<'_> {
         if self.fold_relu(op) {
             return Ok(true);
         }
-        if op.opcode.kind() == OpKind::Pointwise(Pointwise::QuantAdd) && self.lower_qadd(op)? {
+        let native = match op.opcode.kind() {
+            OpKind::Pointwise(Pointwise::QuantAdd) => self.lower_qadd(op)?,
+            OpKind::Pointwise(Pointwise::Quantize | Pointwise::Dequantize) => self.lower_qcast(op)?,
+            _ => false,
+        };
+        if native {
             return Ok(true);
         }
         let r = op.results[0];

@@ -319,14 +319,64 @@ impl Lower<'_> {
         } else {
             let core: Vec<usize> = bt.shape.iter().copied().skip_while(|&d| d == 1).collect();
             let b_len: usize = core.iter().product();
-            if bt.rank() > yt.rank() || !yt.shape.ends_with(&core) || b_len < 16 {
+            if bt.rank() > yt.rank() || !yt.shape.ends_with(&core) || b_len == 0 {
                 return Ok(false);
             }
             let perm = identity(yt.rank());
-            (self.materialize(a, &perm)?, self.materialize(b, &identity(bt.rank()))?, perm, b_len)
+            let ab = self.materialize(a, &perm)?;
+            match self.constant(b) {
+                // A short constant (a scalar, a few channels) is repeated
+                // into a row of at least 64 that still divides the result,
+                // so the kernel runs whole vectors.
+                Some(c) if b_len < 64 => {
+                    let reps = (1..=n / b_len).find(|&k| b_len * k >= 64 && n % (b_len * k) == 0).unwrap_or(1);
+                    let row: Vec<u8> = (0..b_len * reps).map(|i| c.get_f64(i % b_len) as i64 as u8).collect();
+                    let storage = if qb.signed { Scalar::I8 } else { Scalar::U8 };
+                    let bb = self.add_weight("qadd_row", storage, &[row.len() as u64], row);
+                    (ab, bb, perm, b_len * reps)
+                }
+                _ if b_len < 16 => return Ok(false),
+                _ => (ab, self.materialize(b, &identity(bt.rank()))?, perm, b_len),
+            }
         };
         let y = self.alloc(&yt)?;
         self.push(Step::QAdd { a: ab, b: bb, y, n: u(n), b_len: u(b_len), q });
+        self.define(r, y, perm);
+        Ok(true)
+    }
+
+    /// `quant.quantize` from f32 and `quant.dequantize` to f32 with
+    /// per-tensor 8-bit parameters → `Step::Quantize` / `Step::Dequantize`,
+    /// in the layout the operand already has.
+    pub(crate) fn lower_qcast(&mut self, op: &OpData) -> Result<bool, String> {
+        if !self.opts.int8_elementwise || op.operands.len() != 1 {
+            return Ok(false);
+        }
+        let (x, r) = (op.operands[0], op.results[0]);
+        let (xt, yt) = (self.ty(x).clone(), self.ty(r).clone());
+        let (float, quant) = match op.opcode {
+            Opcode::Quantize => (&xt, &yt),
+            Opcode::Dequantize => (&yt, &xt),
+            _ => return Ok(false),
+        };
+        let Some((signed, scale, zero, _, _)) = act_params(quant) else {
+            return Ok(false);
+        };
+        if xt.shape != yt.shape || !super::nn::is_f32(float) {
+            return Ok(false);
+        }
+        let q = QuantOperand { signed, zero: zero as i32, scale: scale as f32 };
+        let perm = match self.val(x)? {
+            Val::Mem { perm, .. } => perm,
+            Val::Const(_) => identity(xt.rank()),
+        };
+        let xb = self.materialize(x, &perm)?;
+        let y = self.alloc(&yt)?;
+        let n = u(yt.num_elements());
+        self.push(match op.opcode {
+            Opcode::Quantize => Step::Quantize { x: xb, y, n, q },
+            _ => Step::Dequantize { x: xb, y, n, q },
+        });
         self.define(r, y, perm);
         Ok(true)
     }

@@ -242,6 +242,8 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
         Step::QMaxPool { x, y, geom, ceil_mode, signed } => {
             kernels::qelem::qmax_pool2d(geom, *ceil_mode, *signed, bytes(sp, x), bytes_mut(sp, y)).map_err(e)
         }
+        Step::Quantize { x, y, n, q } => kernels::qelem::quantize(q, us(*n), f32s(sp, x)?, bytes_mut(sp, y)).map_err(e),
+        Step::Dequantize { x, y, n, q } => kernels::qelem::dequantize(q, us(*n), bytes(sp, x), f32s_mut(sp, y)?).map_err(e),
         Step::QAdd { a, b, y, n, b_len, q } => {
             kernels::qelem::qadd(q, us(*n), us(*b_len), bytes(sp, a), bytes(sp, b), bytes_mut(sp, y)).map_err(e)
         }

@@ -41,13 +41,13 @@ fn load(v: u8, signed: bool) -> f32 {
 }
 
 #[inline(always)]
-fn dequantize(v: u8, p: &QuantOperand) -> f32 {
+fn dequantize_one(v: u8, p: &QuantOperand) -> f32 {
     (load(v, p.signed) - p.zero as f32) * p.scale
 }
 
 /// One element of `quant.add` (the specification every path matches).
 pub fn qadd_one(q: &QuantAdd, a: u8, b: u8) -> u8 {
-    let mut d = dequantize(a, &q.a) + dequantize(b, &q.b);
+    let mut d = dequantize_one(a, &q.a) + dequantize_one(b, &q.b);
     if let Some(lo) = q.clip_min {
         d = d.max(lo);
     }
@@ -111,6 +111,71 @@ fn qadd_span(q: &QuantAdd, a: &[u8], b: &[u8], y: &mut [u8]) {
     }
 }
 
+/// One element of `quant.quantize` to 8 bits (the interpreter's rule: the
+/// f32 quotient rounded half to even, plus the zero point, saturated; NaN
+/// gives the zero point).
+pub fn quantize_one(q: &QuantOperand, x: f32) -> u8 {
+    let (lo, hi) = range(q.signed);
+    let z = q.zero as f32;
+    let t = if x.is_nan() { z } else { ((x / q.scale).round_ties_even() + z).max(lo).min(hi) };
+    t as i32 as u8
+}
+
+/// `y[i] = quantize(x[i])` for `i < n`.
+pub fn quantize(q: &QuantOperand, n: usize, x: &[f32], y: &mut [u8]) -> Result<(), KernelError> {
+    check_cast("quant.quantize", q, n, x.len(), y.len())?;
+    y[..n].par_chunks_mut(CHUNK).enumerate().for_each(|(i, ys)| {
+        let xs = &x[i * CHUNK..][..ys.len()];
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F; equal lengths.
+            done = unsafe { x86::quantize_avx512(q, xs, ys) };
+        }
+        for j in done..ys.len() {
+            ys[j] = quantize_one(q, xs[j]);
+        }
+    });
+    Ok(())
+}
+
+/// `y[i] = (x[i] − zero)·scale` in f32 for `i < n`.
+pub fn dequantize(q: &QuantOperand, n: usize, x: &[u8], y: &mut [f32]) -> Result<(), KernelError> {
+    check_cast("quant.dequantize", q, n, x.len(), y.len())?;
+    y[..n].par_chunks_mut(CHUNK).enumerate().for_each(|(i, ys)| {
+        dequantize_span(q, &x[i * CHUNK..][..ys.len()], ys);
+    });
+    Ok(())
+}
+
+multiversion! {
+    /// [`dequantize`] over one span (vectorized by the compiler; the same
+    /// two f32 operations per element on every level).
+    fn dequantize_span(q: &QuantOperand, x: &[u8], y: &mut [f32]) {
+        let (z, s) = (q.zero as f32, q.scale);
+        if q.signed {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = (v as i8 as f32 - z) * s;
+            }
+        } else {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = (v as f32 - z) * s;
+            }
+        }
+    }
+}
+
+fn check_cast(op: &str, q: &QuantOperand, n: usize, from: usize, to: usize) -> Result<(), KernelError> {
+    if from < n || to < n {
+        return Err(kerr(format!("{op}: {n} elements, but the input holds {from} and the output {to}")));
+    }
+    let (lo, hi) = range(q.signed);
+    if !(q.scale.is_finite() && q.scale > 0.0) || (q.zero as f32) < lo || (q.zero as f32) > hi {
+        return Err(kerr(format!("{op}: the scale must be positive and finite and the zero point in range, found {q:?}")));
+    }
+    Ok(())
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -161,6 +226,33 @@ mod x86 {
             // In range: truncating each i32 to its low byte is the value.
             let bytes = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t));
             // SAFETY: as for the loads.
+            unsafe { _mm_storeu_si128(y.as_mut_ptr().add(i).cast(), bytes) };
+            i += 16;
+        }
+        n
+    }
+
+    /// [`super::quantize_one`] on whole blocks of 16; returns how many
+    /// elements it wrote.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `x` and `y` are equally long.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn quantize_avx512(q: &crate::plan::QuantOperand, x: &[f32], y: &mut [u8]) -> usize {
+        let (lo, hi) = range(q.signed);
+        let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        let (s, z) = (_mm512_set1_ps(q.scale), _mm512_set1_ps(q.zero as f32));
+        let n = y.len() / 16 * 16;
+        let mut i = 0;
+        while i < n {
+            // SAFETY: i + 16 <= n <= each slice's length.
+            let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(i)) };
+            let t = _mm512_add_ps(_mm512_roundscale_ps::<NEAREST>(_mm512_div_ps(v, s)), z);
+            let t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            // NaN lanes take the zero point.
+            let t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(v, v), z, t);
+            let bytes = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t));
+            // SAFETY: as for the load.
             unsafe { _mm_storeu_si128(y.as_mut_ptr().add(i).cast(), bytes) };
             i += 16;
         }
@@ -354,6 +446,31 @@ mod tests {
                 assert_eq!(y[i], qadd_one(&q, a[i], b[i % b_len]), "{rows}x{b_len}, element {i}");
             }
         }
+    }
+
+    /// Quantize and dequantize: the vector path is the scalar rule, which
+    /// is the interpreter's (f64 quotient rounded to f32 is the f32
+    /// quotient), NaN to the zero point, ±inf and huge values saturated.
+    #[test]
+    fn quantize_and_dequantize_match_their_definitions() {
+        let mut x: Vec<f32> = bytes(1000, 9).iter().zip(bytes(1000, 10)).map(|(&a, b)| (a as f32 - 128.0) * 0.037 + b as f32 * 1e-3).collect();
+        x.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30, 0.0, -0.0, 0.025, 0.075]);
+        for q in [operand(false, 3, 0.05), operand(true, -7, 0.02), operand(false, 128, 0.011)] {
+            let mut y = vec![0u8; x.len()];
+            quantize(&q, x.len(), &x, &mut y).unwrap();
+            for (i, (&v, &got)) in x.iter().zip(&y).enumerate() {
+                assert_eq!(got, quantize_one(&q, v), "{q:?} element {i} ({v})");
+                let (lo, hi) = range(q.signed);
+                let want = if v.is_nan() { q.zero as f64 } else { ((v as f64 / q.scale as f64) as f32 as f64).round_ties_even() + q.zero as f64 }.clamp(lo as f64, hi as f64);
+                assert_eq!(load(got, q.signed) as f64, want, "{q:?} element {i} ({v})");
+            }
+            let mut back = vec![0f32; y.len()];
+            dequantize(&q, y.len(), &y, &mut back).unwrap();
+            for (&b, &d) in y.iter().zip(&back) {
+                assert_eq!(d, (load(b, q.signed) - q.zero as f32) * q.scale);
+            }
+        }
+        assert!(quantize(&operand(false, 300, 0.1), 1, &[0.0], &mut [0]).is_err());
     }
 
     #[test]
