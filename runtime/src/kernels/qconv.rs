@@ -285,7 +285,11 @@ fn output_row(p: &QuantConv, gi: usize, sums: &[i32], comp: &[i32], scale: &[f32
     let zero = p.y_zero as i32;
     for o in 0..n {
         let r = (sums[o].wrapping_add(comp[o]) as f32).mul_add(scale[o], shift[o]).round_ties_even();
-        out[o] = ((r.clamp(lo, hi) as i32) + zero) as u8;
+        // NaN gives 0 as `as` would; the select and the unchecked
+        // conversion vectorize where `as`'s saturation does not.
+        let c = if r.is_nan() { 0.0 } else { r.clamp(lo, hi) };
+        // SAFETY: `c` is finite and within [lo, hi], inside i32.
+        out[o] = (unsafe { c.to_int_unchecked::<i32>() } + zero) as u8;
     }
 }
 
@@ -705,6 +709,11 @@ mod tests {
             qconv2d(&g, &q, &x, &w, None, &comp, &scale, &shift, &mut again).unwrap();
             assert_eq!(fast, slow, "case {i}: {g:?}");
             assert_eq!(again, slow, "case {i}: packing on the fly");
+            // The portable loops too, where the dispatcher picks AVX-512.
+            let mut portable = vec![3u8; len];
+            let d = crate::kernels::conv::Dims::new(&g).unwrap();
+            qdepthwise::run_portable(&d, &q, &x, packed.depthwise.as_ref().unwrap(), &comp, &scale, &shift, &mut portable);
+            assert_eq!(portable, slow, "case {i}: portable loops");
         }
     }
 

@@ -76,14 +76,52 @@ pub(super) fn run(
     if d.y_len == 0 {
         return Ok(());
     }
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        let ep = super::qdirect::Epilogue {
+            off: comp,
+            scale,
+            shift,
+            lo: (p.y_min as i64 - p.y_zero as i64) as f32,
+            hi: (p.y_max as i64 - p.y_zero as i64) as f32,
+            zero: p.y_zero,
+            oc: c,
+        };
+        if comp.len() < c || scale.len() < c || shift.len() < c {
+            return Err(KernelError::new("qconv2d (depthwise): per-channel parameters are short".to_string()));
+        }
+        y[..d.y_len].par_chunks_mut(ow * c).enumerate().for_each(|(r, yrow)| {
+            // SAFETY: the CPU has AVX-512 F/BW/VL; the row holds `ow·c`
+            // bytes and the reads stay inside x and w (geometry checked).
+            unsafe { dw_row_avx512(&d, p.x_signed, p.x_zero, x, &dw.w, r, &ep, yrow) }
+        });
+        return Ok(());
+    }
+    run_portable(&d, p, x, dw, comp, scale, shift, y);
+    Ok(())
+}
+
+/// [`run`] without the AVX-512 row kernel (every CPU; tests call it
+/// directly where the dispatcher would not).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_portable(
+    d: &Dims,
+    p: &QuantConv,
+    x: &[u8],
+    dw: &DepthwiseWeights,
+    comp: &[i32],
+    scale: &[f32],
+    shift: &[f32],
+    y: &mut [u8],
+) {
+    let (c, ow) = (d.c, d.ow);
     y[..d.y_len].par_chunks_mut(ow * c).enumerate().for_each_init(
         || vec![0i32; ow * c],
         |sums, (r, yrow)| {
-            dw_row(&d, p.x_signed, p.x_zero, x, &dw.w, r, sums);
+            dw_row(d, p.x_signed, p.x_zero, x, &dw.w, r, sums);
             super::qconv::requantize_rows(p, 0, c, c, sums, comp, scale, shift, yrow);
         },
     );
-    Ok(())
 }
 
 multiversion! {
@@ -120,6 +158,98 @@ multiversion! {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Whether the AVX-512 row kernel runs here (F, BW and VL).
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    })
+}
+
+/// Output row `r` computed and requantized 16 channels at a time with the
+/// sums in a register across the window's taps (the portable path keeps
+/// them in memory); the same sums, so the same bytes.
+///
+/// # Safety
+/// AVX-512 F/BW/VL; `yrow` holds the row's `ow·c` bytes; `x` and `w` hold
+/// what the geometry reads.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dw_row_avx512(
+    g: &Dims,
+    signed: bool,
+    x_zero: i32,
+    x: &[u8],
+    w: &[i32],
+    r: usize,
+    ep: &super::qdirect::Epilogue<'_>,
+    yrow: &mut [u8],
+) {
+    use std::arch::x86_64::*;
+    let (b, oy) = (r / g.oh, r % g.oh);
+    let c = g.c;
+    let by = g.base(oy, 0);
+    let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
+    let zero = _mm512_set1_epi32(x_zero);
+    for ox in 0..g.ow {
+        let bx = g.base(ox, 1);
+        let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+        // Up to 64 channels (4 registers) per pass over the taps, so each
+        // tap's addresses are worked out once per 64 channels.
+        let mut o0 = 0;
+        while o0 < c {
+            let masks: [__mmask16; 4] = std::array::from_fn(|j| {
+                let live = c.saturating_sub(o0 + 16 * j).min(16);
+                if live == 16 { 0xffff } else { ((1u32 << live) - 1) as u16 }
+            });
+            let mut acc = [_mm512_setzero_si512(); 4];
+            for ky in 0..g.kh {
+                let row_in = (ky0..ky1).contains(&ky);
+                let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+                for kx in 0..g.kw {
+                    let t = ky * g.kw + kx;
+                    let inside = row_in && (kx0..kx1).contains(&kx);
+                    let at = if inside {
+                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+                        ((b * g.h + iy) * g.w + ix) * c + o0
+                    } else {
+                        0
+                    };
+                    for j in 0..4 {
+                        if masks[j] == 0 {
+                            break;
+                        }
+                        // SAFETY: tap t's weights hold c entries; masked
+                        // lanes stay below c.
+                        let wv = unsafe { _mm512_maskz_loadu_epi32(masks[j], w.as_ptr().add(t * c + o0 + 16 * j)) };
+                        let xv = if inside {
+                            // SAFETY: the tap is inside the image; its
+                            // unmasked bytes lie in x.
+                            let v = unsafe { _mm_maskz_loadu_epi8(masks[j], x.as_ptr().add(at + 16 * j).cast()) };
+                            if signed { _mm512_cvtepi8_epi32(v) } else { _mm512_cvtepu8_epi32(v) }
+                        } else {
+                            zero
+                        };
+                        acc[j] = _mm512_add_epi32(acc[j], _mm512_mullo_epi32(xv, wv));
+                    }
+                }
+            }
+            for (j, a) in acc.iter().enumerate() {
+                if masks[j] != 0 {
+                    // SAFETY: the pixel's c bytes lie in the row.
+                    unsafe { ep.store(*a, o0 + 16 * j, yrow.as_mut_ptr().add(ox * c)) };
+                }
+            }
+            o0 += 64;
         }
     }
 }

@@ -323,15 +323,17 @@ impl Source<'_> {
     }
 }
 
-/// The requantization of 16 channels' sums, as `qconv::requantize`.
-struct Epilogue<'a> {
-    off: &'a [i32],
-    scale: &'a [f32],
-    shift: &'a [f32],
-    lo: f32,
-    hi: f32,
-    zero: i32,
-    oc: usize,
+/// The requantization of 16 channels' sums, as `qconv::requantize`
+/// (`off` is added to the sums first; `lo`/`hi` are the clamp less the
+/// zero point).
+pub(super) struct Epilogue<'a> {
+    pub off: &'a [i32],
+    pub scale: &'a [f32],
+    pub shift: &'a [f32],
+    pub lo: f32,
+    pub hi: f32,
+    pub zero: i32,
+    pub oc: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -343,7 +345,7 @@ impl Epilogue<'_> {
     /// AVX-512 F/BW/VL; `out` holds `oc` bytes.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
-    unsafe fn store(&self, acc: std::arch::x86_64::__m512i, o0: usize, out: *mut u8) {
+    pub(super) unsafe fn store(&self, acc: std::arch::x86_64::__m512i, o0: usize, out: *mut u8) {
         use std::arch::x86_64::*;
         let live = (self.oc - o0).min(16);
         let mask: __mmask16 = if live == 16 { 0xffff } else { (1u16 << live) - 1 };
