@@ -255,19 +255,31 @@ pub(super) fn run(
     let y_addr = y.as_mut_ptr() as usize;
     let per_task = if dw.level == Int8Level::Amx { 2 } else { 1 };
     let tasks = segs.len().div_ceil(per_task);
+    let threads = rayon::current_num_threads();
     // Several blocks per task, so AMX configures its tiles rarely.
-    let chunk = tasks.div_ceil(rayon::current_num_threads() * 8).max(1);
-    (0..tasks.div_ceil(chunk)).into_par_iter().for_each(|ti| {
+    let chunk = tasks.div_ceil(threads * 8).max(1);
+    let pixel_tasks = tasks.div_ceil(chunk);
+    // Few pixel blocks (a 7×7 map, a GEMM of few rows) and many output
+    // channels: split the channels too (in pairs of 16-channel panels),
+    // so every thread has work.
+    let panels = oc.div_ceil(16);
+    let groups = if pixel_tasks >= 4 * threads { 1 } else { (4 * threads).div_ceil(pixel_tasks).min(panels.div_ceil(2)).max(1) };
+    let per_group = panels.div_ceil(groups).next_multiple_of(2);
+    let groups = panels.div_ceil(per_group);
+    (0..pixel_tasks * groups).into_par_iter().for_each(|job| {
+        let (ti, gi) = (job / groups, job % groups);
         let range = ti * chunk * per_task..((ti + 1) * chunk * per_task).min(segs.len());
+        let pr = gi * per_group..((gi + 1) * per_group).min(panels);
         // SAFETY: the level is supported (checked above); every block
-        // writes only the output pixels of its own segments, which no
-        // other task writes; reads stay inside xp (its slack covers the
-        // rows of a partial block) and inside the packed B.
+        // writes only the output channels `pr` of the output pixels of its
+        // own segments, which no other task writes; reads stay inside xp
+        // (its slack covers the rows of a partial block) and inside the
+        // packed B.
         unsafe {
             #[cfg(target_arch = "x86_64")]
             match dw.level {
-                Int8Level::Amx => amx_blocks(&src, &segs[range], b, bstride, &ep, y_addr as *mut u8),
-                _ => vnni_blocks(&src, &segs[range], b, bstride, &ep, y_addr as *mut u8),
+                Int8Level::Amx => amx_blocks(&src, &segs[range], pr, b, bstride, &ep, y_addr as *mut u8),
+                _ => vnni_blocks(&src, &segs[range], pr, b, bstride, &ep, y_addr as *mut u8),
             }
         }
     });
@@ -376,12 +388,12 @@ impl Epilogue<'_> {
 unsafe fn vnni_blocks(
     src: &Source<'_>,
     segs: &[(usize, usize, usize)],
+    panels: std::ops::Range<usize>,
     b: &[i8],
     bstride: usize,
     ep: &Epilogue<'_>,
     y: *mut u8,
 ) {
-    let panels = ep.oc.div_ceil(16);
     for &(r, ox0, len) in segs {
         let mut rows = [std::ptr::null::<u8>(); VNNI_MR];
         let (first, pix) = src.origin(r, ox0);
@@ -391,11 +403,11 @@ unsafe fn vnni_blocks(
             // SAFETY: inside xp (the slack covers the repeats' reads).
             *row = unsafe { first.add(i.min(len - 1) * step) };
         }
-        let mut p = 0;
-        while p < panels {
+        let mut p = panels.start;
+        while p < panels.end {
             // SAFETY: forwarded; panels p (and p + 1) exist.
             unsafe {
-                if p + 1 < panels {
+                if p + 1 < panels.end {
                     vnni_tile::<2>(src, &rows, len, b.as_ptr().cast::<u8>().add(p * bstride), bstride, ep, p * 16, y.add(pix * ep.oc));
                     p += 2;
                 } else {
@@ -465,6 +477,7 @@ unsafe fn vnni_tile<const NP: usize>(
 unsafe fn amx_blocks(
     src: &Source<'_>,
     segs: &[(usize, usize, usize)],
+    panels: std::ops::Range<usize>,
     b: &[i8],
     bstride: usize,
     ep: &Epilogue<'_>,
@@ -476,7 +489,6 @@ unsafe fn amx_blocks(
     struct Scratch([[i32; 32]; 32]);
     let mut scratch = Scratch([[0; 32]; 32]);
     static ZERO: Scratch = Scratch([[0; 32]; 32]);
-    let panels = ep.oc.div_ceil(16);
     let stride = src.st[1] * src.cp;
     let steps_per_tap = src.cp / 64;
     let ops = &mut Asm;
@@ -494,8 +506,8 @@ unsafe fn amx_blocks(
                 None => (a0, pix0, 0),
             };
             let len0 = pair[0].2;
-            for p in (0..panels).step_by(2) {
-                let two = p + 1 < panels;
+            for p in panels.clone().step_by(2) {
+                let two = p + 1 < panels.end;
                 let z = ZERO.0.as_ptr().cast::<u8>();
                 ops.load::<0>(z, 0);
                 ops.load::<2>(z, 0);
