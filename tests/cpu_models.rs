@@ -76,6 +76,9 @@ fn main() {
         trials.push(Trial::test(format!("int8_add_and_max_pool_steps_match_the_interpreter_{}", level.target_name()), move || {
             int8_elementwise(level)
         }));
+        trials.push(Trial::test(format!("int8_attention_products_match_the_interpreter_{}", level.target_name()), move || {
+            int8_attention(level)
+        }));
     }
     libtest_mimic::run(&args, trials).exit();
 }
@@ -479,6 +482,43 @@ const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: te
   return %sd, %td, %ud, %vd, %pd, %rd : tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>
 }
 "#;
+
+/// Attention's products of two activations in int8 (`qmatmul`): u8 queries
+/// times the transpose of i8 keys (a strided view, no copy), then the u8
+/// scores times u8 values, against the interpreter within one step of
+/// each output's scale.
+const INT8_ATTENTION_AIR: &str = r#"func @main(%q: tensor<2x16x8xf32>, %k: tensor<2x16x8xf32>, %v: tensor<2x16x8xf32>) -> (tensor<2x16x16xf32>, tensor<2x16x8xf32>) {
+  %qq = quant.quantize %q : tensor<2x16x8x!quant.uniform<u8:f32, 0.01:120>>
+  %qk = quant.quantize %k : tensor<2x16x8x!quant.uniform<i8:f32, 0.012:3>>
+  %qv = quant.quantize %v : tensor<2x16x8x!quant.uniform<u8:f32, 0.009:130>>
+  %kt = core.transpose %qk {perm = [0, 2, 1]} : tensor<2x8x16x!quant.uniform<i8:f32, 0.012:3>>
+  %s = quant.matmul %qq, %kt : tensor<2x16x16x!quant.uniform<u8:f32, 0.002:128>>
+  %c = quant.matmul %s, %qv : tensor<2x16x8x!quant.uniform<i8:f32, 0.004:-1>>
+  %sd = quant.dequantize %s : tensor<2x16x16xf32>
+  %cd = quant.dequantize %c : tensor<2x16x8xf32>
+  return %sd, %cd : tensor<2x16x16xf32>, tensor<2x16x8xf32>
+}
+"#;
+
+fn int8_attention(level: X86Level) -> Result<(), Failed> {
+    let dir = std::env::temp_dir().join(format!("aoc-int8-attention-{}-{}", std::process::id(), level.target_name()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("int8_attention.air");
+    std::fs::write(&path, INT8_ATTENTION_AIR)?;
+    let inputs = vec![random(&[2, 16, 8], 21), random(&[2, 16, 8], 22), random(&[2, 16, 8], 23)];
+    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs, level, &LowerOptions::CPU)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if kinds.iter().filter(|k| *k == "qmatmul").count() != 2 || kinds.iter().any(|k| k == "reference" || k == "mat_mul") {
+        return Err(format!("expected two qmatmul steps and no float matmul: {kinds:?}").into());
+    }
+    for (i, (w, g, step)) in want.iter().zip(&got).zip([0.002, 0.004]).map(|((w, g), s)| (w, g, s)).enumerate() {
+        let err = w.to_f64().iter().zip(g.to_f64()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        if err > step * 1.001 {
+            return Err(format!("output {i}: max error {err} > one step {step}").into());
+        }
+    }
+    Ok(())
+}
 
 fn int8_elementwise(level: X86Level) -> Result<(), Failed> {
     let dir = std::env::temp_dir().join(format!("aoc-int8-elementwise-{}-{}", std::process::id(), level.target_name()));

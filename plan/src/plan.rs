@@ -103,6 +103,21 @@ pub struct QuantAdd {
     pub clip_max: Option<f32>,
 }
 
+/// The parameters of a [`Step::QMatMul`]: both operands', the result's
+/// storage, zero point and clamp in stored values, and the f32 factor
+/// `a.scale·b.scale / y.scale`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantMatMul {
+    pub a: QuantOperand,
+    pub b: QuantOperand,
+    pub y_signed: bool,
+    pub y_zero: i32,
+    pub y_min: i32,
+    pub y_max: i32,
+    pub scale: f32,
+}
+
 /// How a pool reduces its window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -377,6 +392,23 @@ pub enum Step {
         b_len: u64,
         q: QuantAdd,
     },
+    /// `quant.matmul` of two 8-bit activations (attention's `QKᵀ` and
+    /// `AV`), batched with element strides as [`Step::MatMul`]: per output
+    /// element `acc = Σ_k (a − a.zero)·(b − b.zero)` exactly in i32, then
+    /// `y = clamp(round_half_even(acc·scale) + y_zero, y_min, y_max)`.
+    QMatMul {
+        a: Buf,
+        b: Buf,
+        y: Buf,
+        batch: u64,
+        m: u64,
+        n: u64,
+        k: u64,
+        a_strides: [u64; 3],
+        b_strides: [u64; 3],
+        y_strides: [u64; 3],
+        q: QuantMatMul,
+    },
     /// `quant.quantize` of `n` f32 values to 8-bit storage with per-tensor
     /// parameters `q`: `y = clamp(round_half_even(x / q.scale) + q.zero)`
     /// to the storage range, NaN to the zero point (the interpreter's
@@ -500,6 +532,11 @@ impl Step {
                 f(shift, false);
                 f(y, true);
             }
+            Step::QMatMul { a, b, y, .. } => {
+                f(a, false);
+                f(b, false);
+                f(y, true);
+            }
             Step::QAdd { a, b, y, .. } => {
                 f(a, false);
                 f(b, false);
@@ -578,6 +615,7 @@ impl Step {
             Step::Attention { .. } => "attention",
             Step::QConv2d { .. } => "qconv2d",
             Step::QAdd { .. } => "qadd",
+            Step::QMatMul { .. } => "qmatmul",
             Step::QMaxPool { .. } => "qmax_pool",
             Step::Quantize { .. } => "quantize",
             Step::Dequantize { .. } => "dequantize",

@@ -519,9 +519,8 @@ impl<'a> Lower<'a> {
             OpKind::Conv(Conv::Direct, Form::Float | Form::Fused) => self.lower_conv(op)?,
             OpKind::Conv(Conv::Transposed, Form::Float) => self.lower_conv_transpose(op)?,
             OpKind::Conv(Conv::Winograd, Form::Float) => self.opts.winograd && self.lower_winograd(op)?,
-            OpKind::Conv(Conv::Direct, Form::Quant) | OpKind::Gemm(Form::Quant) | OpKind::MatMul(Form::Quant) => {
-                self.lower_qconv(op)?
-            }
+            OpKind::Conv(Conv::Direct, Form::Quant) | OpKind::Gemm(Form::Quant) => self.lower_qconv(op)?,
+            OpKind::MatMul(Form::Quant) => self.lower_qconv(op)? || self.lower_qmatmul(op)?,
             OpKind::MatMul(Form::Float | Form::Fused) => self.lower_matmul(op)?,
             OpKind::Gemm(Form::Float | Form::Fused) => self.lower_gemm(op)?,
             OpKind::Attention => self.lower_attention(op)?,

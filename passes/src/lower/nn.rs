@@ -81,7 +81,7 @@ pub(super) fn geom(x: &TensorType, out: [u64; 3], k: [u64; 2], attrs: &Attrs) ->
 /// A matrix operand: an IR value, or an intermediate buffer in the
 /// identity order with its type.
 #[derive(Clone, Copy)]
-enum Mat<'t> {
+pub(crate) enum Mat<'t> {
     V(ValueId),
     B(aoc_plan::plan::Buf, &'t TensorType),
 }
@@ -330,7 +330,7 @@ impl Lower<'_> {
     /// The buffer of a matrix operand and its `[batch, row, col]` strides
     /// when its batch dimensions (broadcast against `out_batch`) fold into
     /// one stride. Copies to the identity order when they do not.
-    fn batch_strides(&mut self, v: Mat, out_batch: &[usize]) -> Result<Option<(aoc_plan::plan::Buf, [u64; 3])>, String> {
+    pub(crate) fn batch_strides(&mut self, v: Mat, out_batch: &[usize]) -> Result<Option<(aoc_plan::plan::Buf, [u64; 3])>, String> {
         let ty = self.mat_ty(v);
         let r = ty.rank();
         for attempt in 0..2 {

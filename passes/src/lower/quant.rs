@@ -29,11 +29,11 @@ use aoc_ir::module::OpData;
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::quant::dequantize_values;
 use aoc_ir::types::{QuantParams, QuantType, Scalar, TensorType};
-use aoc_plan::plan::{ConvGeom, QuantAdd, QuantConv, QuantOperand, Step};
+use aoc_plan::plan::{ConvGeom, QuantAdd, QuantConv, QuantMatMul, QuantOperand, Step};
 
 use aoc_ir::attr::{Attr, Attrs};
 
-use super::nn::{boolean, float, geom, ints, u};
+use super::nn::{Mat, boolean, float, geom, ints, u};
 use super::{Lower, NHWC, Val, identity};
 
 /// A per-tensor 8-bit quantized type: (signed, scale, zero point, lo, hi).
@@ -226,12 +226,7 @@ impl Lower<'_> {
         {
             return Ok(false);
         }
-        // The clamp of the epilogue, as quantized bounds.
-        let qbound = |v: f64| ((f32r(v) / f32r(sy)) as f32 as f64).round_ties_even() + zy as f64;
-        let y_min =
-            opt_float(&attrs, "clip_min").map_or(ylo, |c| (qbound(c).max(ylo as f64)) as i64);
-        let y_max =
-            opt_float(&attrs, "clip_max").map_or(yhi, |c| (qbound(c).min(yhi as f64)) as i64);
+        let (y_min, y_max) = quantized_clip(&attrs, sy, zy, ylo, yhi);
         let xb = if op.opcode == Opcode::QuantConv2d {
             self.materialize(x, &NHWC)?
         } else {
@@ -406,6 +401,70 @@ impl Lower<'_> {
         let y = self.alloc(&yt)?;
         self.push(Step::QMaxPool { x: xb, y, geom, ceil_mode: boolean(&attrs, "ceil_mode"), signed: xq.0 });
         self.define(op.results[0], y, NHWC.to_vec());
+        Ok(true)
+    }
+}
+
+/// The clamp of an integer op's epilogue (`clip_min`, `clip_max`) as
+/// bounds on the stored result (quantizing is monotone, so clamping before
+/// it equals clamping its result), within the storage range `ylo..=yhi`.
+fn quantized_clip(attrs: &Attrs, sy: f64, zy: i64, ylo: i64, yhi: i64) -> (i64, i64) {
+    let qbound = |v: f64| ((f32r(v) / f32r(sy)) as f32 as f64).round_ties_even() + zy as f64;
+    let y_min = opt_float(attrs, "clip_min").map_or(ylo, |c| (qbound(c).max(ylo as f64)) as i64);
+    let y_max = opt_float(attrs, "clip_max").map_or(yhi, |c| (qbound(c).min(yhi as f64)) as i64);
+    (y_min, y_max)
+}
+
+impl Lower<'_> {
+    /// `quant.matmul` of two 8-bit activations (per-tensor parameters) →
+    /// `Step::QMatMul`, batched with strides as the float MatMul (head
+    /// views need no copy).
+    pub(crate) fn lower_qmatmul(&mut self, op: &OpData) -> Result<bool, String> {
+        if !self.opts.int8_elementwise || op.opcode != Opcode::QuantMatMul || op.operands.len() != 2 {
+            return Ok(false);
+        }
+        let (a, b, r) = (op.operands[0], op.operands[1], op.results[0]);
+        let (at, bt, yt) = (self.ty(a).clone(), self.ty(b).clone(), self.ty(r).clone());
+        if at.rank() < 2 || bt.rank() < 2 || yt.rank() < 2 {
+            return Ok(false);
+        }
+        let (Some(qa), Some(qb), Some(qy)) = (act_params(&at), act_params(&bt), act_params(&yt)) else {
+            return Ok(false);
+        };
+        let (m, k, n) = (at.shape[at.rank() - 2], at.shape[at.rank() - 1], bt.shape[bt.rank() - 1]);
+        if (k as i64) * 255 * 256 > i32::MAX as i64 {
+            return Ok(false);
+        }
+        let out_batch = yt.shape[..yt.rank() - 2].to_vec();
+        let Some(sa) = self.batch_strides(Mat::V(a), &out_batch)? else { return Ok(false) };
+        let Some(sb) = self.batch_strides(Mat::V(b), &out_batch)? else { return Ok(false) };
+        let attrs = Lower::attrs(op)?;
+        let (y_signed, sy, zy, ylo, yhi) = qy;
+        let (y_min, y_max) = quantized_clip(&attrs, sy, zy, ylo, yhi);
+        let operand = |(signed, scale, zero, _, _): (bool, f64, i64, i64, i64)| QuantOperand { signed, zero: zero as i32, scale: scale as f32 };
+        let y = self.alloc(&yt)?;
+        self.push(Step::QMatMul {
+            a: sa.0,
+            b: sb.0,
+            y,
+            batch: u(out_batch.iter().product()),
+            m: u(m),
+            n: u(n),
+            k: u(k),
+            a_strides: sa.1,
+            b_strides: sb.1,
+            y_strides: [u(m * n), u(n), 1],
+            q: QuantMatMul {
+                a: operand(qa),
+                b: operand(qb),
+                y_signed,
+                y_zero: zy as i32,
+                y_min: y_min as i32,
+                y_max: y_max as i32,
+                scale: (f32r(qa.1) * f32r(qb.1) / f32r(sy)) as f32,
+            },
+        });
+        self.define(r, y, identity(yt.rank()));
         Ok(true)
     }
 }

@@ -242,6 +242,17 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
         Step::QMaxPool { x, y, geom, ceil_mode, signed } => {
             kernels::qelem::qmax_pool2d(geom, *ceil_mode, *signed, bytes(sp, x), bytes_mut(sp, y)).map_err(e)
         }
+        Step::QMatMul { a, b, y, batch, m, n, k, a_strides, b_strides, y_strides, q } => kernels::qmatmul::qmatmul(
+            [us(*batch), us(*m), us(*n), us(*k)],
+            bytes(sp, a),
+            a_strides.map(us),
+            bytes(sp, b),
+            b_strides.map(us),
+            bytes_mut(sp, y),
+            y_strides.map(us),
+            q,
+        )
+        .map_err(e),
         Step::Quantize { x, y, n, q } => kernels::qelem::quantize(q, us(*n), f32s(sp, x)?, bytes_mut(sp, y)).map_err(e),
         Step::Dequantize { x, y, n, q } => kernels::qelem::dequantize(q, us(*n), bytes(sp, x), f32s_mut(sp, y)?).map_err(e),
         Step::QAdd { a, b, y, n, b_len, q } => {

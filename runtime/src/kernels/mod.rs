@@ -47,6 +47,7 @@ pub mod pool;
 pub mod qconv;
 pub mod qdepthwise;
 pub mod qelem;
+pub mod qmatmul;
 pub mod qdirect;
 pub mod resize;
 pub mod winograd;
