@@ -73,6 +73,28 @@ pub fn pack_b_s8(k: usize, n: usize, b: &[i8], ldb: usize) -> Result<PackedS8, K
     })
 }
 
+/// [`pack_b_s8`] of the `k × n` matrix whose column `j` is row `j` of `bt`
+/// (`n × k`, row stride `ldbt`): each packed group of 4 consecutive `k` of
+/// one column is 4 consecutive bytes of `bt`, so packing is a 4-byte copy
+/// per group (a run-time B such as attention's `Kᵀ` packs this way).
+pub fn pack_b_s8_from_columns(k: usize, n: usize, bt: &[i8], ldbt: usize) -> Result<PackedS8, KernelError> {
+    check_matrix("b (by columns)", n, k, bt.len(), ldbt)?;
+    let len = packed_s8_len(k, n)?;
+    let rows = grouped::panel_rows(k, 4);
+    let mut data = vec![0i8; len];
+    let mut col_sums = vec![0i32; n];
+    for (j, sum) in col_sums.iter_mut().enumerate() {
+        let col = &bt[j * ldbt..j * ldbt + k];
+        *sum = col.iter().map(|&v| v as i32).sum();
+        let (p, jj) = (j / grouped::PANEL, j % grouped::PANEL);
+        for (q, group) in col.chunks(4).enumerate() {
+            let at = (p * rows + q) * grouped::ROW_BYTES + jj * 4;
+            data[at..at + group.len()].copy_from_slice(group);
+        }
+    }
+    Ok(PackedS8 { k, n, data, col_sums })
+}
+
 impl PackedS8 {
     /// Takes ownership of data already packed (e.g. read from an artifact);
     /// checks the lengths.

@@ -17,7 +17,7 @@
 use rayon::prelude::*;
 
 use super::KernelError;
-use super::int8::{gemm_u8s8, pack_b_s8};
+use super::int8::{gemm_u8s8, pack_b_s8_from_columns};
 use super::qconv::requantize_rows;
 use crate::plan::{QuantConv, QuantMatMul};
 
@@ -73,23 +73,14 @@ pub fn qmatmul(
         for (i, dst) in av.chunks_exact_mut(k).enumerate() {
             gather(dst, &a[bi * sa[0] + i * sa[1]..], sa[2], a_flip);
         }
-        let mut bv = vec![0u8; k * n];
-        if sb[1] == 1 && sb[2] != 1 {
-            // A transposed view (Kᵀ of attention): columns are contiguous.
-            let mut col = vec![0u8; k];
-            for j in 0..n {
-                gather(&mut col, &b[bi * sb[0] + j * sb[2]..], 1, b_flip);
-                for (kk, &v) in col.iter().enumerate() {
-                    bv[kk * n + j] = v;
-                }
-            }
-        } else {
-            for (kk, dst) in bv.chunks_exact_mut(n).enumerate() {
-                gather(dst, &b[bi * sb[0] + kk * sb[1]..], sb[2], b_flip);
-            }
+        // Bᵀ (`n × k`), each row a column of B: contiguous for attention's
+        // Kᵀ view, gathered otherwise, then packed by 4-byte copies.
+        let mut bt = vec![0u8; n * k];
+        for (j, dst) in bt.chunks_exact_mut(k).enumerate() {
+            gather(dst, &b[bi * sb[0] + j * sb[2]..], sb[1], b_flip);
         }
-        let bv: Vec<i8> = bv.into_iter().map(|v| v as i8).collect();
-        let packed = pack_b_s8(k, n, &bv, n)?;
+        let bt: Vec<i8> = bt.into_iter().map(|v| v as i8).collect();
+        let packed = pack_b_s8_from_columns(k, n, &bt, k)?;
         let mut c = vec![0i32; m * n];
         gemm_u8s8(m, n, k, &av, k, a_zero, packed.as_ref(), &mut c, n)?;
         let (zeros, scales) = (vec![0i32; n], vec![q.scale; n]);
@@ -126,8 +117,10 @@ pub fn qmatmul(
 fn gather(dst: &mut [u8], src: &[u8], stride: usize, flip: u8) {
     if stride == 1 {
         dst.copy_from_slice(&src[..dst.len()]);
+    } else if stride == 0 {
+        dst.fill(src[0]);
     } else {
-        for (d, s) in dst.iter_mut().zip(src.iter().step_by(stride.max(1))) {
+        for (d, s) in dst.iter_mut().zip(src.iter().step_by(stride)) {
             *d = *s;
         }
     }
@@ -195,6 +188,20 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Packing by columns gives `pack_b_s8`'s bytes and column sums, for
+    /// sizes that leave partial groups and panels.
+    #[test]
+    fn packing_by_columns_is_packing_the_transpose() {
+        use crate::kernels::int8::pack_b_s8;
+        for (k, n) in [(64usize, 128usize), (37, 21), (5, 3), (130, 17)] {
+            let bt: Vec<i8> = bytes(n * k, (k * n) as u32).into_iter().map(|v| v as i8).collect();
+            let b: Vec<i8> = (0..k * n).map(|i| bt[(i % n) * k + i / n]).collect();
+            let (want, got) = (pack_b_s8(k, n, &b, n).unwrap(), crate::kernels::int8::pack_b_s8_from_columns(k, n, &bt, k).unwrap());
+            assert_eq!(got.data(), want.data(), "{k}x{n}");
+            assert_eq!(got.col_sums(), want.col_sums(), "{k}x{n}");
         }
     }
 
