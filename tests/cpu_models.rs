@@ -142,6 +142,18 @@ fn compile_and_run_with(
     Ok((want, got, kinds))
 }
 
+/// Compiles and runs `.air` text (written to a scratch file named for
+/// `name` and `level`) against the interpreter; also returns the step kinds.
+fn run_air_text(name: &str, text: &str, inputs: Vec<Tensor>, level: X86Level) -> Result<(Vec<Tensor>, Vec<Tensor>, Vec<String>), Failed> {
+    let dir = std::env::temp_dir().join(format!("aoc-{name}-{}-{}", std::process::id(), level.target_name()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{name}.air"));
+    std::fs::write(&path, text)?;
+    let out = compile_and_run_with(&path, &[], inputs, level, &LowerOptions::CPU);
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
 /// Largest difference scaled by max(1, max|want|).
 fn rel_err(want: &Tensor, got: &Tensor) -> f64 {
     let (w, g) = (want.to_f64(), got.to_f64());
@@ -501,13 +513,8 @@ const INT8_ATTENTION_AIR: &str = r#"func @main(%q: tensor<2x16x8xf32>, %k: tenso
 "#;
 
 fn int8_attention(level: X86Level) -> Result<(), Failed> {
-    let dir = std::env::temp_dir().join(format!("aoc-int8-attention-{}-{}", std::process::id(), level.target_name()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("int8_attention.air");
-    std::fs::write(&path, INT8_ATTENTION_AIR)?;
     let inputs = vec![random(&[2, 16, 8], 21), random(&[2, 16, 8], 22), random(&[2, 16, 8], 23)];
-    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs, level, &LowerOptions::CPU)?;
-    let _ = std::fs::remove_dir_all(&dir);
+    let (want, got, kinds) = run_air_text("int8-attention", INT8_ATTENTION_AIR, inputs, level)?;
     if kinds.iter().filter(|k| *k == "qmatmul").count() != 2 || kinds.iter().any(|k| k == "reference" || k == "mat_mul") {
         return Err(format!("expected two qmatmul steps and no float matmul: {kinds:?}").into());
     }
@@ -521,13 +528,8 @@ fn int8_attention(level: X86Level) -> Result<(), Failed> {
 }
 
 fn int8_elementwise(level: X86Level) -> Result<(), Failed> {
-    let dir = std::env::temp_dir().join(format!("aoc-int8-elementwise-{}-{}", std::process::id(), level.target_name()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("int8_elementwise.air");
-    std::fs::write(&path, INT8_ELEMENTWISE_AIR)?;
     let inputs = vec![random(&[1, 5, 7, 7], 11), random(&[1, 5, 7, 7], 12), random(&[1, 5, 1, 1], 13), random(&[7, 7], 14)];
-    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs, level, &LowerOptions::CPU)?;
-    let _ = std::fs::remove_dir_all(&dir);
+    let (want, got, kinds) = run_air_text("int8-elementwise", INT8_ELEMENTWISE_AIR, inputs, level)?;
     let count = |k: &str| kinds.iter().filter(|s| *s == k).count();
     if count("qadd") != 3 || count("qmax_pool") != 2 || count("reference") != 0 {
         return Err(format!("expected 3 qadd and 2 qmax_pool steps, no reference step: {kinds:?}").into());
@@ -568,18 +570,13 @@ const NO_KERNEL_AIR: &str = r#"func @main(%x: tensor<1x4x6x6xf32>, %a: tensor<2x
 "#;
 
 fn quant_without_kernels(level: X86Level) -> Result<(), Failed> {
-    let dir = std::env::temp_dir().join(format!("aoc-nokernel-{}-{}", std::process::id(), level.target_name()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("nokernel.air");
-    std::fs::write(&path, NO_KERNEL_AIR)?;
     let x: Vec<f64> = (0..144).map(|i| ((i * 37 % 101) as f64 - 50.0) / 9.0).collect();
     let a: Vec<f64> = (0..8).map(|i| (i as f64 - 3.5) / 2.0).collect();
     let inputs = vec![
         Tensor::from_f64(TensorType::new(vec![1, 4, 6, 6], Scalar::F32), x),
         Tensor::from_f64(TensorType::new(vec![2, 4], Scalar::F32), a),
     ];
-    let (want, got, kinds) = compile_and_run_with(&path, &[], inputs, level, &LowerOptions::CPU)?;
-    let _ = std::fs::remove_dir_all(&dir);
+    let (want, got, kinds) = run_air_text("nokernel", NO_KERNEL_AIR, inputs, level)?;
     if kinds.iter().any(|k| k == "reference") {
         return Err(format!("reference steps remain: {kinds:?}").into());
     }

@@ -68,6 +68,8 @@ mod int8_tests;
 mod misc_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod testdata;
 
 pub use detect::Isa;
 pub use gemm::{GemmError, GemmOptions, SharedAPart, gemm, gemm_shared_a};

@@ -568,19 +568,7 @@ pub fn qconv2d_scalar(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A deterministic byte sequence.
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(12345);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 7) as u8
-            })
-            .collect()
-    }
+    use crate::kernels::testdata::bytes;
 
     fn geom(
         n: u64,

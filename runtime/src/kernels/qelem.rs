@@ -360,20 +360,10 @@ multiversion! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::testdata::bytes;
     use crate::kernels::pool::pool2d;
     use crate::plan::PoolKind;
 
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(2_654_435_761).max(1);
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 24) as u8
-            })
-            .collect()
-    }
 
     fn operand(signed: bool, zero: i32, scale: f32) -> QuantOperand {
         QuantOperand { signed, zero, scale }

@@ -134,20 +134,10 @@ fn gather(dst: &mut [u8], src: &[u8], stride: usize, flip: u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::testdata::bytes;
     use crate::kernels::qconv::requantize;
     use crate::plan::QuantOperand;
 
-    fn bytes(n: usize, seed: u32) -> Vec<u8> {
-        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 11) as u8
-            })
-            .collect()
-    }
 
     /// Against the integer definition computed directly: u8 and i8 on
     /// either side, zero points anywhere in range, a transposed B (strides
