@@ -127,6 +127,21 @@ pub struct GpuSession {
     host: crate::exec::reference::HostSteps,
 }
 
+/// Checks a caller's buffers (their lengths, in order) against the
+/// tensors' sizes: as many, and each exactly its tensor's bytes.
+fn check_sizes(what: &str, lens: impl ExactSizeIterator<Item = usize>, want: &[u64], specs: &[TensorSpec]) -> Result<(), RuntimeError> {
+    if lens.len() != want.len() {
+        return Err(RuntimeError::new(format!("expected {} {what}s, got {}", want.len(), lens.len())));
+    }
+    for (i, (len, &n)) in lens.zip(want).enumerate() {
+        if len as u64 != n {
+            let name = specs.get(i).map_or("?", |s| s.name.as_str());
+            return Err(RuntimeError::new(format!("{what} {i} (`{name}`) has {len} bytes, expected {n}")));
+        }
+    }
+    Ok(())
+}
+
 fn spec_bytes(file: &str, what: &str, s: &TensorSpec) -> Result<u64, RuntimeError> {
     let dt = DType::parse(&s.dtype)
         .ok_or_else(|| RuntimeError::new(format!("{file}: {what} `{}` has unknown dtype {}", s.name, s.dtype)))?;
@@ -370,23 +385,7 @@ impl GpuSession {
     }
 
     fn check_inputs(&self, inputs: &[&[u8]]) -> Result<(), RuntimeError> {
-        if inputs.len() != self.input_bytes.len() {
-            return Err(RuntimeError::new(format!(
-                "expected {} inputs, got {}",
-                self.input_bytes.len(),
-                inputs.len()
-            )));
-        }
-        for (i, (x, &n)) in inputs.iter().zip(&self.input_bytes).enumerate() {
-            if x.len() as u64 != n {
-                return Err(RuntimeError::new(format!(
-                    "input {i} (`{}`) has {} bytes, expected {n}",
-                    self.inputs()[i].name,
-                    x.len()
-                )));
-            }
-        }
-        Ok(())
+        check_sizes("input", inputs.iter().map(|x| x.len()), &self.input_bytes, self.inputs())
     }
 
     /// Replays the segments (no input or output copies).
@@ -445,22 +444,7 @@ impl GpuSession {
     /// its output's size (what the C API calls).
     pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RuntimeError> {
         self.check_inputs(inputs)?;
-        if outputs.len() != self.output_bytes.len() {
-            return Err(RuntimeError::new(format!(
-                "expected {} outputs, got {}",
-                self.output_bytes.len(),
-                outputs.len()
-            )));
-        }
-        for (i, (o, &n)) in outputs.iter().zip(&self.output_bytes).enumerate() {
-            if o.len() as u64 != n {
-                return Err(RuntimeError::new(format!(
-                    "output {i} (`{}`) has {} bytes, expected {n}",
-                    self.outputs()[i].name,
-                    o.len()
-                )));
-            }
-        }
+        check_sizes("output", outputs.iter().map(|o| o.len()), &self.output_bytes, self.outputs())?;
         let mut guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
         let st = &mut *guard;
         self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
