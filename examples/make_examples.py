@@ -59,6 +59,14 @@ EXAMPLES = {
         "resnet_block exported with a symbolic batch dimension `batch` on input and output "
         "(import with --input-shape input=2x3x32x32)",
         "input", (2, 3, 32, 32), "logits"),
+    "qdq_mobilenet": (
+        "mobilenet_block quantized by onnxruntime quantize_static as qdq_cnn is (QDQ, int8 "
+        "activations, per-channel int8 weights): quantized depthwise convolutions, residual add",
+        "input", (1, 3, 64, 64), "features"),
+    "qdq_encoder": (
+        "encoder_layer quantized by onnxruntime quantize_static as qdq_cnn is: Q/DQ around its "
+        "MatMuls, including attention's products of two activations",
+        "src", (1, 16, 64), "hidden"),
 }
 
 # Ops each export must contain, or the example does not show what it is for.
@@ -70,6 +78,8 @@ REQUIRED_OPS = {
     "encoder_layer": [{"Erf"}, {"Softmax"}, {"MatMul"}, {"LayerNormalization", "ReduceMean"}],
     "qdq_cnn": [{"QuantizeLinear"}, {"DequantizeLinear"}, {"Conv"}],
     "dynamic_batch": [{"Conv"}, {"BatchNormalization"}],
+    "qdq_mobilenet": [{"QuantizeLinear"}, {"DequantizeLinear"}, {"Conv"}],
+    "qdq_encoder": [{"QuantizeLinear"}, {"DequantizeLinear"}, {"MatMul"}],
 }
 
 
@@ -295,14 +305,14 @@ def missing_ops(name, model) -> list[str]:
     return [" or ".join(sorted(alts)) for alts in REQUIRED_OPS[name] if not ops & alts]
 
 
-def make_qdq(out_dir, log):
+def make_qdq(out_dir, log, src_name="resnet_block", name="qdq_cnn"):
     import onnx
     import onnxruntime as ort
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
 
-    src = os.path.join(out_dir, "resnet_block", "model.onnx")
-    dst_dir = os.path.join(out_dir, "qdq_cnn")
+    src = os.path.join(out_dir, src_name, "model.onnx")
+    dst_dir = os.path.join(out_dir, name)
     os.makedirs(dst_dir, exist_ok=True)
     folded = os.path.join(dst_dir, "folded.tmp.onnx")
     # What quant_pre_process does, without its sympy-based shape inference:
@@ -312,7 +322,7 @@ def make_qdq(out_dir, log):
     opts.optimized_model_filepath = folded
     ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
 
-    _, in_name, shape, _ = EXAMPLES["qdq_cnn"]
+    _, in_name, shape, _ = EXAMPLES[name]
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -341,8 +351,8 @@ def make_qdq(out_dir, log):
                  if n.op_type == "DequantizeLinear" and n.input[1] in inits and len(inits[n.input[1]].dims) == 1
                  and inits[n.input[1]].dims[0] > 1 and n.name not in per_axis]
     if not per_axis:
-        raise RuntimeError("qdq_cnn: no per-axis DequantizeLinear in the quantized model")
-    log.append(f"qdq_cnn: onnxruntime {ort.__version__} quantize_static; {len(per_axis)} per-axis DequantizeLinear")
+        raise RuntimeError(f"{name}: no per-axis DequantizeLinear in the quantized model")
+    log.append(f"{name}: onnxruntime {ort.__version__} quantize_static; {len(per_axis)} per-axis DequantizeLinear")
 
 
 def describe_value(vi) -> str:
@@ -364,11 +374,13 @@ def stage_finish(out_dir, log):
     import onnxruntime as ort
 
     failures = []
-    if os.path.exists(os.path.join(out_dir, "resnet_block", "model.onnx")):
+    for src_name, name in [("resnet_block", "qdq_cnn"), ("mobilenet_block", "qdq_mobilenet"), ("encoder_layer", "qdq_encoder")]:
+        if not os.path.exists(os.path.join(out_dir, src_name, "model.onnx")):
+            continue
         try:
-            make_qdq(out_dir, log)
+            make_qdq(out_dir, log, src_name, name)
         except Exception as e:
-            failures.append(f"qdq_cnn: {type(e).__name__}: {e}")
+            failures.append(f"{name}: {type(e).__name__}: {e}")
             print(failures[-1], file=sys.stderr)
 
     rows = []

@@ -303,6 +303,12 @@ pub fn load_optimized(
     air_out: Option<&Path>,
 ) -> Result<Option<Loaded>, String> {
     let mut loaded = load_model(input, input_shapes)?;
+    // The outside world knows each result by its name in the model: pin it,
+    // so a pass that returns another value in its place (a quantize folded
+    // into a dequantize, say) does not rename the artifact's output.
+    for f in loaded.module.funcs.iter_mut() {
+        f.result_names = (0..f.body.terminator.len()).map(|i| Some(f.result_name(i).to_string())).collect();
+    }
     let config = crate::opt::OptConfig {
         passes: Some(passes.to_string()),
         target: cost_target.to_string(),

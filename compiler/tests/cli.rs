@@ -1362,3 +1362,25 @@ fn nan_and_inf_through_every_cpu_epilogue() {
         }
     }
 }
+
+/// An artifact's outputs keep the model's result names through the
+/// optimizer: in qdq_mobilenet the qdq pass returns another value in place
+/// of `features` (its quantize folds into the dequantize before it), and
+/// the artifact used to name the output after that value
+/// (`features_QuantizeLinear_Input`), on the CPU and the GPU alike.
+#[test]
+fn compiled_outputs_keep_the_models_result_names() {
+    let d = dir("result_names");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/qdq_mobilenet/model.air");
+    for target in ["host", "sm_86"] {
+        let art = d.join(format!("{target}.aoc"));
+        let o = aoc(&[&"compile", &model, &"--target", &target, &"-o", &art]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = aoc(&[&"explain", &art]);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.lines().any(|l| l.trim_start().starts_with("output features ")), "{target}:\n{text}");
+    }
+    let o = aoc(&[&"run", &model, &"--input", &model.with_file_name("input.npy"), &"--output-dir", &d.join("out")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(d.join("out/features.npy").exists());
+}
