@@ -54,6 +54,11 @@ fn act_params(t: &TensorType) -> Option<(bool, f64, i64, i64, i64)> {
     Some((signed, scale, zero_point, lo, hi))
 }
 
+/// [`act_params`] as the runtime's operand description.
+fn operand((signed, scale, zero, _, _): (bool, f64, i64, i64, i64)) -> QuantOperand {
+    QuantOperand { signed, zero: zero as i32, scale: scale as f32 }
+}
+
 /// The weight's per-output-channel scales (`oc` of them) when it is i8 with
 /// zero points 0, per tensor or along `axis`.
 fn weight_scales(q: &QuantType, oc: usize, axis: usize) -> Option<Vec<f64>> {
@@ -292,10 +297,8 @@ impl Lower<'_> {
         if at.shape != yt.shape {
             return Ok(false);
         }
-        let operand = |t: &TensorType| {
-            act_params(t).map(|(signed, scale, zero, _, _)| QuantOperand { signed, zero: zero as i32, scale: scale as f32 })
-        };
-        let (Some(qa), Some(qb), Some(qy)) = (operand(&at), operand(&bt), operand(&yt)) else {
+        let params = |t: &TensorType| act_params(t).map(operand);
+        let (Some(qa), Some(qb), Some(qy)) = (params(&at), params(&bt), params(&yt)) else {
             return Ok(false);
         };
         let attrs = Lower::attrs(op)?;
@@ -354,13 +357,12 @@ impl Lower<'_> {
             Opcode::Dequantize => (&yt, &xt),
             _ => return Ok(false),
         };
-        let Some((signed, scale, zero, _, _)) = act_params(quant) else {
+        let Some(q) = act_params(quant).map(operand) else {
             return Ok(false);
         };
         if xt.shape != yt.shape || !super::nn::is_f32(float) {
             return Ok(false);
         }
-        let q = QuantOperand { signed, zero: zero as i32, scale: scale as f32 };
         let perm = match self.val(x)? {
             Val::Mem { perm, .. } => perm,
             Val::Const(_) => identity(xt.rank()),
@@ -441,7 +443,6 @@ impl Lower<'_> {
         let attrs = Lower::attrs(op)?;
         let (y_signed, sy, zy, ylo, yhi) = qy;
         let (y_min, y_max) = quantized_clip(&attrs, sy, zy, ylo, yhi);
-        let operand = |(signed, scale, zero, _, _): (bool, f64, i64, i64, i64)| QuantOperand { signed, zero: zero as i32, scale: scale as f32 };
         let y = self.alloc(&yt)?;
         self.push(Step::QMatMul {
             a: sa.0,

@@ -78,18 +78,10 @@ pub(super) fn run(
     }
     #[cfg(target_arch = "x86_64")]
     if avx512() {
-        let ep = super::qdirect::Epilogue {
-            off: comp,
-            scale,
-            shift,
-            lo: (p.y_min as i64 - p.y_zero as i64) as f32,
-            hi: (p.y_max as i64 - p.y_zero as i64) as f32,
-            zero: p.y_zero,
-            oc: c,
-        };
         if comp.len() < c || scale.len() < c || shift.len() < c {
             return Err(KernelError::new("qconv2d (depthwise): per-channel parameters are short".to_string()));
         }
+        let ep = super::qdirect::Epilogue::new(p, comp, scale, shift, c);
         y[..d.y_len].par_chunks_mut(ow * c).enumerate().for_each(|(r, yrow)| {
             // SAFETY: the CPU has AVX-512 F/BW/VL; the row holds `ow·c`
             // bytes and the reads stay inside x and w (geometry checked).

@@ -215,17 +215,7 @@ pub(super) fn run(
     let off: Vec<i32> = (0..oc)
         .map(|o| comp[o].wrapping_sub(dw.b.col_sums()[o].wrapping_mul(a_zero)))
         .collect();
-    let lo = (p.y_min as i64 - p.y_zero as i64) as f32;
-    let hi = (p.y_max as i64 - p.y_zero as i64) as f32;
-    let ep = Epilogue {
-        off: &off,
-        scale,
-        shift,
-        lo,
-        hi,
-        zero: p.y_zero,
-        oc,
-    };
+    let ep = Epilogue::new(p, &off, scale, shift, oc);
     let seg_len = if dw.level == Int8Level::Amx { AMX_ROWS } else { VNNI_MR };
     // Where consecutive output pixels read consecutive `cp`-byte rows of
     // `xp` across output rows and images too (im2col rows; a 1×1 stride-1
@@ -339,13 +329,23 @@ impl Source<'_> {
 /// (`off` is added to the sums first; `lo`/`hi` are the clamp less the
 /// zero point).
 pub(super) struct Epilogue<'a> {
-    pub off: &'a [i32],
-    pub scale: &'a [f32],
-    pub shift: &'a [f32],
-    pub lo: f32,
-    pub hi: f32,
-    pub zero: i32,
-    pub oc: usize,
+    off: &'a [i32],
+    scale: &'a [f32],
+    shift: &'a [f32],
+    lo: f32,
+    hi: f32,
+    zero: i32,
+    oc: usize,
+}
+
+impl<'a> Epilogue<'a> {
+    /// The epilogue of `p` (its clamp less the zero point) for `oc`
+    /// channels.
+    pub(super) fn new(p: &QuantConv, off: &'a [i32], scale: &'a [f32], shift: &'a [f32], oc: usize) -> Epilogue<'a> {
+        let lo = (p.y_min as i64 - p.y_zero as i64) as f32;
+        let hi = (p.y_max as i64 - p.y_zero as i64) as f32;
+        Epilogue { off, scale, shift, lo, hi, zero: p.y_zero, oc }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
