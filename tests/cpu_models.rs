@@ -471,10 +471,11 @@ fn quant_add_native() -> Result<(), Failed> {
 /// `quant.add` of u8 and i8 operands with a fused relu (`qadd`, 245
 /// elements: vector blocks and a scalar tail), one into i8 with an upper
 /// clip, one whose first operand repeats along the second (a 7×7 "bias",
-/// `qadd` with a broadcast row), one that broadcasts along channels (no
+/// `qadd` with a broadcast row), one of a short constant on the last axis
+/// (tiled into a longer row for `qadd`), one that broadcasts along channels (no
 /// `qadd`: generated code), and max pools of u8 and i8 values
 /// (`qmax_pool`, padding and a ceil-mode window).
-const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: tensor<1x5x7x7xf32>, %b: tensor<1x5x1x1xf32>, %c: tensor<7x7xf32>) -> (tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>) {
+const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: tensor<1x5x7x7xf32>, %b: tensor<1x5x1x1xf32>, %c: tensor<7x7xf32>) -> (tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>) {
   %qx = quant.quantize %x : tensor<1x5x7x7x!quant.uniform<u8:f32, 0.031:117>>
   %qy = quant.quantize %y : tensor<1x5x7x7x!quant.uniform<i8:f32, 0.027:-3>>
   %qb = quant.quantize %b : tensor<1x5x1x1x!quant.uniform<i8:f32, 0.05>>
@@ -483,15 +484,18 @@ const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: te
   %t = quant.add %qy, %qx {clip_max = 1.5} : tensor<1x5x7x7x!quant.uniform<i8:f32, 0.045:5>>
   %u = quant.add %qx, %qb : tensor<1x5x7x7x!quant.uniform<u8:f32, 0.06:128>>
   %v = quant.add %qc, %qy : tensor<1x5x7x7x!quant.uniform<i8:f32, 0.03:0>>
+  %k = const dense<[3, -7, 12, 5, 0, -1, 9]> : tensor<7x!quant.uniform<i8:f32, 0.05>>
+  %w = quant.add %qx, %k : tensor<1x5x7x7x!quant.uniform<u8:f32, 0.05:100>>
   %p = core.max_pool2d %qx {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]} : tensor<1x5x4x4x!quant.uniform<u8:f32, 0.031:117>>
   %r = core.max_pool2d %qy {kernel = [2, 2], strides = [2, 2], ceil_mode = true} : tensor<1x5x4x4x!quant.uniform<i8:f32, 0.027:-3>>
   %sd = quant.dequantize %s : tensor<1x5x7x7xf32>
   %td = quant.dequantize %t : tensor<1x5x7x7xf32>
   %ud = quant.dequantize %u : tensor<1x5x7x7xf32>
   %vd = quant.dequantize %v : tensor<1x5x7x7xf32>
+  %wd = quant.dequantize %w : tensor<1x5x7x7xf32>
   %pd = quant.dequantize %p : tensor<1x5x4x4xf32>
   %rd = quant.dequantize %r : tensor<1x5x4x4xf32>
-  return %sd, %td, %ud, %vd, %pd, %rd : tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>
+  return %sd, %td, %ud, %vd, %wd, %pd, %rd : tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>
 }
 "#;
 
@@ -531,8 +535,8 @@ fn int8_elementwise(level: X86Level) -> Result<(), Failed> {
     let inputs = vec![random(&[1, 5, 7, 7], 11), random(&[1, 5, 7, 7], 12), random(&[1, 5, 1, 1], 13), random(&[7, 7], 14)];
     let (want, got, kinds) = run_air_text("int8-elementwise", INT8_ELEMENTWISE_AIR, inputs, level)?;
     let count = |k: &str| kinds.iter().filter(|s| *s == k).count();
-    if count("qadd") != 3 || count("qmax_pool") != 2 || count("reference") != 0 {
-        return Err(format!("expected 3 qadd and 2 qmax_pool steps, no reference step: {kinds:?}").into());
+    if count("qadd") != 4 || count("qmax_pool") != 2 || count("reference") != 0 {
+        return Err(format!("expected 4 qadd and 2 qmax_pool steps, no reference step: {kinds:?}").into());
     }
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {
         let (wv, gv) = (w.to_f64(), g.to_f64());
