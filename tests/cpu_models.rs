@@ -79,6 +79,9 @@ fn main() {
         trials.push(Trial::test(format!("int8_attention_products_match_the_interpreter_{}", level.target_name()), move || {
             int8_attention(level)
         }));
+        trials.push(Trial::test(format!("crossed_clip_bounds_give_the_upper_bound_{}", level.target_name()), move || {
+            crossed_clips(level)
+        }));
     }
     libtest_mimic::run(&args, trials).exit();
 }
@@ -526,6 +529,36 @@ fn int8_attention(level: X86Level) -> Result<(), Failed> {
         let err = w.to_f64().iter().zip(g.to_f64()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         if err > step * 1.001 {
             return Err(format!("output {i}: max error {err} > one step {step}").into());
+        }
+    }
+    Ok(())
+}
+
+/// Crossed clip bounds (`clip_min > clip_max`) on integer ops mean
+/// `clip_max` everywhere (max, then min): on the integer GEMM path
+/// (`qconv2d`) and on `qmatmul` the compiled model gives the interpreter's
+/// outputs. (The requantization used `clamp`, which panics on crossed
+/// bounds, and the upper bound fell outside the storage range.)
+const CROSSED_CLIPS_AIR: &str = r#"func @main(%a: tensor<2x4xf32>, %b: tensor<4x3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>) {
+  %qa = quant.quantize %a : tensor<2x4x!quant.uniform<u8:f32, 0.05:10>>
+  %qb = quant.quantize %b : tensor<4x3x!quant.uniform<i8:f32, 0.05>>
+  %w = const dense<[[1, -2, 3], [4, 5, -6], [7, -8, 9], [-10, 11, 12]]> : tensor<4x3x!quant.uniform<i8:f32, 0.25>>
+  %m = quant.matmul %qa, %qb {clip_min = 2.0, clip_max = -1.0} : tensor<2x3x!quant.uniform<u8:f32, 0.1:3>>
+  %g = quant.matmul %qa, %w {clip_min = 0.5, clip_max = 0.2} : tensor<2x3x!quant.uniform<i8:f32, 0.1:-4>>
+  %md = quant.dequantize %m : tensor<2x3xf32>
+  %gd = quant.dequantize %g : tensor<2x3xf32>
+  return %md, %gd : tensor<2x3xf32>, tensor<2x3xf32>
+}
+"#;
+
+fn crossed_clips(level: X86Level) -> Result<(), Failed> {
+    let (want, got, kinds) = run_air_text("crossed-clips", CROSSED_CLIPS_AIR, vec![random(&[2, 4], 31), random(&[4, 3], 32)], level)?;
+    if !kinds.iter().any(|k| k == "qmatmul") || !kinds.iter().any(|k| k == "qconv2d") {
+        return Err(format!("expected a qmatmul and a qconv2d step: {kinds:?}").into());
+    }
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        if w.to_f64() != g.to_f64() {
+            return Err(format!("output {i}: {:?} compiled, {:?} interpreted", g.to_f64(), w.to_f64()).into());
         }
     }
     Ok(())

@@ -410,11 +410,14 @@ impl Lower<'_> {
 /// The clamp of an integer op's epilogue (`clip_min`, `clip_max`) as
 /// bounds on the stored result (quantizing is monotone, so clamping before
 /// it equals clamping its result), within the storage range `ylo..=yhi`.
+/// Crossed bounds (`clip_min > clip_max`) give `clip_max` everywhere, as
+/// the op's max-then-min does: both bounds become the upper one.
 fn quantized_clip(attrs: &Attrs, sy: f64, zy: i64, ylo: i64, yhi: i64) -> (i64, i64) {
     let qbound = |v: f64| ((f32r(v) / f32r(sy)) as f32 as f64).round_ties_even() + zy as f64;
-    let y_min = opt_float(attrs, "clip_min").map_or(ylo, |c| (qbound(c).max(ylo as f64)) as i64);
-    let y_max = opt_float(attrs, "clip_max").map_or(yhi, |c| (qbound(c).min(yhi as f64)) as i64);
-    (y_min, y_max)
+    let within = |v: f64| v.clamp(ylo as f64, yhi as f64) as i64;
+    let y_min = opt_float(attrs, "clip_min").map_or(ylo, |c| within(qbound(c)));
+    let y_max = opt_float(attrs, "clip_max").map_or(yhi, |c| within(qbound(c)));
+    (y_min.min(y_max), y_max)
 }
 
 impl Lower<'_> {

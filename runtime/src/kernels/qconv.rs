@@ -42,7 +42,10 @@ pub fn requantize(acc: i32, scale: f32, shift: f32, p: &QuantConv) -> i32 {
     // the sum in range.
     let lo = (p.y_min as i64 - p.y_zero as i64) as f32;
     let hi = (p.y_max as i64 - p.y_zero as i64) as f32;
-    (r.clamp(lo, hi) as i64 + p.y_zero as i64) as i32
+    // max then min, not `clamp`: a crafted plan with crossed bounds gets
+    // the upper one, never a panic (NaN stays NaN through both).
+    let c = if r.is_nan() { r } else { r.max(lo).min(hi) };
+    (c as i64 + p.y_zero as i64) as i32
 }
 
 /// The weights of a convolution packed for the int8 GEMM, one B per group
@@ -287,7 +290,7 @@ fn output_row(p: &QuantConv, gi: usize, sums: &[i32], comp: &[i32], scale: &[f32
         let r = (sums[o].wrapping_add(comp[o]) as f32).mul_add(scale[o], shift[o]).round_ties_even();
         // NaN gives 0 as `as` would; the select and the unchecked
         // conversion vectorize where `as`'s saturation does not.
-        let c = if r.is_nan() { 0.0 } else { r.clamp(lo, hi) };
+        let c = if r.is_nan() { 0.0 } else { r.max(lo).min(hi) };
         // SAFETY: `c` is finite and within [lo, hi], inside i32.
         out[o] = (unsafe { c.to_int_unchecked::<i32>() } + zero) as u8;
     }
