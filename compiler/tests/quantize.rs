@@ -400,22 +400,36 @@ fn bad_calibration_data_is_named_and_writes_nothing() {
     }
 }
 
+/// fp8 (e4m3) PTQ of the ResNet-style block with batch-norms: the
+/// default reaches 25 dB on held-out batches (the weight and activation
+/// scales are searched on the e4m3 grid; the plain `amax / 448` scales gave
+/// 19 dB here), and the ONNX model quantizes as its `.air` form does.
 #[test]
 fn onnx_models_quantize_and_fp8_is_written() {
     let d = dir("onnx_fp8");
     let onnx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.onnx");
-    batches(&d.join("calib"), &[1, 3, 32, 32], 4, 1);
-    let rep = d.join("r.json");
-    ok(&aoc(&[&"quantize", &onnx, &"--calib", &d.join("calib"), &"--precision", &"fp8", &"-o", &d.join("q.air"), &"--report", &rep, &"-q"]));
-    let r = report(&rep);
-    assert_eq!(r["precision"], "fp8");
-    let s = r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap();
-    assert!(s > 15.0, "fp8 SQNR {s}");
-    let text = std::fs::read_to_string(d.join("q.air")).unwrap();
-    assert!(text.contains("!quant.uniform<f8E4M3FN:f32"), "no fp8 types");
-    // The convolutions and the gemm only; adds and pools stay in float.
-    for l in r["layers"].as_array().unwrap() {
-        assert_eq!(l["precision"] == "fp8", ["conv2d", "gemm"].contains(&l["op"].as_str().unwrap()), "{l}");
+    batches(&d.join("calib"), &[1, 3, 32, 32], 16, 1);
+    batches(&d.join("eval"), &[1, 3, 32, 32], 48, 2);
+    for method in ["entropy", "minmax", "percentile", "mse"] {
+        let rep = d.join(format!("{method}.json"));
+        let out = d.join(format!("{method}.air"));
+        ok(&aoc(&[
+            &"quantize", &onnx, &"--calib", &d.join("calib"), &"--eval", &d.join("eval"), &"--precision", &"fp8",
+            &"--method", &method, &"-o", &out, &"--report", &rep, &"-q",
+        ]));
+        let r = report(&rep);
+        assert_eq!(r["precision"], "fp8");
+        let s = eval_sqnr(&r);
+        // The default (the observed max) meets 25 dB; percentile clips the
+        // tails, which e4m3 would have kept, and lands just above 25 here.
+        let floor = if method == "percentile" { 24.5 } else { 25.0 };
+        assert!(s >= floor, "fp8 {method}: {s:.2} dB on held-out batches");
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains("!quant.uniform<f8E4M3FN:f32"), "no fp8 types");
+        // The convolutions and the gemm only; adds and pools stay in float.
+        for l in r["layers"].as_array().unwrap() {
+            assert_eq!(l["precision"] == "fp8", ["conv2d", "gemm"].contains(&l["op"].as_str().unwrap()), "{l}");
+        }
     }
 }
 

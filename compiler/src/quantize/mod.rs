@@ -452,8 +452,25 @@ pub fn quantize(
         let lv = place::levels(o.min, cfg.precision, cfg.activations);
         // A model output's clipping error is the output's error: no clip.
         let method = if results.contains(&v) { Method::MinMax } else { cfg.method };
-        let (lo, hi) = o.range(method, lv);
-        let q = place::activation_type(lo, hi, cfg.precision, cfg.activations);
+        let (lo, hi, q) = match cfg.precision {
+            Precision::Int8 => {
+                let (lo, hi) = o.range(method, lv);
+                (lo, hi, place::activation_type(lo, hi, cfg.precision, cfg.activations))
+            }
+            // fp8 keeps the observed max unless asked to clip (the KL
+            // search is int8's: ModelOpt's fp8 calibrates by the max too);
+            // then the best scale on the e4m3 grid under that clip.
+            Precision::Fp8 => {
+                let (t, octaves) = match method {
+                    Method::MinMax | Method::Entropy => (o.amax(), 0),
+                    Method::Percentile(_) => (o.threshold(method, lv), 0),
+                    Method::Mse => (o.amax(), 4),
+                };
+                let scale = o.fp8_scale(t, octaves) as f32 as f64;
+                let top = 448.0 * scale;
+                (o.min.max(-top).min(0.0), o.max.min(top).max(0.0), place::fp8_type(scale))
+            }
+        };
         let (scale, zp) = q.params_at(0);
         ranges.push(serde_json::json!({
             "tensor": func.name_of(v), "min": o.min, "max": o.max, "lo": lo, "hi": hi,

@@ -156,6 +156,35 @@ impl Observer {
         t.min(amax).max(f64::MIN_POSITIVE)
     }
 
+    /// The scale of this tensor in fp8 (e4m3) clipped at T: e4m3's error is
+    /// relative, so the best scale depends on where the values fall inside
+    /// their binades. The candidates `T / 448 · 2^(k/16)` for k = 0..15 keep
+    /// |x| ≤ T in range (scaling by 2 repeats the grid); `clip_octaves`
+    /// more octaves below let values above the scale saturate. The scale
+    /// with the least expected squared error over the histogram wins.
+    pub fn fp8_scale(&self, t: f64, clip_octaves: u32) -> f64 {
+        if self.count == 0 || t <= 0.0 {
+            return 1.0;
+        }
+        let (hist, width) = self.trimmed();
+        let mut best = (f64::INFINITY, t / 448.0);
+        for k in -(16 * clip_octaves as i32)..16 {
+            let s = t / 448.0 * 2f64.powf(k as f64 / 16.0);
+            let mut err = 0.0;
+            for (i, &c) in hist.iter().enumerate() {
+                if c > 0 {
+                    let x = (i as f64 + 0.5) * width;
+                    let d = x - e4m3_round((x / s).min(448.0) as f32) as f64 * s;
+                    err += c as f64 * d * d;
+                }
+            }
+            if err < best.0 {
+                best = (err, s);
+            }
+        }
+        best.1
+    }
+
     /// The real range [lo, hi] to quantize with `method`: the observed
     /// range clipped to ±T, always containing 0.
     pub fn range(&self, method: Method, levels: usize) -> (f64, f64) {
@@ -165,6 +194,14 @@ impl Observer {
         let t = self.threshold(method, levels);
         (self.min.max(-t).min(0.0), self.max.min(t).max(0.0))
     }
+}
+
+/// The e4m3 value nearest `a` (0 ≤ a ≤ 448), ties to even: `round_f8`'s
+/// arithmetic on f32 bits, fast enough to search scales with.
+pub(crate) fn e4m3_round(a: f32) -> f32 {
+    let e = ((a.to_bits() >> 23) as i32 - 127).max(-6);
+    let ulp = f32::from_bits(((e - 3 + 127) as u32) << 23);
+    ((a / ulp).round_ties_even() * ulp).min(448.0)
 }
 
 /// TensorRT's entropy calibration: the number of bins `i` (the clip at
