@@ -40,7 +40,7 @@ LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
 LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: c-lib help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu gpu-test device-bins bench-gpu
+.PHONY: python python-test c-lib help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu gpu-test device-bins bench-gpu
 
 help:
 	@echo 'make demo         import examples/resnet_block, run it, compare with ONNX Runtime'
@@ -55,6 +55,8 @@ help:
 	@echo 'make device-bins  build the binaries a GPU machine without cargo runs (build/device/)'
 	@echo 'make bench-gpu    on a GPU machine: aoc vs PyTorch eager/torch.compile and cuBLAS (bench/gpu/run.py)'
 	@echo 'make bench-cpu    build the benchmark models, compare aoc with ONNX Runtime on the CPU (bench/cpu/README.md)'
+	@echo 'make python       build the aoc Python package (python/, maturin) and install it into .venv'
+	@echo 'make python-test  the Python package'"'"'s pytest suite (python/tests/), after `make python`'
 	@echo 'make c-lib        the C runtime library: target/release/libaoc_runtime.a and .so, and build/aoc_run_c (examples/c/main.c)'
 	@echo 'make clean-build  remove build/ and .venv/'
 
@@ -100,6 +102,7 @@ $(STAMPS)/real-models: $(VENV_STAMP) tests/scripts/real_models.py
 test: setup llvm node-data real-models
 	AOC_PYTHON=$(PY) AOC_NODE_DATA=$(NODE_DATA) AOC_MODELS=$(MODELS) \
 	  cargo test --workspace
+	$(MAKE) --no-print-directory python-test
 
 demo: setup llvm
 	cargo build --release -p aoc
@@ -126,6 +129,31 @@ demo: setup llvm
 	  $(PY) tests/scripts/compare_npy.py $(EXAMPLE)/expected $(DEMO)/out-gpu --atol 1e-3; \
 	  $(AOC) bench $(DEMO)/model.sm_86.aoc --iters 100; \
 	else echo "demo: no GPU here, so the sm_86 artifact was compiled but not run"; fi
+
+# --- The Python package --------------------------------------------------------
+# python/ (docs/python.md): a PyO3 extension built by maturin in release
+# mode into its own target folder (it is its own cargo workspace, outside
+# `cargo test --workspace`), installed into the venv as a wheel; then its
+# pytest suite, run from the root so that `import aoc` is the installed
+# package, not python/aoc/ without its native module. `make python`
+# rebuilds what changed each time.
+
+PY_TOOL_PINS  := maturin==1.16.0 pytest==9.2.0
+PY_TOOL_STAMP := $(STAMPS)/py-tools-maturin1.16.0-pytest9.2.0
+WHEELS        := $(BUILD)/wheels
+
+$(PY_TOOL_STAMP): $(VENV_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check $(PY_TOOL_PINS)
+	@rm -f $(STAMPS)/py-tools-*
+	@mkdir -p $(STAMPS) && touch $@
+
+python: $(PY_TOOL_STAMP) llvm
+	@rm -rf $(WHEELS)
+	cd python && CARGO_TARGET_DIR=$(CURDIR)/target/py $(VENV)/bin/maturin build --release -q -i $(PY) -o $(WHEELS)
+	$(PY) -m pip install -q --disable-pip-version-check --force-reinstall --no-deps $(WHEELS)/aoc-*.whl
+
+python-test: python
+	$(PY) -m pytest -rs -q -p no:cacheprovider python/tests
 
 # --- The C runtime library ----------------------------------------------------
 # One place for it: target/release/libaoc_runtime.{a,so} with the header in

@@ -37,6 +37,9 @@ class InternalError(Error, RuntimeError):
     """A bug in aoc (a Rust panic, caught at the boundary): please report it."""
 
 
+for _c in (Error, CompileError, LoadError, InputError, RunError, QuantizeError, DeviceError, InternalError):
+    _c.__module__ = "aoc"
+
 __all__ = [
     "Error",
     "CompileError",
