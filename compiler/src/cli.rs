@@ -54,8 +54,9 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("AOC_GIT_REV
 /// generators and the runtime features built in.
 static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "{VERSION}\nLLVM {} (PTX backend), Cranelift (x86-64 backend)\nfeatures: runtime reference interpreter (--reference-fallback), CUDA runtime (cudarc, loaded at run time); MLIR interop not built",
-        aoc_backend_ptx::llvm_version()
+        "{VERSION}\nLLVM {} (PTX backend), Cranelift (x86-64 backend)\nfeatures: runtime reference interpreter (--reference-fallback), CUDA runtime (cudarc, loaded at run time); {}",
+        aoc_backend_ptx::llvm_version(),
+        if cfg!(feature = "mlir") { "MLIR interop (melior, MLIR 22)" } else { "MLIR interop not built" }
     )
 });
 
@@ -74,7 +75,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Import an ONNX model as .air text IR (weights to a .safetensors beside it).
+    /// Import an ONNX model (or an MLIR file of TOSA/linalg ops) as .air text IR (weights to a .safetensors beside it).
     #[command(
         long_about = "Import an ONNX model (opset 11 and newer) as .air text IR.\n\n\
             The model is verified before anything is written. Its initializers go to a \
@@ -191,6 +192,36 @@ pub enum Command {
             aoc compile q.air --target host -o q.aoc"
     )]
     Quantize(QuantizeArgs),
+    /// Write a model in another format: MLIR (TOSA) with --format mlir.
+    #[command(
+        long_about = "Write a model (.air, or .onnx/.mlir imported in memory) in another format.\n\n\
+            --format mlir writes an MLIR module (needs an aoc built with `--features mlir`): \
+            each function a func.func of TOSA ops (arith.divf and math.sqrt where TOSA has no op; \
+            NCHW convolutions and pools between transposes to TOSA's NHWC), quantized types as \
+            !quant.uniform with quant.qcast/dcast, weights as dense constants (dense_resource \
+            blobs above --dense-resource-above bytes), each op located at its .air line and \
+            loc(...) name. MLIR's verifier checks the module before anything is written; \
+            mlir-opt-22 reads the file (docs/mlir.md).",
+        after_help = "Examples:\n  aoc export model.air --format mlir -o model.mlir\n  \
+            mlir-opt-22 model.mlir --pass-pipeline='builtin.module(func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor))'"
+    )]
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// The model (.air, .onnx or .mlir).
+    #[arg(value_name = "FILE.air")]
+    pub input: PathBuf,
+    /// The output format: mlir.
+    #[arg(long, value_name = "FORMAT")]
+    pub format: String,
+    /// The file to write (default: the input's path with the format's extension).
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// MLIR: constants of more bytes than this become dense_resource blobs.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub dense_resource_above: usize,
 }
 
 #[derive(Args, Debug)]
@@ -357,7 +388,7 @@ pub struct BenchArgs {
 
 #[derive(Args, Debug)]
 pub struct ImportArgs {
-    /// The ONNX model.
+    /// The ONNX model, or an MLIR file (TOSA / linalg; needs the `mlir` feature).
     #[arg(value_name = "FILE.onnx")]
     pub input: PathBuf,
     /// The .air file to write (default: the model's path with .air).
@@ -535,6 +566,7 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Compile(a) => cmd_compile(a),
         Command::Bench(a) => cmd_bench(a),
         Command::Quantize(a) => cmd_quantize(a),
+        Command::Export(a) => cmd_export(a),
         Command::Explain(a) => match (crate::gpu::is_gpu_artifact(&a.input)?, a.json) {
             (Some(art), false) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
             (Some(art), true) => crate::gpu::explain_gpu_json(&a.input, &art).and_then(|v| print_stdout(&format!("{v:#}\n"))),
@@ -570,7 +602,14 @@ fn cmd_import(a: ImportArgs) -> Result<(), String> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (module, weights) = import_onnx(&a.input, &a.input_shapes, &wname)?;
+    let (module, weights) = if crate::driver::is_mlir(&a.input) {
+        if !a.input_shapes.is_empty() {
+            return Err("error: --input-shape applies to .onnx files only (an .mlir file's shapes are static)".to_string());
+        }
+        crate::driver::import_mlir(&a.input, &wname)?
+    } else {
+        import_onnx(&a.input, &a.input_shapes, &wname)?
+    };
     let written = write_air(&module, &weights, &out)?;
     // Say what was written, as `compile` does.
     let mut msg = format!("imported {}: {}", a.input.display(), summary(&module));
@@ -698,9 +737,40 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn cmd_export(a: ExportArgs) -> Result<(), String> {
+    let ext = match a.format.as_str() {
+        "mlir" => "mlir",
+        f => return Err(format!("error: --format must be mlir, found `{f}`")),
+    };
+    let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
+    if out == a.input {
+        return Err(format!("error: the output {} would overwrite the model", out.display()));
+    }
+    let text = export_mlir(&a)?;
+    crate::output::write_file(&out, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
+    let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    crate::say::info(&format!("wrote {} ({})", out.display(), crate::driver::human(size)));
+    Ok(())
+}
+
+#[cfg(feature = "mlir")]
+fn export_mlir(a: &ExportArgs) -> Result<String, String> {
+    let loaded = crate::driver::load_model(&a.input, &[])?;
+    let name = a.input.display().to_string();
+    let opts = crate::mlir::ExportOptions { resource_above: a.dense_resource_above };
+    crate::mlir::export_module(&loaded.module, loaded.weights.as_ref(), &name, loaded.source.as_deref(), &opts)
+}
+
+#[cfg(not(feature = "mlir"))]
+fn export_mlir(_: &ExportArgs) -> Result<String, String> {
+    Err("error: this aoc was built without MLIR support; rebuild with `cargo build --release -p aoc --features mlir` (docs/mlir.md)".to_string())
+}
+
 fn cmd_check(a: CheckArgs) -> Result<(), String> {
     let module = if is_onnx(&a.input) {
         import_onnx(&a.input, &a.input_shapes, "weights.safetensors")?.0
+    } else if crate::driver::is_mlir(&a.input) {
+        crate::driver::import_mlir(&a.input, "weights.safetensors")?.0
     } else {
         let file = read_air(&a.input)?;
         crate::say::info(&file.warnings);

@@ -27,6 +27,38 @@ pub fn is_onnx(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
+/// Whether `path` names an MLIR file (by extension).
+pub fn is_mlir(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("mlir"))
+}
+
+/// Imports an MLIR file (TOSA / linalg) and verifies the result, as
+/// [`import_onnx`] does for ONNX. Needs the `mlir` feature.
+pub fn import_mlir(path: &Path, weights_path: &str) -> Result<(Module, Vec<(String, Tensor)>), String> {
+    #[cfg(feature = "mlir")]
+    {
+        let name = path.display().to_string();
+        let imported = crate::mlir::import_mlir(path, weights_path)?;
+        let module = imported.module;
+        let errors = aoc_ir::verify::verify_module(&module);
+        if !errors.is_empty() {
+            let mut text = render::render_plain(&errors, &name);
+            text.push_str("error: the imported module does not verify; this is a bug in the MLIR importer, please report it\n");
+            return Err(text);
+        }
+        Ok((module, imported.weights))
+    }
+    #[cfg(not(feature = "mlir"))]
+    {
+        let _ = weights_path;
+        Err(format!(
+            "error: {}: this aoc was built without MLIR support; rebuild with `cargo build --release -p aoc --features mlir` (docs/mlir.md)",
+            path.display()
+        ))
+    }
+}
+
 // ---------------------------------------------------------------- loading
 
 /// A parsed and verified `.air` file.
@@ -190,7 +222,7 @@ impl Loaded {
     }
 }
 
-/// Loads an `.air` file, or imports an `.onnx` file in memory.
+/// Loads an `.air` file, or imports an `.onnx` or `.mlir` file in memory.
 pub fn load_model(path: &Path, input_shapes: &[(String, Vec<usize>)]) -> Result<Loaded, String> {
     if is_onnx(path) {
         let (module, weights) = import_onnx(path, input_shapes, "weights.safetensors")?;
@@ -206,6 +238,14 @@ pub fn load_model(path: &Path, input_shapes: &[(String, Vec<usize>)]) -> Result<
             source: None,
             path: path.to_path_buf(),
         });
+    }
+    if is_mlir(path) {
+        if !input_shapes.is_empty() {
+            return Err("error: --input-shape applies to .onnx files only (an .mlir file's shapes are static)".to_string());
+        }
+        let (module, weights) = import_mlir(path, "weights.safetensors")?;
+        let map = MapWeights(weights.into_iter().map(|(k, t)| (("weights".to_string(), k), t)).collect());
+        return Ok(Loaded { module, weights: Box::new(map), source: None, path: path.to_path_buf() });
     }
     if !input_shapes.is_empty() {
         return Err(

@@ -11,6 +11,8 @@ pub mod cli;
 pub mod cpu;
 pub mod driver;
 pub mod gpu;
+#[cfg(feature = "mlir")]
+pub mod mlir;
 pub mod npy;
 pub mod onnx;
 pub mod opt;

@@ -16,9 +16,9 @@
 //! it came from; errors name the op type, node and opset.
 
 mod constants;
-mod context;
+pub(crate) mod context;
 mod elementwise;
-mod fold;
+pub(crate) mod fold;
 mod import;
 mod nn;
 pub mod proto;

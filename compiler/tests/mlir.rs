@@ -1,0 +1,361 @@
+//! MLIR interop end to end (`cargo test -p aoc --features mlir --test
+//! mlir`; `make test` runs it): every example model exports to TOSA that
+//! `mlir-opt-22` reads (and, for the float ones, lowers to linalg), comes
+//! back as `.air` and runs to the same numbers; TOSA programs from MLIR's
+//! own test suite (tests/data/mlir/README.md) and the linalg that
+//! `mlir-opt-22` makes of them import and run to numpy's numbers;
+//! malformed or unsupported input fails at its `file:line:col`, exit 1, no
+//! output file.
+//!
+//! `mlir-opt-22` (Debian's `mlir-22-tools`, which `make llvm` and CI
+//! install) is required: without it these tests fail, saying so.
+
+use aoc_compiler::npy;
+use aoc_ir::Tensor;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The pipeline docs/mlir.md gives for lowering aoc's TOSA to linalg.
+const LOWER: &str = "builtin.module(func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor),convert-elementwise-to-linalg)";
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mlir").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn aoc(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_aoc")).args(args.iter().map(|a| a.as_ref())).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(o: &Output, what: &str) {
+    assert_eq!(o.status.code(), Some(0), "{what} failed:\n{}{}", String::from_utf8_lossy(&o.stdout), stderr(o));
+}
+
+fn mlir_opt(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    match Command::new("mlir-opt-22").args(args.iter().map(|a| a.as_ref())).output() {
+        Ok(o) => o,
+        Err(e) => panic!("cannot run mlir-opt-22 ({e}); install it: apt-get install mlir-22-tools (make llvm does)"),
+    }
+}
+
+/// The example models: (name, folder).
+fn examples() -> Vec<(String, PathBuf)> {
+    let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(root().join("examples"))
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            p.join("model.air").exists().then(|| (p.file_name().unwrap().to_string_lossy().into_owned(), p))
+        })
+        .collect();
+    v.sort();
+    assert!(v.len() >= 6, "examples/*/model.air missing ({} found); run make examples-air", v.len());
+    v
+}
+
+fn outputs(d: &Path) -> Vec<(String, Tensor)> {
+    let mut v: Vec<(String, Tensor)> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), npy::read_npy(&p).unwrap())
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// Largest |a - b| / (atol + rtol |b|) over all outputs (> 1 fails).
+#[track_caller]
+fn assert_close(got: &[(String, Tensor)], want: &[(String, Tensor)], atol: f64, rtol: f64, what: &str) {
+    assert_eq!(got.iter().map(|g| &g.0).collect::<Vec<_>>(), want.iter().map(|w| &w.0).collect::<Vec<_>>(), "{what}: output names");
+    for ((n, g), (_, w)) in got.iter().zip(want) {
+        assert_eq!(g.ty.shape, w.ty.shape, "{what}: {n} shape");
+        let (g, w) = (g.to_f64(), w.to_f64());
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            let ok = (a - b).abs() <= atol + rtol * b.abs() || (a.is_nan() && b.is_nan());
+            assert!(ok, "{what}: {n}[{i}] = {a}, expected {b}");
+        }
+    }
+}
+
+fn run_air(model: &Path, input: &Path, out: &Path) -> Vec<(String, Tensor)> {
+    ok(&aoc(&[&"run", &model, &"--input", &input, &"--output-dir", &out]), &format!("aoc run {}", model.display()));
+    outputs(out)
+}
+
+#[test]
+fn every_example_exports_verifies_and_the_float_ones_lower_to_linalg() {
+    for (name, d) in examples() {
+        let t = dir(&format!("export-{name}"));
+        let out = t.join(format!("{name}.mlir"));
+        ok(&aoc(&[&"export", &d.join("model.air"), &"--format", &"mlir", &"-o", &out]), &format!("export {name}"));
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains("func.func @main"), "{name}: no func.func");
+        assert!(text.contains("tosa."), "{name}: no TOSA op");
+        // Locations: the .air file's line and column, and the ONNX node names.
+        assert!(text.contains("model.air\":"), "{name}: no file:line:col location");
+        let quant = text.contains("!quant.uniform<");
+        assert_eq!(quant, name.starts_with("qdq"), "{name}: quantized types");
+        let o = mlir_opt(&[&out]);
+        assert!(o.status.success(), "{name}: mlir-opt-22 rejects the export:\n{}", stderr(&o));
+        if !quant {
+            let o = mlir_opt(&[&format!("--pass-pipeline={LOWER}"), &out]);
+            assert!(o.status.success(), "{name}: lowering fails:\n{}", stderr(&o));
+            let lowered = String::from_utf8_lossy(&o.stdout);
+            assert!(lowered.contains("linalg."), "{name}: nothing lowered to linalg");
+            assert!(!lowered.contains("tosa.conv2d") && !lowered.contains("tosa.matmul"), "{name}: TOSA compute ops left");
+        }
+    }
+}
+
+#[test]
+fn every_example_round_trips_through_mlir_to_the_same_numbers() {
+    for (name, d) in examples() {
+        let t = dir(&format!("roundtrip-{name}"));
+        let mlir = t.join("m.mlir");
+        let back = t.join("back.air");
+        ok(&aoc(&[&"export", &d.join("model.air"), &"--format", &"mlir", &"-o", &mlir]), "export");
+        ok(&aoc(&[&"import", &mlir, &"-o", &back]), &format!("import {name}"));
+        ok(&aoc(&[&"check", &back]), "check");
+        let input = d.join("input.npy");
+        let want = run_air(&d.join("model.air"), &input, &t.join("want"));
+        let got = run_air(&back, &input, &t.join("got"));
+        // Float models: compositions (layer norm, batch norm, hard sigmoid)
+        // round differently. Q/DQ models: the same, so a value on a rounding
+        // boundary may land one quantization step away.
+        let (atol, rtol) = if name.starts_with("qdq") { (0.05, 0.02) } else { (1e-4, 1e-4) };
+        assert_close(&got, &want, atol, rtol, &name);
+        // And `aoc run` reads the .mlir directly.
+        let direct = run_air(&mlir, &input, &t.join("direct"));
+        assert_close(&direct, &got, 0.0, 0.0, &format!("{name} (run .mlir)"));
+    }
+}
+
+fn tosa_cases() -> Vec<(String, PathBuf)> {
+    let d = root().join("tests/data/mlir/tosa");
+    let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(&d)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            (p.extension()? == "mlir").then(|| (p.file_stem().unwrap().to_string_lossy().into_owned(), p))
+        })
+        .collect();
+    v.sort();
+    assert!(v.len() >= 25, "tests/data/mlir/tosa has {} programs", v.len());
+    v
+}
+
+fn case_inputs(name: &str) -> Vec<PathBuf> {
+    let d = root().join("tests/data/mlir/tosa").join(name);
+    (0..).map(|i| d.join(format!("arg{i}.npy"))).take_while(|p| p.exists()).collect()
+}
+
+fn run_case(model: &Path, name: &str, out: &Path) -> Output {
+    let mut args: Vec<std::ffi::OsString> = vec!["run".into(), model.into()];
+    for p in case_inputs(name) {
+        args.push("--input".into());
+        args.push(p.into());
+    }
+    let want = root().join("tests/data/mlir/tosa").join(name).join("expected");
+    args.extend(["--output-dir".into(), out.into(), "--expected".into(), want.into(), "--atol".into(), "1e-5".into(), "--rtol".into(), "1e-4".into()]);
+    Command::new(env!("CARGO_BIN_EXE_aoc")).args(&args).output().unwrap()
+}
+
+#[test]
+fn tosa_programs_from_mlirs_test_suite_run_to_numpys_numbers() {
+    for (name, path) in tosa_cases() {
+        let t = dir(&format!("tosa-{name}"));
+        ok(&run_case(&path, &name, &t.join("out")), &format!("{name} vs numpy"));
+        // Through an .air file too.
+        let air = t.join("m.air");
+        ok(&aoc(&[&"import", &path, &"-o", &air]), &format!("import {name}"));
+        ok(&run_case(&air, &name, &t.join("out-air")), &format!("{name} (.air) vs numpy"));
+    }
+}
+
+#[test]
+fn aoc_compile_takes_mlir_files() {
+    for name in ["matmul", "conv2d_padded_f32", "depthwise_conv", "avg_pool2d_f32"] {
+        let t = dir(&format!("compile-{name}"));
+        let path = root().join("tests/data/mlir/tosa").join(format!("{name}.mlir"));
+        let art = t.join("m.aoc");
+        ok(&aoc(&[&"compile", &path, &"--target", &"x86-64", &"-o", &art]), &format!("compile {name}"));
+        ok(&run_case(&art, name, &t.join("out")), &format!("{name} artifact vs numpy"));
+    }
+}
+
+#[test]
+fn linalg_that_mlir_opt_makes_of_tosa_imports_and_runs() {
+    let named = "builtin.module(func.func(tosa-to-linalg-named))";
+    for name in ["matmul", "max_pool2d_f32", "max_pool_padded"] {
+        let t = dir(&format!("linalg-{name}"));
+        let src = root().join("tests/data/mlir/tosa").join(format!("{name}.mlir"));
+        let o = mlir_opt(&[&format!("--pass-pipeline={named}"), &src]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(text.contains("linalg.") && !text.contains("tosa."), "{name}: not pure linalg:\n{text}");
+        let path = t.join(format!("{name}.mlir"));
+        std::fs::write(&path, text).unwrap();
+        ok(&run_case(&path, name, &t.join("out")), &format!("linalg {name} vs numpy"));
+    }
+}
+
+#[test]
+fn linalg_convolutions_in_both_layouts_match_numpy() {
+    // conv2d_f32's inputs (x NHWC, w OHWI, bias), through linalg's NHWC/HWCF
+    // and NCHW/FCHW convolutions.
+    let progs = [
+        (
+            "nhwc_hwcf",
+            r#"func.func @f(%x: tensor<1x49x42x27xf32>, %w: tensor<28x3x3x27xf32>, %b: tensor<28xf32>) -> tensor<1x45x40x28xf32> {
+  %wt = tosa.transpose %w {perms = array<i32: 1, 2, 3, 0>} : (tensor<28x3x3x27xf32>) -> tensor<3x3x27x28xf32>
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x45x40x28xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<1x45x40x28xf32>) -> tensor<1x45x40x28xf32>
+  %c = linalg.conv_2d_nhwc_hwcf {dilations = dense<[2, 1]> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%x, %wt : tensor<1x49x42x27xf32>, tensor<3x3x27x28xf32>) outs(%f : tensor<1x45x40x28xf32>) -> tensor<1x45x40x28xf32>
+  %s = tosa.const_shape {values = dense<[1, 1, 1, 28]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %br = tosa.reshape %b, %s : (tensor<28xf32>, !tosa.shape<4>) -> tensor<1x1x1x28xf32>
+  %y = tosa.add %c, %br : (tensor<1x45x40x28xf32>, tensor<1x1x1x28xf32>) -> tensor<1x45x40x28xf32>
+  return %y : tensor<1x45x40x28xf32>
+}"#,
+        ),
+        (
+            "nchw_fchw",
+            r#"func.func @f(%x: tensor<1x49x42x27xf32>, %w: tensor<28x3x3x27xf32>, %b: tensor<28xf32>) -> tensor<1x45x40x28xf32> {
+  %xt = tosa.transpose %x {perms = array<i32: 0, 3, 1, 2>} : (tensor<1x49x42x27xf32>) -> tensor<1x27x49x42xf32>
+  %wt = tosa.transpose %w {perms = array<i32: 0, 3, 1, 2>} : (tensor<28x3x3x27xf32>) -> tensor<28x27x3x3xf32>
+  %e = tensor.empty() : tensor<1x28x45x40xf32>
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<[2, 1]> : tensor<2xi64>, strides = dense<1> : tensor<2xi64>} ins(%xt, %wt : tensor<1x27x49x42xf32>, tensor<28x27x3x3xf32>) outs(%e : tensor<1x28x45x40xf32>) -> tensor<1x28x45x40xf32>
+  %ct = tosa.transpose %c {perms = array<i32: 0, 2, 3, 1>} : (tensor<1x28x45x40xf32>) -> tensor<1x45x40x28xf32>
+  %s = tosa.const_shape {values = dense<[1, 1, 1, 28]> : tensor<4xindex>} : () -> !tosa.shape<4>
+  %br = tosa.reshape %b, %s : (tensor<28xf32>, !tosa.shape<4>) -> tensor<1x1x1x28xf32>
+  %y = tosa.add %ct, %br : (tensor<1x45x40x28xf32>, tensor<1x1x1x28xf32>) -> tensor<1x45x40x28xf32>
+  return %y : tensor<1x45x40x28xf32>
+}"#,
+        ),
+    ];
+    for (name, text) in progs {
+        let t = dir(&format!("linalg-conv-{name}"));
+        let path = t.join("m.mlir");
+        std::fs::write(&path, text).unwrap();
+        ok(&run_case(&path, "conv2d_f32", &t.join("out")), &format!("linalg conv {name} vs numpy"));
+    }
+}
+
+#[test]
+fn malformed_mlir_is_rejected_with_mlirs_diagnostic_and_location() {
+    let t = dir("malformed");
+    let cases = [
+        // A syntax error on line 2.
+        ("syntax.mlir", "func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = tosa.add %x, %x : (tensor<4xf32>, tensor<4xf32) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n", ":2:"),
+        // An op the verifier rejects (result shape) on line 2.
+        ("verify.mlir", "func.func @f(%x: tensor<4xf32>) -> tensor<5xf32> {\n  %0 = tosa.add %x, %x : (tensor<4xf32>, tensor<4xf32>) -> tensor<5xf32>\n  return %0 : tensor<5xf32>\n}\n", ":2:"),
+        // Not text at all.
+        ("binary.mlir", "\u{0}\u{1}\u{2}garbage{{{", ":1:"),
+    ];
+    for (file, text, at) in cases {
+        let path = t.join(file);
+        std::fs::write(&path, text).unwrap();
+        let out = t.join(format!("{file}.air"));
+        let o = aoc(&[&"import", &path, &"-o", &out]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{file}: {e}");
+        assert!(e.contains(&format!("{file}{at}")), "{file}: no location in:\n{e}");
+        assert!(e.contains("is not valid MLIR"), "{file}: {e}");
+        assert!(!e.contains("panicked"), "{file}: {e}");
+        assert!(!out.exists(), "{file}: output written");
+        let o = aoc(&[&"run", &path, &"--random-inputs"]);
+        assert_eq!(o.status.code(), Some(1), "{file} (run): {}", stderr(&o));
+    }
+}
+
+#[test]
+fn unsupported_ops_fail_at_their_file_line_col() {
+    let d = root().join("tests/data/mlir/unsupported");
+    let t = dir("unsupported");
+    for (file, what) in [("cos.mlir", "tosa.cos"), ("bitwise_and.mlir", "tosa.bitwise_and"), ("conv2d_zero_point_args.mlir", "zero point")] {
+        let out = t.join(format!("{file}.air"));
+        let o = aoc(&[&"import", &d.join(file), &"-o", &out]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{file}: {e}");
+        assert!(e.contains(&format!("{file}:2:")), "{file}: no file:line:col in:\n{e}");
+        assert!(e.contains(what), "{file}: `{what}` not named in:\n{e}");
+        assert!(!out.exists(), "{file}: output written");
+    }
+}
+
+#[test]
+fn export_of_an_unsupported_op_names_it_and_writes_nothing() {
+    let t = dir("export-unsupported");
+    let air = t.join("m.air");
+    std::fs::write(
+        &air,
+        "func @main(%x: tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32> {\n  %y = core.resize %x {sizes = [1, 3, 8, 8], mode = \"linear\"} : tensor<1x3x8x8xf32>\n  return %y : tensor<1x3x8x8xf32>\n}\n",
+    )
+    .unwrap();
+    let out = t.join("m.mlir");
+    let o = aoc(&[&"export", &air, &"--format", &"mlir", &"-o", &out]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("m.air:2:3: core.resize"), "{e}");
+    assert!(!out.exists());
+    let o = aoc(&[&"export", &air, &"--format", &"onnx2", &"-o", &out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--format"), "{}", stderr(&o));
+}
+
+#[test]
+fn large_weights_go_to_dense_resource_blobs_and_come_back() {
+    let (name, d) = examples().into_iter().find(|(n, _)| n == "resnet_block").unwrap();
+    let t = dir("resources");
+    let mlir = t.join("m.mlir");
+    ok(&aoc(&[&"export", &d.join("model.air"), &"--format", &"mlir", &"--dense-resource-above", &"256", &"-o", &mlir]), "export");
+    let text = std::fs::read_to_string(&mlir).unwrap();
+    assert!(text.contains("dense_resource<"), "no dense_resource");
+    assert!(text.contains("dialect_resources"), "no resource section");
+    let o = mlir_opt(&[&mlir]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let input = d.join("input.npy");
+    let want = run_air(&d.join("model.air"), &input, &t.join("want"));
+    let got = run_air(&mlir, &input, &t.join("got"));
+    assert_close(&got, &want, 1e-4, 1e-4, &name);
+}
+
+#[test]
+fn quantized_types_export_per_tensor_and_per_axis() {
+    let t = dir("quant-types");
+    let air = t.join("q.air");
+    std::fs::write(
+        &air,
+        "func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {\n  %w = const dense<[[1, -2, 3], [4, 5, -6]]> : tensor<2x3x!quant.uniform<i8:f32:1, {0.5, 0.25:3, 0.125}>>\n  %q = quant.quantize %x : tensor<2x3x!quant.uniform<u8:f32, 0.0157:7>>\n  %a = quant.dequantize %q : tensor<2x3xf32>\n  %b = quant.dequantize %w : tensor<2x3xf32>\n  %y = core.add %a, %b : tensor<2x3xf32>\n  return %y : tensor<2x3xf32>\n}\n",
+    )
+    .unwrap();
+    let mlir = t.join("q.mlir");
+    ok(&aoc(&[&"export", &air, &"--format", &"mlir", &"-o", &mlir]), "export");
+    let text = std::fs::read_to_string(&mlir).unwrap();
+    assert!(text.contains("!quant.uniform<u8:f32, 1.570000e-02:7>"), "{text}");
+    assert!(text.contains("!quant.uniform<i8:f32:1, {5.000000e-01,2.500000e-01:3,1.250000e-01}>"), "{text}");
+    assert!(text.contains("quant.qcast") && text.contains("quant.dcast") && text.contains("quant.scast"), "{text}");
+    assert!(mlir_opt(&[&mlir]).status.success());
+    let back = t.join("back.air");
+    ok(&aoc(&[&"import", &mlir, &"-o", &back]), "import");
+    let text = std::fs::read_to_string(&back).unwrap();
+    assert!(text.contains("!quant.uniform<i8:f32:1, {0.5, 0.25:3, 0.125}>"), "{text}");
+    assert!(text.contains("!quant.uniform<u8:f32, 0.0157:7>"), "{text}");
+    let o1 = aoc(&[&"run", &air, &"--random-inputs", &"--output-dir", &t.join("a")]);
+    ok(&o1, "run");
+    let o2 = aoc(&[&"run", &back, &"--random-inputs", &"--output-dir", &t.join("b")]);
+    ok(&o2, "run back");
+    assert_close(&outputs(&t.join("b")), &outputs(&t.join("a")), 0.0, 0.0, "quant");
+}

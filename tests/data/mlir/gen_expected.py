@@ -1,0 +1,131 @@
+"""Inputs and expected outputs for the TOSA programs in tosa/, computed
+with numpy alone (independently of aoc and MLIR), following the TOSA 1.0
+specification's definition of each op. Run from anywhere:
+
+    python3 tests/data/mlir/gen_expected.py
+
+Writes tosa/<case>/arg<i>.npy and tosa/<case>/expected/result0.npy.
+"""
+import math
+import os
+import shutil
+
+import numpy as np
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tosa")
+rng = np.random.default_rng(21)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def few(*shape):
+    # Small integers as floats, so equal/greater_equal see ties.
+    return rng.integers(0, 3, size=shape).astype(np.float32)
+
+
+def conv_nhwc(x, w, b, pad, stride, dil):
+    # x [N,H,W,C], w [O,KH,KW,C], pad [top, bottom, left, right]
+    x = np.pad(x.astype(np.float64), ((0, 0), (pad[0], pad[1]), (pad[2], pad[3]), (0, 0)))
+    n, h, wd, c = x.shape
+    o, kh, kw, _ = w.shape
+    oh = (h - (kh - 1) * dil[0] - 1) // stride[0] + 1
+    ow = (wd - (kw - 1) * dil[1] - 1) // stride[1] + 1
+    out = np.zeros((n, oh, ow, o))
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, i * dil[0]: i * dil[0] + (oh - 1) * stride[0] + 1: stride[0],
+                      j * dil[1]: j * dil[1] + (ow - 1) * stride[1] + 1: stride[1], :]
+            out += np.einsum("nhwc,oc->nhwo", patch, w[:, i, j, :].astype(np.float64))
+    return (out + b.astype(np.float64)).astype(np.float32)
+
+
+def depthwise_nhwc(x, w, b):
+    # w [KH, KW, C, M]; output channel c*M + m
+    kh, kw, c, m = w.shape
+    n, h, wd, _ = x.shape
+    oh, ow = h - kh + 1, wd - kw + 1
+    out = np.zeros((n, oh, ow, c, m))
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, i:i + oh, j:j + ow, :].astype(np.float64)
+            out += patch[..., None] * w[i, j].astype(np.float64)
+    return (out.reshape(n, oh, ow, c * m) + b).astype(np.float32)
+
+
+def pool_nhwc(x, k, pad, fill, reduce):
+    xp = np.pad(x.astype(np.float64), ((0, 0), (pad[0], pad[1]), (pad[2], pad[3]), (0, 0)), constant_values=np.nan)
+    n, h, w, c = xp.shape
+    oh, ow = h - k[0] + 1, w - k[1] + 1
+    out = np.zeros((n, oh, ow, c))
+    for i in range(oh):
+        for j in range(ow):
+            win = xp[:, i:i + k[0], j:j + k[1], :]
+            out[:, i, j, :] = reduce(win)
+    return out.astype(np.float32)
+
+
+def case(name, args, result):
+    d = os.path.join(HERE, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(os.path.join(d, "expected"))
+    for i, a in enumerate(args):
+        np.save(os.path.join(d, f"arg{i}.npy"), a)
+    np.save(os.path.join(d, "expected", "result0.npy"), result)
+
+
+x = f32(14, 19)
+case("argmax", [x], np.argmax(x, axis=1).astype(np.int32))
+a, b = f32(1, 14, 19), f32(1, 19, 28)
+case("matmul", [a, b], (a.astype(np.float64) @ b).astype(np.float32))
+x = f32(13, 21, 3)
+case("clamp", [x], np.clip(x, 0.0, 1.0))
+x = f32(13, 21, 3)
+case("sigmoid", [x], (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32))
+x = f32(13, 21, 3)
+case("erf", [x], np.vectorize(math.erf)(x.astype(np.float64)).astype(np.float32))
+for name, fn, lo in [("exp", np.exp, -2.0), ("floor", np.floor, -2.0), ("ceil", np.ceil, -2.0),
+                     ("abs", np.abs, -2.0), ("reciprocal", lambda v: 1.0 / v, 0.5),
+                     ("rsqrt", lambda v: 1.0 / np.sqrt(v), 0.1), ("log", np.log, 0.1)]:
+    x = f32(13, 21, 3, lo=lo)
+    case(name, [x], fn(x.astype(np.float64)).astype(np.float32))
+a, b = f32(13, 21, 1), f32(13, 21, 3)
+case("add", [a, b], a + b)
+a, b = f32(13, 21, 3), f32(13, 21, 1)
+case("max", [a, b], np.maximum(a, b))
+a, b = f32(13, 21, 3), f32(1, 21, 3)
+case("min", [a, b], np.minimum(a, b))
+a, b = f32(13, 21, 3), f32(13, 1, 3)
+case("mul", [a, b], a * b)
+a, b = f32(13, 21, 3, lo=0.1), f32(13, 21, 1)
+case("pow", [a, b], np.power(a.astype(np.float64), b).astype(np.float32))
+a, b = f32(1, 21, 3), f32(13, 21, 3)
+case("sub", [a, b], a - b)
+c, a, b = np.array([[[False]]]), f32(13, 21, 3), f32(13, 21, 3)
+case("select", [c, a, b], np.where(c, a, b))
+a, b = few(13, 21, 3), few(13, 1, 3)
+case("equal", [a, b], a == b)
+a, b = few(13, 1, 3), few(13, 21, 3)
+case("greater_equal", [a, b], a >= b)
+x = f32(13, 21, 3)
+case("reduce_max", [x], x.max(axis=0))
+x = f32(13, 21, 3)
+case("reduce_sum", [x], x.astype(np.float64).sum(axis=0).astype(np.float32))
+a, b = f32(13, 21, 3), f32(13, 21, 3)
+case("concat", [a, b], np.concatenate([a, b], axis=0))
+x = f32(13, 21, 3)
+case("pad_explicit_value", [x], x)
+x = f32(1, 32, 32, 8)
+case("max_pool2d_f32", [x], x)
+x = f32(1, 7, 7, 9)
+case("avg_pool2d_f32", [x], pool_nhwc(x, (2, 2), (0, 1, 0, 1), np.nan, lambda w: np.nanmean(w, axis=(1, 2))))
+x, w, b = f32(1, 49, 42, 27), f32(28, 3, 3, 27), f32(28)
+case("conv2d_f32", [x, w, b], conv_nhwc(x, w, b, (0, 0, 0, 0), (1, 1), (2, 1)))
+x, w, b = f32(1, 47, 40, 28), f32(28, 3, 3, 28), f32(28)
+case("conv2d_padded_f32", [x, w, b], conv_nhwc(x, w, b, (1, 1, 1, 1), (1, 1), (2, 1)))
+x, w, b = f32(1, 7, 5, 3), f32(3, 1, 3, 11), f32(33)
+case("depthwise_conv", [x, w, b], depthwise_nhwc(x, w, b))
+x = f32(1, 6, 34, 62)
+case("max_pool_padded", [x], pool_nhwc(x, (3, 3), (0, 0, 0, 1), np.nan, lambda w: np.nanmax(w, axis=(1, 2))))
+print("wrote", HERE)
