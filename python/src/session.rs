@@ -235,11 +235,11 @@ impl Session {
             .map_err(|_| Failure::new(Kind::Input, format!("the inputs must be a dict of input name to array; the model's inputs are: {}", self.describe_inputs(py))))?;
         let mut slots: Vec<Option<Bound<'py, PyUntypedArray>>> = (0..self.inputs.len()).map(|_| None).collect();
         for (k, v) in feed.iter() {
-            let name: std::borrow::Cow<'_, str> = match k.cast::<pyo3::types::PyString>() {
-                Ok(s) => s.to_cow()?.into_owned().into(),
-                Err(_) => return Err(Failure::new(Kind::Input, format!("input names must be strings, found {}", k.repr()?)).into()),
-            };
-            let i = self.inputs.iter().position(|p| p.name == name).ok_or_else(|| {
+            let key = k
+                .cast::<pyo3::types::PyString>()
+                .map_err(|_| Failure::new(Kind::Input, format!("input names must be strings, found {}", k.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+            let name = key.to_cow()?;
+            let i = self.inputs.iter().position(|p| p.name == *name).ok_or_else(|| {
                 Failure::new(Kind::Input, format!("unknown input `{name}`; the model's inputs are: {}", self.describe_inputs(py)))
             })?;
             let arr = match v.cast::<PyUntypedArray>() {

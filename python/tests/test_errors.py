@@ -128,3 +128,8 @@ def test_session_arguments(resnet):
         aoc.Session(3.5)
     with pytest.raises(aoc.InputError, match="iters must be at least 1"):
         aoc.Session(art).bench(iters=0)
+
+
+def test_input_names_are_strings(sess, resnet):
+    with pytest.raises(aoc.InputError, match="input names must be strings, found 0"):
+        sess.run({0: resnet.input})
