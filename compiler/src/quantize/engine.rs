@@ -44,6 +44,22 @@ pub fn run(s: &Session, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, String> {
     s.run(&refs).map_err(|e| format!("error: {e}"))
 }
 
+/// Runs one batch of a model whose outputs are all f32 into `outs` (one
+/// buffer per output, of its element count).
+pub fn run_into(s: &Session, inputs: &[Vec<u8>], outs: &mut [Vec<f32>]) -> Result<(), String> {
+    let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
+    let mut bytes: Vec<&mut [u8]> = outs.iter_mut().map(|o| f32_bytes_mut(o)).collect();
+    s.run_into(&refs, &mut bytes).map_err(|e| format!("error: {e}"))
+}
+
+/// The bytes of `xs`, which the runtime fills with little-endian f32s.
+fn f32_bytes_mut(xs: &mut [f32]) -> &mut [u8] {
+    const { assert!(cfg!(target_endian = "little"), "the runtime's f32 bytes are little-endian") };
+    // SAFETY: u8 has alignment 1 and the length covers exactly the f32s'
+    // bytes; every byte pattern is a valid f32, so any write is sound.
+    unsafe { std::slice::from_raw_parts_mut(xs.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(xs)) }
+}
+
 /// Little-endian f32 bytes as values.
 pub fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()

@@ -432,14 +432,25 @@ pub fn quantize(
     let t_cal = Instant::now();
     let float_session = engine::compile(&obs_module, weights, cfg.threads)?;
     let shapes: Vec<Vec<usize>> = results.iter().map(|&r| func.ty(r).shape.clone()).collect();
-    let mut observers: HashMap<ValueId, Observer> = observed.iter().map(|&v| (v, Observer::default())).collect();
+    // Min-max int8 needs only the range; every other method (and fp8's
+    // scale search) reads the histogram.
+    let histogram = cfg.precision == Precision::Fp8 || cfg.method != Method::MinMax;
+    let mut observers: HashMap<ValueId, Observer> =
+        observed.iter().map(|&v| (v, Observer::new(histogram))).collect();
     let mut set = Set { data: calib, cache: vec![], refs: vec![], shapes: shapes.clone() };
     let mut cached = 0usize;
+    // The outputs land in f32 buffers made once (the observed tensors are
+    // most of a batch's bytes: fresh ones per batch cost page faults).
+    let mut outs: Vec<Vec<f32>> = float_session
+        .outputs()
+        .iter()
+        .map(|o| vec![0f32; o.shape.iter().product::<u64>() as usize])
+        .collect();
     let pb = progress(cfg.progress, calib.len(), "calibrating");
     for i in 0..calib.len() {
         let inputs = calib.load(i)?;
         let bytes = engine::encode(&inputs);
-        let outs = engine::run(&float_session, &bytes)?;
+        engine::run_into(&float_session, &bytes, &mut outs)?;
         let (model_outs, extra_outs) = outs.split_at(results.len());
         let mut observe = |v: ValueId, xs: &[f32]| -> Result<(), String> {
             observers.get_mut(&v).expect("observed").observe(xs).map_err(|at| {
@@ -457,12 +468,12 @@ pub fn quantize(
         }
         for &v in &observed {
             if let Some(k) = results.iter().position(|&r| r == v) {
-                observe(v, &engine::f32s(&model_outs[k]))?;
+                observe(v, &model_outs[k])?;
             } else if let Some(k) = extra.iter().position(|&e| e == v) {
-                observe(v, &engine::f32s(&extra_outs[k]))?;
+                observe(v, &extra_outs[k])?;
             }
         }
-        set.refs.push(model_outs.iter().map(|b| engine::f32s(b)).collect());
+        set.refs.push(model_outs.to_vec());
         cached += bytes.iter().map(|b| b.len()).sum::<usize>();
         set.cache.push((cached <= CACHE_LIMIT).then_some(bytes));
         pb.inc(1);
@@ -536,8 +547,9 @@ pub fn quantize(
     if candidates.is_empty() {
         return Err("error: every quantizable layer is kept in float (--keep, --residual float); nothing to quantize".to_string());
     }
+    let weight_cache = place::WeightCache::default();
     let module_for = |active: &HashSet<usize>| -> Result<Module, String> {
-        let f = place::build(&func, &layers, active, &act_type, wf)?;
+        let f = place::build(&func, &layers, active, &act_type, wf, &weight_cache)?;
         let mut m = module.clone();
         m.funcs[fidx] = f;
         Ok(m)

@@ -477,6 +477,10 @@ pub struct WeightFormat {
     pub outputs: bool,
 }
 
+/// Quantized weights by layer index, made once per `aoc quantize` run: the
+/// sensitivity and target searches build the graph dozens of times.
+pub type WeightCache = std::cell::RefCell<HashMap<usize, (Tensor, Vec<f64>)>>;
+
 /// `func` with the layers `active` (indices into `layers`) quantized;
 /// `act_type(v)` gives the quantized type of each activation value (from
 /// calibration). Returns the new function.
@@ -486,6 +490,7 @@ pub fn build(
     active: &HashSet<usize>,
     act_type: &dyn Fn(ValueId) -> Option<QuantType>,
     wf: WeightFormat,
+    cache: &WeightCache,
 ) -> Result<Func, String> {
     let mut f = func.clone();
     // Roles: outputs of quantized layers replace every use; other
@@ -598,7 +603,11 @@ pub fn build(
         }
         let Some(w) = &l.weight else { continue };
         let loc = func.ops[l.op].loc.clone();
-        let (wq, scales) = quantize_weight(&w.value, w.axis, wf.per_channel, wf.precision);
+        let (wq, scales) = cache
+            .borrow_mut()
+            .entry(i)
+            .or_insert_with(|| quantize_weight(&w.value, w.axis, wf.per_channel, wf.precision))
+            .clone();
         let mut new = vec![];
         let wname = format!("{}.w", l.value_name);
         let dq = push_const_dq(&mut f, wq, &wname, loc.clone())?;

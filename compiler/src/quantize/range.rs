@@ -61,32 +61,38 @@ pub struct Observer {
     zeros: u64,
     /// Values seen.
     pub count: u64,
+    /// Whether the histogram is kept (min-max needs only the range).
+    histogram: bool,
 }
 
 impl Default for Observer {
     fn default() -> Self {
-        Observer { min: f64::INFINITY, max: f64::NEG_INFINITY, top: 0.0, hist: vec![0; BINS], zeros: 0, count: 0 }
+        Observer::new(true)
     }
 }
 
 impl Observer {
+    /// An observer that keeps the histogram the clipping methods and fp8's
+    /// scale search read, or (`histogram` false) only the range, for
+    /// min-max.
+    pub fn new(histogram: bool) -> Observer {
+        let hist = if histogram { vec![0; BINS] } else { vec![] };
+        Observer { min: f64::INFINITY, max: f64::NEG_INFINITY, top: 0.0, hist, zeros: 0, count: 0, histogram }
+    }
+
     /// Adds a batch of values. Returns the index of the first non-finite
     /// value instead, leaving the observer unchanged.
     pub fn observe(&mut self, xs: &[f32]) -> Result<(), usize> {
-        let (mut lo, mut hi) = (f32::INFINITY, f32::NEG_INFINITY);
-        for (i, &x) in xs.iter().enumerate() {
-            if !x.is_finite() {
-                return Err(i);
-            }
-            lo = lo.min(x);
-            hi = hi.max(x);
-        }
         if xs.is_empty() {
             return Ok(());
         }
+        let (lo, hi) = finite_range(xs)?;
         self.min = self.min.min(lo as f64);
         self.max = self.max.max(hi as f64);
         self.count += xs.len() as u64;
+        if !self.histogram {
+            return Ok(());
+        }
         let amax = (lo.abs().max(hi.abs())) as f64;
         if amax > self.top {
             self.grow(amax);
@@ -141,6 +147,10 @@ impl Observer {
         if amax == 0.0 {
             return 0.0;
         }
+        if !self.histogram {
+            // A range-only observer has nothing to clip by.
+            return amax;
+        }
         let (hist, width) = self.trimmed();
         let nonzero = self.count - self.zeros;
         let t = match method {
@@ -194,6 +204,37 @@ impl Observer {
         let t = self.threshold(method, levels);
         (self.min.max(-t).min(0.0), self.max.min(t).max(0.0))
     }
+}
+
+/// The minimum and maximum of `xs`, or the index of its first non-finite
+/// value. Sixteen lanes without branches, so the loop vectorizes: this
+/// runs over every observed tensor of every calibration batch.
+fn finite_range(xs: &[f32]) -> Result<(f32, f32), usize> {
+    const L: usize = 16;
+    let (mut lo, mut hi) = ([f32::INFINITY; L], [f32::NEG_INFINITY; L]);
+    // An exponent of all ones is an infinity or a NaN.
+    let mut bad = [0u32; L];
+    let chunks = xs.chunks_exact(L);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for j in 0..L {
+            // Compare-and-select (minps/maxps), not f32::min's NaN rule:
+            // NaNs are caught by `bad`.
+            lo[j] = if c[j] < lo[j] { c[j] } else { lo[j] };
+            hi[j] = if c[j] > hi[j] { c[j] } else { hi[j] };
+            bad[j] |= ((c[j].to_bits() & 0x7f80_0000) == 0x7f80_0000) as u32;
+        }
+    }
+    let mut any_bad = bad.iter().any(|&b| b != 0);
+    for &x in tail {
+        lo[0] = lo[0].min(x);
+        hi[0] = hi[0].max(x);
+        any_bad |= !x.is_finite();
+    }
+    if any_bad {
+        return Err(xs.iter().position(|x| !x.is_finite()).expect("a non-finite value"));
+    }
+    Ok((lo.iter().fold(f32::INFINITY, |a, &b| a.min(b)), hi.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))))
 }
 
 /// The e4m3 value nearest `a` (0 ≤ a ≤ 448), ties to even: `round_f8`'s
