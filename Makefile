@@ -37,7 +37,7 @@ EXAMPLE    := examples/resnet_block
 
 # LLVM 22: the PTX backend links it statically (a prerequisite of every build).
 LLVM_CONFIG   := /usr/lib/llvm-22/bin/llvm-config
-LLVM_PACKAGES := llvm-22-dev libmlir-22-dev libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
+LLVM_PACKAGES := llvm-22-dev libmlir-22-dev mlir-22-tools libpolly-22-dev libzstd-dev libclang1-22 libclang-common-22-dev
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: python python-test c-lib help setup node-data real-models test demo examples-air llvm clean-build fuzz bench-cpu gpu-test device-bins bench-gpu
@@ -48,7 +48,7 @@ help:
 	@echo 'make setup        Python venv in .venv with $(PY_PINS)'
 	@echo 'make node-data    ONNX backend node tests -> build/onnx-node/node/'
 	@echo 'make real-models  RapidOCR (PaddleOCR) ONNX models -> build/models/'
-	@echo 'make llvm         install LLVM/MLIR 22 dev packages (apt) if missing'
+	@echo 'make llvm         install LLVM/MLIR 22 dev packages and mlir-opt-22 (apt) if missing'
 	@echo 'make examples-air import every examples/*/model.onnx to model.air + model.safetensors'
 	@echo 'make fuzz         fuzz the .air parser and the ONNX importer, FUZZ_SECONDS each (default 60)'
 	@echo 'make gpu-test     on a GPU machine: every model on the GPU vs the interpreter, CUDA runtime tests'
@@ -102,6 +102,7 @@ $(STAMPS)/real-models: $(VENV_STAMP) tests/scripts/real_models.py
 test: setup llvm node-data real-models
 	AOC_PYTHON=$(PY) AOC_NODE_DATA=$(NODE_DATA) AOC_MODELS=$(MODELS) \
 	  cargo test --workspace
+	cargo test -p aoc --features mlir --test mlir
 	$(MAKE) --no-print-directory python-test
 
 demo: setup llvm
@@ -240,13 +241,14 @@ bench-gpu:
 	python3 bench/gpu/run.py --aoc $(if $(DEVICE),$(DEVICE)/aoc,$(AOC)) --out $(BUILD)/bench-gpu/results.json
 
 # --- LLVM 22 -------------------------------------------------------------------
-# Installs llvm-22-dev, libmlir-22-dev and friends from apt when llvm-config
-# 22 is missing. The package lists are refreshed first (Debian's mirror here
+# Installs llvm-22-dev, libmlir-22-dev, mlir-22-tools (mlir-opt-22, which the
+# MLIR tests run) and friends from apt when llvm-config 22 or mlir-opt-22 is
+# missing. The package lists are refreshed first (Debian's mirror here
 # carries llvm-22-dev once updated); only when apt still does not know the
 # package is apt.llvm.org's bookworm repository added.
 
 llvm:
-	@if [ -x $(LLVM_CONFIG) ]; then echo "llvm: $$($(LLVM_CONFIG) --version) already installed"; exit 0; fi; \
+	@if [ -x $(LLVM_CONFIG) ] && command -v mlir-opt-22 >/dev/null; then echo "llvm: $$($(LLVM_CONFIG) --version) and mlir-opt-22 already installed"; exit 0; fi; \
 	$(SUDO) apt-get update -qq; \
 	if ! apt-cache show llvm-22-dev >/dev/null 2>&1; then \
 	  . /etc/os-release; \

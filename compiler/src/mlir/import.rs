@@ -420,6 +420,12 @@ impl<'x, 'o> Imp<'x, 'o> {
         match name {
             "tosa.const" | "arith.constant" => {
                 let a = attr(op, if name == "tosa.const" { "values" } else { "value" }).ok_or_else(|| self.err(format!("`{name}` without a value")))?;
+                // A scalar (the value of a linalg.fill) is a rank-0 tensor.
+                let rt = op.result(0).map_err(|e| self.err(e))?.r#type();
+                if let Some(s) = types::scalar_of(rt) {
+                    let x = number_of(a).ok_or_else(|| self.err(format!("`{name}`: {a} is not a number")))?;
+                    return one(V::konst(Tensor::splat(TensorType::new(vec![], s), x)));
+                }
                 let want = self.result_type(op, 0)?;
                 let t = tensor_of_elements(a).map_err(|m| self.err(format!("`{name}`: {m}")))?;
                 one(V::konst(Tensor { ty: want, data: t.data }))
@@ -539,6 +545,16 @@ impl<'x, 'o> Imp<'x, 'o> {
                 let r = p.len() / 2;
                 let pads: Vec<i64> = (0..r).map(|d| p[2 * d]).chain((0..r).map(|d| p[2 * d + 1])).collect();
                 let value = if op.operand_count() > 2 { self.const_operand(op, 2, "pad value")?.get_f64(0) } else { 0.0 };
+                one(self.op1(Opcode::Pad, &[x], Attrs::new().with("pads", Attr::Ints(pads)).with("value", Attr::Float(value)))?)
+            }
+            "tensor.pad" => {
+                let x = self.t(op, 0)?;
+                if op.operand_count() != 1 {
+                    return Err(self.err("`tensor.pad` with dynamic amounts is not supported"));
+                }
+                let (lo, hi) = (self.ints(op, "static_low")?, self.ints(op, "static_high")?);
+                let value = self.pad_value(op)?;
+                let pads: Vec<i64> = lo.into_iter().chain(hi).collect();
                 one(self.op1(Opcode::Pad, &[x], Attrs::new().with("pads", Attr::Ints(pads)).with("value", Attr::Float(value)))?)
             }
             "tosa.tile" => {
@@ -766,6 +782,32 @@ impl<'x, 'o> Imp<'x, 'o> {
     fn bin<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, oc: Opcode) -> R<Vec<M>> {
         let (a, b) = (self.t(op, 0)?, self.t(op, 1)?);
         Ok(vec![M::T(self.op1(oc, &[a, b], Attrs::new())?)])
+    }
+
+    /// The constant a `tensor.pad` region yields (defined outside the
+    /// region, or an `arith.constant` inside it).
+    fn pad_value<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>) -> R<f64> {
+        let bad = || self.err("`tensor.pad` must yield a constant");
+        let region = op.region(0).map_err(|_| bad())?;
+        let block = region.first_block().ok_or_else(bad)?;
+        let y = block.terminator().ok_or_else(bad)?;
+        let v = y.operand(0).map_err(|_| bad())?;
+        if let Some(M::T(V::C(t))) = self.vals.get(&key(v)) {
+            return Ok(t.get_f64(0));
+        }
+        let raw = v.to_raw();
+        unsafe {
+            if sys::mlirValueIsAOpResult(raw) {
+                let owner = melior::ir::OperationRef::from_raw(sys::mlirOpResultGetOwner(raw));
+                if opname(&owner) == "arith.constant"
+                    && let Some(a) = attr(&owner, "value")
+                    && let Some(x) = number_of(a)
+                {
+                    return Ok(x);
+                }
+            }
+        }
+        Err(bad())
     }
 
     /// Zero-point operands `idx` must be constant zeros (aoc's integer

@@ -45,7 +45,13 @@ impl Mlir {
         let diags: Rc<RefCell<Vec<String>>> = Rc::default();
         let sink = diags.clone();
         ctx.attach_diagnostic_handler(move |d| {
-            let mut text = format!("{}: {}", loc_text(&d.location()), d);
+            let sev = match d.severity() {
+                melior::diagnostic::DiagnosticSeverity::Error => "error",
+                melior::diagnostic::DiagnosticSeverity::Warning => "warning",
+                melior::diagnostic::DiagnosticSeverity::Note => "note",
+                melior::diagnostic::DiagnosticSeverity::Remark => "remark",
+            };
+            let mut text = format!("{}: {sev}: {}", loc_text(&d.location()), d);
             for i in 0..d.note_count() {
                 if let Ok(n) = d.note(i) {
                     text.push_str(&format!("\n{}: note: {}", loc_text(&n.location()), n));

@@ -4,7 +4,8 @@ specification's definition of each op. Run from anywhere:
 
     python3 tests/data/mlir/gen_expected.py
 
-Writes tosa/<case>/arg<i>.npy and tosa/<case>/expected/result0.npy.
+Writes <dir>/<case>/arg<i>.npy and <dir>/<case>/expected/result<j>.npy for
+the programs in tosa/ (from MLIR's test suite) and own/ (written for aoc).
 """
 import math
 import os
@@ -66,13 +67,15 @@ def pool_nhwc(x, k, pad, fill, reduce):
     return out.astype(np.float32)
 
 
-def case(name, args, result):
-    d = os.path.join(HERE, name)
+def case(name, args, result, base=HERE):
+    d = os.path.join(base, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(d, "expected"))
     for i, a in enumerate(args):
         np.save(os.path.join(d, f"arg{i}.npy"), a)
-    np.save(os.path.join(d, "expected", "result0.npy"), result)
+    results = result if isinstance(result, tuple) else (result,)
+    for j, r in enumerate(results):
+        np.save(os.path.join(d, "expected", f"result{j}.npy"), r)
 
 
 x = f32(14, 19)
@@ -128,4 +131,22 @@ x, w, b = f32(1, 7, 5, 3), f32(3, 1, 3, 11), f32(33)
 case("depthwise_conv", [x, w, b], depthwise_nhwc(x, w, b))
 x = f32(1, 6, 34, 62)
 case("max_pool_padded", [x], pool_nhwc(x, (3, 3), (0, 0, 0, 1), np.nan, lambda w: np.nanmax(w, axis=(1, 2))))
-print("wrote", HERE)
+OWN = os.path.join(os.path.dirname(HERE), "own")
+x = f32(4, 6, 5)
+s = x[1:3, 2:5, 0:4].transpose(0, 2, 1)
+case("slice_tile_transpose", [x], np.tanh(np.tile(s, (1, 1, 4)).astype(np.float64)).astype(np.float32), OWN)
+v = (rng.integers(-8, 8, size=(2, 5, 3)) / 2.0).astype(np.float32)  # halves: casts see ties
+i = rng.integers(0, 5, size=(2, 4)).astype(np.int32)
+g = np.stack([v[n][i[n]] for n in range(2)])
+case("gather_cast", [v, i], (g, np.rint(g).astype(np.int32)), OWN)
+x = rng.integers(-300, 300, size=64).astype(np.int32)
+r = np.clip(((x.astype(np.int64) * 1073741824 + (1 << 30)) >> 31) + 3, -128, 127)
+table = np.array([((k * 7) % 256) - 128 for k in range(256)], dtype=np.int64)
+case("rescale_table", [x], table[r + 128].astype(np.int8), OWN)
+x, w, b = f32(1, 4, 4, 2), f32(3, 3, 3, 2), f32(3)
+full = np.zeros((1, 9, 9, 3))
+for ih in range(4):
+    for iw in range(4):
+        full[0, ih * 2:ih * 2 + 3, iw * 2:iw * 2 + 3, :] += np.einsum("c,okwc->kwo", x[0, ih, iw].astype(np.float64), w.astype(np.float64))
+case("transpose_conv2d", [x, w, b], (full[:, 1:, 1:, :] + b).astype(np.float32), OWN)
+print("wrote", HERE, OWN)
