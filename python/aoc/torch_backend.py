@@ -21,8 +21,9 @@ copy each way. Inference only: outputs carry no autograd history.
 
 from __future__ import annotations
 
-import io
+import os
 import sys
+import tempfile
 from typing import Any, Callable, List, Sequence
 
 import numpy as np
@@ -38,28 +39,32 @@ class _Fallback(Exception):
     """Why a graph runs in eager PyTorch."""
 
 
-def _export(gm: Any, example_inputs: Sequence[Any], n_out: int) -> bytes:
+def _export(gm: Any, example_inputs: Sequence[Any], n_out: int, folder: str) -> str:
+    """Writes the graph as FOLDER/graph.onnx (weights inline, or beside it
+    as external data for large graphs) and returns its path."""
     import torch
 
     names_in = [f"input_{i}" for i in range(len(example_inputs))]
     names_out = [f"output_{i}" for i in range(n_out)]
+    path = os.path.join(folder, "graph.onnx")
     errors = []
-    for dynamo in (False, True):
-        buf = io.BytesIO()
+    # The TorchScript exporter first (it folds constants into a plain
+    # graph), then the dynamo one; torch before 2.5 knows neither flag.
+    for how in ({"dynamo": False}, {"dynamo": True}, {}):
         try:
             torch.onnx.export(
                 gm,
                 tuple(example_inputs),
-                buf,
+                path,
                 input_names=names_in,
                 output_names=names_out,
                 opset_version=17,
                 do_constant_folding=True,
-                dynamo=dynamo,
+                **how,
             )
-            return buf.getvalue()
-        except Exception as e:  # every exporter failure means eager
-            errors.append(f"{'dynamo' if dynamo else 'TorchScript'} exporter: {type(e).__name__}: {e}")
+            return path
+        except Exception as e:  # any exporter failure means eager
+            errors.append(f"{how or 'default'}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     raise _Fallback("cannot export the graph to ONNX (" + "; ".join(errors) + ")")
 
 
@@ -82,12 +87,16 @@ def _compile(gm: Any, example_inputs: Sequence[Any], target: str, precision: str
     eager = _flat(eager_out)
     if not all(isinstance(t, torch.Tensor) for t in eager):
         raise _Fallback("the graph returns something other than tensors")
-    model = _export(gm, example_inputs, len(eager))
+    with tempfile.TemporaryDirectory(prefix="aoc-torch-") as folder:
+        model = _export(gm, example_inputs, len(eager), folder)
+        try:
+            sess = aoc.Session(aoc.compile(model, target=target, precision=precision), threads=threads)
+        except aoc.Error as e:
+            raise _Fallback(f"aoc cannot compile it: {type(e).__name__}: {e}") from None
     try:
-        sess = aoc.Session(aoc.compile(model, target=target, precision=precision), threads=threads)
-    except aoc.Error as e:
-        raise _Fallback(f"aoc cannot compile it: {type(e).__name__}: {e}") from None
-    positions = [int(n.rsplit("_", 1)[1]) for n in sess.input_names]
+        positions = [int(n.rsplit("_", 1)[1]) for n in sess.input_names]
+    except ValueError:
+        raise _Fallback(f"the exported graph renamed its inputs ({sess.input_names})") from None
     if len(sess.output_names) != len(eager):
         raise _Fallback(f"the ONNX model has {len(sess.output_names)} outputs, the graph {len(eager)}")
     device = example_inputs[0].device if example_inputs else torch.device("cpu")
@@ -129,5 +138,8 @@ def aoc_backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callab
     try:
         return _compile(gm, example_inputs, target, precision, threads)
     except _Fallback as e:
-        print(f"aoc: running this graph in eager PyTorch: {e}", file=sys.stderr)
-        return gm.forward
+        reason = str(e)
+    except Exception as e:  # whatever else goes wrong, eager is right
+        reason = f"{type(e).__name__}: {e}"
+    print(f"aoc: running this graph in eager PyTorch: {reason}", file=sys.stderr)
+    return gm.forward

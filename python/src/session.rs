@@ -201,6 +201,23 @@ fn ports(py: Python<'_>, specs: &[TensorSpec], what: &str) -> Result<Vec<Port>, 
         .collect()
 }
 
+/// Something other than an ndarray as an array: through DLPack when it
+/// speaks it (a PyTorch CPU tensor: no copy), else `numpy.asarray`.
+fn as_array<'py>(py: Python<'py>, name: &str, v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyUntypedArray>> {
+    let np = py.import("numpy")?;
+    let a = if v.hasattr("__dlpack__")? {
+        np.call_method1("from_dlpack", (v,)).map_err(|e| {
+            Failure::new(
+                Kind::Input,
+                format!("input `{name}` cannot be read as a host array through DLPack ({e}); sessions take host memory: move it to the CPU first"),
+            )
+        })?
+    } else {
+        np.call_method1("asarray", (v,))?
+    };
+    Ok(a.cast_into::<PyUntypedArray>().map_err(PyErr::from)?)
+}
+
 /// A loaded artifact, ready to run on NumPy arrays.
 #[pyclass(module = "aoc._aoc", frozen)]
 pub struct Session {
@@ -244,10 +261,7 @@ impl Session {
             })?;
             let arr = match v.cast::<PyUntypedArray>() {
                 Ok(a) => a.clone(),
-                Err(_) => {
-                    let a = py.import("numpy")?.call_method1("asarray", (&v,))?;
-                    a.cast_into::<PyUntypedArray>().map_err(PyErr::from)?
-                }
+                Err(_) => as_array(py, &name, &v)?,
             };
             let p = &self.inputs[i];
             let want = p.dtype.bind(py);
@@ -527,6 +541,9 @@ fn empty<'py>(py: Python<'py>, shape: Vec<usize>, dtype: Option<&Bound<'py, PyAn
         Some(d) => PyArrayDescr::new(py, d)?,
         None => PyArrayDescr::new(py, "float32")?,
     };
+    if descr.has_object() || descr.has_subarray() {
+        return Err(Failure::new(Kind::Input, format!("aoc.empty makes arrays of plain numbers, not {}", descr.str()?)).into());
+    }
     let n = shape.iter().try_fold(descr.itemsize(), |a, &d| a.checked_mul(d)).ok_or_else(|| Failure::new(Kind::Input, format!("shape {shape:?} is too large")))?;
     let buf = OutputBuffer::new(n)?;
     let dims: Vec<npy_intp> = shape.iter().map(|&d| d as npy_intp).collect();

@@ -50,3 +50,46 @@ def test_inputs_at_any_alignment_give_the_same_result(resnet):
         x = raw[off : off + resnet.input.nbytes].view(np.float32).reshape(resnet.input.shape)
         x[...] = resnet.input
         np.testing.assert_array_equal(sess.run({"input": x})["logits"], want)
+
+
+def test_empty_refuses_object_arrays():
+    import pytest
+
+    with pytest.raises(aoc.InputError, match="plain numbers"):
+        aoc.empty([2], object)
+
+
+class _DLPackOnly:
+    """Speaks only DLPack, as a PyTorch CPU tensor does to NumPy."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_dlpack_inputs_are_read_in_place(resnet):
+    sess = aoc.Session(aoc.compile(resnet.onnx))
+    want = sess.run({"input": resnet.input})["logits"]
+    np.testing.assert_array_equal(sess.run({"input": _DLPackOnly(resnet.input)})["logits"], want)
+    assert np.shares_memory(np.from_dlpack(_DLPackOnly(resnet.input)), resnet.input)
+
+
+class _OnAGpu:
+    def __dlpack__(self, **kwargs):
+        raise BufferError("the tensor is on cuda:0")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_device_tensors_are_refused_with_the_reason(resnet):
+    import pytest
+
+    sess = aoc.Session(aoc.compile(resnet.onnx))
+    with pytest.raises(aoc.InputError, match="input `input` cannot be read as a host array through DLPack"):
+        sess.run({"input": _OnAGpu()})
