@@ -257,6 +257,12 @@ pub struct QuantizeArgs {
     #[arg(long, default_value = "int8", value_name = "int8|float")]
     pub residual: String,
     /// Keep the most sensitive layers in float until the output SQNR against float is at least DB.
+    /// Where the quantized model will run: host, x86-64-v4, ... or a GPU
+    /// (sm_80 ... sm_90a). Layers the target has no integer kernel for stay
+    /// out of int8; on GPUs with fp16 tensor cores they run in fp16 (compile
+    /// the result with --precision fp16), else in fp32
+    #[arg(long, default_value = "host", value_name = "TARGET")]
+    pub target: String,
     #[arg(long, value_name = "DB")]
     pub target_sqnr: Option<f64>,
     /// Measure every layer alone (the table's `SQNR alone`) even without --target-sqnr.
@@ -712,6 +718,7 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
         sensitivity: a.sensitivity,
         sensitivity_batches: a.sensitivity_batches,
         threads: a.threads,
+        target: quantize::Target::parse(&a.target)?,
         requantize: a.requantize,
         progress: !crate::say::quiet(),
     };
@@ -731,6 +738,17 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
         for p in written.iter().chain(&a.report) {
             let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
             msg.push_str(&format!("wrote {} ({})\n", p.display(), crate::driver::human(size)));
+        }
+        let kept = outcome.layers.iter().filter(|l| !l.quantized).count();
+        if let quantize::Target::Gpu(sm) = cfg.target
+            && kept > 0
+            && cfg.target.kept_precision() == "fp16"
+        {
+            msg.push_str(&format!(
+                "note: compile with `aoc compile {} --target {sm} --precision fp16`: the {kept} layers kept out of {} then run in fp16\n",
+                a.output.display(),
+                outcome.report["precision"].as_str().unwrap_or("int8")
+            ));
         }
         crate::say::info(&msg);
     }

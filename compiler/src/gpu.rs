@@ -36,7 +36,7 @@ pub enum GpuEmit {
 }
 
 /// The cost model's name for `sm` (the roofline knows sm_80/86 and sm_90).
-fn cost_target(sm: Sm) -> &'static str {
+pub(crate) fn cost_target(sm: Sm) -> &'static str {
     if sm.capability() >= 90 { "sm_90" } else { "sm_86" }
 }
 

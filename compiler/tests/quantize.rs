@@ -476,3 +476,65 @@ fn an_encoder_layers_weight_matmuls_run_on_integer_kernels() {
         assert!((x - y).abs() <= max / 100.0, "compiled {y} vs interpreter {x}");
     }
 }
+
+/// `--target sm_90` decides by the GPU backend's kernels, not this CPU's:
+/// attention's activation×activation matmuls have an integer kernel on the
+/// CPU but not on the GPU, so for sm_90 they stay out of int8, in fp16 (the
+/// GPU's tensor-core precision; the note says to compile with --precision
+/// fp16); the weight matmuls are int8 on both. The result compiles for
+/// sm_90 with every int8 layer on the integer GEMM kernel. Targets without
+/// integer kernels, fp8 on pre-Ada GPUs and unknown targets are refused
+/// before anything is written.
+#[test]
+fn gpu_targets_place_layers_by_the_gpus_kernels() {
+    let d = dir("gpu_target");
+    let model = example("encoder_layer");
+    let shape: Vec<usize> = npy::read_npy(&model.with_file_name("input.npy")).unwrap().ty.shape;
+    batches(&d.join("calib"), &shape, 8, 1);
+    let precisions = |t: &str| -> (serde_json::Value, Vec<(String, String)>, String) {
+        let rep = d.join(format!("{t}.json"));
+        let o = aoc(&[&"quantize", &model, &"--calib", &d.join("calib"), &"--target", &t, &"-o", &d.join(format!("{t}.air")), &"--report", &rep]);
+        let err = ok(&o);
+        let r = report(&rep);
+        let layers = r["layers"].as_array().unwrap().iter().map(|l| (l["name"].as_str().unwrap().to_string(), l["precision"].as_str().unwrap().to_string())).collect();
+        (r, layers, err)
+    };
+    let (_, cpu, _) = precisions("host");
+    let (r, gpu, note) = precisions("sm_90");
+    assert_eq!(r["target"], "sm_90");
+    assert_eq!(r["kept_precision"], "fp16");
+    assert!(note.contains("--target sm_90 --precision fp16"), "{note}");
+    let attention = ["/self_attn/MatMul_1", "/self_attn/MatMul_2"];
+    for ((name, on_cpu), (_, on_gpu)) in cpu.iter().zip(&gpu) {
+        if attention.contains(&name.as_str()) {
+            assert_eq!((on_cpu.as_str(), on_gpu.as_str()), ("int8", "fp16"), "{name}");
+        } else {
+            assert_eq!((on_cpu.as_str(), on_gpu.as_str()), ("int8", "int8"), "{name}");
+        }
+    }
+    for l in r["layers"].as_array().unwrap() {
+        if l["precision"] == "fp16" {
+            assert!(l["why_float"].as_str().unwrap().contains("no integer kernel for it on sm_90"), "{l}");
+        }
+    }
+    // Compiled for the GPU (no GPU needed): each int8 matmul and gemm is an
+    // integer GEMM launch.
+    let o = aoc(&[&"compile", &d.join("sm_90.air"), &"--target", &"sm_90", &"--precision", &"fp16", &"-o", &d.join("q.aoc"), &"--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    let int8_gemms = gpu.iter().filter(|(n, p)| p == "int8" && !n.contains("Add")).count() as u64;
+    assert_eq!(j["launch_kinds"]["qconv_s8"].as_u64(), Some(int8_gemms), "{j}");
+    // Refusals name the reason and write nothing.
+    for (args, want) in [
+        (vec!["--target", "sm_75"], "no integer kernels"),
+        (vec!["--target", "sm_86", "--precision", "fp8"], "sm_89 or newer"),
+        (vec!["--target", "tpu"], "unknown --target `tpu`"),
+    ] {
+        let (out, calib) = (d.join("refused.air"), d.join("calib"));
+        let mut argv: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"quantize", &model, &"--calib", &calib, &"-o", &out];
+        for a in &args {
+            argv.push(a);
+        }
+        user_error(&aoc(&argv), &[want]);
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}

@@ -352,6 +352,7 @@ fn quantize_files(
         sensitivity: o.sensitivity,
         sensitivity_batches: o.sensitivity_batches,
         threads: o.threads,
+        target: engine::Target::Cpu,
         requantize: o.requantize,
         progress: false,
     };

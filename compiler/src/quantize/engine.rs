@@ -33,6 +33,25 @@ pub fn compile(module: &Module, weights: &dyn WeightSource, threads: usize) -> R
     Session::from_artifact(art, &SessionOptions { threads }).map_err(|e| format!("error: {e}"))
 }
 
+/// The plan the GPU backend makes of `module` for `sm` (the `aoc compile
+/// --target sm_*` pipeline and lowering, without generating PTX): which
+/// ops get integer kernels there.
+pub fn gpu_plan(module: &Module, weights: &dyn WeightSource, sm: aoc_backend_ptx::Sm) -> Result<aoc_runtime::plan::Plan, String> {
+    let mut m = module.clone();
+    let config = crate::opt::OptConfig {
+        passes: Some(crate::gpu::GPU_PIPELINE.to_string()),
+        target: crate::gpu::cost_target(sm).to_string(),
+        verify_each: false,
+        ..Default::default()
+    };
+    crate::opt::optimize(&mut m, weights, &config, None)?;
+    let func = m.entry().ok_or("error: the model has no function")?;
+    // As the PTX backend lowers: integer kernels need mma.sync (sm_80+).
+    let opts = LowerOptions { int8: sm.has_mma_f16(), reference_fallback: true, ..LowerOptions::GPU };
+    let lowered = aoc_passes::lower::lower(func, weights, &opts).map_err(|d| format!("error: {}", d.message))?;
+    Ok(lowered.plan)
+}
+
 /// The bytes the runtime takes for each input tensor.
 pub fn encode(inputs: &[Tensor]) -> Vec<Vec<u8>> {
     inputs.iter().map(|t| aoc_ir::bytes::encode(t.ty.elem.storage(), &t.data)).collect()

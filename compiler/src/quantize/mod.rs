@@ -52,6 +52,9 @@ pub struct Config {
     /// Batches each per-layer measurement runs (the first ones).
     pub sensitivity_batches: usize,
     pub threads: usize,
+    /// Where the quantized model will run (`--target`): which layers have
+    /// integer kernels there, and what the layers kept out of them run in.
+    pub target: Target,
     /// Quantize a model that is already quantized again, from its float form.
     pub requantize: bool,
     /// Show progress bars (on a terminal).
@@ -71,6 +74,7 @@ impl Default for Config {
             sensitivity: false,
             sensitivity_batches: 8,
             threads: 0,
+            target: Target::Cpu,
             requantize: false,
             progress: true,
         }
@@ -82,10 +86,13 @@ impl Default for Config {
 pub struct LayerResult {
     pub name: String,
     pub op: &'static str,
-    /// `int8`, `fp8` or `float`.
+    /// `int8` or `fp8`; kept out of them, `float` (fp32) or `fp16` (GPU
+    /// targets with fp16 tensor cores).
     pub precision: &'static str,
+    /// Whether it is quantized (int8 or fp8).
+    pub quantized: bool,
     /// Why it stayed in float; for a quantized layer, why it does not run
-    /// on an integer kernel of this CPU.
+    /// on an integer kernel of the target.
     pub why: Option<String>,
     /// Output SQNR with only this layer quantized.
     pub sqnr_alone: Option<f64>,
@@ -104,6 +111,43 @@ pub struct Score {
     /// of the batches. `--target-sqnr` holds this to the target, because
     /// the ranges were fitted to the same batches the SQNR is measured on.
     pub lower_db: f64,
+}
+
+/// Where a quantized model will run. CPU targets share their integer
+/// kernels (the level picks the instructions at run time), so `host`,
+/// `x86-64-v4`, ... are one placement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Cpu,
+    Gpu(aoc_backend_ptx::Sm),
+}
+
+impl Target {
+    /// `--target`'s values, as `aoc compile` takes them.
+    pub fn parse(s: &str) -> Result<Target, String> {
+        if s.starts_with("sm_") {
+            return aoc_backend_ptx::Sm::parse(s).map(Target::Gpu).map_err(|e| format!("error: --target: {e}"));
+        }
+        crate::cpu::cpu_level(s).map(|_| Target::Cpu).ok_or_else(|| {
+            format!("error: unknown --target `{s}`; CPU targets are x86-64-v4, x86-64-v3, x86-64 and host, GPU targets sm_70 … sm_90a")
+        })
+    }
+
+    pub fn name(&self) -> String {
+        match self {
+            Target::Cpu => "this CPU".to_string(),
+            Target::Gpu(sm) => sm.to_string(),
+        }
+    }
+
+    /// What a layer kept out of int8 runs in: fp16 on GPUs with fp16
+    /// tensor cores (with `aoc compile --precision fp16`), else fp32.
+    pub fn kept_precision(&self) -> &'static str {
+        match self {
+            Target::Gpu(sm) if sm.has_mma_f16() => "fp16",
+            _ => "float",
+        }
+    }
 }
 
 /// What `aoc quantize` produced.
@@ -333,6 +377,19 @@ pub fn quantize(
     model_name: &str,
 ) -> Result<Outcome, String> {
     let t_start = Instant::now();
+    if let Target::Gpu(sm) = cfg.target {
+        match cfg.precision {
+            Precision::Int8 if !sm.has_mma_f16() => {
+                return Err(format!(
+                    "error: --target {sm} has no integer kernels (aoc's int8 GPU kernels use mma.sync, sm_80 or newer): quantizing would add int8 error and no speed"
+                ));
+            }
+            Precision::Fp8 if sm.capability() < 89 => {
+                return Err(format!("error: --precision fp8 needs an sm_89 or newer target (e4m3 tensor cores), found --target {sm}"));
+            }
+            _ => {}
+        }
+    }
     let entry = module.entry().ok_or_else(|| format!("error: {model_name} has no function"))?.name.clone();
     let fidx = module.funcs.iter().position(|f| f.name == entry).expect("entry exists");
     let q = quantized_ops(&module.funcs[fidx]);
@@ -560,21 +617,30 @@ pub fn quantize(
     // The compiled probe is kept: when no layer is dropped and nothing else
     // changes the set, it is the final model.
     let mut probe: Option<(HashSet<usize>, Session)> = None;
+    let target = cfg.target.name();
+    let kept_in = cfg.target.kept_precision();
     if cfg.precision == Precision::Int8 {
         let all: HashSet<usize> = candidates.iter().copied().collect();
-        let sess = engine::compile(&module_for(&all)?, weights, cfg.threads)?;
-        let locs = int8_locs(sess.plan());
+        let m = module_for(&all)?;
+        let locs = match cfg.target {
+            Target::Cpu => {
+                let sess = engine::compile(&m, weights, cfg.threads)?;
+                let locs = int8_locs(sess.plan());
+                probe = Some((all, sess));
+                locs
+            }
+            Target::Gpu(sm) => int8_locs(&engine::gpu_plan(&m, weights, sm)?),
+        };
         candidates.retain(|&i| {
             let runs_int8 = func.values[layers[i].output].loc.name.as_deref().is_none_or(|l| locs.contains(l));
             if !runs_int8 {
-                kept.insert(i, "no integer kernel for it on this CPU yet: kept in float".to_string());
+                kept.insert(i, format!("no integer kernel for it on {target} yet: kept in {kept_in}"));
             }
             runs_int8
         });
         if candidates.is_empty() {
-            return Err("error: this CPU has no integer kernel for any of the model's quantizable layers".to_string());
+            return Err(format!("error: {target} has no integer kernel for any of the model's quantizable layers"));
         }
-        probe = Some((all, sess));
     }
     let measure = |active: &HashSet<usize>, limit: usize, set: &Set| -> Result<Score, String> {
         let m = module_for(active)?;
@@ -637,7 +703,7 @@ pub fn quantize(
             }
         }
         target_note = Some(format!(
-            "--target-sqnr {target}: {} of {} layers kept in float, {} on the calibration set (at least {} on unseen batches with 90% confidence)",
+            "--target-sqnr {target}: {} of {} layers kept in {kept_in}, {} on the calibration set (at least {} on unseen batches with 90% confidence)",
             candidates.len() - active.len(),
             candidates.len(),
             db(current.sqnr_db),
@@ -659,14 +725,18 @@ pub fn quantize(
     if let Some(s) = &eval_set {
         eval_score = Some(s.score(&sess, usize::MAX)?);
     }
-    // Which quantized layers this CPU runs on integer kernels: the plan's
+    // Which quantized layers the target runs on integer kernels: the plan's
     // int8 steps, by the location of the layer's quantized output.
-    let int8_locs = int8_locs(sess.plan());
+    let int8_locs = match cfg.target {
+        Target::Cpu => int8_locs(sess.plan()),
+        Target::Gpu(sm) => int8_locs(&engine::gpu_plan(&out_module, weights, sm)?),
+    };
     let kernel_note = |l: &place::Layer| -> Option<String> {
         let loc = func.values[l.output].loc.name.as_deref()?;
-        (!int8_locs.contains(loc)).then(|| match cfg.precision {
-            Precision::Int8 => "no integer kernel on this CPU yet: runs as dequantize, float, quantize".to_string(),
-            Precision::Fp8 => "no fp8 kernel on this CPU (fp8 is for sm_89 / sm_90)".to_string(),
+        (!int8_locs.contains(loc)).then(|| match (cfg.precision, cfg.target) {
+            (Precision::Int8, _) => format!("no integer kernel on {target} yet: runs as dequantize, float, quantize"),
+            (Precision::Fp8, Target::Cpu) => "no fp8 kernel on this CPU (fp8 is for sm_89 / sm_90)".to_string(),
+            (Precision::Fp8, Target::Gpu(_)) => format!("no fp8 kernel on {target} yet: runs as dequantize, float"),
         })
     };
     let qname = match cfg.precision {
@@ -681,7 +751,8 @@ pub fn quantize(
             LayerResult {
                 name: l.name.clone(),
                 op: l.kind.name(),
-                precision: if on { qname } else { "float" },
+                precision: if on { qname } else { kept_in },
+                quantized: on,
                 why: if on { kernel_note(l) } else { l.unsupported.clone().or_else(|| kept.get(&i).cloned()) },
                 sqnr_alone: alone.get(&i).copied(),
             }
@@ -699,11 +770,13 @@ pub fn quantize(
         "weights": if cfg.per_channel_weights { "per-channel symmetric" } else { "per-tensor symmetric" },
         "calibration": {"dir": calib.dir.display().to_string(), "batches": calib.len(), "seconds": calib_seconds},
         "target_sqnr_db": cfg.target_sqnr,
+        "target": match cfg.target { Target::Cpu => "cpu".to_string(), Target::Gpu(sm) => sm.to_string() },
+        "kept_precision": kept_in,
         "tensors": ranges,
         "layers": results_.iter().map(|r| serde_json::json!({
             "name": r.name, "op": r.op, "precision": r.precision,
-            "why_float": if r.precision == "float" { r.why.clone() } else { None },
-            "runs": if r.precision == "float" { None } else { Some(r.why.clone().unwrap_or_else(|| "integer kernel".to_string())) },
+            "why_float": if r.quantized { None } else { r.why.clone() },
+            "runs": if !r.quantized { None } else { Some(r.why.clone().unwrap_or_else(|| "integer kernel".to_string())) },
             "sqnr_alone_db": r.sqnr_alone.map(json_db),
         })).collect::<Vec<_>>(),
         "totals": {
@@ -764,7 +837,7 @@ pub fn table(o: &Outcome) -> String {
             l.why.as_deref().unwrap_or("")
         ));
     }
-    let n_q = o.layers.iter().filter(|l| l.precision != "float").count();
+    let n_q = o.layers.iter().filter(|l| l.quantized).count();
     let mut parts = vec![];
     for (sc, what) in [(&o.calib, "calibration"), (&o.eval, "eval")] {
         if let Some(sc) = sc {
