@@ -20,6 +20,9 @@
 //!   for sm_86 and sm_90a, fp32 and fp16, against the interpreter: 1e-3 of
 //!   max(1, max|expected|) for fp32, 1e-2 for fp16 (one quantization step,
 //!   0.1, for the quantized example).
+//! - `gpu_quantized_for_sm_90_runs_int8_and_fp16`: `aoc quantize --target
+//!   sm_90` of the encoder, compiled for sm_90a at fp16, has integer GEMM
+//!   launches and (on a GPU) runs to the quantized model's outputs.
 //! - `no_gpu_is_a_clear_error` (without a GPU): `aoc run` of a GPU artifact
 //!   fails with exit code 1 and says what is missing.
 //!
@@ -929,6 +932,50 @@ fn nan_through_epilogues() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `aoc quantize --target sm_90` of the encoder layer, compiled with
+/// `--precision fp16` for sm_90a: its int8 matmuls are s8 `mma.sync`
+/// launches, the attention's products (no integer GPU kernel) run in fp16,
+/// and on a GPU the artifact gives the quantized model's interpreter
+/// outputs to within one quantization step.
+fn quantized_for_the_gpu() -> Result<(), Failed> {
+    let d = scratch("quantized_for_sm_90");
+    let model = root().join("examples/encoder_layer/model.air");
+    let input = read_npy(&model.with_file_name("input.npy"))?;
+    let calib = d.join("calib");
+    std::fs::create_dir_all(&calib)?;
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for b in 0..8 {
+        let vals: Vec<f64> = (0..input.ty.shape.iter().product::<usize>())
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+            })
+            .collect();
+        let t = Tensor::from_f64(aoc_ir::types::TensorType::new(input.ty.shape.clone(), aoc_ir::types::Scalar::F32), vals);
+        aoc_compiler::npy::write_npy(&calib.join(format!("b{b}.npy")), &t)?;
+    }
+    let q = d.join("q.air");
+    let note = run(&["quantize", &model.display().to_string(), "--calib", &calib.display().to_string(), "--target", "sm_90", "-o", &q.display().to_string()])?;
+    if !note.contains("--precision fp16") || !note.contains("fp16") {
+        return Err(format!("no fp16 note in:\n{note}").into());
+    }
+    let m = Model {
+        name: "encoder_int8_for_sm_90".to_string(),
+        file: q.clone(),
+        inputs: vec![model.with_file_name("input.npy").display().to_string()],
+        shapes: vec![],
+        quantized: true,
+        bf16_tolerance: None,
+    };
+    let summary = compile(&m, "sm_90a", "fp16", &d.join("build.aoc"))?;
+    if !summary.contains("qconv_s8") {
+        return Err(format!("no integer GEMM launch in:\n{summary}").into());
+    }
+    check_on_gpu(&m, "sm_90a", "fp16")
+}
+
 fn main() {
     let args = Arguments::from_args();
     let mut trials = vec![];
@@ -970,5 +1017,6 @@ fn main() {
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_c_api_runs_gpu_artifacts", c_api_runs_gpu_artifacts));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
+    trials.push(Trial::test("gpu_quantized_for_sm_90_runs_int8_and_fp16", quantized_for_the_gpu));
     libtest_mimic::run(&args, trials).exit();
 }
