@@ -9,20 +9,22 @@
 //! `file:line:col`); an op, type or attribute aoc cannot express is an
 //! error at its `file:line:col` naming it; nothing here panics on input.
 
+mod attrs;
+mod compose;
+
 use super::{Mlir, loc_name, loc_text, types};
+use attrs::{attr, entry_name, ints_of, number_of, string_of, tensor_of_elements};
 use crate::onnx::ImportOptions;
 use crate::onnx::context::{Cx, V};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::module::{ValueDef, WeightsDecl};
 use aoc_ir::types::{ElemType, Scalar, TensorType};
 use aoc_ir::{Location, Module, Opcode, Tensor, ValueId};
-use melior::ir::AttributeLike;
 use melior::ir::block::BlockLike;
 use melior::ir::operation::{OperationLike, OperationRef};
-use melior::ir::TypeLike;
 use melior::ir::RegionLike;
 use melior::ir::ValueLike;
-use melior::ir::{Attribute, Type, Value};
+use melior::ir::Value;
 use mlir_sys as sys;
 use std::collections::HashMap;
 use std::path::Path;
@@ -110,137 +112,6 @@ fn opname<'c, 'a>(op: &OperationRef<'c, 'a>) -> String {
 }
 
 // ---------------------------------------------------------------- attributes
-
-fn attr<'c, 'a>(op: &OperationRef<'c, 'a>, name: &str) -> Option<Attribute<'c>> {
-    op.attribute(name).ok()
-}
-
-/// An integer list attribute: `array<i64: ...>`, `array<i32: ...>` or dense integers.
-fn ints_of(a: Attribute) -> Option<Vec<i64>> {
-    let r = a.to_raw();
-    unsafe {
-        if sys::mlirAttributeIsADenseI64Array(r) {
-            let n = sys::mlirDenseArrayGetNumElements(r);
-            return Some((0..n).map(|i| sys::mlirDenseI64ArrayGetElement(r, i)).collect());
-        }
-        if sys::mlirAttributeIsADenseI32Array(r) {
-            let n = sys::mlirDenseArrayGetNumElements(r);
-            return Some((0..n).map(|i| sys::mlirDenseI32ArrayGetElement(r, i) as i64).collect());
-        }
-        if sys::mlirAttributeIsADenseIntElements(r) {
-            let n = sys::mlirElementsAttrGetNumElements(r);
-            return Some((0..n).map(|i| sys::mlirDenseElementsAttrGetInt64Value(r, i as isize)).collect());
-        }
-    }
-    None
-}
-
-fn number_of(a: Attribute) -> Option<f64> {
-    let r = a.to_raw();
-    unsafe {
-        if sys::mlirAttributeIsAFloat(r) {
-            return Some(sys::mlirFloatAttrGetValueDouble(r));
-        }
-        if sys::mlirAttributeIsAInteger(r) {
-            return Some(sys::mlirIntegerAttrGetValueInt(r) as f64);
-        }
-        if sys::mlirAttributeIsABool(r) {
-            return Some(sys::mlirBoolAttrGetValue(r) as i64 as f64);
-        }
-    }
-    None
-}
-
-fn string_of(a: Attribute) -> Option<String> {
-    let r = a.to_raw();
-    unsafe {
-        if sys::mlirAttributeIsAString(r) {
-            let s = sys::mlirStringAttrGetValue(r);
-            let bytes = std::slice::from_raw_parts(s.data as *const u8, s.length);
-            return Some(String::from_utf8_lossy(bytes).into_owned());
-        }
-    }
-    None
-}
-
-/// `aoc.name` of entry `i` of an `arg_attrs`/`res_attrs` array.
-fn entry_name<'c, 'a>(op: &OperationRef<'c, 'a>, list: &str, i: usize) -> Option<String> {
-    let a = attr(op, list)?;
-    unsafe {
-        let r = a.to_raw();
-        if !sys::mlirAttributeIsAArray(r) || sys::mlirArrayAttrGetNumElements(r) <= i as isize {
-            return None;
-        }
-        let d = sys::mlirArrayAttrGetElement(r, i as isize);
-        if !sys::mlirAttributeIsADictionary(d) {
-            return None;
-        }
-        let n = sys::mlirDictionaryAttrGetElementByName(d, melior::StringRef::new("aoc.name").to_raw());
-        if n.ptr.is_null() {
-            return None;
-        }
-        string_of(Attribute::from_raw(n))
-    }
-}
-
-/// The values of a constant elements attribute (`dense` or
-/// `dense_resource`) as a tensor of its type (`index` read as `i64`).
-fn tensor_of_elements(a: Attribute) -> R<Tensor> {
-    let r = a.to_raw();
-    let ty = unsafe { Type::from_raw(sys::mlirAttributeGetType(r)) };
-    let elem_raw = unsafe { sys::mlirShapedTypeGetElementType(ty.to_raw()) };
-    let is_index = unsafe { sys::mlirTypeIsAIndex(elem_raw) };
-    let tt = if is_index {
-        let rank = unsafe { sys::mlirShapedTypeGetRank(ty.to_raw()) };
-        let shape = (0..rank).map(|i| unsafe { sys::mlirShapedTypeGetDimSize(ty.to_raw(), i as isize) as usize }).collect::<Vec<_>>();
-        TensorType::new(shape, Scalar::I64)
-    } else {
-        types::tensor_of_mlir(ty)?
-    };
-    let n = tt.num_elements();
-    let s = tt.elem.storage();
-    unsafe {
-        let dense = sys::mlirAttributeIsADenseElements(r);
-        let resource = sys::mlirAttributeIsADenseResourceElements(r);
-        if !dense && !resource {
-            return Err(format!("constant {a} is not dense elements"));
-        }
-        if n > 0 && sys::mlirElementsAttrGetNumElements(r) as usize != n && !(dense && sys::mlirDenseElementsAttrIsSplat(r)) {
-            return Err(format!("constant of {tt} holds the wrong number of values"));
-        }
-        let splat = dense && sys::mlirDenseElementsAttrIsSplat(r);
-        let pos = |i: usize| if splat { 0 } else { i as isize };
-        let t = match (s, dense) {
-            (Scalar::F32, true) => Tensor::from_f64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetFloatValue(r, pos(i)) as f64).collect()),
-            (Scalar::F32, false) => Tensor::from_f64(tt, (0..n).map(|i| sys::mlirDenseFloatResourceElementsAttrGetValue(r, i as isize) as f64).collect()),
-            (Scalar::F64, true) => Tensor::from_f64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetDoubleValue(r, pos(i))).collect()),
-            (Scalar::F64, false) => Tensor::from_f64(tt, (0..n).map(|i| sys::mlirDenseDoubleResourceElementsAttrGetValue(r, i as isize)).collect()),
-            (Scalar::F16 | Scalar::BF16, true) => {
-                let p = sys::mlirDenseElementsAttrGetRawData(r) as *const u16;
-                let bits: Vec<u16> = (0..n).map(|i| *p.offset(pos(i))).collect();
-                let vals = bits
-                    .iter()
-                    .map(|&b| if s == Scalar::F16 { half::f16::from_bits(b).to_f64() } else { half::bf16::from_bits(b).to_f64() })
-                    .collect();
-                Tensor::from_f64(tt, vals)
-            }
-            (Scalar::I1, true) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetBoolValue(r, pos(i)) as i64).collect()),
-            (Scalar::I1, false) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseBoolResourceElementsAttrGetValue(r, i as isize) as i64).collect()),
-            (Scalar::I8, true) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetInt8Value(r, pos(i)) as i64).collect()),
-            (Scalar::I8, false) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseInt8ResourceElementsAttrGetValue(r, i as isize) as i64).collect()),
-            (Scalar::U8, true) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetUInt8Value(r, pos(i)) as i64).collect()),
-            (Scalar::I16, true) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetInt16Value(r, pos(i)) as i64).collect()),
-            (Scalar::I16, false) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseInt16ResourceElementsAttrGetValue(r, i as isize) as i64).collect()),
-            (Scalar::I32, true) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetInt32Value(r, pos(i)) as i64).collect()),
-            (Scalar::I32, false) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseInt32ResourceElementsAttrGetValue(r, i as isize) as i64).collect()),
-            (Scalar::I64, true) if is_index => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetIndexValue(r, pos(i)) as i64).collect()),
-            (Scalar::I64, true) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseElementsAttrGetInt64Value(r, pos(i))).collect()),
-            (Scalar::I64, false) => Tensor::from_i64(tt, (0..n).map(|i| sys::mlirDenseInt64ResourceElementsAttrGetValue(r, i as isize)).collect()),
-            _ => return Err(format!("constants of {} are not supported", s.name())),
-        };
-        Ok(t)
-    }
-}
 
 impl<'x, 'o> Imp<'x, 'o> {
     fn err(&self, msg: impl std::fmt::Display) -> String {
@@ -782,148 +653,5 @@ impl<'x, 'o> Imp<'x, 'o> {
     fn bin<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, oc: Opcode) -> R<Vec<M>> {
         let (a, b) = (self.t(op, 0)?, self.t(op, 1)?);
         Ok(vec![M::T(self.op1(oc, &[a, b], Attrs::new())?)])
-    }
-
-    /// The constant a `tensor.pad` region yields (defined outside the
-    /// region, or an `arith.constant` inside it).
-    fn pad_value<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>) -> R<f64> {
-        let bad = || self.err("`tensor.pad` must yield a constant");
-        let region = op.region(0).map_err(|_| bad())?;
-        let block = region.first_block().ok_or_else(bad)?;
-        let y = block.terminator().ok_or_else(bad)?;
-        let v = y.operand(0).map_err(|_| bad())?;
-        if let Some(M::T(V::C(t))) = self.vals.get(&key(v)) {
-            return Ok(t.get_f64(0));
-        }
-        let raw = v.to_raw();
-        unsafe {
-            if sys::mlirValueIsAOpResult(raw) {
-                let owner = melior::ir::OperationRef::from_raw(sys::mlirOpResultGetOwner(raw));
-                if opname(&owner) == "arith.constant"
-                    && let Some(a) = attr(&owner, "value")
-                    && let Some(x) = number_of(a)
-                {
-                    return Ok(x);
-                }
-            }
-        }
-        Err(bad())
-    }
-
-    /// Zero-point operands `idx` must be constant zeros (aoc's integer
-    /// types carry their zero points in the type instead).
-    fn zero_points<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, idx: &[usize]) -> R<()> {
-        for &i in idx {
-            if i < op.operand_count() {
-                let z = self.const_operand(op, i, "zero point")?;
-                if z.to_f64().iter().any(|&x| x != 0.0) {
-                    return Err(self.err(format!("`{}` with a non-zero zero point operand is not supported (use !quant.uniform types)", opname(op))));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A linalg op's result: `y` plus its `outs` operand `i` unless that is
-    /// `tensor.empty` or zeros.
-    fn accumulate<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, i: usize, y: V) -> R<V> {
-        let Ok(v) = op.operand(i) else { return Ok(y) };
-        match self.get(v)? {
-            M::Empty(_) => Ok(y),
-            M::T(V::C(t)) if t.to_f64().iter().all(|&x| x == 0.0) => Ok(y),
-            M::T(init) => self.op1(Opcode::Add, &[init, y], Attrs::new()),
-            M::Shape(_) => Err(self.err("a shape where a tensor was expected")),
-        }
-    }
-
-    /// A max pool's result combined with its `outs` operand (usually -inf).
-    fn max_into<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, i: usize, y: V) -> R<V> {
-        let Ok(v) = op.operand(i) else { return Ok(y) };
-        match self.get(v)? {
-            M::Empty(_) => Ok(y),
-            M::T(V::C(t)) if t.to_f64().iter().all(|&x| x == f64::NEG_INFINITY || x <= -3.0e38) => Ok(y),
-            M::T(init) => self.op1(Opcode::Max, &[init, y], Attrs::new()),
-            M::Shape(_) => Err(self.err("a shape where a tensor was expected")),
-        }
-    }
-
-    /// Round half to even, from floor (TOSA casts float to integer so;
-    /// aoc's cast truncates): `r = floor(x + 0.5)`, minus one where `x`
-    /// was exactly halfway and `r` is odd.
-    fn round_even(&mut self, x: &V) -> R<V> {
-        let t = self.ty(x);
-        let half = self.splat(0.5, &t, &[]);
-        let two = self.splat(2.0, &t, &[]);
-        let one = self.splat(1.0, &t, &[]);
-        let zero = self.splat(0.0, &t, &[]);
-        let s = self.op1(Opcode::Add, &[x.clone(), half.clone()], Attrs::new())?;
-        let r = self.op1(Opcode::Floor, &[s.clone()], Attrs::new())?;
-        let tie = self.op1(Opcode::Equal, &[r.clone(), s], Attrs::new())?;
-        let h = self.op1(Opcode::Div, &[r.clone(), two.clone()], Attrs::new())?;
-        let hf = self.op1(Opcode::Floor, &[h], Attrs::new())?;
-        let even = self.op1(Opcode::Mul, &[hf, two], Attrs::new())?;
-        let odd = self.op1(Opcode::Sub, &[r.clone(), even], Attrs::new())?;
-        let fix = self.op1(Opcode::Where, &[tie, odd, zero], Attrs::new())?;
-        let _ = one;
-        self.op1(Opcode::Sub, &[r, fix], Attrs::new())
-    }
-
-    /// `tosa.argmax`: the first index of the maximum along `axis`.
-    fn argmax(&mut self, x: &V, axis: usize, want: &TensorType) -> R<V> {
-        let t = self.ty(x);
-        let n = t.shape[axis];
-        let m = self.op1(Opcode::ReduceMax, &[x.clone()], Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(true)))?;
-        let eq = self.op1(Opcode::Equal, &[x.clone(), m], Attrs::new())?;
-        let mut ishape = vec![1; t.rank()];
-        ishape[axis] = n;
-        let iota = V::konst(Tensor::from_i64(TensorType::new(ishape, Scalar::I64), (0..n as i64).collect()));
-        let big = V::konst(Tensor::from_i64(TensorType::new(vec![], Scalar::I64), vec![n as i64]));
-        let sel = self.op1(Opcode::Where, &[eq, iota, big], Attrs::new())?;
-        let i = self.op1(Opcode::ReduceMin, &[sel], Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(false)))?;
-        let s = want.elem.scalar().ok_or_else(|| self.err("`tosa.argmax` to a quantized type"))?;
-        self.cast(&i, s)
-    }
-
-    /// `tosa.rescale` with constant parameters, computed in f64:
-    /// `clamp(round((x - in_zp) * multiplier / 2^shift) + out_zp)`, rounding
-    /// half up (SINGLE_ROUND; DOUBLE_ROUND differs only in rare ties).
-    fn rescale<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>) -> R<V> {
-        let x = self.t(op, 0)?;
-        let mult = self.const_operand(op, 1, "multiplier")?;
-        let shift = self.const_operand(op, 2, "shift")?;
-        let izp = self.const_operand(op, 3, "input zero point")?.get_f64(0);
-        let ozp = self.const_operand(op, 4, "output zero point")?.get_f64(0);
-        if attr(op, "input_unsigned").and_then(number_of).unwrap_or(0.0) != 0.0 || attr(op, "output_unsigned").and_then(number_of).unwrap_or(0.0) != 0.0 {
-            return Err(self.err("`tosa.rescale` with unsigned inputs or outputs is not supported"));
-        }
-        let want = self.result_type(op, 0)?;
-        let out = want.elem.scalar().ok_or_else(|| self.err("`tosa.rescale` to a quantized type is not supported (use raw integer types)"))?;
-        let xt = self.ty(&x);
-        let scales: Vec<f64> = mult.to_f64().iter().zip(shift.to_i64()).map(|(&m, s)| m / 2f64.powi(s as i32)).collect();
-        let xf = self.cast(&x, Scalar::F64)?;
-        let z = self.splat(izp, &TensorType::new(vec![], Scalar::F64), &[]);
-        let d = self.op1(Opcode::Sub, &[xf, z], Attrs::new())?;
-        let sc = if scales.len() == 1 {
-            V::konst(Tensor::from_f64(TensorType::new(vec![], Scalar::F64), scales))
-        } else {
-            V::konst(Tensor::from_f64(TensorType::new(vec![scales.len()], Scalar::F64), scales))
-        };
-        let p = self.op1(Opcode::Mul, &[d, sc], Attrs::new())?;
-        let half = self.splat(0.5, &TensorType::new(vec![], Scalar::F64), &[]);
-        let p = self.op1(Opcode::Add, &[p, half], Attrs::new())?;
-        let p = self.op1(Opcode::Floor, &[p], Attrs::new())?;
-        let oz = self.splat(ozp, &TensorType::new(vec![], Scalar::F64), &[]);
-        let p = self.op1(Opcode::Add, &[p, oz], Attrs::new())?;
-        let (lo, hi) = match out {
-            Scalar::I8 => (-128.0, 127.0),
-            Scalar::I16 => (-32768.0, 32767.0),
-            Scalar::I32 => (i32::MIN as f64, i32::MAX as f64),
-            Scalar::U8 => (0.0, 255.0),
-            _ => return Err(self.err(format!("`tosa.rescale` to {} is not supported", out.name()))),
-        };
-        let p = self.op1(Opcode::Clip, &[p], Attrs::new().with("min", Attr::Float(lo)).with("max", Attr::Float(hi)))?;
-        let _ = xt;
-        let y = self.cast(&p, out)?;
-        self.expect(y, &want)
     }
 }

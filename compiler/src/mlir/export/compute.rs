@@ -1,0 +1,319 @@
+//! The exporter's compositions of compute ops: reductions and
+//! normalizations, matmuls and gemms as 3-D `tosa.matmul`, convolutions
+//! and pools in NHWC between transposes (with the window arithmetic TOSA
+//! insists on), quant casts, slices and gathers.
+
+use super::{Ex, R, V, boolean, broadcast, float, int, internal, ints, norm_axis};
+use crate::mlir::types;
+use aoc_ir::attr::{Attr, Attrs};
+use aoc_ir::ops::kind::Pool;
+use aoc_ir::types::{ElemType, Scalar, TensorType};
+use melior::ir::attribute::TypeAttribute;
+use melior::ir::{Attribute, Location, Type};
+
+impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
+    // ------------------------------------------------------------ reductions
+
+    /// `tosa.reduce_*` over each of `axes` (kept as size 1).
+    pub(super) fn reduce(&self, name: &str, x: &V<'c, 'a>, axes: &[usize], loc: Location<'c>) -> R<V<'c, 'a>> {
+        let mut v = x.clone();
+        for &a in axes {
+            let mut shape = v.t.shape.clone();
+            shape[a] = 1;
+            v = self.op1(name, &[&v], v.t.with_shape(shape), &[("axis", self.attr(&format!("{a} : i32"))?)], loc)?;
+        }
+        Ok(v)
+    }
+
+    pub(super) fn mean(&mut self, x: &V<'c, 'a>, axes: &[usize], loc: Location<'c>) -> R<V<'c, 'a>> {
+        let s = self.reduce("tosa.reduce_sum", x, axes, loc)?;
+        let n: usize = axes.iter().map(|&a| x.t.shape[a]).product();
+        let c = self.splat(n as f64, x.t.elem.storage(), &vec![1; x.t.rank()], loc)?;
+        self.div(&s, &c, loc)
+    }
+
+    pub(super) fn softmax(&mut self, x: &V<'c, 'a>, axis: usize, log: bool, loc: Location<'c>) -> R<V<'c, 'a>> {
+        let m = self.reduce("tosa.reduce_max", x, &[axis], loc)?;
+        let d = self.arith("tosa.sub", x, &m, loc)?;
+        let e = self.unary("tosa.exp", &d, loc)?;
+        let s = self.reduce("tosa.reduce_sum", &e, &[axis], loc)?;
+        if log {
+            let l = self.unary("tosa.log", &s, loc)?;
+            self.arith("tosa.sub", &d, &l, loc)
+        } else {
+            self.div(&e, &s, loc)
+        }
+    }
+
+    // ------------------------------------------------------------ compute
+
+    /// Numpy-style matmul of ranks >= 2 as 3-D `tosa.matmul`.
+    pub(super) fn matmul(&mut self, a: &V<'c, 'a>, b: &V<'c, 'a>, out: &[usize], loc: Location<'c>) -> R<V<'c, 'a>> {
+        let zp = self.splat(0.0, a.t.elem.storage(), &[1], loc)?;
+        let (ra, rb) = (a.t.rank(), b.t.rank());
+        if ra < 2 || rb < 2 {
+            return Err("error: matmuls of 1-D operands are not supported by the MLIR export".into());
+        }
+        let (m, k, n) = (a.t.shape[ra - 2], a.t.shape[ra - 1], b.t.shape[rb - 1]);
+        let elem = a.t.elem.clone();
+        let r = if rb == 2 {
+            let batch: usize = a.t.shape[..ra - 2].iter().product();
+            let a3 = self.reshape(a, &[1, batch * m, k], loc)?;
+            let b3 = self.reshape(b, &[1, k, n], loc)?;
+            self.op1("tosa.matmul", &[&a3, &b3, &zp, &zp], TensorType { shape: vec![1, batch * m, n], elem, encoding: None }, &[], loc)?
+        } else {
+            let batch_shape = broadcast(&a.t.shape[..ra - 2], &b.t.shape[..rb - 2]);
+            let batch: usize = batch_shape.iter().product();
+            let mut sa = batch_shape.clone();
+            sa.extend([m, k]);
+            let mut sb = batch_shape.clone();
+            sb.extend([k, n]);
+            let a3 = self.expand(a, &sa, loc)?;
+            let b3 = self.expand(b, &sb, loc)?;
+            let a3 = self.reshape(&a3, &[batch, m, k], loc)?;
+            let b3 = self.reshape(&b3, &[batch, k, n], loc)?;
+            self.op1("tosa.matmul", &[&a3, &b3, &zp, &zp], TensorType { shape: vec![batch, m, n], elem, encoding: None }, &[], loc)?
+        };
+        self.reshape(&r, out, loc)
+    }
+
+    pub(super) fn gemm(&mut self, attrs: &Attrs, a: &V<'c, 'a>, b: &V<'c, 'a>, c: Option<&V<'c, 'a>>, out: &[usize], loc: Location<'c>) -> R<V<'c, 'a>> {
+        let a = if boolean(attrs, "trans_a") { self.transpose(a, &[1, 0], loc)? } else { a.clone() };
+        let b = if boolean(attrs, "trans_b") { self.transpose(b, &[1, 0], loc)? } else { b.clone() };
+        let mut y = self.matmul(&a, &b, out, loc)?;
+        let alpha = float(attrs, "alpha").unwrap_or(1.0);
+        if alpha != 1.0 {
+            y = self.mul_scalar(&y, alpha, loc)?;
+        }
+        if let Some(c) = c {
+            let beta = float(attrs, "beta").unwrap_or(1.0);
+            let c = if beta != 1.0 { self.mul_scalar(c, beta, loc)? } else { c.clone() };
+            y = self.arith("tosa.add", &y, &c, loc)?;
+        }
+        Ok(y)
+    }
+
+    /// TOSA pads `[top, bottom, left, right]` giving exactly `out` rows and
+    /// columns (TOSA wants the window arithmetic to divide evenly; aoc
+    /// floors, or ceils for `ceil_mode`): the bottom and right pads are
+    /// adjusted, and an input with rows no window reads is cropped first.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn window(
+        &self,
+        x: &V<'c, 'a>,
+        kernel: [usize; 2],
+        strides: [usize; 2],
+        dil: [usize; 2],
+        pads: &[i64],
+        out: [usize; 2],
+        loc: Location<'c>,
+    ) -> R<(V<'c, 'a>, [i64; 4])> {
+        // x is NHWC here.
+        let mut tosa = [0i64; 4];
+        let mut crop = [x.t.shape[1], x.t.shape[2]];
+        for d in 0..2 {
+            let size = x.t.shape[1 + d] as i64;
+            let begin = pads.get(d).copied().unwrap_or(0);
+            let span = (kernel[d] as i64 - 1) * dil[d] as i64 + 1;
+            let end = (out[d] as i64 - 1) * strides[d] as i64 + span - size - begin;
+            if end < 0 {
+                crop[d] = (size + end) as usize;
+                tosa[2 * d + 1] = 0;
+            } else {
+                tosa[2 * d + 1] = end;
+            }
+            tosa[2 * d] = begin;
+        }
+        let x = if crop != [x.t.shape[1], x.t.shape[2]] {
+            let shape = vec![x.t.shape[0], crop[0], crop[1], x.t.shape[3]];
+            let start = self.shape_const(&[0, 0, 0, 0], loc)?;
+            let size = self.shape_const(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>(), loc)?;
+            let t = x.t.with_shape(shape);
+            let ty = types::tensor(self.ctx, &t)?;
+            V { v: self.emit("tosa.slice", &[x.v, start, size], &[ty], &[], loc)?[0], t }
+        } else {
+            x.clone()
+        };
+        Ok((x, tosa))
+    }
+
+    pub(super) fn arr(&self, v: &[i64]) -> R<Attribute<'c>> {
+        self.attr(&format!("array<i64: {}>", v.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")))
+    }
+
+    pub(super) fn acc(&self, s: Scalar) -> R<Attribute<'c>> {
+        let t = if s.is_float() { s.name().to_string() } else { "i32".to_string() };
+        Ok(TypeAttribute::new(Type::parse(self.ctx, &t).ok_or_else(|| internal("acc type"))?).into())
+    }
+
+    /// `core.conv2d` (NCHW, OIHW) as `tosa.conv2d` or `tosa.depthwise_conv2d`.
+    pub(super) fn conv(&mut self, attrs: &Attrs, x: &V<'c, 'a>, w: &V<'c, 'a>, b: Option<&V<'c, 'a>>, out: &[usize], loc: Location<'c>) -> R<V<'c, 'a>> {
+        if x.t.rank() != 4 {
+            return Err("error: only 2-D convolutions (rank-4 tensors) map to TOSA".into());
+        }
+        let s = x.t.elem.storage();
+        let groups = int(attrs, "groups", 1) as usize;
+        let (cin, cout, kh, kw) = (x.t.shape[1], w.t.shape[0], w.t.shape[2], w.t.shape[3]);
+        let strides = ints(attrs, "strides");
+        let dil = ints(attrs, "dilations");
+        let pads = ints(attrs, "pads");
+        let xs = self.transpose(x, &[0, 2, 3, 1], loc)?;
+        let st = [strides[0] as usize, strides[1] as usize];
+        let dl = [dil[0] as usize, dil[1] as usize];
+        let (xs, pad) = self.window(&xs, [kh, kw], st, dl, &[pads[0], pads[1]], [out[2], out[3]], loc)?;
+        let bias = match b {
+            Some(b) => b.clone(),
+            None => self.splat(0.0, s, &[cout], loc)?,
+        };
+        let zp = self.splat(0.0, s, &[1], loc)?;
+        let nhwc = vec![out[0], out[2], out[3], out[1]];
+        let t = x.t.with_shape(nhwc);
+        let common = [
+            ("pad", self.arr(&pad)?),
+            ("stride", self.arr(&strides)?),
+            ("dilation", self.arr(&dil)?),
+            ("acc_type", self.acc(s)?),
+        ];
+        let y = if groups == 1 {
+            let wt = self.transpose(w, &[0, 2, 3, 1], loc)?;
+            self.op1("tosa.conv2d", &[&xs, &wt, &bias, &zp, &zp], t, &common, loc)?
+        } else if groups == cin && cout % cin == 0 && w.t.shape[1] == 1 {
+            let mult = cout / cin;
+            let wr = self.reshape(w, &[cin, mult, kh, kw], loc)?;
+            let wt = self.transpose(&wr, &[2, 3, 0, 1], loc)?;
+            self.op1("tosa.depthwise_conv2d", &[&xs, &wt, &bias, &zp, &zp], t, &common, loc)?
+        } else {
+            return Err(format!("error: grouped convolutions (groups = {groups}, not depthwise) are not supported by the MLIR export"));
+        };
+        self.transpose(&y, &[0, 3, 1, 2], loc)
+    }
+
+    pub(super) fn conv_transpose(&mut self, attrs: &Attrs, x: &V<'c, 'a>, w: &V<'c, 'a>, b: Option<&V<'c, 'a>>, out: &[usize], loc: Location<'c>) -> R<V<'c, 'a>> {
+        let s = x.t.elem.storage();
+        if int(attrs, "groups", 1) != 1 || ints(attrs, "dilations").iter().any(|&d| d != 1) {
+            return Err("error: grouped or dilated transposed convolutions are not supported by the MLIR export".into());
+        }
+        let pads = ints(attrs, "pads");
+        let op = ints(attrs, "output_padding");
+        let out_pad = [-pads[0], -pads[2] + op.first().copied().unwrap_or(0), -pads[1], -pads[3] + op.get(1).copied().unwrap_or(0)];
+        let xs = self.transpose(x, &[0, 2, 3, 1], loc)?;
+        let wt = self.transpose(w, &[1, 2, 3, 0], loc)?;
+        let cout = wt.t.shape[0];
+        let bias = match b {
+            Some(b) => b.clone(),
+            None => self.splat(0.0, s, &[cout], loc)?,
+        };
+        let zp = self.splat(0.0, s, &[1], loc)?;
+        let t = x.t.with_shape(vec![out[0], out[2], out[3], out[1]]);
+        let attrs = [("out_pad", self.arr(&out_pad)?), ("stride", self.arr(&ints(attrs, "strides"))?), ("acc_type", self.acc(s)?)];
+        let y = self.op1("tosa.transpose_conv2d", &[&xs, &wt, &bias, &zp, &zp], t, &attrs, loc)?;
+        self.transpose(&y, &[0, 3, 1, 2], loc)
+    }
+
+    pub(super) fn pool(&mut self, p: Pool, attrs: &Attrs, x: &V<'c, 'a>, out: &[usize], loc: Location<'c>) -> R<V<'c, 'a>> {
+        match p {
+            Pool::GlobalAvg | Pool::GlobalMax => {
+                let axes: Vec<usize> = (2..x.t.rank()).collect();
+                return if p == Pool::GlobalAvg { self.mean(x, &axes, loc) } else { self.reduce("tosa.reduce_max", x, &axes, loc) };
+            }
+            Pool::Max | Pool::Avg => {}
+        }
+        if x.t.rank() != 4 {
+            return Err("error: only 2-D pools (rank-4 tensors) map to TOSA".into());
+        }
+        if ints(attrs, "dilations").iter().any(|&d| d != 1) {
+            return Err("error: dilated pools are not supported by TOSA".into());
+        }
+        let k = ints(attrs, "kernel");
+        let strides = ints(attrs, "strides");
+        let mut pads = ints(attrs, "pads");
+        let mut xs = self.transpose(x, &[0, 2, 3, 1], loc)?;
+        if p == Pool::Avg && boolean(attrs, "count_include_pad") && pads.iter().any(|&p| p != 0) {
+            // TOSA leaves padding out of the count: pad explicitly with zeros.
+            let padding = [0, 0, pads[0], pads[2], pads[1], pads[3], 0, 0];
+            let sh = self.shape_const(&padding, loc)?;
+            let pc = self.splat(0.0, xs.t.elem.storage(), &[1], loc)?;
+            let shape = vec![xs.t.shape[0], xs.t.shape[1] + (pads[0] + pads[2]) as usize, xs.t.shape[2] + (pads[1] + pads[3]) as usize, xs.t.shape[3]];
+            let t = xs.t.with_shape(shape);
+            let ty = types::tensor(self.ctx, &t)?;
+            xs = V { v: self.emit("tosa.pad", &[xs.v, sh, pc.v], &[ty], &[], loc)?[0], t };
+            pads = vec![0, 0, 0, 0];
+        }
+        let (xs, pad) = self.window(&xs, [k[0] as usize, k[1] as usize], [strides[0] as usize, strides[1] as usize], [1, 1], &[pads[0], pads[1]], [out[2], out[3]], loc)?;
+        let t = x.t.with_shape(vec![out[0], out[2], out[3], out[1]]);
+        let common = [("kernel", self.arr(&k)?), ("stride", self.arr(&strides)?), ("pad", self.arr(&pad)?)];
+        let y = if p == Pool::Max {
+            self.op1("tosa.max_pool2d", &[&xs], t, &common, loc)?
+        } else {
+            let s = x.t.elem.storage();
+            let zp = self.splat(0.0, s, &[1], loc)?;
+            let mut attrs = common.to_vec();
+            attrs.push(("acc_type", self.acc(s)?));
+            self.op1("tosa.avg_pool2d", &[&xs, &zp, &zp], t, &attrs, loc)?
+        };
+        self.transpose(&y, &[0, 3, 1, 2], loc)
+    }
+
+    // ------------------------------------------------------------ quant
+
+    pub(super) fn dcast(&self, x: &V<'c, 'a>, loc: Location<'c>) -> R<V<'c, 'a>> {
+        match &x.t.elem {
+            ElemType::Quant(q) => {
+                let t = x.t.with_elem(q.expressed);
+                self.op1("quant.dcast", &[x], t, &[], loc)
+            }
+            ElemType::Scalar(_) => Ok(x.clone()),
+        }
+    }
+
+    pub(super) fn qcast(&self, x: &V<'c, 'a>, t: &TensorType, loc: Location<'c>) -> R<V<'c, 'a>> {
+        self.op1("quant.qcast", &[x], t.clone(), &[], loc)
+    }
+
+    pub(super) fn slice(&mut self, attrs: &Attrs, x: &V<'c, 'a>, out: &TensorType, loc: Location<'c>) -> R<V<'c, 'a>> {
+        let r = x.t.rank();
+        let starts = ints(attrs, "starts");
+        let axes: Vec<usize> = match attrs.get("axes") {
+            Some(Attr::Ints(a)) => a.iter().map(|&a| norm_axis(a, r)).collect(),
+            _ => (0..starts.len()).collect(),
+        };
+        let steps = ints(attrs, "steps");
+        if steps.iter().any(|&s| s != 1) {
+            return Err(String::new());
+        }
+        let mut start = vec![0i64; r];
+        for (i, &a) in axes.iter().enumerate() {
+            let d = x.t.shape[a] as i64;
+            let s = starts[i];
+            start[a] = if s < 0 { (s + d).max(0) } else { s.min(d) };
+        }
+        let st = self.shape_const(&start, loc)?;
+        let sz = self.shape_const(&out.shape.iter().map(|&d| d as i64).collect::<Vec<_>>(), loc)?;
+        let ty = types::tensor(self.ctx, out)?;
+        Ok(V { v: self.emit("tosa.slice", &[x.v, st, sz], &[ty], &[], loc)?[0], t: out.clone() })
+    }
+
+    /// `core.gather` as 3-D `tosa.gather`: data `[P, A, Q]`, indices `[P, W]`.
+    pub(super) fn gather(&mut self, attrs: &Attrs, data: &V<'c, 'a>, idx: &V<'c, 'a>, out: &TensorType, loc: Location<'c>) -> R<V<'c, 'a>> {
+        let r = data.t.rank();
+        let axis = norm_axis(int(attrs, "axis", 0), r);
+        let p: usize = data.t.shape[..axis].iter().product();
+        let a = data.t.shape[axis];
+        let q: usize = data.t.shape[axis + 1..].iter().product();
+        let w = idx.t.num_elements();
+        let d3 = self.reshape(data, &[p, a, q], loc)?;
+        let i32t = idx.t.with_elem(Scalar::I32);
+        let mut i = if idx.t.elem.storage() == Scalar::I32 { idx.clone() } else { self.op1("tosa.cast", &[idx], i32t, &[], loc)? };
+        // Negative indices count from the end.
+        let zero = self.splat(0.0, Scalar::I32, &vec![1; i.t.rank()], loc)?;
+        let neg = self.binary("tosa.greater", &zero, &i, ElemType::I1, loc)?;
+        let size = self.splat(a as f64, Scalar::I32, &vec![1; i.t.rank()], loc)?;
+        let wrapped = self.arith("tosa.add", &i, &size, loc)?;
+        i = self.select(&neg, &wrapped, &i, loc)?;
+        let i2 = self.reshape(&i, &[1, w], loc)?;
+        let i2 = self.expand(&i2, &[p, w], loc)?;
+        let t = data.t.with_shape(vec![p, w, q]);
+        let g = self.op1("tosa.gather", &[&d3, &i2], t, &[], loc)?;
+        self.reshape(&g, &out.shape, loc)
+    }
+}

@@ -1,0 +1,160 @@
+//! The importer's compositions: what MLIR has as one op and aoc builds
+//! from several (argmax, rescale, round-half-even casts, tables), and the
+//! operands aoc handles specially (zero points, linalg destinations,
+//! `tensor.pad` values).
+
+use super::attrs::{attr, number_of};
+use super::{Imp, M, R, key, opname};
+use crate::onnx::context::V;
+use aoc_ir::attr::{Attr, Attrs};
+use aoc_ir::types::{Scalar, TensorType};
+use aoc_ir::{Opcode, Tensor};
+use melior::ir::block::BlockLike;
+use melior::ir::operation::{OperationLike, OperationRef};
+use melior::ir::{RegionLike, ValueLike};
+use mlir_sys as sys;
+
+impl<'x, 'o> Imp<'x, 'o> {
+    /// The constant a `tensor.pad` region yields (defined outside the
+    /// region, or an `arith.constant` inside it).
+    pub(super) fn pad_value<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>) -> R<f64> {
+        let bad = || self.err("`tensor.pad` must yield a constant");
+        let region = op.region(0).map_err(|_| bad())?;
+        let block = region.first_block().ok_or_else(bad)?;
+        let y = block.terminator().ok_or_else(bad)?;
+        let v = y.operand(0).map_err(|_| bad())?;
+        if let Some(M::T(V::C(t))) = self.vals.get(&key(v)) {
+            return Ok(t.get_f64(0));
+        }
+        let raw = v.to_raw();
+        unsafe {
+            if sys::mlirValueIsAOpResult(raw) {
+                let owner = melior::ir::OperationRef::from_raw(sys::mlirOpResultGetOwner(raw));
+                if opname(&owner) == "arith.constant"
+                    && let Some(a) = attr(&owner, "value")
+                    && let Some(x) = number_of(a)
+                {
+                    return Ok(x);
+                }
+            }
+        }
+        Err(bad())
+    }
+
+    /// Zero-point operands `idx` must be constant zeros (aoc's integer
+    /// types carry their zero points in the type instead).
+    pub(super) fn zero_points<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, idx: &[usize]) -> R<()> {
+        for &i in idx {
+            if i < op.operand_count() {
+                let z = self.const_operand(op, i, "zero point")?;
+                if z.to_f64().iter().any(|&x| x != 0.0) {
+                    return Err(self.err(format!("`{}` with a non-zero zero point operand is not supported (use !quant.uniform types)", opname(op))));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A linalg op's result: `y` plus its `outs` operand `i` unless that is
+    /// `tensor.empty` or zeros.
+    pub(super) fn accumulate<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, i: usize, y: V) -> R<V> {
+        let Ok(v) = op.operand(i) else { return Ok(y) };
+        match self.get(v)? {
+            M::Empty(_) => Ok(y),
+            M::T(V::C(t)) if t.to_f64().iter().all(|&x| x == 0.0) => Ok(y),
+            M::T(init) => self.op1(Opcode::Add, &[init, y], Attrs::new()),
+            M::Shape(_) => Err(self.err("a shape where a tensor was expected")),
+        }
+    }
+
+    /// A max pool's result combined with its `outs` operand (usually -inf).
+    pub(super) fn max_into<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, i: usize, y: V) -> R<V> {
+        let Ok(v) = op.operand(i) else { return Ok(y) };
+        match self.get(v)? {
+            M::Empty(_) => Ok(y),
+            M::T(V::C(t)) if t.to_f64().iter().all(|&x| x == f64::NEG_INFINITY || x <= -3.0e38) => Ok(y),
+            M::T(init) => self.op1(Opcode::Max, &[init, y], Attrs::new()),
+            M::Shape(_) => Err(self.err("a shape where a tensor was expected")),
+        }
+    }
+
+    /// Round half to even, from floor (TOSA casts float to integer so;
+    /// aoc's cast truncates): `r = floor(x + 0.5)`, minus one where `x`
+    /// was exactly halfway and `r` is odd.
+    pub(super) fn round_even(&mut self, x: &V) -> R<V> {
+        let t = self.ty(x);
+        let half = self.splat(0.5, &t, &[]);
+        let two = self.splat(2.0, &t, &[]);
+        let one = self.splat(1.0, &t, &[]);
+        let zero = self.splat(0.0, &t, &[]);
+        let s = self.op1(Opcode::Add, &[x.clone(), half.clone()], Attrs::new())?;
+        let r = self.op1(Opcode::Floor, &[s.clone()], Attrs::new())?;
+        let tie = self.op1(Opcode::Equal, &[r.clone(), s], Attrs::new())?;
+        let h = self.op1(Opcode::Div, &[r.clone(), two.clone()], Attrs::new())?;
+        let hf = self.op1(Opcode::Floor, &[h], Attrs::new())?;
+        let even = self.op1(Opcode::Mul, &[hf, two], Attrs::new())?;
+        let odd = self.op1(Opcode::Sub, &[r.clone(), even], Attrs::new())?;
+        let fix = self.op1(Opcode::Where, &[tie, odd, zero], Attrs::new())?;
+        let _ = one;
+        self.op1(Opcode::Sub, &[r, fix], Attrs::new())
+    }
+
+    /// `tosa.argmax`: the first index of the maximum along `axis`.
+    pub(super) fn argmax(&mut self, x: &V, axis: usize, want: &TensorType) -> R<V> {
+        let t = self.ty(x);
+        let n = t.shape[axis];
+        let m = self.op1(Opcode::ReduceMax, &[x.clone()], Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(true)))?;
+        let eq = self.op1(Opcode::Equal, &[x.clone(), m], Attrs::new())?;
+        let mut ishape = vec![1; t.rank()];
+        ishape[axis] = n;
+        let iota = V::konst(Tensor::from_i64(TensorType::new(ishape, Scalar::I64), (0..n as i64).collect()));
+        let big = V::konst(Tensor::from_i64(TensorType::new(vec![], Scalar::I64), vec![n as i64]));
+        let sel = self.op1(Opcode::Where, &[eq, iota, big], Attrs::new())?;
+        let i = self.op1(Opcode::ReduceMin, &[sel], Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(false)))?;
+        let s = want.elem.scalar().ok_or_else(|| self.err("`tosa.argmax` to a quantized type"))?;
+        self.cast(&i, s)
+    }
+
+    /// `tosa.rescale` with constant parameters, computed in f64:
+    /// `clamp(round((x - in_zp) * multiplier / 2^shift) + out_zp)`, rounding
+    /// half up (SINGLE_ROUND; DOUBLE_ROUND differs only in rare ties).
+    pub(super) fn rescale<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>) -> R<V> {
+        let x = self.t(op, 0)?;
+        let mult = self.const_operand(op, 1, "multiplier")?;
+        let shift = self.const_operand(op, 2, "shift")?;
+        let izp = self.const_operand(op, 3, "input zero point")?.get_f64(0);
+        let ozp = self.const_operand(op, 4, "output zero point")?.get_f64(0);
+        if attr(op, "input_unsigned").and_then(number_of).unwrap_or(0.0) != 0.0 || attr(op, "output_unsigned").and_then(number_of).unwrap_or(0.0) != 0.0 {
+            return Err(self.err("`tosa.rescale` with unsigned inputs or outputs is not supported"));
+        }
+        let want = self.result_type(op, 0)?;
+        let out = want.elem.scalar().ok_or_else(|| self.err("`tosa.rescale` to a quantized type is not supported (use raw integer types)"))?;
+        let xt = self.ty(&x);
+        let scales: Vec<f64> = mult.to_f64().iter().zip(shift.to_i64()).map(|(&m, s)| m / 2f64.powi(s as i32)).collect();
+        let xf = self.cast(&x, Scalar::F64)?;
+        let z = self.splat(izp, &TensorType::new(vec![], Scalar::F64), &[]);
+        let d = self.op1(Opcode::Sub, &[xf, z], Attrs::new())?;
+        let sc = if scales.len() == 1 {
+            V::konst(Tensor::from_f64(TensorType::new(vec![], Scalar::F64), scales))
+        } else {
+            V::konst(Tensor::from_f64(TensorType::new(vec![scales.len()], Scalar::F64), scales))
+        };
+        let p = self.op1(Opcode::Mul, &[d, sc], Attrs::new())?;
+        let half = self.splat(0.5, &TensorType::new(vec![], Scalar::F64), &[]);
+        let p = self.op1(Opcode::Add, &[p, half], Attrs::new())?;
+        let p = self.op1(Opcode::Floor, &[p], Attrs::new())?;
+        let oz = self.splat(ozp, &TensorType::new(vec![], Scalar::F64), &[]);
+        let p = self.op1(Opcode::Add, &[p, oz], Attrs::new())?;
+        let (lo, hi) = match out {
+            Scalar::I8 => (-128.0, 127.0),
+            Scalar::I16 => (-32768.0, 32767.0),
+            Scalar::I32 => (i32::MIN as f64, i32::MAX as f64),
+            Scalar::U8 => (0.0, 255.0),
+            _ => return Err(self.err(format!("`tosa.rescale` to {} is not supported", out.name()))),
+        };
+        let p = self.op1(Opcode::Clip, &[p], Attrs::new().with("min", Attr::Float(lo)).with("max", Attr::Float(hi)))?;
+        let _ = xt;
+        let y = self.cast(&p, out)?;
+        self.expect(y, &want)
+    }
+}
