@@ -141,6 +141,34 @@ fn every_example_round_trips_through_mlir_to_the_same_numbers() {
     }
 }
 
+#[test]
+fn optimized_examples_export_fused_and_winograd_ops() {
+    // After `aoc opt --passes default`: fused convolutions, matmuls and
+    // gemms with epilogue regions (broadcasting ones too), attention,
+    // Winograd convolutions (their weights transformed back), integer
+    // quant.conv2d/gemm/add/... ops.
+    let mut seen = String::new();
+    for (name, d) in examples() {
+        let t = dir(&format!("optimized-{name}"));
+        let opt = t.join("opt.air");
+        ok(&aoc(&[&"opt", &d.join("model.air"), &"--passes", &"default", &"-o", &opt]), "opt");
+        seen.push_str(&std::fs::read_to_string(&opt).unwrap());
+        let mlir = t.join("opt.mlir");
+        ok(&aoc(&[&"export", &opt, &"--format", &"mlir", &"-o", &mlir]), &format!("export optimized {name}"));
+        let o = mlir_opt(&[&mlir]);
+        assert!(o.status.success(), "{name}: mlir-opt-22 rejects the optimized export:\n{}", stderr(&o));
+        let input = d.join("input.npy");
+        let want = run_air(&d.join("model.air"), &input, &t.join("want"));
+        let got = run_air(&mlir, &input, &t.join("got"));
+        // The optimizer may rename the result; compare by position.
+        let got: Vec<(String, Tensor)> = got.into_iter().zip(&want).map(|((_, g), (n, _))| (n.clone(), g)).collect();
+        assert_close(&got, &want, 1e-4, 1e-3, &format!("optimized {name}"));
+    }
+    for op in ["core.winograd_conv2d", "core.fused_conv2d", "core.fused_matmul", "core.attention", "quant.conv2d", "quant.gemm", "quant.add"] {
+        assert!(seen.contains(op), "no optimized example has {op} any more; cover it another way");
+    }
+}
+
 /// The programs in tests/data/mlir/`sub` with their inputs and numpy's
 /// expected results beside them.
 fn cases(sub: &str) -> Vec<(String, PathBuf)> {

@@ -8,8 +8,70 @@ use crate::mlir::types;
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::kind::Pool;
 use aoc_ir::types::{ElemType, Scalar, TensorType};
+use aoc_ir::Tensor;
 use melior::ir::attribute::TypeAttribute;
 use melior::ir::{Attribute, Location, Type};
+
+/// The NCHW result shape of a convolution's core (before any epilogue).
+pub(super) fn conv_shape(attrs: &Attrs, x: &[usize], w: &[usize]) -> Vec<usize> {
+    let (s, p, d) = (ints(attrs, "strides"), ints(attrs, "pads"), ints(attrs, "dilations"));
+    let dim = |i: usize| {
+        let span = d[i] * (w[2 + i] as i64 - 1) + 1;
+        ((x[2 + i] as i64 + p[i] + p[i + 2] - span) / s[i] + 1).max(0) as usize
+    };
+    vec![x[0], w[0], dim(0), dim(1)]
+}
+
+/// The result shape of a numpy matmul of ranks >= 2.
+pub(super) fn matmul_shape(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let (ra, rb) = (a.len(), b.len());
+    let mut s = broadcast(&a[..ra.saturating_sub(2)], &b[..rb.saturating_sub(2)]);
+    s.extend([a[ra.saturating_sub(2)], b[rb - 1]]);
+    s
+}
+
+/// The `[M, N]` of a gemm.
+pub(super) fn gemm_shape(attrs: &Attrs, a: &[usize], b: &[usize]) -> Vec<usize> {
+    let m = if boolean(attrs, "trans_a") { a[1] } else { a[0] };
+    let n = if boolean(attrs, "trans_b") { b[0] } else { b[1] };
+    vec![m, n]
+}
+
+/// The 3x3 OIHW weight `g` of a Winograd weight `U = G g G^T` (laid out
+/// `[m+2, m+2, C_out, C_in]`): `g = L U L^T` with `L` a left inverse of
+/// `G` (`L G = I`), exact up to the rounding of `U`.
+pub(super) fn winograd_weight(u: &Tensor, tile: usize) -> Result<Tensor, String> {
+    let l: &[[f64; 6]; 3] = match tile {
+        // F(2x2, 3x3): rows 0 and 3 of G are g0 and g2; row 1 is their mean with g1.
+        2 => &[[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [-1.0, 2.0, 0.0, -1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]],
+        // F(4x4, 3x3): g0 = 4 r0, g2 = r5, g1 = 12 r3 - g0 / 2 - 2 g2.
+        4 => &[[4.0, 0.0, 0.0, 0.0, 0.0, 0.0], [-2.0, 0.0, 0.0, 12.0, 0.0, -2.0], [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]],
+        t => return Err(format!("Winograd tile {t} is not 2 or 4")),
+    };
+    let a = tile + 2;
+    let &[a0, a1, k_out, c_in] = u.shape() else { return Err("a Winograd weight is rank 4".into()) };
+    if a0 != a || a1 != a {
+        return Err(format!("Winograd weight shape {:?} does not match tile {tile}", u.shape()));
+    }
+    let uv = u.to_f64();
+    let mut g = vec![0.0; k_out * c_in * 9];
+    for k in 0..k_out {
+        for c in 0..c_in {
+            for p in 0..3 {
+                for q in 0..3 {
+                    let mut s = 0.0;
+                    for i in 0..a {
+                        for j in 0..a {
+                            s += l[p][i] * uv[((i * a + j) * k_out + k) * c_in + c] * l[q][j];
+                        }
+                    }
+                    g[(k * c_in + c) * 9 + p * 3 + q] = s;
+                }
+            }
+        }
+    }
+    Ok(Tensor::from_f64(TensorType::new(vec![k_out, c_in, 3, 3], Scalar::F32), g))
+}
 
 impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
     // ------------------------------------------------------------ reductions

@@ -275,6 +275,16 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
         Ok(())
     }
 
+    /// The value of `v` when a `const` op defines it.
+    fn constant(&self, f: &Func, v: ValueId) -> Option<aoc_ir::Tensor> {
+        let op = &f.ops[f.def_op(v)?];
+        if op.opcode != Opcode::Const {
+            return None;
+        }
+        let ty = f.ty(v).clone();
+        aoc_ir::interp::eval_op(Opcode::Const, &[], &op.attrs, &[ty], self.weights).ok()?.pop()
+    }
+
     fn val(&self, v: ValueId) -> R<V<'c, 'a>> {
         self.vals.get(&v).cloned().ok_or_else(|| internal(format!("value {v:?} used before it was exported")))
     }
@@ -375,12 +385,28 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
             OpKind::Conv(c, form) => {
                 let (x, w) = (need(0)?, need(1)?);
                 match (c, form) {
-                    (Conv::Winograd, _) => return unsupported("Winograd weights are pre-transformed; export before the optimizer runs"),
+                    (Conv::Winograd, Form::Float) => {
+                        // The weight is U = G g G^T (constant, folded by the
+                        // optimizer): recover g and export a plain convolution.
+                        let Some(u) = self.constant(f, op.operands[1]) else {
+                            return unsupported("the Winograd weight is not a constant");
+                        };
+                        let g = compute::winograd_weight(&u, int(attrs, "tile", 2) as usize).map_err(|m| format!("error: {at}: {m}"))?;
+                        let wv = self.konst(&g, "winograd_weight", loc)?;
+                        let plain = Attrs::new()
+                            .with("strides", Attr::Ints(vec![1, 1]))
+                            .with("pads", Attr::Ints(ints(attrs, "pads")))
+                            .with("dilations", Attr::Ints(vec![1, 1]))
+                            .with("groups", Attr::Int(1));
+                        self.conv(&plain, &x, &wv, operands.get(2), &out.shape, loc)?
+                    }
+                    (Conv::Winograd, _) => return unsupported("fused or integer Winograd convolutions"),
                     (Conv::Direct, Form::Float) => self.conv(attrs, &x, &w, operands.get(2), &out.shape, loc)?,
                     (Conv::Transposed, Form::Float) => self.conv_transpose(attrs, &x, &w, operands.get(2), &out.shape, loc)?,
                     (Conv::Direct, Form::Fused) => {
                         let has_bias = boolean(attrs, "bias");
-                        let acc = self.conv(attrs, &x, &w, if has_bias { operands.get(2) } else { None }, &out.shape, loc)?;
+                        let core = compute::conv_shape(attrs, &x.t.shape, &w.t.shape);
+                        let acc = self.conv(attrs, &x, &w, if has_bias { operands.get(2) } else { None }, &core, loc)?;
                         let rest = if has_bias { 3 } else { 2 };
                         self.epilogue(f, id, acc, &op.operands[rest.min(op.operands.len())..])?
                     }
@@ -402,7 +428,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                 match form {
                     Form::Float => self.matmul(&a, &b, &out.shape, loc)?,
                     Form::Fused => {
-                        let acc = self.matmul(&a, &b, &out.shape, loc)?;
+                        let acc = self.matmul(&a, &b, &compute::matmul_shape(&a.t.shape, &b.t.shape), loc)?;
                         self.epilogue(f, id, acc, &op.operands[2..])?
                     }
                     Form::Quant => {
@@ -418,7 +444,8 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                     Form::Float => self.gemm(attrs, &a, &b, operands.get(2), &out.shape, loc)?,
                     Form::Fused => {
                         let has_c = boolean(attrs, "bias");
-                        let acc = self.gemm(attrs, &a, &b, if has_c { operands.get(2) } else { None }, &out.shape, loc)?;
+                        let core = compute::gemm_shape(attrs, &a.t.shape, &b.t.shape);
+                        let acc = self.gemm(attrs, &a, &b, if has_c { operands.get(2) } else { None }, &core, loc)?;
                         let rest = if has_c { 3 } else { 2 };
                         self.epilogue(f, id, acc, &op.operands[rest.min(op.operands.len())..])?
                     }
