@@ -74,7 +74,7 @@ pub fn import_mlir(path: &Path, weights_path: &str) -> R<ImportedMlir> {
         let region = o.region(0).map_err(|e| e.to_string())?;
         if let Some(_block) = region.first_block() {
             let mut cx = Cx::new(&opts, 0);
-            let mut imp = Imp { cx: &mut cx, vals: HashMap::new(), at: String::new() };
+            let mut imp = Imp { cx: &mut cx, vals: HashMap::new(), at: String::new(), cur: String::new() };
             imp.func(&o)?;
             let (func, mut w) = cx.finish();
             for (k, _) in &w {
@@ -101,6 +101,8 @@ struct Imp<'x, 'o> {
     vals: HashMap<usize, M>,
     /// The current op's `file:line:col: ` for messages.
     at: String,
+    /// The current op's name, for messages from aoc's own checks.
+    cur: String,
 }
 
 fn key(v: Value) -> usize {
@@ -118,8 +120,9 @@ impl<'x, 'o> Imp<'x, 'o> {
         format!("{}error: {msg}", self.at)
     }
 
+    /// An error from aoc's own checks of what an op became.
     fn d(&self, d: aoc_ir::Diagnostic) -> String {
-        self.err(d.message)
+        self.err(format!("`{}` does not map to aoc: {}", self.cur, d.message))
     }
 
     fn get(&self, v: Value) -> R<M> {
@@ -241,6 +244,7 @@ impl<'x, 'o> Imp<'x, 'o> {
             self.at = format!("{}: ", loc_text(&loc));
             self.cx.loc = Location::named(loc_name(&loc).unwrap_or_else(|| loc_text(&loc)));
             self.cx.hint = oname.rsplit('.').next().unwrap_or("v").to_string();
+            self.cur = oname.clone();
             if oname == "func.return" || oname == "tosa.yield" {
                 return self.finish(f, &o);
             }
