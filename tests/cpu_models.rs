@@ -477,8 +477,9 @@ fn quant_add_native() -> Result<(), Failed> {
 /// `qadd` with a broadcast row), one of a short constant on the last axis
 /// (tiled into a longer row for `qadd`), one that broadcasts along channels (no
 /// `qadd`: generated code), and max pools of u8 and i8 values
-/// (`qmax_pool`, padding and a ceil-mode window).
-const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: tensor<1x5x7x7xf32>, %b: tensor<1x5x1x1xf32>, %c: tensor<7x7xf32>) -> (tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>) {
+/// (`qmax_pool`, padding and a ceil-mode window), and global average
+/// pools of u8 and i8 values with clamps (`qglobal_avg_pool`).
+const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: tensor<1x5x7x7xf32>, %b: tensor<1x5x1x1xf32>, %c: tensor<7x7xf32>) -> (tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>, tensor<1x5x1x1xf32>, tensor<1x5x1x1xf32>) {
   %qx = quant.quantize %x : tensor<1x5x7x7x!quant.uniform<u8:f32, 0.031:117>>
   %qy = quant.quantize %y : tensor<1x5x7x7x!quant.uniform<i8:f32, 0.027:-3>>
   %qb = quant.quantize %b : tensor<1x5x1x1x!quant.uniform<i8:f32, 0.05>>
@@ -498,7 +499,11 @@ const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: te
   %wd = quant.dequantize %w : tensor<1x5x7x7xf32>
   %pd = quant.dequantize %p : tensor<1x5x4x4xf32>
   %rd = quant.dequantize %r : tensor<1x5x4x4xf32>
-  return %sd, %td, %ud, %vd, %wd, %pd, %rd : tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>
+  %g = quant.global_avg_pool %qx {clip_min = 0.0} : tensor<1x5x1x1x!quant.uniform<u8:f32, 0.002:3>>
+  %h = quant.global_avg_pool %qy {clip_max = 0.1} : tensor<1x5x1x1x!quant.uniform<i8:f32, 0.0011:-2>>
+  %gd = quant.dequantize %g : tensor<1x5x1x1xf32>
+  %hd = quant.dequantize %h : tensor<1x5x1x1xf32>
+  return %sd, %td, %ud, %vd, %wd, %pd, %rd, %gd, %hd : tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>, tensor<1x5x1x1xf32>, tensor<1x5x1x1xf32>
 }
 "#;
 
@@ -568,8 +573,8 @@ fn int8_elementwise(level: X86Level) -> Result<(), Failed> {
     let inputs = vec![random(&[1, 5, 7, 7], 11), random(&[1, 5, 7, 7], 12), random(&[1, 5, 1, 1], 13), random(&[7, 7], 14)];
     let (want, got, kinds) = run_air_text("int8-elementwise", INT8_ELEMENTWISE_AIR, inputs, level)?;
     let count = |k: &str| kinds.iter().filter(|s| *s == k).count();
-    if count("qadd") != 4 || count("qmax_pool") != 2 || count("reference") != 0 {
-        return Err(format!("expected 4 qadd and 2 qmax_pool steps, no reference step: {kinds:?}").into());
+    if count("qadd") != 4 || count("qmax_pool") != 2 || count("qglobal_avg_pool") != 2 || count("reference") != 0 {
+        return Err(format!("expected 4 qadd, 2 qmax_pool and 2 qglobal_avg_pool steps, no reference step: {kinds:?}").into());
     }
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {
         let (wv, gv) = (w.to_f64(), g.to_f64());

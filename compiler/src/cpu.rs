@@ -289,7 +289,7 @@ fn step_what(step: &aoc_runtime::plan::Step) -> String {
 /// or `f32`.
 pub(crate) fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'static str {
     use aoc_runtime::plan::Step;
-    if matches!(step, Step::QConv2d { .. } | Step::QAdd { .. } | Step::QMaxPool { .. } | Step::QMatMul { .. }) {
+    if matches!(step, Step::QConv2d { .. } | Step::QAdd { .. } | Step::QMaxPool { .. } | Step::QMatMul { .. } | Step::QGlobalAvgPool { .. }) {
         return "int8";
     }
     if matches!(step, Step::Quantize { .. }) {

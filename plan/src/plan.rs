@@ -103,6 +103,17 @@ pub struct QuantAdd {
     pub clip_max: Option<f32>,
 }
 
+/// The parameters of a [`Step::QGlobalAvgPool`]: the input's and the
+/// result's 8-bit parameters and the op's clamp in stored values.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantMean {
+    pub x: QuantOperand,
+    pub y: QuantOperand,
+    pub y_min: i32,
+    pub y_max: i32,
+}
+
 /// The parameters of a [`Step::QMatMul`]: both operands', the result's
 /// storage, zero point and clamp in stored values, and the f32 factor
 /// `a.scale·b.scale / y.scale`.
@@ -438,6 +449,20 @@ pub enum Step {
         ceil_mode: bool,
         signed: bool,
     },
+    /// `quant.global_avg_pool` of an 8-bit NHWC tensor (`n` images of `hw`
+    /// pixels × `c` channels) into `n × c` 8-bit values: per channel, the
+    /// f64 sum of the dequantized values (each `(q − x.zero)·x.scale`
+    /// rounded to f32, as `quant.dequantize` gives them), divided by `hw`
+    /// and rounded to f32, then quantized as `quant.quantize` does and
+    /// clamped to `[y_min, y_max]` (the op's Q/DQ definition).
+    QGlobalAvgPool {
+        x: Buf,
+        y: Buf,
+        n: u64,
+        hw: u64,
+        c: u64,
+        q: QuantMean,
+    },
     /// A kernel the backend generated (Cranelift): `code` names the blob,
     /// `args` are its tensors in the kernel's order (the last one is the
     /// output), `rows` the parallel extent the kernel splits over.
@@ -544,6 +569,7 @@ impl Step {
             }
             Step::Pool { x, y, .. }
             | Step::QMaxPool { x, y, .. }
+            | Step::QGlobalAvgPool { x, y, .. }
             | Step::Quantize { x, y, .. }
             | Step::Dequantize { x, y, .. }
             | Step::Reduce { x, y, .. }
@@ -617,6 +643,7 @@ impl Step {
             Step::QAdd { .. } => "qadd",
             Step::QMatMul { .. } => "qmatmul",
             Step::QMaxPool { .. } => "qmax_pool",
+            Step::QGlobalAvgPool { .. } => "qglobal_avg_pool",
             Step::Quantize { .. } => "quantize",
             Step::Dequantize { .. } => "dequantize",
             Step::Pointwise { .. } => "pointwise",

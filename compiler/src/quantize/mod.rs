@@ -663,10 +663,20 @@ pub fn quantize(
         pb.finish_and_clear();
     }
     let mut active: HashSet<usize> = candidates.iter().copied().collect();
+    // What runs in int8 of a chosen set: an average pool whose readers all
+    // run in float stays in float too (see `pools_without_int8_readers`).
+    let effective = |chosen: &HashSet<usize>| -> HashSet<usize> {
+        let mut e = chosen.clone();
+        for p in place::pools_without_int8_readers(&func, &layers, chosen) {
+            e.remove(&p);
+        }
+        e
+    };
+    let measure_set = |chosen: &HashSet<usize>, set: &Set| measure(&effective(chosen), usize::MAX, set);
     // The calibration set's score: needed by the target; otherwise only
     // measured when there is no --eval set (the number to trust).
     let mut score = match cfg.target_sqnr {
-        Some(_) => Some(measure(&active, usize::MAX, &set)?),
+        Some(_) => Some(measure_set(&active, &set)?),
         None => None,
     };
     let mut target_note = None;
@@ -683,7 +693,7 @@ pub fn quantize(
             active.remove(&i);
             dropped.push(i);
             kept.insert(i, format!("--target-sqnr {target}"));
-            current = measure(&active, usize::MAX, &set)?;
+            current = measure_set(&active, &set)?;
         }
         if current.lower_db < target {
             return Err(format!(
@@ -695,7 +705,7 @@ pub fn quantize(
         for &i in dropped.iter().rev().skip(1) {
             let mut trial = active.clone();
             trial.insert(i);
-            let s = measure(&trial, usize::MAX, &set)?;
+            let s = measure_set(&trial, &set)?;
             if s.lower_db >= target {
                 active = trial;
                 current = s;
@@ -704,12 +714,17 @@ pub fn quantize(
         }
         target_note = Some(format!(
             "--target-sqnr {target}: {} of {} layers kept in {kept_in}, {} on the calibration set (at least {} on unseen batches with 90% confidence)",
-            candidates.len() - active.len(),
+            candidates.len() - effective(&active).len(),
             candidates.len(),
             db(current.sqnr_db),
             db(current.lower_db)
         ));
         score = Some(current);
+    }
+
+    for p in place::pools_without_int8_readers(&func, &layers, &active) {
+        active.remove(&p);
+        kept.insert(p, format!("what reads it runs in {kept_in}: an int8 pool would only round its output"));
     }
 
     // 6. The result and its accuracy (one compiled model for both sets).

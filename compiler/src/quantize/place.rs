@@ -309,6 +309,34 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
     Ok(out)
 }
 
+/// The average pools in `active` none of whose readers is another layer of
+/// `active` (through data movement that keeps values): an int8 pool feeding
+/// a float layer would only add the rounding of its output (and a range
+/// fitted to few pooled values), since its result must be quantized.
+pub fn pools_without_int8_readers(func: &Func, layers: &[Layer], active: &HashSet<usize>) -> Vec<usize> {
+    // The value each activation operand of an active layer comes from,
+    // before data movement.
+    let mut read: HashSet<ValueId> = HashSet::new();
+    for &i in active {
+        for &(_, mut v) in &layers[i].acts {
+            loop {
+                read.insert(v);
+                match func.values[v].def {
+                    ValueDef::Result(op, _) if passes_params(func.ops[op].opcode) => v = func.ops[op].operands[0],
+                    _ => break,
+                }
+            }
+        }
+    }
+    let mut out: Vec<usize> = active
+        .iter()
+        .copied()
+        .filter(|&i| matches!(layers[i].kind, LayerKind::AvgPool | LayerKind::GlobalAvgPool) && !read.contains(&layers[i].output))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 /// The values whose ranges calibration must observe: every activation and
 /// output of every quantizable layer, in order of first appearance.
 pub fn observed_values(layers: &[Layer]) -> Vec<ValueId> {

@@ -29,7 +29,7 @@ use aoc_ir::module::OpData;
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::quant::dequantize_values;
 use aoc_ir::types::{QuantParams, QuantType, Scalar, TensorType};
-use aoc_plan::plan::{ConvGeom, QuantAdd, QuantConv, QuantMatMul, QuantOperand, Step};
+use aoc_plan::plan::{ConvGeom, QuantAdd, QuantConv, QuantMatMul, QuantMean, QuantOperand, Step};
 
 use aoc_ir::attr::{Attr, Attrs};
 
@@ -403,6 +403,34 @@ impl Lower<'_> {
         let y = self.alloc(&yt)?;
         self.push(Step::QMaxPool { x: xb, y, geom, ceil_mode: boolean(&attrs, "ceil_mode"), signed: xq.0 });
         self.define(op.results[0], y, NHWC.to_vec());
+        Ok(true)
+    }
+}
+
+impl Lower<'_> {
+    /// `quant.global_avg_pool` of a rank-4 per-tensor 8-bit tensor →
+    /// `Step::QGlobalAvgPool` over its NHWC form.
+    pub(crate) fn lower_qglobal_avg_pool(&mut self, op: &OpData) -> Result<bool, String> {
+        if !self.opts.int8_elementwise {
+            return Ok(false);
+        }
+        let x = op.operands[0];
+        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
+        let (Some(xq), Some(yq)) = (act_params(&xt), act_params(&yt)) else {
+            return Ok(false);
+        };
+        if xt.rank() != 4 {
+            return Ok(false);
+        }
+        let attrs = Lower::attrs(op)?;
+        let (y_min, y_max) = quantized_clip(&attrs, yq.1, yq.2, yq.3, yq.4);
+        let q = QuantMean { x: operand(xq), y: operand(yq), y_min: y_min as i32, y_max: y_max as i32 };
+        let (n, c, hw) = (xt.shape[0], xt.shape[1], xt.shape[2] * xt.shape[3]);
+        let xb = self.materialize(x, &NHWC)?;
+        let y = self.alloc(&yt)?;
+        self.push(Step::QGlobalAvgPool { x: xb, y, n: u(n), hw: u(hw), c: u(c), q });
+        // N×C×1×1: the NHWC bytes are the NCHW bytes.
+        self.define(op.results[0], y, identity(4));
         Ok(true)
     }
 }

@@ -242,6 +242,9 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
         Step::QMaxPool { x, y, geom, ceil_mode, signed } => {
             kernels::qelem::qmax_pool2d(geom, *ceil_mode, *signed, bytes(sp, x), bytes_mut(sp, y)).map_err(e)
         }
+        Step::QGlobalAvgPool { x, y, n, hw, c, q } => {
+            kernels::qelem::qglobal_avg_pool(q, [us(*n), us(*hw), us(*c)], bytes(sp, x), bytes_mut(sp, y)).map_err(e)
+        }
         Step::QMatMul { a, b, y, batch, m, n, k, a_strides, b_strides, y_strides, q } => kernels::qmatmul::qmatmul(
             [us(*batch), us(*m), us(*n), us(*k)],
             bytes(sp, a),

@@ -16,6 +16,13 @@
 //! maximum is exact. Padding never wins (a window of only padding, which
 //! valid geometries cannot make, gives the storage's lowest value).
 //!
+//! [`qglobal_avg_pool`] is `quant.global_avg_pool` exactly as the
+//! interpreter computes it: every stored byte's dequantized value (a
+//! 256-entry table of f32 products), summed per channel in f64 in pixel
+//! order, divided by the pixel count, rounded to f32, quantized. The f64
+//! sums are exact (f32 addends whose exponents differ by at most 9 bits),
+//! so the result is bit for bit the interpreter's.
+//!
 //! Invariants: slice lengths are checked first (an error, never an
 //! out-of-bounds access); each output element is computed by one thread,
 //! so results do not depend on the thread count.
@@ -25,7 +32,7 @@ use rayon::prelude::*;
 use super::KernelError;
 use super::conv::{Dims, kerr, multiversion, tap_range};
 use super::pool::pool_dims;
-use crate::plan::{ConvGeom, QuantAdd, QuantOperand};
+use crate::plan::{ConvGeom, QuantAdd, QuantMean, QuantOperand};
 
 /// Elements per parallel task of [`qadd`].
 const CHUNK: usize = 16 * 1024;
@@ -135,6 +142,54 @@ pub fn quantize(q: &QuantOperand, n: usize, x: &[f32], y: &mut [u8]) -> Result<(
         for j in done..ys.len() {
             ys[j] = quantize_one(q, xs[j]);
         }
+    });
+    Ok(())
+}
+
+/// Channels per parallel task of [`qglobal_avg_pool`].
+const MEAN_CHANNELS: usize = 256;
+
+/// `quant.global_avg_pool` of `n` NHWC images of `hw` pixels × `c` 8-bit
+/// channels into `n × c` 8-bit means (see the module docs).
+pub fn qglobal_avg_pool(q: &QuantMean, [n, hw, c]: [usize; 3], x: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
+    let need_x = n.checked_mul(hw).and_then(|v| v.checked_mul(c));
+    let need_y = n.checked_mul(c);
+    let (Some(need_x), Some(need_y)) = (need_x, need_y) else {
+        return Err(kerr(format!("global average pool: {n}×{hw}×{c} overflows")));
+    };
+    for (name, need, len) in [("input", need_x, x.len()), ("output", need_y, y.len())] {
+        if len < need {
+            return Err(kerr(format!("global average pool: {name} needs {need} bytes, found {len}")));
+        }
+    }
+    if need_y == 0 {
+        return Ok(());
+    }
+    let (z, s) = (q.x.zero as f32, q.x.scale);
+    let lut: [f64; 256] = std::array::from_fn(|b| {
+        let v = if q.x.signed { b as u8 as i8 as f32 } else { b as f32 };
+        ((v - z) * s) as f64
+    });
+    let (lo, hi) = (q.y_min, q.y_max);
+    let chunks = c.div_ceil(MEAN_CHANNELS);
+    y[..need_y].par_chunks_mut(c).enumerate().for_each(|(b, ys)| {
+        ys.par_chunks_mut(MEAN_CHANNELS).enumerate().with_min_len((chunks / 2).max(1)).for_each(|(k, yk)| {
+            let c0 = k * MEAN_CHANNELS;
+            let mut acc = [0f64; MEAN_CHANNELS];
+            let acc = &mut acc[..yk.len()];
+            for p in 0..hw {
+                let row = &x[(b * hw + p) * c + c0..][..yk.len()];
+                for (a, &v) in acc.iter_mut().zip(row) {
+                    *a += lut[v as usize];
+                }
+            }
+            for (o, &a) in yk.iter_mut().zip(acc.iter()) {
+                let stored = quantize_one(&q.y, (a / hw as f64) as f32);
+                let v = if q.y.signed { stored as i8 as i32 } else { stored as i32 };
+                // max then min: crossed bounds give the upper one, as the op does.
+                *o = v.max(lo).min(hi) as u8;
+            }
+        });
     });
     Ok(())
 }
@@ -367,6 +422,32 @@ mod tests {
 
     fn operand(signed: bool, zero: i32, scale: f32) -> QuantOperand {
         QuantOperand { signed, zero, scale }
+    }
+
+    /// Channel blocks and images split as the parallel loop does: each
+    /// channel's mean equals that channel pooled on its own (gathered
+    /// into a one-channel tensor), for u8 and i8 with a clamp; short
+    /// buffers are errors.
+    #[test]
+    fn global_average_pool_channels_are_independent() {
+        let (n, hw, c) = (2usize, 7usize, 600usize);
+        let x = bytes(n * hw * c, 5);
+        for (signed, y_min, y_max) in [(false, 0, 255), (true, -20, 90)] {
+            let q = QuantMean { x: operand(signed, if signed { -3 } else { 120 }, 0.037), y: operand(signed, 4, 0.011), y_min, y_max };
+            let mut y = vec![0u8; n * c];
+            qglobal_avg_pool(&q, [n, hw, c], &x, &mut y).unwrap();
+            for b in 0..n {
+                for ch in [0, 1, 255, 256, 257, 511, 512, 599] {
+                    let col: Vec<u8> = (0..hw).map(|p| x[(b * hw + p) * c + ch]).collect();
+                    let mut one = [0u8; 1];
+                    qglobal_avg_pool(&q, [1, hw, 1], &col, &mut one).unwrap();
+                    assert_eq!(y[b * c + ch], one[0], "image {b} channel {ch}");
+                }
+            }
+            assert!(y.iter().any(|&v| v != y[0]), "all outputs equal: the test data is too flat");
+            assert!(qglobal_avg_pool(&q, [n, hw, c], &x[1..], &mut y).is_err());
+            assert!(qglobal_avg_pool(&q, [n, hw, c], &x, &mut y[1..]).is_err());
+        }
     }
 
     /// The vector paths agree with the scalar definition byte for byte,

@@ -399,7 +399,12 @@ impl<'a> Tr<'a, '_> {
             }
             // The CPU's 8-bit kernels: `LowerOptions::GPU` never asks for
             // them (its int8_elementwise is off).
-            Step::QAdd { .. } | Step::QMaxPool { .. } | Step::Quantize { .. } | Step::Dequantize { .. } | Step::QMatMul { .. } => {
+            Step::QAdd { .. }
+            | Step::QMaxPool { .. }
+            | Step::QGlobalAvgPool { .. }
+            | Step::Quantize { .. }
+            | Step::Dequantize { .. }
+            | Step::QMatMul { .. } => {
                 Err(format!("internal error: a {} step in a GPU plan (please report)", step.kind()))
             }
             Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
