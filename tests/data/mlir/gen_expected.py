@@ -149,4 +149,20 @@ for ih in range(4):
     for iw in range(4):
         full[0, ih * 2:ih * 2 + 3, iw * 2:iw * 2 + 3, :] += np.einsum("c,okwc->kwo", x[0, ih, iw].astype(np.float64), w.astype(np.float64))
 case("transpose_conv2d", [x, w, b], (full[:, 1:, 1:, :] + b).astype(np.float32), OWN)
+a = rng.integers(-128, 128, size=(1, 5, 3)).astype(np.int8)
+b = rng.integers(-128, 128, size=(1, 3, 6)).astype(np.int8)
+case("matmul_quantized", [a, b], ((a.astype(np.int64) - 1) @ (b.astype(np.int64) - 2)).astype(np.int32))
+x = rng.integers(-128, 128, size=(1, 5, 5, 3)).astype(np.int8)
+w = rng.integers(-128, 128, size=(4, 3, 3, 3)).astype(np.int8)
+b = rng.integers(-5000, 5000, size=4).astype(np.int32)
+xp = np.pad(x.astype(np.int64) + 3, ((0, 0), (1, 1), (1, 1), (0, 0)))  # padding is the zero point: 0 after x - zp
+y = np.zeros((1, 3, 3, 4), dtype=np.int64)
+for i in range(3):
+    for j in range(3):
+        win = xp[0, 2 * i:2 * i + 3, 2 * j:2 * j + 3, :]
+        y[0, i, j] = np.einsum("hwc,ohwc->o", win, w.astype(np.int64) - 2) + b
+mult = np.array([1073741824, 1342177280, 805306368, 1610612736], dtype=np.int64)
+shift = np.array([38, 38, 37, 39], dtype=np.int64)
+q = np.clip(((y * mult + (1 << (shift - 1))) >> shift) - 5, -128, 127)
+case("conv2d_int8_zero_points", [x, w, b], (y.astype(np.int32), q.astype(np.int8)), OWN)
 print("wrote", HERE, OWN)

@@ -55,6 +55,46 @@ impl<'x, 'o> Imp<'x, 'o> {
         Ok(())
     }
 
+    /// The operands of a TOSA compute op: `(operand, zero-point operand)`
+    /// pairs. Float operands come as they are (their zero points must be
+    /// 0). Integer ones (TOSA's quantized arithmetic on plain integers)
+    /// come as f64 less their zero point — exact, as products of 8- and
+    /// 16-bit integers summed in f64 stay integers well below 2^53 — with
+    /// the integer type to cast the op's result back to.
+    pub(super) fn int_compute<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, operands: &[(usize, Option<usize>)]) -> R<(Vec<V>, Option<Scalar>)> {
+        let first = self.t(op, operands[0].0)?;
+        if !self.ty(&first).elem.is_int() {
+            let zps: Vec<usize> = operands.iter().filter_map(|o| o.1).collect();
+            self.zero_points(op, &zps)?;
+            return operands.iter().map(|o| self.t(op, o.0)).collect::<R<Vec<_>>>().map(|v| (v, None));
+        }
+        let out = self.result_type(op, 0)?.elem.scalar().filter(|s| s.is_int()).ok_or_else(|| self.err(format!("`{}` on integers must produce integers", opname(op))))?;
+        let mut vs = vec![];
+        for &(i, zp) in operands {
+            let x = self.t(op, i)?;
+            let x = self.cast(&x, Scalar::F64)?;
+            let z = match zp {
+                Some(z) if z < op.operand_count() => self.const_operand(op, z, "zero point")?.get_f64(0),
+                _ => 0.0,
+            };
+            vs.push(if z != 0.0 {
+                let zt = V::konst(Tensor::from_f64(TensorType::new(vec![], Scalar::F64), vec![z]));
+                self.op1(Opcode::Sub, &[x, zt], Attrs::new())?
+            } else {
+                x
+            });
+        }
+        Ok((vs, Some(out)))
+    }
+
+    /// An integer compute op's f64 result cast back to its integer type.
+    pub(super) fn int_result(&mut self, y: V, int: Option<Scalar>) -> R<V> {
+        match int {
+            Some(s) => self.cast(&y, s),
+            None => Ok(y),
+        }
+    }
+
     /// A linalg op's result: `y` plus its `outs` operand `i` unless that is
     /// `tensor.empty` or zeros.
     pub(super) fn accumulate<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, i: usize, y: V) -> R<V> {

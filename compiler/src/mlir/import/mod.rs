@@ -477,17 +477,18 @@ impl<'x, 'o> Imp<'x, 'o> {
             }
             // Compute.
             "tosa.matmul" | "linalg.matmul" | "linalg.batch_matmul" => {
-                if name == "tosa.matmul" {
-                    self.zero_points(op, &[2, 3])?;
-                }
-                let (a, b) = (self.t(op, 0)?, self.t(op, 1)?);
-                let y = self.op1(Opcode::MatMul, &[a, b], Attrs::new())?;
-                let y = if name == "tosa.matmul" { y } else { self.accumulate(op, 2, y)? };
+                let (ab, int) = if name == "tosa.matmul" {
+                    self.int_compute(op, &[(0, Some(2)), (1, Some(3))])?
+                } else {
+                    (vec![self.t(op, 0)?, self.t(op, 1)?], None)
+                };
+                let y = self.op1(Opcode::MatMul, &ab, Attrs::new())?;
+                let y = if name == "tosa.matmul" { self.int_result(y, int)? } else { self.accumulate(op, 2, y)? };
                 one(y)
             }
             "tosa.conv2d" | "tosa.depthwise_conv2d" => {
-                self.zero_points(op, &[3, 4])?;
-                let (x, w, b) = (self.t(op, 0)?, self.t(op, 1)?, self.t(op, 2)?);
+                let (xwb, int) = self.int_compute(op, &[(0, Some(3)), (1, Some(4)), (2, None)])?;
+                let [x, w, b] = <[V; 3]>::try_from(xwb).map_err(|_| self.err("three operands expected"))?;
                 let pad = self.ints(op, "pad")?;
                 let stride = self.ints(op, "stride")?;
                 let dil = self.ints(op, "dilation")?;
@@ -516,11 +517,12 @@ impl<'x, 'o> Imp<'x, 'o> {
                     .with("groups", Attr::Int(groups));
                 let y = self.op1(Opcode::Conv2d, &[xn, w, b], a)?;
                 let y = self.transpose(&y, &[0, 2, 3, 1])?;
+                let y = self.int_result(y, int)?;
                 one(self.expect(y, &want)?)
             }
             "tosa.transpose_conv2d" => {
-                self.zero_points(op, &[3, 4])?;
-                let (x, w, b) = (self.t(op, 0)?, self.t(op, 1)?, self.t(op, 2)?);
+                let (xwb, int) = self.int_compute(op, &[(0, Some(3)), (1, Some(4)), (2, None)])?;
+                let [x, w, b] = <[V; 3]>::try_from(xwb).map_err(|_| self.err("three operands expected"))?;
                 let op_ = self.ints(op, "out_pad")?;
                 let stride = self.ints(op, "stride")?;
                 if op_[0] > 0 || op_[2] > 0 {
@@ -544,6 +546,7 @@ impl<'x, 'o> Imp<'x, 'o> {
                     .with("output_padding", Attr::Ints(vec![ob, or]));
                 let y = self.op1(Opcode::ConvTranspose2d, &[xn, w, b], a)?;
                 let y = self.transpose(&y, &[0, 2, 3, 1])?;
+                let y = self.int_result(y, int)?;
                 one(self.expect(y, &want)?)
             }
             "tosa.avg_pool2d" | "tosa.max_pool2d" => {
