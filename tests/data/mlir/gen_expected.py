@@ -165,4 +165,22 @@ mult = np.array([1073741824, 1342177280, 805306368, 1610612736], dtype=np.int64)
 shift = np.array([38, 38, 37, 39], dtype=np.int64)
 q = np.clip(((y * mult + (1 << (shift - 1))) >> shift) - 5, -128, 127)
 case("conv2d_int8_zero_points", [x, w, b], (y.astype(np.int32), q.astype(np.int8)), OWN)
+def bools(*shape):
+    return rng.integers(0, 2, size=shape).astype(bool)
+
+
+a, b = bools(13, 21, 3), bools(13, 21, 1)
+case("logical_and", [a, b], a & b)
+a, b = bools(13, 1, 3), bools(13, 21, 3)
+case("logical_or", [a, b], a | b)
+a, b = bools(13, 1, 3), bools(13, 21, 3)
+case("logical_xor", [a, b], a ^ b)
+a = bools(1, 21, 3)
+case("logical_not", [a], ~a)
+a = rng.random((13, 21, 3)) < 0.9  # mostly true, so some columns are all true
+case("reduce_all", [a], a.all(axis=0))
+a = rng.random((13, 21, 3)) < 0.05  # mostly false, so some columns have none
+case("reduce_any", [a], a.any(axis=0))
+x = f32(3, 5, 2)
+case("reverse", [x], x[:, ::-1, :].copy(), OWN)
 print("wrote", HERE, OWN)

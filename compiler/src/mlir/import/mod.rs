@@ -341,6 +341,48 @@ impl<'x, 'o> Imp<'x, 'o> {
                 let (f, tr) = (self.splat(0.0, &t, &[]), self.splat(1.0, &t, &[]));
                 one(self.op1(Opcode::Where, &[lt, f, tr], Attrs::new())?)
             }
+            // Booleans: `where` with constant true/false.
+            "tosa.logical_and" | "tosa.logical_or" | "tosa.logical_xor" => {
+                let (a, b) = (self.t(op, 0)?, self.t(op, 1)?);
+                let t = TensorType::new(vec![], Scalar::I1);
+                let (f, tr) = (self.splat(0.0, &t, &[]), self.splat(1.0, &t, &[]));
+                let y = match name {
+                    "tosa.logical_and" => self.op1(Opcode::Where, &[a, b, f], Attrs::new())?,
+                    "tosa.logical_or" => self.op1(Opcode::Where, &[a, tr, b], Attrs::new())?,
+                    _ => {
+                        let eq = self.op1(Opcode::Equal, &[a, b], Attrs::new())?;
+                        self.op1(Opcode::Where, &[eq, f, tr], Attrs::new())?
+                    }
+                };
+                one(y)
+            }
+            "tosa.logical_not" => {
+                let a = self.t(op, 0)?;
+                let t = TensorType::new(vec![], Scalar::I1);
+                let (f, tr) = (self.splat(0.0, &t, &[]), self.splat(1.0, &t, &[]));
+                one(self.op1(Opcode::Where, &[a, f, tr], Attrs::new())?)
+            }
+            "tosa.reduce_all" | "tosa.reduce_any" => {
+                // On 0/1 integers: all is the minimum, any the maximum.
+                let x = self.t(op, 0)?;
+                let axis = self.int(op, "axis")?;
+                let i = self.cast(&x, Scalar::I32)?;
+                let oc = if name == "tosa.reduce_all" { Opcode::ReduceMin } else { Opcode::ReduceMax };
+                let r = self.op1(oc, &[i], Attrs::new().with("axes", Attr::Ints(vec![axis])).with("keepdims", Attr::Bool(true)))?;
+                let zero = V::konst(Tensor::from_i64(TensorType::new(vec![], Scalar::I32), vec![0]));
+                one(self.op1(Opcode::Greater, &[r, zero], Attrs::new())?)
+            }
+            "tosa.reverse" => {
+                let x = self.t(op, 0)?;
+                let axis = self.int(op, "axis")?;
+                let d = self.ty(&x).shape.get(axis as usize).copied().unwrap_or(0) as i64;
+                let a = Attrs::new()
+                    .with("starts", Attr::Ints(vec![d - 1]))
+                    .with("ends", Attr::Ints(vec![-d - 1]))
+                    .with("axes", Attr::Ints(vec![axis]))
+                    .with("steps", Attr::Ints(vec![-1]));
+                one(self.op1(Opcode::Slice, &[x], a)?)
+            }
             "tosa.select" | "arith.select" => {
                 let (c, a, b) = (self.t(op, 0)?, self.t(op, 1)?, self.t(op, 2)?);
                 one(self.op1(Opcode::Where, &[c, a, b], Attrs::new())?)
