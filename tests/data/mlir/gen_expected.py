@@ -183,4 +183,11 @@ a = rng.random((13, 21, 3)) < 0.05  # mostly false, so some columns have none
 case("reduce_any", [a], a.any(axis=0))
 x = f32(3, 5, 2)
 case("reverse", [x], x[:, ::-1, :].copy(), OWN)
+# Quantized tensors are their stored integers, in and out.
+x = rng.integers(-128, 128, size=(1, 4, 4, 4)).astype(np.int8)
+w = rng.integers(-128, 128, size=(8, 1, 1, 4)).astype(np.int8)
+b = rng.integers(-128, 128, size=8).astype(np.int8)
+case("conv2d_quant_uniform", [x, w, b], (np.einsum("nhwc,oc->nhwo", x.astype(np.int64), w[:, 0, 0, :].astype(np.int64)) + b).astype(np.int32))
+x = rng.integers(-128, 128, size=(13, 21, 3)).astype(np.int8)
+case("clamp_quantized", [x], np.clip(x, 0, 1).astype(np.int8))
 print("wrote", HERE, OWN)

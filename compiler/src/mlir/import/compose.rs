@@ -57,22 +57,26 @@ impl<'x, 'o> Imp<'x, 'o> {
 
     /// The operands of a TOSA compute op: `(operand, zero-point operand)`
     /// pairs. Float operands come as they are (their zero points must be
-    /// 0). Integer ones (TOSA's quantized arithmetic on plain integers)
-    /// come as f64 less their zero point — exact, as products of 8- and
-    /// 16-bit integers summed in f64 stay integers well below 2^53 — with
-    /// the integer type to cast the op's result back to.
-    pub(super) fn int_compute<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, operands: &[(usize, Option<usize>)]) -> R<(Vec<V>, Option<Scalar>)> {
+    /// 0). Integer ones (TOSA's quantized arithmetic, on plain integers or
+    /// on `!quant.uniform` storage) come as their stored integers in f64
+    /// less their zero point — exact, as products of 8- and 16-bit
+    /// integers summed in f64 stay integers well below 2^53 — with the
+    /// type to turn the op's result back into.
+    pub(super) fn int_compute<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, operands: &[(usize, Option<usize>)]) -> R<(Vec<V>, Option<TensorType>)> {
         let first = self.t(op, operands[0].0)?;
-        if !self.ty(&first).elem.is_int() {
+        if !is_integer(&self.ty(&first)) {
             let zps: Vec<usize> = operands.iter().filter_map(|o| o.1).collect();
             self.zero_points(op, &zps)?;
             return operands.iter().map(|o| self.t(op, o.0)).collect::<R<Vec<_>>>().map(|v| (v, None));
         }
-        let out = self.result_type(op, 0)?.elem.scalar().filter(|s| s.is_int()).ok_or_else(|| self.err(format!("`{}` on integers must produce integers", opname(op))))?;
+        let out = self.result_type(op, 0)?;
+        if !is_integer(&out) {
+            return Err(self.err(format!("`{}` on integers must produce integers", opname(op))));
+        }
         let mut vs = vec![];
         for &(i, zp) in operands {
             let x = self.t(op, i)?;
-            let x = self.cast(&x, Scalar::F64)?;
+            let x = self.storage_f64(&x)?;
             let z = match zp {
                 Some(z) if z < op.operand_count() => self.const_operand(op, z, "zero point")?.get_f64(0),
                 _ => 0.0,
@@ -87,11 +91,62 @@ impl<'x, 'o> Imp<'x, 'o> {
         Ok((vs, Some(out)))
     }
 
-    /// An integer compute op's f64 result cast back to its integer type.
-    pub(super) fn int_result(&mut self, y: V, int: Option<Scalar>) -> R<V> {
+    /// An integer compute op's f64 result turned back into its type.
+    pub(super) fn int_result(&mut self, y: V, int: Option<TensorType>) -> R<V> {
         match int {
-            Some(s) => self.cast(&y, s),
+            Some(t) => self.from_storage(&y, &t),
             None => Ok(y),
+        }
+    }
+
+    /// The stored integers of `x` as f64: a cast for integer tensors; for a
+    /// `!quant.uniform` tensor `round(dequantize(x) / scale) + zero_point`,
+    /// exact (the dequantized value is within 2^-24 of an integer times
+    /// the scale).
+    pub(super) fn storage_f64(&mut self, x: &V) -> R<V> {
+        let t = self.ty(x);
+        let Some(q) = t.elem.quant().cloned() else { return self.cast(x, Scalar::F64) };
+        let d = self.op1(Opcode::Dequantize, std::slice::from_ref(x), Attrs::new())?;
+        let d = self.cast(&d, Scalar::F64)?;
+        let (s, z) = self.quant_params(&q, t.rank());
+        let d = self.op1(Opcode::Div, &[d, s], Attrs::new())?;
+        let r = self.round_even(&d)?;
+        self.op1(Opcode::Add, &[r, z], Attrs::new())
+    }
+
+    /// f64 integers `v` as a tensor of type `t`: a cast, or for a quantized
+    /// type `quantize((v - zero_point) * scale)`, which stores `v` again.
+    pub(super) fn from_storage(&mut self, v: &V, t: &TensorType) -> R<V> {
+        let Some(q) = t.elem.quant().cloned() else {
+            let s = t.elem.scalar().ok_or_else(|| self.err("an integer result type was expected"))?;
+            return self.cast(v, s);
+        };
+        let (s, z) = self.quant_params(&q, t.rank());
+        let d = self.op1(Opcode::Sub, &[v.clone(), z], Attrs::new())?;
+        let d = self.op1(Opcode::Mul, &[d, s], Attrs::new())?;
+        let d = self.cast(&d, q.expressed)?;
+        self.declared(Opcode::Quantize, &[d], Attrs::new(), t.clone())
+    }
+
+    /// A quantized type's scales and zero points as f64 constants that
+    /// broadcast against a tensor of rank `rank`.
+    fn quant_params(&self, q: &aoc_ir::types::QuantType, rank: usize) -> (V, V) {
+        use aoc_ir::types::QuantParams;
+        match &q.params {
+            QuantParams::PerTensor { scale, zero_point } => (
+                V::konst(Tensor::from_f64(TensorType::new(vec![], Scalar::F64), vec![*scale])),
+                V::konst(Tensor::from_f64(TensorType::new(vec![], Scalar::F64), vec![*zero_point as f64])),
+            ),
+            QuantParams::PerAxis { axis, scales, zero_points } => {
+                let mut shape = vec![1; rank];
+                if *axis < rank {
+                    shape[*axis] = scales.len();
+                }
+                (
+                    V::konst(Tensor::from_f64(TensorType::new(shape.clone(), Scalar::F64), scales.clone())),
+                    V::konst(Tensor::from_f64(TensorType::new(shape, Scalar::F64), zero_points.iter().map(|&z| z as f64).collect())),
+                )
+            }
         }
     }
 
@@ -168,10 +223,11 @@ impl<'x, 'o> Imp<'x, 'o> {
             return Err(self.err("`tosa.rescale` with unsigned inputs or outputs is not supported"));
         }
         let want = self.result_type(op, 0)?;
-        let out = want.elem.scalar().ok_or_else(|| self.err("`tosa.rescale` to a quantized type is not supported (use raw integer types)"))?;
-        let xt = self.ty(&x);
+        if !is_integer(&want) || !is_integer(&self.ty(&x)) {
+            return Err(self.err("`tosa.rescale` takes and gives integers"));
+        }
         let scales: Vec<f64> = mult.to_f64().iter().zip(shift.to_i64()).map(|(&m, s)| m / 2f64.powi(s as i32)).collect();
-        let xf = self.cast(&x, Scalar::F64)?;
+        let xf = self.storage_f64(&x)?;
         let z = self.splat(izp, &TensorType::new(vec![], Scalar::F64), &[]);
         let d = self.op1(Opcode::Sub, &[xf, z], Attrs::new())?;
         let sc = if scales.len() == 1 {
@@ -185,16 +241,21 @@ impl<'x, 'o> Imp<'x, 'o> {
         let p = self.op1(Opcode::Floor, &[p], Attrs::new())?;
         let oz = self.splat(ozp, &TensorType::new(vec![], Scalar::F64), &[]);
         let p = self.op1(Opcode::Add, &[p, oz], Attrs::new())?;
-        let (lo, hi) = match out {
+        let (lo, hi) = match want.elem.storage() {
             Scalar::I8 => (-128.0, 127.0),
             Scalar::I16 => (-32768.0, 32767.0),
             Scalar::I32 => (i32::MIN as f64, i32::MAX as f64),
             Scalar::U8 => (0.0, 255.0),
-            _ => return Err(self.err(format!("`tosa.rescale` to {} is not supported", out.name()))),
+            s => return Err(self.err(format!("`tosa.rescale` to {} is not supported", s.name()))),
         };
         let p = self.op1(Opcode::Clip, &[p], Attrs::new().with("min", Attr::Float(lo)).with("max", Attr::Float(hi)))?;
-        let _ = xt;
-        let y = self.cast(&p, out)?;
+        let y = self.from_storage(&p, &want)?;
         self.expect(y, &want)
     }
+}
+
+/// Whether `t` holds integers: a plain integer type or a quantized one
+/// with integer storage.
+fn is_integer(t: &TensorType) -> bool {
+    t.elem.is_int() || t.elem.quant().is_some_and(|q| q.storage.is_int())
 }

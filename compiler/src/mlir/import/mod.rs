@@ -413,6 +413,13 @@ impl<'x, 'o> Imp<'x, 'o> {
             "tosa.clamp" => {
                 let x = self.t(op, 0)?;
                 let (lo, hi) = (self.num(op, "min_val")?, self.num(op, "max_val")?);
+                if self.ty(&x).elem.quant().is_some() {
+                    // On a quantized tensor the bounds are stored integers.
+                    let want = self.result_type(op, 0)?;
+                    let sx = self.storage_f64(&x)?;
+                    let c = self.op1(Opcode::Clip, &[sx], Attrs::new().with("min", Attr::Float(lo)).with("max", Attr::Float(hi)))?;
+                    return one(self.from_storage(&c, &want)?);
+                }
                 let s = self.ty(&x).elem.storage();
                 let lim = |v: f64| v.is_finite() && (!s.is_float() || v.abs() < 3.0e38);
                 let mut a = Attrs::new();
