@@ -268,6 +268,7 @@ def quantize(
     method: str = "entropy",
     target_sqnr: Optional[float] = None,
     *,
+    target: str = "host",
     percentile: float = 99.99,
     precision: str = "int8",
     activations: str = "u8",
@@ -293,6 +294,9 @@ def quantize(
     method: ``entropy``, ``percentile``, ``mse`` or ``minmax``.
     target_sqnr: keep the most sensitive layers in float until the
         output SQNR against the float model is at least this many dB.
+    target: where the result will run (as for :func:`compile`): layers the
+        target has no integer kernel for stay out of int8 (on GPUs with
+        fp16 tensor cores they run in fp16: compile with precision="fp16").
     eval: held-out batches (as ``calibration``) to measure the result on.
     The other options are ``aoc quantize``'s flags of the same names.
 
@@ -328,6 +332,7 @@ def quantize(
             sensitivity_batches=int(sensitivity_batches),
             requantize=bool(requantize),
             threads=int(threads),
+            target=str(target),
         )
         report, table = _aoc.quantize(path, calib_dir, out_path, options, eval_dir, shapes)
         if isinstance(report, dict):

@@ -273,6 +273,7 @@ struct QuantizeOptions {
     sensitivity_batches: usize,
     requantize: bool,
     threads: usize,
+    target: String,
 }
 
 /// `aoc quantize MODEL --calib DIR -o OUT.air [--eval DIR] ...`: writes the
@@ -341,6 +342,8 @@ fn quantize_files(
     let inputs = entry_inputs(entry);
     let calib = CalibData::open(calib, &inputs, None).map_err(bad)?;
     let eval = eval.map(|d| CalibData::open(d, &inputs, None)).transpose().map_err(bad)?;
+    // Where the result will run decides which layers go int8 (the
+    // CLI's --target).
     let cfg = Config {
         method,
         precision,
@@ -352,7 +355,7 @@ fn quantize_files(
         sensitivity: o.sensitivity,
         sensitivity_batches: o.sensitivity_batches,
         threads: o.threads,
-        target: engine::Target::Cpu,
+        target: engine::Target::parse(&o.target).map_err(bad)?,
         requantize: o.requantize,
         progress: false,
     };

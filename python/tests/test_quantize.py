@@ -123,3 +123,15 @@ def test_quantizing_a_quantized_model_says_how(resnet):
     ex = Example("qdq_cnn")
     with pytest.raises(aoc.QuantizeError, match="already quantized"):
         aoc.quantize(ex.onnx, ex.calibration(2))
+
+
+def test_target_decides_placement(encoder):
+    cal = encoder.calibration(4)
+    _, host = aoc.quantize(encoder.onnx, cal, method="minmax")
+    model, gpu = aoc.quantize(encoder.onnx, cal, method="minmax", target="sm_90")
+    assert gpu["target"] == "sm_90" and gpu["kept_precision"] == "fp16", {k: gpu[k] for k in ("target", "kept_precision")}
+    int8 = lambda r: sum(1 for l in r["layers"] if l["precision"] == "int8")
+    assert int8(gpu) < int8(host)  # attention's activation x activation matmuls stay out on the GPU
+    assert aoc.compile(model, target="sm_90", precision="fp16").is_gpu
+    with pytest.raises(aoc.InputError, match="unknown --target `z80`"):
+        aoc.quantize(encoder.onnx, cal, target="z80")
