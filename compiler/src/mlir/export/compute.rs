@@ -332,6 +332,10 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
         self.op1("quant.qcast", &[x], t.clone(), &[], loc)
     }
 
+    /// ONNX-style `core.slice` (negative starts, any steps) as TOSA:
+    /// `tosa.slice` for step 1; `tosa.reverse` first for negative steps;
+    /// a step `k > 1` takes a slice of `len * k` (padded at the end where
+    /// it runs past), reshapes the axis to `[len, k]` and keeps index 0.
     pub(super) fn slice(&mut self, attrs: &Attrs, x: &V<'c, 'a>, out: &TensorType, loc: Location<'c>) -> R<V<'c, 'a>> {
         let r = x.t.rank();
         let starts = ints(attrs, "starts");
@@ -340,19 +344,77 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
             _ => (0..starts.len()).collect(),
         };
         let steps = ints(attrs, "steps");
-        if steps.iter().any(|&s| s != 1) {
-            return Err(String::new());
-        }
-        let mut start = vec![0i64; r];
+        let mut y = x.clone();
         for (i, &a) in axes.iter().enumerate() {
-            let d = x.t.shape[a] as i64;
+            let d = y.t.shape[a] as i64;
+            let len = out.shape[a];
+            let mut step = steps.get(i).copied().unwrap_or(1);
             let s = starts[i];
-            start[a] = if s < 0 { (s + d).max(0) } else { s.min(d) };
+            let s = if s < 0 { s + d } else { s };
+            let mut start = if step > 0 { s.clamp(0, d) } else { s.clamp(0, (d - 1).max(0)) };
+            if step < 0 {
+                y = self.op1("tosa.reverse", &[&y], y.t.clone(), &[("axis", self.attr(&format!("{a} : i32"))?)], loc)?;
+                start = d - 1 - start;
+                step = -step;
+            }
+            y = self.slice_axis(&y, a, start, step as usize, len, loc)?;
         }
-        let st = self.shape_const(&start, loc)?;
-        let sz = self.shape_const(&out.shape.iter().map(|&d| d as i64).collect::<Vec<_>>(), loc)?;
-        let ty = types::tensor(self.ctx, out)?;
-        Ok(V { v: self.emit("tosa.slice", &[x.v, st, sz], &[ty], &[], loc)?[0], t: out.clone() })
+        if y.t.shape != out.shape {
+            return Err(internal(format!("slice to {:?}, expected {:?}", y.t.shape, out.shape)));
+        }
+        if y.v == x.v {
+            return self.unary("tosa.identity", x, loc);
+        }
+        Ok(y)
+    }
+
+    /// Elements `start, start + step, ...` (`len` of them) along `axis`.
+    fn slice_axis(&mut self, x: &V<'c, 'a>, axis: usize, start: i64, step: usize, len: usize, loc: Location<'c>) -> R<V<'c, 'a>> {
+        let d = x.t.shape[axis];
+        if step == 1 && start == 0 && len == d {
+            return Ok(x.clone());
+        }
+        let span = if step == 1 { len } else { len * step };
+        let mut x = x.clone();
+        let end = start as usize + span;
+        if end > d {
+            // Pad the end so the strided view is whole; the padding is never kept.
+            let mut padding = vec![0i64; 2 * x.t.rank()];
+            padding[2 * axis + 1] = (end - d) as i64;
+            let sh = self.shape_const(&padding, loc)?;
+            let pc = self.splat(0.0, x.t.elem.storage(), &[1], loc)?;
+            let mut shape = x.t.shape.clone();
+            shape[axis] = end;
+            let t = x.t.with_shape(shape);
+            let ty = types::tensor(self.ctx, &t)?;
+            x = V { v: self.emit("tosa.pad", &[x.v, sh, pc.v], &[ty], &[], loc)?[0], t };
+        }
+        let mut begin = vec![0i64; x.t.rank()];
+        begin[axis] = start;
+        let mut size: Vec<i64> = x.t.shape.iter().map(|&d| d as i64).collect();
+        size[axis] = span as i64;
+        let (st, sz) = (self.shape_const(&begin, loc)?, self.shape_const(&size, loc)?);
+        let t = x.t.with_shape(size.iter().map(|&d| d as usize).collect::<Vec<_>>());
+        let ty = types::tensor(self.ctx, &t)?;
+        let y = V { v: self.emit("tosa.slice", &[x.v, st, sz], &[ty], &[], loc)?[0], t };
+        if step == 1 {
+            return Ok(y);
+        }
+        let mut split = y.t.shape[..axis].to_vec();
+        split.extend([len, step]);
+        split.extend(&y.t.shape[axis + 1..]);
+        let y = self.reshape(&y, &split, loc)?;
+        let mut begin = vec![0i64; split.len()];
+        begin[axis + 1] = 0;
+        let mut size: Vec<i64> = split.iter().map(|&d| d as i64).collect();
+        size[axis + 1] = 1;
+        let (st, sz) = (self.shape_const(&begin, loc)?, self.shape_const(&size, loc)?);
+        let t = y.t.with_shape(size.iter().map(|&d| d as usize).collect::<Vec<_>>());
+        let ty = types::tensor(self.ctx, &t)?;
+        let y = V { v: self.emit("tosa.slice", &[y.v, st, sz], &[ty], &[], loc)?[0], t };
+        let mut shape = x.t.shape.clone();
+        shape[axis] = len;
+        self.reshape(&y, &shape, loc)
     }
 
     /// `core.gather` as 3-D `tosa.gather`: data `[P, A, Q]`, indices `[P, W]`.

@@ -53,8 +53,10 @@ type R<T> = Result<T, String>;
 /// Imports the MLIR file at `path`; the module names its weights file
 /// `weights_path` (as `@weights`).
 pub fn import_mlir(path: &Path, weights_path: &str) -> R<ImportedMlir> {
-    let m = Mlir::new();
     let name = path.display().to_string();
+    // MLIR's own message for a missing file has no location.
+    std::fs::metadata(path).map_err(|e| format!("error: cannot read {name}: {e}"))?;
+    let m = Mlir::new();
     let raw = unsafe { sys::mlirModuleCreateParseFromFile(m.ctx.to_raw(), melior::StringRef::new(&name).to_raw()) };
     if raw.ptr.is_null() {
         let d = m.take_diagnostics();
