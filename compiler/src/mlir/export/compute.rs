@@ -244,8 +244,22 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
             let wr = self.reshape(w, &[cin, mult, kh, kw], loc)?;
             let wt = self.transpose(&wr, &[2, 3, 0, 1], loc)?;
             self.op1("tosa.depthwise_conv2d", &[&xs, &wt, &bias, &zp, &zp], t, &common, loc)?
+        } else if groups > 1 && cin % groups == 0 && cout % groups == 0 {
+            // Grouped: one tosa.conv2d per group on its channel slices, concatenated.
+            let (gi, go) = (cin / groups, cout / groups);
+            let wt = self.transpose(w, &[0, 2, 3, 1], loc)?;
+            let mut parts = vec![];
+            for g in 0..groups {
+                let xg = self.slice_axis(&xs, 3, (g * gi) as i64, 1, gi, loc)?;
+                let wg = self.slice_axis(&wt, 0, (g * go) as i64, 1, go, loc)?;
+                let bg = self.slice_axis(&bias, 0, (g * go) as i64, 1, go, loc)?;
+                let tg = t.with_shape(vec![out[0], out[2], out[3], go]);
+                parts.push(self.op1("tosa.conv2d", &[&xg, &wg, &bg, &zp, &zp], tg, &common, loc)?);
+            }
+            let refs: Vec<&V<'c, 'a>> = parts.iter().collect();
+            self.op1("tosa.concat", &refs, t, &[("axis", self.attr("3 : i32")?)], loc)?
         } else {
-            return Err(format!("error: grouped convolutions (groups = {groups}, not depthwise) are not supported by the MLIR export"));
+            return Err(format!("error: grouped convolutions (groups = {groups}) whose channels do not divide evenly are not supported by the MLIR export"));
         };
         self.transpose(&y, &[0, 3, 1, 2], loc)
     }
@@ -369,7 +383,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
     }
 
     /// Elements `start, start + step, ...` (`len` of them) along `axis`.
-    fn slice_axis(&mut self, x: &V<'c, 'a>, axis: usize, start: i64, step: usize, len: usize, loc: Location<'c>) -> R<V<'c, 'a>> {
+    pub(super) fn slice_axis(&mut self, x: &V<'c, 'a>, axis: usize, start: i64, step: usize, len: usize, loc: Location<'c>) -> R<V<'c, 'a>> {
         let d = x.t.shape[axis];
         if step == 1 && start == 0 && len == d {
             return Ok(x.clone());
