@@ -5,12 +5,26 @@ private ones (compile, load, explain, quantize)."""
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union, overload
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, final, overload
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
+__all__ = [
+    "set_verbose",
+    "Artifact",
+    "compile",
+    "load",
+    "explain",
+    "model_inputs",
+    "quantize",
+    "save_model",
+    "Session",
+    "OutputBuffer",
+    "empty",
+    "__version__",
+]
 
 _Path = Union[str, "os.PathLike[str]"]
 _Feed = Mapping[str, npt.ArrayLike]
@@ -19,10 +33,11 @@ def set_verbose(verbose: bool) -> None:
     """Whether aoc prints its summaries, warnings and progress to stderr
     (off by default inside Python)."""
 
-def empty(shape: Sequence[int], dtype: npt.DTypeLike = None) -> np.ndarray:
+def empty(shape: Sequence[int], dtype: Optional[npt.DTypeLike] = None) -> np.ndarray:
     """A zeroed C-contiguous array (float32 unless `dtype`) whose memory is
     64-byte aligned: as an input, the CPU runtime reads it without staging."""
 
+@final
 class Artifact:
     """A compiled model: the bytes of one `.aoc` file, in memory
     (`aoc.compile` makes one, `aoc.load` reads one)."""
@@ -45,11 +60,13 @@ class Artifact:
         """The `.aoc` file's bytes."""
     def __len__(self) -> int: ...
 
+@final
 class OutputBuffer:
     """The 64-byte aligned memory of an output array (its `base`)."""
 
     def __len__(self) -> int: ...
 
+@final
 class Session:
     """A loaded artifact, run on NumPy arrays: on the CPU, or on a GPU for
     `sm_*` artifacts. Several Python threads may run one session at once
@@ -60,25 +77,24 @@ class Session:
     converted quietly). Each output is a fresh array whose memory the
     kernels wrote directly (no copy out)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         artifact: Union[Artifact, _Path],
         threads: Optional[int] = None,
         device: Union[None, int, str] = None,
-    ) -> None:
+    ) -> Session:
         """`artifact`: an `aoc.Artifact` or an `.aoc` file's path.
         `threads`: CPU worker threads (default: one per core).
         `device`: for GPU artifacts, `cuda`, `cuda:N` or N (default GPU 0);
         for CPU artifacts None or `cpu`."""
     @overload
-    def run(self, output_names_or_feed: _Feed) -> Dict[str, np.ndarray]: ...
+    def run(self, output_names_or_feed: _Feed, feed: None = None, run_options: Any = None) -> Dict[str, np.ndarray]:
+        """`run(feed)` -> {output name: array}, the outputs by name."""
     @overload
-    def run(self, output_names_or_feed: Optional[Sequence[str]], feed: _Feed, run_options: Any = None) -> List[np.ndarray]: ...
-    def run(self, output_names_or_feed: Any, feed: Any = None, run_options: Any = None) -> Any:
-        """`run(feed)` -> {output name: array}; `run(None, feed)` -> every
-        output in order and `run([names], feed)` -> those outputs, as ONNX
-        Runtime's `InferenceSession.run`. `feed` maps each input name to an
-        array."""
+    def run(self, output_names_or_feed: Optional[Sequence[str]], feed: _Feed, run_options: Any = None) -> List[np.ndarray]:
+        """`run(None, feed)` -> every output in order and `run([names],
+        feed)` -> those outputs, as ONNX Runtime's `InferenceSession.run`.
+        `feed` maps each input name to an array."""
     def bench(self, iters: int = 50, warmup: int = 5, inputs: Optional[_Feed] = None) -> Dict[str, Any]:
         """`aoc bench --json` on this session: p50_ms, p99_ms, mean_ms,
         throughput_per_s, peak_memory_bytes, iters, threads, load_ms (CPU);

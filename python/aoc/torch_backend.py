@@ -114,13 +114,13 @@ def _compile(gm: Any, example_inputs: Sequence[Any], target: str, precision: str
     with torch.no_grad():
         got = _flat(run(*example_inputs))
     tol = _TOLERANCE.get(precision, 1e-2)
-    for k, (g, e) in enumerate(zip(got, eager)):
-        e = e.detach().float().cpu().numpy()
-        g = g.detach().float().cpu().numpy()
-        if g.shape != e.shape:
-            raise _Fallback(f"output {k} has shape {g.shape}, eager {e.shape}")
-        scale = max(1.0, float(np.abs(e).max()) if e.size else 1.0)
-        err = float(np.abs(g - e).max()) / scale if e.size else 0.0
+    for k, (got_k, eager_k) in enumerate(zip(got, eager)):
+        want = eager_k.detach().float().cpu().numpy()
+        have = got_k.detach().float().cpu().numpy()
+        if have.shape != want.shape:
+            raise _Fallback(f"output {k} has shape {have.shape}, eager {want.shape}")
+        scale = max(1.0, float(np.abs(want).max()) if want.size else 1.0)
+        err = float(np.abs(have - want).max()) / scale if want.size else 0.0
         if not err <= tol:
             raise _Fallback(f"output {k} differs from eager by {err:.2e} of max(1, |eager|) (tolerance {tol:.0e})")
     return run
