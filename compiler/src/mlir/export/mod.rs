@@ -323,7 +323,9 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
             OpKind::Pointwise(p) => match p {
                 Pointwise::Cast => {
                     let x = need(0)?;
-                    let x = if x.t.elem.is_float() && !out.elem.is_float() { self.scalar_fn(Unary::Trunc, &x, loc)? } else { x };
+                    // aoc truncates floats to integers where TOSA rounds; to
+                    // bool both test for non-zero, so no truncation there.
+                    let x = if x.t.elem.is_float() && out.elem.is_int() { self.scalar_fn(Unary::Trunc, &x, loc)? } else { x };
                     self.op1("tosa.cast", &[&x], out.clone(), &[], loc)?
                 }
                 Pointwise::Where => self.select(&need(0)?, &need(1)?, &need(2)?, loc)?,
