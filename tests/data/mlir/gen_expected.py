@@ -190,4 +190,19 @@ b = rng.integers(-128, 128, size=8).astype(np.int8)
 case("conv2d_quant_uniform", [x, w, b], (np.einsum("nhwc,oc->nhwo", x.astype(np.int64), w[:, 0, 0, :].astype(np.int64)) + b).astype(np.int32))
 x = rng.integers(-128, 128, size=(13, 21, 3)).astype(np.int8)
 case("clamp_quantized", [x], np.clip(x, 0, 1).astype(np.int8))
+def apply_scale_32(v, m, s, double_round):
+    # TOSA 1.0 apply_scale_32, in exact integers.
+    r = np.int64(1) << (s - 1)
+    if double_round and s > 31:
+        r = r + np.where(v >= 0, np.int64(1) << 30, -(np.int64(1) << 30))
+    return (v * m + r) >> s
+
+
+x = rng.integers(-40000, 40000, size=(50, 3)).astype(np.int32)
+x[:4] = [[0, 0, 0], [1, 2, 3], [-1, -2, -3], [-15, 40000, -40000]]  # zero, small values of both signs, extremes
+mult = np.array([1518500250, 1073741824, 2000000000], dtype=np.int64)
+shift = np.array([33, 32, 31], dtype=np.int64)
+v = x.astype(np.int64)
+y = np.stack([apply_scale_32(v[:, c], mult[c], shift[c], True) for c in range(3)], axis=1)
+case("rescale_double_round", [x], np.clip(y, -32768, 32767).astype(np.int16), OWN)
 print("wrote", HERE, OWN)

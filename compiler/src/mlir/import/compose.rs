@@ -210,9 +210,10 @@ impl<'x, 'o> Imp<'x, 'o> {
         self.cast(&i, s)
     }
 
-    /// `tosa.rescale` with constant parameters, computed in f64:
-    /// `clamp(round((x - in_zp) * multiplier / 2^shift) + out_zp)`, rounding
-    /// half up (SINGLE_ROUND; DOUBLE_ROUND differs only in rare ties).
+    /// `tosa.rescale` with constant parameters, computed in f64 (exact
+    /// while `(x - in_zp) * multiplier` stays below 2^53):
+    /// `clamp(floor((x - in_zp) * multiplier / 2^shift + 1/2) + out_zp)`,
+    /// with DOUBLE_ROUND's extra rounding term where the shift exceeds 31.
     pub(super) fn rescale<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>) -> R<V> {
         let x = self.t(op, 0)?;
         let mult = self.const_operand(op, 1, "multiplier")?;
@@ -235,9 +236,26 @@ impl<'x, 'o> Imp<'x, 'o> {
         } else {
             V::konst(Tensor::from_f64(TensorType::new(vec![scales.len()], Scalar::F64), scales))
         };
-        let p = self.op1(Opcode::Mul, &[d, sc], Attrs::new())?;
+        let p = self.op1(Opcode::Mul, &[d.clone(), sc], Attrs::new())?;
         let half = self.splat(0.5, &TensorType::new(vec![], Scalar::F64), &[]);
         let p = self.op1(Opcode::Add, &[p, half], Attrs::new())?;
+        // DOUBLE_ROUND: where the shift exceeds 31 the rounding constant
+        // also moves 2^30 away from zero (TOSA's apply_scale_32), that is
+        // 2^(30 - shift) after the division.
+        let double = attr(op, "rounding_mode").is_some_and(|a| a.to_string().contains("DOUBLE_ROUND"));
+        let shifts = shift.to_i64();
+        let p = if double && shifts.iter().any(|&s| s > 31) {
+            let adj: Vec<f64> = shifts.iter().map(|&s| if s > 31 { 2f64.powi(30 - s as i32) } else { 0.0 }).collect();
+            let shape = if adj.len() == 1 { vec![] } else { vec![adj.len()] };
+            let pos = V::konst(Tensor::from_f64(TensorType::new(shape.clone(), Scalar::F64), adj.clone()));
+            let neg = V::konst(Tensor::from_f64(TensorType::new(shape, Scalar::F64), adj.iter().map(|a| -a).collect()));
+            let zero = self.splat(0.0, &TensorType::new(vec![], Scalar::F64), &[]);
+            let below = self.op1(Opcode::Less, &[d, zero], Attrs::new())?;
+            let a = self.op1(Opcode::Where, &[below, neg, pos], Attrs::new())?;
+            self.op1(Opcode::Add, &[p, a], Attrs::new())?
+        } else {
+            p
+        };
         let p = self.op1(Opcode::Floor, &[p], Attrs::new())?;
         let oz = self.splat(ozp, &TensorType::new(vec![], Scalar::F64), &[]);
         let p = self.op1(Opcode::Add, &[p, oz], Attrs::new())?;
