@@ -210,10 +210,9 @@ impl<'x, 'o> Imp<'x, 'o> {
         self.cast(&i, s)
     }
 
-    /// `tosa.rescale` with constant parameters, computed in f64 (exact
-    /// while `(x - in_zp) * multiplier` stays below 2^53):
-    /// `clamp(floor((x - in_zp) * multiplier / 2^shift + 1/2) + out_zp)`,
-    /// with DOUBLE_ROUND's extra rounding term where the shift exceeds 31.
+    /// `tosa.rescale` with constant parameters, exactly as TOSA's
+    /// `apply_scale_32` computes it, in i64:
+    /// `clamp(((x - in_zp) * multiplier + round) >> shift) + out_zp`.
     pub(super) fn rescale<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>) -> R<V> {
         let x = self.t(op, 0)?;
         let mult = self.const_operand(op, 1, "multiplier")?;
@@ -227,38 +226,41 @@ impl<'x, 'o> Imp<'x, 'o> {
         if !is_integer(&want) || !is_integer(&self.ty(&x)) {
             return Err(self.err("`tosa.rescale` takes and gives integers"));
         }
-        let scales: Vec<f64> = mult.to_f64().iter().zip(shift.to_i64()).map(|(&m, s)| m / 2f64.powi(s as i32)).collect();
-        let xf = self.storage_f64(&x)?;
-        let z = self.splat(izp, &TensorType::new(vec![], Scalar::F64), &[]);
-        let d = self.op1(Opcode::Sub, &[xf, z], Attrs::new())?;
-        let sc = if scales.len() == 1 {
-            V::konst(Tensor::from_f64(TensorType::new(vec![], Scalar::F64), scales))
-        } else {
-            V::konst(Tensor::from_f64(TensorType::new(vec![scales.len()], Scalar::F64), scales))
-        };
-        let p = self.op1(Opcode::Mul, &[d.clone(), sc], Attrs::new())?;
-        let half = self.splat(0.5, &TensorType::new(vec![], Scalar::F64), &[]);
-        let p = self.op1(Opcode::Add, &[p, half], Attrs::new())?;
-        // DOUBLE_ROUND: where the shift exceeds 31 the rounding constant
-        // also moves 2^30 away from zero (TOSA's apply_scale_32), that is
-        // 2^(30 - shift) after the division.
-        let double = attr(op, "rounding_mode").is_some_and(|a| a.to_string().contains("DOUBLE_ROUND"));
+        // TOSA's apply_scale_32 in i64 (|value * multiplier| < 2^62):
+        // (value * multiplier + round) >> shift, with round = 2^(shift-1),
+        // moved 2^30 away from zero under DOUBLE_ROUND where shift > 31.
         let shifts = shift.to_i64();
+        if shifts.iter().any(|&s| !(1..=62).contains(&s)) {
+            return Err(self.err("`tosa.rescale` shifts must be in [1, 62]"));
+        }
+        let double = attr(op, "rounding_mode").is_some_and(|a| a.to_string().contains("DOUBLE_ROUND"));
+        let per = |v: Vec<i64>| {
+            let shape = if v.len() == 1 { vec![] } else { vec![v.len()] };
+            V::konst(Tensor::from_i64(TensorType::new(shape, Scalar::I64), v))
+        };
+        let xf = self.storage_f64(&x)?;
+        let xi = self.cast(&xf, Scalar::I64)?;
+        let d = self.op1(Opcode::Sub, &[xi, per(vec![izp as i64])], Attrs::new())?;
+        let p = self.op1(Opcode::Mul, &[d.clone(), per(mult.to_i64())], Attrs::new())?;
+        let p = self.op1(Opcode::Add, &[p, per(shifts.iter().map(|&s| 1i64 << (s - 1)).collect())], Attrs::new())?;
         let p = if double && shifts.iter().any(|&s| s > 31) {
-            let adj: Vec<f64> = shifts.iter().map(|&s| if s > 31 { 2f64.powi(30 - s as i32) } else { 0.0 }).collect();
-            let shape = if adj.len() == 1 { vec![] } else { vec![adj.len()] };
-            let pos = V::konst(Tensor::from_f64(TensorType::new(shape.clone(), Scalar::F64), adj.clone()));
-            let neg = V::konst(Tensor::from_f64(TensorType::new(shape, Scalar::F64), adj.iter().map(|a| -a).collect()));
-            let zero = self.splat(0.0, &TensorType::new(vec![], Scalar::F64), &[]);
-            let below = self.op1(Opcode::Less, &[d, zero], Attrs::new())?;
-            let a = self.op1(Opcode::Where, &[below, neg, pos], Attrs::new())?;
+            let adj: Vec<i64> = shifts.iter().map(|&s| if s > 31 { 1i64 << 30 } else { 0 }).collect();
+            let below = self.op1(Opcode::Less, &[d, per(vec![0])], Attrs::new())?;
+            let a = self.op1(Opcode::Where, &[below, per(adj.iter().map(|a| -a).collect()), per(adj)], Attrs::new())?;
             self.op1(Opcode::Add, &[p, a], Attrs::new())?
         } else {
             p
         };
-        let p = self.op1(Opcode::Floor, &[p], Attrs::new())?;
-        let oz = self.splat(ozp, &TensorType::new(vec![], Scalar::F64), &[]);
-        let p = self.op1(Opcode::Add, &[p, oz], Attrs::new())?;
+        // An arithmetic shift right is a floor division; aoc's integer
+        // division truncates, so step down where it rounded a negative up.
+        let den = per(shifts.iter().map(|&s| 1i64 << s).collect());
+        let q = self.op1(Opcode::Div, &[p.clone(), den.clone()], Attrs::new())?;
+        let back = self.op1(Opcode::Mul, &[q.clone(), den], Attrs::new())?;
+        let over = self.op1(Opcode::Greater, &[back, p], Attrs::new())?;
+        let one = self.op1(Opcode::Where, &[over, per(vec![1]), per(vec![0])], Attrs::new())?;
+        let q = self.op1(Opcode::Sub, &[q, one], Attrs::new())?;
+        let p = self.op1(Opcode::Add, &[q, per(vec![ozp as i64])], Attrs::new())?;
+        let p = self.cast(&p, Scalar::F64)?;
         let (lo, hi) = match want.elem.storage() {
             Scalar::I8 => (-128.0, 127.0),
             Scalar::I16 => (-32768.0, 32767.0),
