@@ -21,6 +21,8 @@ copy each way. Inference only: outputs carry no autograd history.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -60,8 +62,9 @@ def _export(module: Any, free_inputs: Sequence[Any], n_out: int, folder: str) ->
     # graph), then the dynamo one; torch before 2.5 knows neither flag.
     for how in ({"dynamo": False}, {"dynamo": True}, {}):
         try:
-            with warnings.catch_warnings():
-                # The exporters' deprecation and training-mode notes.
+            # The exporters' deprecation notes, progress and graph dumps:
+            # the reason for a fallback is printed once, below.
+            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 warnings.simplefilter("ignore")
                 torch.onnx.export(
                     module,
@@ -71,6 +74,7 @@ def _export(module: Any, free_inputs: Sequence[Any], n_out: int, folder: str) ->
                     output_names=names_out,
                     opset_version=17,
                     do_constant_folding=True,
+                    verbose=False,
                     **how,
                 )
             return path
