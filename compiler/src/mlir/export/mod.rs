@@ -222,7 +222,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
             .map_err(|e| internal(format!("{name}: {e}")))?;
         let op = self.block().append_operation(op);
         (0..op.result_count())
-            .map(|i| op.result(i).map(Into::into).map_err(|e| internal(e)))
+            .map(|i| op.result(i).map(Into::into).map_err(internal))
             .collect()
     }
 

@@ -94,7 +94,7 @@ impl<'x, 'o> Imp<'x, 'o> {
     /// An integer compute op's f64 result turned back into its type.
     pub(super) fn int_result(&mut self, y: V, int: Option<TensorType>) -> R<V> {
         match int {
-            Some(t) => self.from_storage(&y, &t),
+            Some(t) => self.storage_to(&y, &t),
             None => Ok(y),
         }
     }
@@ -116,7 +116,7 @@ impl<'x, 'o> Imp<'x, 'o> {
 
     /// f64 integers `v` as a tensor of type `t`: a cast, or for a quantized
     /// type `quantize((v - zero_point) * scale)`, which stores `v` again.
-    pub(super) fn from_storage(&mut self, v: &V, t: &TensorType) -> R<V> {
+    pub(super) fn storage_to(&mut self, v: &V, t: &TensorType) -> R<V> {
         let Some(q) = t.elem.quant().cloned() else {
             let s = t.elem.scalar().ok_or_else(|| self.err("an integer result type was expected"))?;
             return self.cast(v, s);
@@ -183,7 +183,7 @@ impl<'x, 'o> Imp<'x, 'o> {
         let one = self.splat(1.0, &t, &[]);
         let zero = self.splat(0.0, &t, &[]);
         let s = self.op1(Opcode::Add, &[x.clone(), half.clone()], Attrs::new())?;
-        let r = self.op1(Opcode::Floor, &[s.clone()], Attrs::new())?;
+        let r = self.op1(Opcode::Floor, std::slice::from_ref(&s), Attrs::new())?;
         let tie = self.op1(Opcode::Equal, &[r.clone(), s], Attrs::new())?;
         let h = self.op1(Opcode::Div, &[r.clone(), two.clone()], Attrs::new())?;
         let hf = self.op1(Opcode::Floor, &[h], Attrs::new())?;
@@ -198,7 +198,7 @@ impl<'x, 'o> Imp<'x, 'o> {
     pub(super) fn argmax(&mut self, x: &V, axis: usize, want: &TensorType) -> R<V> {
         let t = self.ty(x);
         let n = t.shape[axis];
-        let m = self.op1(Opcode::ReduceMax, &[x.clone()], Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(true)))?;
+        let m = self.op1(Opcode::ReduceMax, std::slice::from_ref(x), Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(true)))?;
         let eq = self.op1(Opcode::Equal, &[x.clone(), m], Attrs::new())?;
         let mut ishape = vec![1; t.rank()];
         ishape[axis] = n;
@@ -269,7 +269,7 @@ impl<'x, 'o> Imp<'x, 'o> {
             s => return Err(self.err(format!("`tosa.rescale` to {} is not supported", s.name()))),
         };
         let p = self.op1(Opcode::Clip, &[p], Attrs::new().with("min", Attr::Float(lo)).with("max", Attr::Float(hi)))?;
-        let y = self.from_storage(&p, &want)?;
+        let y = self.storage_to(&p, &want)?;
         self.expect(y, &want)
     }
 }

@@ -61,7 +61,7 @@ pub fn import_mlir(path: &Path, weights_path: &str) -> R<ImportedMlir> {
     if raw.ptr.is_null() {
         let d = m.take_diagnostics();
         let d = if d.is_empty() { format!("{name}: error: cannot parse the file") } else { d };
-        return Err(format!("{}\nerror: {name} is not valid MLIR", d.replace(": error: ", ": error: ").trim_end()));
+        return Err(format!("{}\nerror: {name} is not valid MLIR", d.trim_end()));
     }
     let mmod = unsafe { melior::ir::Module::from_raw(raw) };
     let opts = ImportOptions { weights_name: "weights".into(), weights_path: weights_path.into(), ..Default::default() };
@@ -420,7 +420,7 @@ impl<'x, 'o> Imp<'x, 'o> {
                     let want = self.result_type(op, 0)?;
                     let sx = self.storage_f64(&x)?;
                     let c = self.op1(Opcode::Clip, &[sx], Attrs::new().with("min", Attr::Float(lo)).with("max", Attr::Float(hi)))?;
-                    return one(self.from_storage(&c, &want)?);
+                    return one(self.storage_to(&c, &want)?);
                 }
                 let s = self.ty(&x).elem.storage();
                 let lim = |v: f64| v.is_finite() && (!s.is_float() || v.abs() < 3.0e38);
