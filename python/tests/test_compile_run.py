@@ -163,3 +163,52 @@ def test_outputs_are_fresh_each_run(resnet):
     b = sess.run({"input": resnet.input})["logits"]
     np.testing.assert_array_equal(b, keep)
     assert not np.shares_memory(a, b)
+
+
+def _multi_io_model():
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["y"]),
+            helper.make_node("Gather", ["x", "idx"], ["z"], axis=0),
+            helper.make_node("Shape", ["x"], ["s"]),
+        ],
+        "multi",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]), helper.make_tensor_value_info("idx", TensorProto.INT64, [2])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [2]),
+        ],
+    )
+    # IR version 8: what the pinned ONNX Runtime reads.
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_several_inputs_outputs_and_integer_tensors():
+    proto = _multi_io_model()
+    sess = aoc.Session(aoc.compile(proto))
+    assert sess.input_names == ["x", "idx"] and sess.output_names == ["y", "z", "s"]
+    assert sess.input_dtypes == [np.dtype(np.float32), np.dtype(np.int64)]
+    assert sess.output_dtypes == [np.dtype(np.float32), np.dtype(np.float32), np.dtype(np.int64)]
+    feed = {"idx": np.array([2, 0], dtype=np.int64), "x": np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)}
+    want = ort_run(_save(proto), feed)
+    got = sess.run(feed)
+    assert list(got) == ["y", "z", "s"]
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    s, z = sess.run(["s", "z"], feed)  # ONNX Runtime's order: as asked
+    np.testing.assert_array_equal(s, want["s"])
+    np.testing.assert_array_equal(z, want["z"])
+    with pytest.raises(aoc.InputError, match=r"input `idx` must be int64 with shape \[2\], found int32"):
+        sess.run({**feed, "idx": feed["idx"].astype(np.int32)})
+
+
+def _save(proto):
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="aoc-test-")
+    path = os.path.join(d, "m.onnx")
+    onnx.save(proto, path)
+    return path
