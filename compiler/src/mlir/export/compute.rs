@@ -382,6 +382,85 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
         Ok(y)
     }
 
+    /// `core.pad`: negative amounts crop first (`tosa.slice`); constant
+    /// padding is `tosa.pad`; `reflect`, `edge` and `wrap` concatenate
+    /// reversed, broadcast or wrapped slices along each padded axis.
+    /// `None` when a reflect or wrap pad is wider than its dimension.
+    pub(super) fn pad(&mut self, attrs: &Attrs, x: &V<'c, 'a>, out: &TensorType, loc: Location<'c>) -> R<Option<V<'c, 'a>>> {
+        let mode = match attrs.get("mode") {
+            Some(Attr::Str(s)) => s.clone(),
+            _ => "constant".to_string(),
+        };
+        let pads = ints(attrs, "pads");
+        let r = x.t.rank();
+        let mut y = x.clone();
+        for a in 0..r {
+            let (b, e) = (pads[a], pads[r + a]);
+            if b < 0 || e < 0 {
+                let d = y.t.shape[a] as i64;
+                let start = (-b).max(0);
+                let len = (d - start - (-e).max(0)).max(0) as usize;
+                y = self.slice_axis(&y, a, start, 1, len, loc)?;
+            }
+        }
+        let pos: Vec<i64> = pads.iter().map(|&p| p.max(0)).collect();
+        if pos.iter().any(|&p| p > 0) {
+            if mode == "constant" {
+                let padding: Vec<i64> = (0..r).flat_map(|d| [pos[d], pos[r + d]]).collect();
+                let sh = self.shape_const(&padding, loc)?;
+                let pc = self.splat(float(attrs, "value").unwrap_or(0.0), x.t.elem.storage(), &[1], loc)?;
+                let ty = types::tensor(self.ctx, out)?;
+                y = V { v: self.emit("tosa.pad", &[y.v, sh, pc.v], &[ty], &[], loc)?[0], t: out.clone() };
+            } else {
+                for a in 0..r {
+                    let (b, e) = (pos[a] as usize, pos[r + a] as usize);
+                    let d = y.t.shape[a];
+                    if (mode == "reflect" && (b >= d || e >= d)) || (mode == "wrap" && (b > d || e > d)) || d == 0 {
+                        return Ok(None);
+                    }
+                    let mut parts = vec![];
+                    for (n, front) in [(b, true), (e, false)] {
+                        if n == 0 {
+                            continue;
+                        }
+                        let part = match (mode.as_str(), front) {
+                            ("reflect", true) => self.slice_axis(&y, a, 1, 1, n, loc)?,
+                            ("reflect", false) => self.slice_axis(&y, a, (d - 1 - n) as i64, 1, n, loc)?,
+                            ("wrap", true) => self.slice_axis(&y, a, (d - n) as i64, 1, n, loc)?,
+                            ("wrap", false) => self.slice_axis(&y, a, 0, 1, n, loc)?,
+                            (_, true) => self.slice_axis(&y, a, 0, 1, 1, loc)?,
+                            (_, false) => self.slice_axis(&y, a, (d - 1) as i64, 1, 1, loc)?,
+                        };
+                        let part = match mode.as_str() {
+                            "reflect" => self.op1("tosa.reverse", &[&part], part.t.clone(), &[("axis", self.attr(&format!("{a} : i32"))?)], loc)?,
+                            "wrap" => part,
+                            _ => {
+                                let mut shape = part.t.shape.clone();
+                                shape[a] = n;
+                                self.expand(&part, &shape, loc)?
+                            }
+                        };
+                        parts.push((front, part));
+                    }
+                    let mut all: Vec<V<'c, 'a>> = parts.iter().filter(|p| p.0).map(|p| p.1.clone()).collect();
+                    all.push(y.clone());
+                    all.extend(parts.iter().filter(|p| !p.0).map(|p| p.1.clone()));
+                    let mut shape = y.t.shape.clone();
+                    shape[a] = d + b + e;
+                    let refs: Vec<&V<'c, 'a>> = all.iter().collect();
+                    y = self.op1("tosa.concat", &refs, y.t.with_shape(shape), &[("axis", self.attr(&format!("{a} : i32"))?)], loc)?;
+                }
+            }
+        }
+        if y.t.shape != out.shape {
+            return Err(internal(format!("pad to {:?}, expected {:?}", y.t.shape, out.shape)));
+        }
+        if y.v == x.v {
+            return self.unary("tosa.identity", x, loc).map(Some);
+        }
+        Ok(Some(y))
+    }
+
     /// Elements `start, start + step, ...` (`len` of them) along `axis`.
     pub(super) fn slice_axis(&mut self, x: &V<'c, 'a>, axis: usize, start: i64, step: usize, len: usize, loc: Location<'c>) -> R<V<'c, 'a>> {
         let d = x.t.shape[axis];

@@ -518,25 +518,10 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                         self.op1("tosa.concat", &refs, out.clone(), &[("axis", self.attr(&format!("{axis} : i32"))?)], loc)?
                     }
                     Movement::Slice => self.slice(attrs, &x, &out, loc)?,
-                    Movement::Pad => {
-                        let mode = match attrs.get("mode") {
-                            Some(Attr::Str(s)) => s.as_str(),
-                            _ => "constant",
-                        };
-                        let pads = ints(attrs, "pads");
-                        if mode != "constant" {
-                            return unsupported("only constant padding maps to tosa.pad");
-                        }
-                        if pads.iter().any(|&p| p < 0) {
-                            return unsupported("negative pads");
-                        }
-                        let r = x.t.rank();
-                        let padding: Vec<i64> = (0..r).flat_map(|d| [pads[d], pads[r + d]]).collect();
-                        let sh = self.shape_const(&padding, loc)?;
-                        let pc = self.splat(float(attrs, "value").unwrap_or(0.0), x.t.elem.storage(), &[1], loc)?;
-                        let ty = types::tensor(self.ctx, &out)?;
-                        V { v: self.emit("tosa.pad", &[x.v, sh, pc.v], &[ty], &[], loc)?[0], t: out.clone() }
-                    }
+                    Movement::Pad => match self.pad(attrs, &x, &out, loc)? {
+                        Some(y) => y,
+                        None => return unsupported("reflect or wrap pads wider than the padded dimension"),
+                    },
                     Movement::Gather => self.gather(attrs, &x, &need(1)?, &out, loc)?,
                     Movement::Expand => {
                         let y = self.expand(&x, &out.shape, loc)?;
