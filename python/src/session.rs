@@ -34,10 +34,12 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Where a session runs.
+/// Where a session runs (one per `Session` object, so its size is no
+/// concern).
+#[allow(clippy::large_enum_variant)]
 enum Backend {
     Cpu(CpuSession),
-    Gpu(Box<GpuSession>),
+    Gpu(GpuSession),
 }
 
 impl Backend {
@@ -215,7 +217,7 @@ fn as_array<'py>(py: Python<'py>, name: &str, v: &Bound<'py, PyAny>) -> PyResult
     } else {
         np.call_method1("asarray", (v,))?
     };
-    Ok(a.cast_into::<PyUntypedArray>().map_err(PyErr::from)?)
+    a.cast_into::<PyUntypedArray>().map_err(PyErr::from)
 }
 
 /// A loaded artifact, ready to run on NumPy arrays.
@@ -358,7 +360,7 @@ impl Session {
                 return Err(Failure::new(Kind::Input, format!("threads is for CPU artifacts; {name} is for {target}")).into());
             }
             let ordinal = gpu_ordinal(device)?;
-            Backend::Gpu(Box::new(py.detach(|| guarded(|| GpuSession::from_artifact(art, ordinal).map_err(|e| Failure::new(Kind::Device, e.to_string()))))?))
+            Backend::Gpu(py.detach(|| guarded(|| GpuSession::from_artifact(art, ordinal).map_err(|e| Failure::new(Kind::Device, e.to_string()))))?)
         } else {
             if let Some(d) = device {
                 let s = d.str()?.to_string();
