@@ -174,6 +174,58 @@ fn every_example_round_trips_through_mlir_to_the_same_numbers() {
 }
 
 #[test]
+fn every_filetest_case_exports_or_fails_cleanly() {
+    // Each `// -----` case of tests/filetests: it exports to a module
+    // mlir-opt-22 reads, or fails with exit 1 and a message (a parse error,
+    // or an op or type the export does not take, named) — never an
+    // internal error or a panic.
+    let t = dir("filetests");
+    let mut files = vec![];
+    let mut stack = vec![root().join("tests/filetests")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "air") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    let (mut exported, mut refused) = (0, 0);
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, case) in text.split("// -----").enumerate() {
+            if !case.contains("func @") {
+                continue;
+            }
+            let parent = f.parent().and_then(|p| p.file_name()).unwrap_or_default().to_string_lossy();
+            let name = format!("{parent}_{}_{i}", f.file_stem().unwrap().to_string_lossy());
+            let air = t.join(format!("{name}.air"));
+            std::fs::write(&air, case).unwrap();
+            let mlir = t.join(format!("{name}.mlir"));
+            let o = aoc(&[&"export", &air, &"--format", &"mlir", &"-o", &mlir]);
+            let e = stderr(&o);
+            assert!(!e.contains("internal error") && !e.contains("panicked"), "{}: case {i}:\n{e}", f.display());
+            match o.status.code() {
+                Some(0) => {
+                    let o = mlir_opt(&[&mlir]);
+                    assert!(o.status.success(), "{}: case {i}: mlir-opt-22 rejects the export:\n{}", f.display(), stderr(&o));
+                    exported += 1;
+                }
+                Some(1) => {
+                    assert!(!mlir.exists(), "{name}: output written on failure");
+                    refused += 1;
+                }
+                c => panic!("{}: case {i}: exit {c:?}\n{e}", f.display()),
+            }
+        }
+    }
+    assert!(exported >= 60, "only {exported} filetest cases exported ({refused} refused)");
+}
+
+#[test]
 fn optimized_examples_export_fused_and_winograd_ops() {
     // After `aoc opt --passes default`: fused convolutions, matmuls and
     // gemms with epilogue regions (broadcasting ones too), attention,

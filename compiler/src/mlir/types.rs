@@ -36,8 +36,9 @@ fn storage<'c>(ctx: &'c Context, s: Scalar) -> Result<(Type<'c>, bool), String> 
         Scalar::U8 => (8, false),
         Scalar::U16 => (16, false),
         Scalar::U32 => (32, false),
-        Scalar::F8E4M3FN | Scalar::F8E5M2 => return Ok((scalar(ctx, s)?, true)),
-        other => return Err(format!("a quantized type cannot store {}", other.name())),
+        // MLIR 22's quant dialect prints fp8 storage as an integer range it
+        // then refuses to parse, so fp8-stored types do not export.
+        other => return Err(format!("error: quantized types stored as {} are not supported by the MLIR export", other.name())),
     };
     Ok((Type::parse(ctx, &format!("i{bits}")).ok_or("internal error: integer type")?, signed))
 }
@@ -50,8 +51,6 @@ fn storage_range(s: Scalar) -> (i64, i64) {
         Scalar::U8 => (0, 255),
         Scalar::U16 => (0, u16::MAX as i64),
         Scalar::U32 => (0, u32::MAX as i64),
-        Scalar::F8E4M3FN => (-448, 448),
-        Scalar::F8E5M2 => (-57344, 57344),
         _ => (i64::MIN, i64::MAX),
     }
 }

@@ -80,6 +80,13 @@ pub fn export_module(
     // With locations: `loc(...)` carries each op's `.air` line and name.
     let flags = melior::ir::operation::OperationPrintingFlags::new().enable_debug_info(true, false);
     let text = mmod.as_operation().to_string_with_flags(flags).map_err(internal)?;
+    // What MLIR prints, MLIR must read back (mlir-opt reads the file).
+    if melior::ir::Module::parse(ctx, &text).is_none() {
+        return Err(format!(
+            "error: MLIR does not read back the module aoc printed; this is a bug in the exporter, please report it\n{}",
+            m.take_diagnostics()
+        ));
+    }
     Ok(format!("{}\n", text.trim_end()))
 }
 
@@ -241,9 +248,9 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
         let floc = self.loc(&f.loc);
         let mut args = vec![];
         for &p in f.params() {
-            args.push((types::tensor(ctx, f.ty(p))?, self.loc(&f.values[p].loc)));
+            args.push((types::tensor(ctx, f.ty(p)).map_err(|m| format!("{m} (parameter %{} of @{})", f.name_of(p), f.name))?, self.loc(&f.values[p].loc)));
         }
-        let results: Vec<Type<'c>> = f.result_types.iter().map(|t| types::tensor(ctx, t)).collect::<R<_>>()?;
+        let results: Vec<Type<'c>> = f.result_types.iter().enumerate().map(|(i, t)| types::tensor(ctx, t).map_err(|m| format!("{m} (result {i} of @{})", f.name))).collect::<R<_>>()?;
         let arg_types: Vec<Type<'c>> = args.iter().map(|a| a.0).collect();
         let fty = FunctionType::new(ctx, &arg_types, &results);
         let names = (0..f.params().len()).map(|i| format!("{{aoc.name = {}}}", mlir_string(f.param_name(i)))).collect::<Vec<_>>();
@@ -268,7 +275,11 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
             self.vals.insert(p, V { v, t: f.ty(p).clone() });
         }
         for &op in &f.body.ops {
-            self.op(f, op)?;
+            // Errors from deep inside (a type MLIR cannot hold) get the op's place.
+            self.op(f, op).map_err(|e| {
+                let at = self.at(&f.ops[op]);
+                if e.contains(&at) { e } else { format!("{e} (at {at})") }
+            })?;
         }
         let rets: Vec<Value<'c, 'a>> = f.results().iter().map(|r| self.val(*r).map(|v| v.v)).collect::<R<_>>()?;
         self.emit("func.return", &rets, &[], &[], self.loc(&f.body.terminator_loc))?;
@@ -289,18 +300,23 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
         self.vals.get(&v).cloned().ok_or_else(|| internal(format!("value {v:?} used before it was exported")))
     }
 
+    /// `file:line:col: opname` of an op, for messages.
+    fn at(&self, op: &aoc_ir::OpData) -> String {
+        let mut s = op.opcode.name().to_string();
+        if let (Some(span), Some(src)) = (op.loc.span, self.source) {
+            let (l, c) = aoc_ir::diag::line_col(src, (span.start as usize).min(src.len()));
+            s = format!("{}:{l}:{c}: {s}", self.file);
+        } else if let Some(n) = &op.loc.name {
+            s = format!("{s} (\"{n}\")");
+        }
+        s
+    }
+
     /// Exports one op, recording its results.
     fn op(&mut self, f: &Func, id: OpId) -> R<()> {
         let op = &f.ops[id];
         let loc = self.loc(&op.loc);
-        let at = {
-            let mut s = op.opcode.name().to_string();
-            if let (Some(span), Some(src)) = (op.loc.span, self.source) {
-                let (l, c) = aoc_ir::diag::line_col(src, (span.start as usize).min(src.len()));
-                s = format!("{}:{l}:{c}: {s}", self.file);
-            }
-            s
-        };
+        let at = self.at(op);
         let operands: Vec<V<'c, 'a>> = op.operands.iter().map(|&v| self.val(v)).collect::<R<_>>()?;
         let out = f.ty(op.results[0]).clone();
         let attrs = &op.attrs;
