@@ -174,11 +174,12 @@ fn every_example_round_trips_through_mlir_to_the_same_numbers() {
 }
 
 #[test]
-fn every_filetest_case_exports_or_fails_cleanly() {
+fn every_filetest_case_round_trips_or_fails_cleanly() {
     // Each `// -----` case of tests/filetests: it exports to a module
-    // mlir-opt-22 reads, or fails with exit 1 and a message (a parse error,
-    // or an op or type the export does not take, named) — never an
-    // internal error or a panic.
+    // mlir-opt-22 reads, which imports back and runs to the case's numbers,
+    // or fails with exit 1 and a message (a parse error, or an op or type
+    // the export does not take, named) — never an internal error or a
+    // panic.
     let t = dir("filetests");
     let mut files = vec![];
     let mut stack = vec![root().join("tests/filetests")];
@@ -193,7 +194,7 @@ fn every_filetest_case_exports_or_fails_cleanly() {
         }
     }
     files.sort();
-    let (mut exported, mut refused) = (0, 0);
+    let (mut exported, mut refused, mut ran) = (0, 0, 0);
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         for (i, case) in text.split("// -----").enumerate() {
@@ -213,6 +214,15 @@ fn every_filetest_case_exports_or_fails_cleanly() {
                     let o = mlir_opt(&[&mlir]);
                     assert!(o.status.success(), "{}: case {i}: mlir-opt-22 rejects the export:\n{}", f.display(), stderr(&o));
                     exported += 1;
+                    // It comes back, and where the case runs, to the same numbers.
+                    let back = t.join(format!("{name}.back.air"));
+                    ok(&aoc(&[&"import", &mlir, &"-o", &back]), &format!("{name}: import of the export"));
+                    let want = t.join(format!("{name}.want"));
+                    if aoc(&[&"run", &air, &"--random-inputs", &"--seed", &"1", &"--output-dir", &want]).status.success() {
+                        let o = aoc(&[&"run", &back, &"--random-inputs", &"--seed", &"1", &"--expected", &want, &"--atol", &"1e-5", &"--rtol", &"1e-4"]);
+                        ok(&o, &format!("{name}: the round trip against the .air"));
+                        ran += 1;
+                    }
                 }
                 Some(1) => {
                     assert!(!mlir.exists(), "{name}: output written on failure");
@@ -222,7 +232,7 @@ fn every_filetest_case_exports_or_fails_cleanly() {
             }
         }
     }
-    assert!(exported >= 60, "only {exported} filetest cases exported ({refused} refused)");
+    assert!(exported >= 60 && ran >= 60, "only {exported} filetest cases exported ({refused} refused), {ran} ran");
 }
 
 #[test]

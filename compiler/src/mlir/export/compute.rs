@@ -70,7 +70,14 @@ pub(super) fn winograd_weight(u: &Tensor, tile: usize) -> Result<Tensor, String>
             }
         }
     }
-    Ok(Tensor::from_f64(TensorType::new(vec![k_out, c_in, 3, 3], Scalar::F32), g))
+    let g = Tensor::from_f64(TensorType::new(vec![k_out, c_in, 3, 3], Scalar::F32), g);
+    // Only a transformed 3x3 kernel has a 3x3 kernel behind it.
+    let back = aoc_ir::ops::winograd::transform_weight(&g, tile)?;
+    let scale = uv.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-30);
+    if back.to_f64().iter().zip(&uv).any(|(a, b)| (a - b).abs() > 1e-4 * scale) {
+        return Err("the Winograd weight is not the transform of a 3x3 kernel, so it has no plain convolution".to_string());
+    }
+    Ok(g)
 }
 
 impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {

@@ -265,6 +265,7 @@ impl<'x, 'o> Imp<'x, 'o> {
 
     fn finish<'c, 'a>(&mut self, f: &OperationRef<'c, 'a>, ret: &OperationRef<'c, 'a>) -> R<()> {
         let mut results: Vec<ValueId> = vec![];
+        let mut names: Vec<Option<String>> = vec![];
         for i in 0..ret.operand_count() {
             let v = self.t(ret, i)?;
             let want = entry_name(f, "res_attrs", i).unwrap_or_else(|| format!("result{i}"));
@@ -284,8 +285,13 @@ impl<'x, 'o> Imp<'x, 'o> {
                 }
             };
             results.push(id);
+            // The outside name, where the value's own had to differ.
+            names.push((self.cx.func.name_of(id) != want).then_some(want));
         }
         self.cx.func.set_return(results);
+        if names.iter().any(Option::is_some) {
+            self.cx.func.result_names = names;
+        }
         Ok(())
     }
 
