@@ -410,6 +410,39 @@ fn malformed_mlir_is_rejected_with_mlirs_diagnostic_and_location() {
 }
 
 #[test]
+fn damaged_mlir_never_panics() {
+    // Every test program cut short at several points, and with a character
+    // overwritten: aoc imports it (exit 0) or says why not (exit 1).
+    let t = dir("damaged");
+    let mut n = 0;
+    for sub in ["tosa", "own"] {
+        for (name, path) in cases(sub) {
+            let text = std::fs::read(&path).unwrap();
+            let mut variants: Vec<Vec<u8>> = [4, 3, 2].iter().map(|d| text[..text.len() * (d - 1) / d].to_vec()).collect();
+            for at in [text.len() / 5, text.len() / 2, text.len() * 4 / 5] {
+                for b in [b'}', b'%', b'<', b'0'] {
+                    let mut v = text.clone();
+                    v[at] = b;
+                    variants.push(v);
+                }
+            }
+            for (i, v) in variants.into_iter().enumerate() {
+                let file = t.join(format!("{name}_{i}.mlir"));
+                std::fs::write(&file, v).unwrap();
+                let out = t.join(format!("{name}_{i}.air"));
+                let o = aoc(&[&"import", &file, &"-o", &out]);
+                let e = stderr(&o);
+                assert!(matches!(o.status.code(), Some(0 | 1)), "{}: exit {:?}\n{e}", file.display(), o.status.code());
+                assert!(!e.contains("panicked") && !e.contains("internal error"), "{}:\n{e}", file.display());
+                assert_eq!(out.exists(), o.status.code() == Some(0), "{}", file.display());
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 500, "{n} variants");
+}
+
+#[test]
 fn unsupported_ops_fail_at_their_file_line_col() {
     let d = root().join("tests/data/mlir/unsupported");
     let t = dir("unsupported");
