@@ -205,4 +205,8 @@ shift = np.array([33, 32, 31], dtype=np.int64)
 v = x.astype(np.int64)
 y = np.stack([apply_scale_32(v[:, c], mult[c], shift[c], True) for c in range(3)], axis=1)
 case("rescale_double_round", [x], np.clip(y, -32768, 32767).astype(np.int16), OWN)
+a = rng.integers(-100000, 100000, size=40).astype(np.int32)
+b = rng.integers(-1000, 1000, size=40).astype(np.int32)
+a[:4], b[:4] = [3, -3, 16, -16], [5, 5, 1, 1]  # rounding: 15/32 -> 0, -15/32 -> 0, ties 16/32 -> 1 and -16/32 -> 0
+case("mul_shift", [a, b], ((a.astype(np.int64) * b + (1 << 4)) >> 5).astype(np.int32), OWN)
 print("wrote", HERE, OWN)

@@ -210,6 +210,34 @@ impl<'x, 'o> Imp<'x, 'o> {
         self.cast(&i, s)
     }
 
+    /// `p >> shift` on i64 values, with `den = 2^shift`: a floor division.
+    /// aoc's integer division truncates, so step down where it rounded a
+    /// negative quotient up.
+    fn shift_right(&mut self, p: V, den: V) -> R<V> {
+        let q = self.op1(Opcode::Div, &[p.clone(), den.clone()], Attrs::new())?;
+        let back = self.op1(Opcode::Mul, &[q.clone(), den], Attrs::new())?;
+        let over = self.op1(Opcode::Greater, &[back, p], Attrs::new())?;
+        let i = |v: i64| V::konst(Tensor::from_i64(TensorType::new(vec![], Scalar::I64), vec![v]));
+        let one = self.op1(Opcode::Where, &[over, i(1), i(0)], Attrs::new())?;
+        self.op1(Opcode::Sub, &[q, one], Attrs::new())
+    }
+
+    /// `tosa.mul` of i32 tensors with a shift: `(a * b + 2^(shift-1)) >> shift`.
+    pub(super) fn mul_shift<'c, 'a>(&mut self, op: &OperationRef<'c, 'a>, shift: i64) -> R<V> {
+        let want = self.result_type(op, 0)?;
+        let (a, b) = (self.t(op, 0)?, self.t(op, 1)?);
+        if want.elem != aoc_ir::types::ElemType::Scalar(Scalar::I32) || !(1..=62).contains(&shift) {
+            return Err(self.err("`tosa.mul` with a shift takes i32 operands and a shift in [1, 62]"));
+        }
+        let (a, b) = (self.cast(&a, Scalar::I64)?, self.cast(&b, Scalar::I64)?);
+        let i = |v: i64| V::konst(Tensor::from_i64(TensorType::new(vec![], Scalar::I64), vec![v]));
+        let p = self.op1(Opcode::Mul, &[a, b], Attrs::new())?;
+        let p = self.op1(Opcode::Add, &[p, i(1 << (shift - 1))], Attrs::new())?;
+        let q = self.shift_right(p, i(1 << shift))?;
+        let y = self.cast(&q, Scalar::I32)?;
+        self.expect(y, &want)
+    }
+
     /// `tosa.rescale` with constant parameters, exactly as TOSA's
     /// `apply_scale_32` computes it, in i64:
     /// `clamp(((x - in_zp) * multiplier + round) >> shift) + out_zp`.
@@ -251,14 +279,7 @@ impl<'x, 'o> Imp<'x, 'o> {
         } else {
             p
         };
-        // An arithmetic shift right is a floor division; aoc's integer
-        // division truncates, so step down where it rounded a negative up.
-        let den = per(shifts.iter().map(|&s| 1i64 << s).collect());
-        let q = self.op1(Opcode::Div, &[p.clone(), den.clone()], Attrs::new())?;
-        let back = self.op1(Opcode::Mul, &[q.clone(), den], Attrs::new())?;
-        let over = self.op1(Opcode::Greater, &[back, p], Attrs::new())?;
-        let one = self.op1(Opcode::Where, &[over, per(vec![1]), per(vec![0])], Attrs::new())?;
-        let q = self.op1(Opcode::Sub, &[q, one], Attrs::new())?;
+        let q = self.shift_right(p, per(shifts.iter().map(|&s| 1i64 << s).collect()))?;
         let p = self.op1(Opcode::Add, &[q, per(vec![ozp as i64])], Attrs::new())?;
         let p = self.cast(&p, Scalar::F64)?;
         let (lo, hi) = match want.elem.storage() {

@@ -329,9 +329,10 @@ impl<'x, 'o> Imp<'x, 'o> {
             "tosa.sub" | "arith.subf" | "arith.subi" => self.bin(op, Opcode::Sub),
             "tosa.mul" | "arith.mulf" | "arith.muli" => {
                 if name == "tosa.mul" && op.operand_count() == 3 {
-                    let s = self.const_operand(op, 2, "shift")?;
-                    if s.to_i64().iter().any(|&x| x != 0) {
-                        return Err(self.err("`tosa.mul` with a non-zero shift is not supported"));
+                    let s = self.const_operand(op, 2, "shift")?.get_i64(0);
+                    if s != 0 {
+                        // i32 only: (a * b + 2^(shift-1)) >> shift, in i64.
+                        return one(self.mul_shift(op, s)?);
                     }
                 }
                 self.bin(op, Opcode::Mul)
