@@ -382,15 +382,10 @@ impl Lower<'_> {
     /// has the same type parameters → `Step::QMaxPool` (the maximum of the
     /// stored values is the stored maximum).
     pub(crate) fn lower_qmax_pool(&mut self, op: &OpData) -> Result<bool, String> {
-        if !self.opts.int8_elementwise {
-            return Ok(false);
-        }
-        let x = op.operands[0];
-        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
-        let (Some(xq), Some(yq)) = (act_params(&xt), act_params(&yt)) else {
+        let Some(Pool8 { x, xt, yt, xq, yq }) = self.pool8(op) else {
             return Ok(false);
         };
-        if xq != yq || xt.rank() != 4 || xt.elem != yt.elem {
+        if xq != yq || xt.elem != yt.elem {
             return Ok(false);
         }
         let attrs = Lower::attrs(op)?;
@@ -411,17 +406,9 @@ impl Lower<'_> {
     /// `quant.global_avg_pool` of a rank-4 per-tensor 8-bit tensor →
     /// `Step::QGlobalAvgPool` over its NHWC form.
     pub(crate) fn lower_qglobal_avg_pool(&mut self, op: &OpData) -> Result<bool, String> {
-        if !self.opts.int8_elementwise {
-            return Ok(false);
-        }
-        let x = op.operands[0];
-        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
-        let (Some(xq), Some(yq)) = (act_params(&xt), act_params(&yt)) else {
+        let Some(Pool8 { x, xt, yt, xq, yq }) = self.pool8(op) else {
             return Ok(false);
         };
-        if xt.rank() != 4 {
-            return Ok(false);
-        }
         let attrs = Lower::attrs(op)?;
         let (y_min, y_max) = quantized_clip(&attrs, yq.1, yq.2, yq.3, yq.4);
         let q = QuantMean { x: operand(xq), y: operand(yq), y_min: y_min as i32, y_max: y_max as i32 };
@@ -432,6 +419,29 @@ impl Lower<'_> {
         // N×C×1×1: the NHWC bytes are the NCHW bytes.
         self.define(op.results[0], y, identity(4));
         Ok(true)
+    }
+}
+
+/// A pool of a rank-4 per-tensor 8-bit tensor into another: its operand,
+/// both types and both types' parameters.
+struct Pool8 {
+    x: aoc_ir::module::ValueId,
+    xt: TensorType,
+    yt: TensorType,
+    xq: (bool, f64, i64, i64, i64),
+    yq: (bool, f64, i64, i64, i64),
+}
+
+impl Lower<'_> {
+    /// `op` as a [`Pool8`], where the target runs 8-bit elementwise steps.
+    fn pool8(&self, op: &OpData) -> Option<Pool8> {
+        if !self.opts.int8_elementwise {
+            return None;
+        }
+        let x = op.operands[0];
+        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
+        let (xq, yq) = (act_params(&xt)?, act_params(&yt)?);
+        (xt.rank() == 4).then_some(Pool8 { x, xt, yt, xq, yq })
     }
 }
 
