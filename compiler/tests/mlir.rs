@@ -151,6 +151,157 @@ fn air_programs_covering_the_rest_of_the_op_table_export_lower_and_run() {
     assert!(n >= 3);
 }
 
+/// Lowers an exported module to LLVM with MLIR's own passes and runs it
+/// with `mlir-runner-22` on `inputs` (f32 tensors), printing every f32
+/// result: MLIR's numbers for what aoc exported, an oracle independent of
+/// aoc's interpreter. Returns the f32 results in order.
+fn run_with_mlir(exported: &str, inputs: &[Tensor], results: &[aoc_ir::TensorType], t: &Path) -> Vec<Vec<f64>> {
+    let module = exported.replacen("func.func @main(", "func.func @model(", 1);
+    let results: Vec<String> = results.iter().map(|r| r.to_string()).collect();
+    let mut driver = String::from("  func.func @main() {\n");
+    let mut args = vec![];
+    for (i, x) in inputs.iter().enumerate() {
+        let vals: Vec<String> = x.to_f64().iter().map(|v| format!("{v:e}")).collect();
+        let n = x.len();
+        let dims: Vec<String> = x.ty.shape.iter().map(|d| d.to_string()).collect();
+        driver.push_str(&format!("    %f{i} = arith.constant dense<[{}]> : tensor<{n}xf32>\n", vals.join(", ")));
+        driver.push_str(&format!(
+            "    %s{i} = tosa.const_shape {{values = dense<[{}]> : tensor<{}xindex>}} : () -> !tosa.shape<{}>\n",
+            dims.join(", "),
+            dims.len(),
+            dims.len()
+        ));
+        driver.push_str(&format!("    %x{i} = tosa.reshape %f{i}, %s{i} : (tensor<{n}xf32>, !tosa.shape<{}>) -> {}\n", dims.len(), x.ty));
+        args.push((format!("%x{i}"), x.ty.to_string()));
+    }
+    let arg_names: Vec<&str> = args.iter().map(|a| a.0.as_str()).collect();
+    let arg_types: Vec<&str> = args.iter().map(|a| a.1.as_str()).collect();
+    driver.push_str(&format!(
+        "    %r:{} = call @model({}) : ({}) -> ({})\n",
+        results.len(),
+        arg_names.join(", "),
+        arg_types.join(", "),
+        results.join(", ")
+    ));
+    for (i, r) in results.iter().enumerate() {
+        if r.ends_with("xf32>") {
+            driver.push_str(&format!("    %u{i} = tensor.cast %r#{i} : {r} to tensor<*xf32>\n    call @printMemrefF32(%u{i}) : (tensor<*xf32>) -> ()\n"));
+        }
+    }
+    driver.push_str("    return\n  }\n  func.func private @printMemrefF32(tensor<*xf32>)\n");
+    let end = module.find("\n}\n").unwrap_or(module.rfind('}').unwrap());
+    let text = format!("{}\n{driver}{}", &module[..end], &module[end..]);
+    let src = t.join("run.mlir");
+    std::fs::write(&src, text).unwrap();
+    let tensors = t.join("lowered.mlir");
+    let o = mlir_opt(&[&format!("--pass-pipeline={LOWER}"), &src, &"-o", &tensors]);
+    assert!(o.status.success(), "lowering: {}", stderr(&o));
+    let llvm = t.join("llvm.mlir");
+    let passes = [
+        "--one-shot-bufferize=bufferize-function-boundaries",
+        "--buffer-deallocation-pipeline",
+        "--convert-bufferization-to-memref",
+        "--convert-linalg-to-loops",
+        "--convert-scf-to-cf",
+        "--expand-strided-metadata",
+        "--lower-affine",
+        "--convert-math-to-libm",
+        "--convert-math-to-llvm",
+        "--convert-arith-to-llvm",
+        "--finalize-memref-to-llvm",
+        "--convert-func-to-llvm",
+        "--convert-cf-to-llvm",
+        "--convert-index-to-llvm",
+        "--reconcile-unrealized-casts",
+    ];
+    let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&tensors];
+    for p in &passes {
+        a.push(p);
+    }
+    a.push(&"-o");
+    a.push(&llvm);
+    let o = mlir_opt(&a);
+    assert!(o.status.success(), "to LLVM: {}", stderr(&o));
+    let libs = "-shared-libs=/usr/lib/llvm-22/lib/libmlir_runner_utils.so,/usr/lib/llvm-22/lib/libmlir_c_runner_utils.so";
+    let o = Command::new("mlir-runner-22")
+        .args([llvm.as_os_str(), "-e".as_ref(), "main".as_ref(), "-entry-point-result=void".as_ref(), libs.as_ref()])
+        .output()
+        .expect("mlir-runner-22 (mlir-22-tools) runs");
+    assert!(o.status.success(), "mlir-runner-22: {}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.split("data =")
+        .skip(1)
+        .map(|block| {
+            let block = block.split("Unranked").next().unwrap();
+            block
+                .split(|c: char| c == '[' || c == ']' || c == ',' || c.is_whitespace())
+                .filter(|w| !w.is_empty())
+                .map(|w| w.parse::<f64>().unwrap_or_else(|_| panic!("`{w}` in mlir-runner's output")))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn mlir_itself_runs_the_exports_to_aocs_numbers() {
+    // The exported TOSA, lowered by MLIR's passes and run by mlir-runner,
+    // against aoc's interpreter on the same inputs: the float examples and
+    // the air/ programs with f32 inputs (their f32 results).
+    let mut cases: Vec<(String, PathBuf)> = examples().into_iter().filter(|(n, _)| !n.starts_with("qdq")).map(|(n, d)| (n, d.join("model.air"))).collect();
+    for name in ["resize_modes", "strided_slices", "pad_modes", "grouped_conv", "activations_pools_gemm"] {
+        cases.push((name.to_string(), root().join("tests/data/mlir/air").join(format!("{name}.air"))));
+    }
+    for (name, air) in cases {
+        let t = dir(&format!("mlir-runs-{name}"));
+        let mlir = t.join("m.mlir");
+        ok(&aoc(&[&"export", &air, &"--format", &"mlir", &"-o", &mlir]), "export");
+        // The same inputs for both: values in [-1, 1) from a fixed LCG.
+        let loaded = aoc_compiler::driver::load_model(&air, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let f = loaded.module.entry().unwrap();
+        let mut state = 7u64;
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"run", &air];
+        let mut inputs = vec![];
+        let mut paths = vec![];
+        for (i, &p) in f.params().iter().enumerate() {
+            let ty = f.ty(p).clone();
+            assert_eq!(ty.elem, aoc_ir::ElemType::F32, "{name}: f32 inputs only");
+            let vals: Vec<f64> = (0..ty.num_elements())
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((state >> 40) as f64 / (1u64 << 24) as f64) * 2.0 - 1.0
+                })
+                .collect();
+            let x = Tensor::from_f64(ty, vals);
+            let path = t.join(format!("in{i}.npy"));
+            npy::write_npy(&path, &x).unwrap();
+            inputs.push(x);
+            paths.push(path);
+        }
+        for p in &paths {
+            args.push(&"--input");
+            args.push(p);
+        }
+        let want = t.join("want");
+        args.push(&"--output-dir");
+        args.push(&want);
+        ok(&aoc(&args), "run");
+        let got = run_with_mlir(&std::fs::read_to_string(&mlir).unwrap(), &inputs, &f.result_types, &t);
+        // In the function's result order, as MLIR prints them.
+        let want: Vec<Tensor> = (0..f.results().len())
+            .map(|i| npy::read_npy(&want.join(format!("{}.npy", f.result_name(i)))).unwrap())
+            .filter(|o| o.ty.elem == aoc_ir::ElemType::F32)
+            .collect();
+        assert_eq!(got.len(), want.len(), "{name}: results printed");
+        for (g, w) in got.iter().zip(&want) {
+            let w = w.to_f64();
+            assert_eq!(g.len(), w.len(), "{name}: result size");
+            for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                assert!((a - b).abs() <= 1e-4 + 1e-3 * b.abs(), "{name}[{i}]: MLIR computes {a}, aoc {b}");
+            }
+        }
+    }
+}
+
 #[test]
 fn every_example_round_trips_through_mlir_to_the_same_numbers() {
     for (name, d) in examples() {
@@ -463,7 +614,7 @@ fn export_of_an_unsupported_op_names_it_and_writes_nothing() {
     let air = t.join("m.air");
     std::fs::write(
         &air,
-        "func @main(%x: tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32> {\n  %y = core.resize %x {sizes = [1, 3, 8, 8], mode = \"linear\"} : tensor<1x3x8x8xf32>\n  return %y : tensor<1x3x8x8xf32>\n}\n",
+        "func @main(%x: tensor<1x3x4x4xf32>) -> tensor<1x3x8x8xf32> {\n  %y = core.resize %x {sizes = [1, 3, 8, 8], mode = \"cubic\"} : tensor<1x3x8x8xf32>\n  return %y : tensor<1x3x8x8xf32>\n}\n",
     )
     .unwrap();
     let out = t.join("m.mlir");

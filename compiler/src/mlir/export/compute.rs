@@ -468,6 +468,60 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
         Ok(Some(y))
     }
 
+    /// `core.resize` as `tosa.resize` where the two compute the same: 2-D
+    /// on NCHW, scales equal to the size ratios, and `nearest` with
+    /// asymmetric/floor or half-pixel coordinates (ties only where the
+    /// nearest mode rounds them up, as TOSA does), or `linear` with
+    /// half-pixel, asymmetric or align-corners coordinates. Coordinates are
+    /// exact rationals: input = (output * scale_d + offset) / scale_n.
+    /// `None` for the other modes.
+    pub(super) fn resize(&mut self, attrs: &Attrs, x: &V<'c, 'a>, out: &TensorType, loc: Location<'c>) -> R<Option<V<'c, 'a>>> {
+        let text = |n: &str, d: &str| match attrs.get(n) {
+            Some(Attr::Str(s)) => s.clone(),
+            _ => d.to_string(),
+        };
+        let (mode, ctm, nearest) = (text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel"), text("nearest_mode", "round_prefer_floor"));
+        if x.t.rank() != 4 || out.shape[..2] != x.t.shape[..2] || x.t.shape[2..].contains(&0) || out.shape[2..].contains(&0) {
+            return Ok(None);
+        }
+        if let Some(Attr::Floats(sc)) = attrs.get("scales")
+            && (2..4).any(|d| (sc.get(d).copied().unwrap_or(0.0) - out.shape[d] as f64 / x.t.shape[d] as f64).abs() > 1e-9)
+        {
+            return Ok(None);
+        }
+        let mut scale = vec![];
+        let (mut offset, mut border) = (vec![], vec![]);
+        for d in 2..4 {
+            let (o, i) = (out.shape[d] as i64, x.t.shape[d] as i64);
+            let (n, dn, off) = match (mode.as_str(), ctm.as_str()) {
+                // floor(oy * I / O) = round-half-up(oy * I / O - 1/2).
+                ("nearest", "asymmetric") if nearest == "floor" => (2 * o, 2 * i, -o),
+                ("nearest", "half_pixel") if nearest == "round_prefer_floor" || nearest == "round_prefer_ceil" => {
+                    // A tie rounds up in TOSA; refuse where ONNX would round it down.
+                    if nearest == "round_prefer_floor" && (0..o).any(|y| (y * 2 * i + i - o).rem_euclid(2 * o) == o) {
+                        return Ok(None);
+                    }
+                    (2 * o, 2 * i, i - o)
+                }
+                ("linear", "half_pixel") => (2 * o, 2 * i, i - o),
+                ("linear", "pytorch_half_pixel") if o > 1 => (2 * o, 2 * i, i - o),
+                ("linear", "asymmetric") => (o, i, 0),
+                ("linear", "align_corners") if o > 1 && i > 1 => (o - 1, i - 1, 0),
+                _ => return Ok(None),
+            };
+            scale.extend([n, dn]);
+            offset.push(off);
+            border.push((o - 1) * dn - (i - 1) * n + off);
+        }
+        let xs = self.transpose(x, &[0, 2, 3, 1], loc)?;
+        let (sc, of, bo) = (self.shape_const(&scale, loc)?, self.shape_const(&offset, loc)?, self.shape_const(&border, loc)?);
+        let t = x.t.with_shape(vec![out.shape[0], out.shape[2], out.shape[3], out.shape[1]]);
+        let ty = types::tensor(self.ctx, &t)?;
+        let m = if mode == "nearest" { "#tosa.resize_mode<NEAREST_NEIGHBOR>" } else { "#tosa.resize_mode<BILINEAR>" };
+        let y = V { v: self.emit("tosa.resize", &[xs.v, sc, of, bo], &[ty], &[("mode", self.attr(m)?)], loc)?[0], t };
+        self.transpose(&y, &[0, 3, 1, 2], loc).map(Some)
+    }
+
     /// Elements `start, start + step, ...` (`len` of them) along `axis`.
     pub(super) fn slice_axis(&mut self, x: &V<'c, 'a>, axis: usize, start: i64, step: usize, len: usize, loc: Location<'c>) -> R<V<'c, 'a>> {
         let d = x.t.shape[axis];

@@ -545,7 +545,10 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                     }
                 }
             }
-            OpKind::Resize => return unsupported("interpolating resizes; TOSA's resize takes other parameters"),
+            OpKind::Resize => match self.resize(attrs, &need(0)?, &out, loc)? {
+                Some(y) => y,
+                None => return unsupported("this resize mode; tosa.resize takes 2-D nearest (asymmetric/floor, half-pixel) and linear (half-pixel, asymmetric, align-corners) with scales equal to the size ratios"),
+            },
         };
         if result.t.shape != out.shape {
             return Err(internal(format!("{}: exported shape {:?}, expected {:?}", at, result.t.shape, out.shape)));

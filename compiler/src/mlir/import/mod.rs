@@ -502,6 +502,45 @@ impl<'x, 'o> Imp<'x, 'o> {
                 }
                 one(y)
             }
+            "tosa.resize" => {
+                // input = (output * scale_d + offset) / scale_n, per axis;
+                // ONNX's coordinate modes are the offsets (d - n) / 2
+                // (half-pixel) and 0 (asymmetric), and for nearest -n / 2
+                // turns TOSA's round-half-up into asymmetric floor.
+                let x = self.t(op, 0)?;
+                let sc = self.shape_operand(op, 1)?;
+                let off = self.shape_operand(op, 2)?;
+                let linear = attr(op, "mode").is_some_and(|a| a.to_string().contains("BILINEAR"));
+                let want = self.result_type(op, 0)?;
+                let mut modes = vec![];
+                for k in 0..2 {
+                    let (n, d, o) = (sc[2 * k], sc[2 * k + 1], off[k]);
+                    modes.push(if 2 * o == d - n {
+                        ("half_pixel", "round_prefer_ceil")
+                    } else if o == 0 {
+                        ("asymmetric", "round_prefer_ceil")
+                    } else if !linear && 2 * o == -n {
+                        ("asymmetric", "floor")
+                    } else {
+                        ("", "")
+                    });
+                }
+                if modes[0] != modes[1] || modes[0].0.is_empty() || sc.iter().any(|&v| v <= 0) {
+                    return Err(self.err(format!("`tosa.resize` with scale {sc:?} and offset {off:?} has no ONNX coordinate mode aoc takes")));
+                }
+                let (ctm, nearest) = modes[0];
+                let xn = self.transpose(&x, &[0, 3, 1, 2])?;
+                let s = &want.shape;
+                let a = Attrs::new()
+                    .with("sizes", Attr::Ints(vec![s[0] as i64, s[3] as i64, s[1] as i64, s[2] as i64]))
+                    .with("scales", Attr::Floats(vec![1.0, 1.0, sc[0] as f64 / sc[1] as f64, sc[2] as f64 / sc[3] as f64]))
+                    .with("mode", Attr::Str(if linear { "linear" } else { "nearest" }.into()))
+                    .with("coordinate_transformation_mode", Attr::Str(ctm.into()))
+                    .with("nearest_mode", Attr::Str(nearest.into()));
+                let y = self.op1(Opcode::Resize, &[xn], a)?;
+                let y = self.transpose(&y, &[0, 2, 3, 1])?;
+                one(self.expect(y, &want)?)
+            }
             "tosa.gather" => {
                 // values [N, K, C], indices [N, W] -> [N, W, C]
                 let (vals, idx) = (self.t(op, 0)?, self.t(op, 1)?);
