@@ -10,6 +10,11 @@
 //!
 //! [`Staged`] groups files that must appear together (an imported `.air`
 //! and its `.safetensors`): all are written first, then all renamed.
+//!
+//! A destination that exists and is not a regular file (`/dev/null`,
+//! `/dev/stdout`, a FIFO) is written straight to at commit: renaming over
+//! it would replace the device node (as root, `-o /dev/null` turned
+//! /dev/null into a regular file).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -35,11 +40,37 @@ fn cannot(path: &Path, e: impl std::fmt::Display) -> String {
     format!("cannot write {}: {e}", path.display())
 }
 
-fn stage(path: &Path, bytes: &[u8]) -> Result<Temp, String> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
+/// A file waiting for its commit: a temporary beside a regular (or new)
+/// destination, or the bytes for a destination that is not a regular file.
+enum Pending {
+    Temp(Temp),
+    Direct { dest: PathBuf, bytes: Vec<u8> },
+}
+
+impl Pending {
+    fn commit(self) -> Result<(), String> {
+        match self {
+            Pending::Temp(t) => t.commit(),
+            Pending::Direct { dest, bytes } => {
+                let file = OpenOptions::new().write(true).open(&dest).map_err(|e| cannot(&dest, e))?;
+                write_all(file, &bytes).map_err(|e| cannot(&dest, e))
+            }
+        }
+    }
+}
+
+fn stage(path: &Path, bytes: &[u8]) -> Result<Pending, String> {
     if path.is_dir() {
         return Err(cannot(path, "it is a directory"));
     }
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Ok(Pending::Direct { dest: path.to_path_buf(), bytes: bytes.to_vec() }),
+        _ => stage_temp(path, bytes).map(Pending::Temp),
+    }
+}
+
+fn stage_temp(path: &Path, bytes: &[u8]) -> Result<Temp, String> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -85,7 +116,7 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), String> {
 /// `Staged` dropped before it leaves nothing behind.
 #[derive(Default)]
 pub struct Staged {
-    files: Vec<Temp>,
+    files: Vec<Pending>,
 }
 
 impl Staged {
@@ -126,6 +157,29 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// A device destination is written to, never replaced: `/dev/null`
+    /// stays a character device (as root, the rename used to replace it
+    /// with a regular file), alone and in a staged group.
+    #[cfg(unix)]
+    #[test]
+    fn devices_are_written_to_not_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let null = Path::new("/dev/null");
+        if !std::fs::metadata(null).is_ok_and(|m| m.file_type().is_char_device()) {
+            println!("skipped: this machine has no /dev/null character device");
+            return;
+        }
+        write_file(null, b"into the void").unwrap();
+        let d = scratch("device");
+        let mut s = Staged::new();
+        s.add(&d.join("m.air"), b"module").unwrap();
+        s.add(null, b"weights").unwrap();
+        s.commit().unwrap();
+        assert!(std::fs::metadata(null).unwrap().file_type().is_char_device(), "/dev/null was replaced");
+        assert_eq!(std::fs::read(d.join("m.air")).unwrap(), b"module");
+        assert_eq!(entries(&d), vec!["m.air".to_string()]);
     }
 
     /// The old file's inode survives a rewrite: an open handle still reads
