@@ -41,6 +41,42 @@ pub struct BenchResult {
     pub threads: usize,
 }
 
+impl BenchResult {
+    /// `aoc bench --json` of a CPU artifact (the Python `Session.bench`
+    /// returns the same object): these figures, the load time, and the
+    /// per-step profile (`null` without `--profile`).
+    pub fn cpu_json(&self, load_ms: f64, profile: Option<serde_json::Value>) -> serde_json::Value {
+        serde_json::json!({
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "mean_ms": self.mean_ms,
+            "throughput_per_s": self.throughput_per_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "iters": self.iters,
+            "threads": self.threads,
+            "load_ms": load_ms,
+            "profile": profile,
+        })
+    }
+
+    /// `aoc bench --json` of a GPU artifact: these end-to-end figures and
+    /// `device`'s (CUDA-graph replay) on the GPU named `gpu`.
+    pub fn gpu_json(&self, device: &BenchResult, gpu: &str) -> serde_json::Value {
+        serde_json::json!({
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "mean_ms": self.mean_ms,
+            "throughput_per_s": self.throughput_per_s,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "iters": self.iters,
+            "device": gpu,
+            "device_p50_ms": device.p50_ms,
+            "device_p99_ms": device.p99_ms,
+            "device_mean_ms": device.mean_ms,
+        })
+    }
+}
+
 /// Percentiles, mean and throughput of `times` (ms, one per inference of
 /// `batch` items).
 pub fn stats(mut times: Vec<f64>, batch: f64, peak_memory_bytes: u64, threads: usize) -> BenchResult {

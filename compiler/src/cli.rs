@@ -1102,18 +1102,7 @@ fn bench_artifact(a: &BenchArgs, path: &Path) -> Result<(), String> {
         }
     }
     if a.json {
-        let v = serde_json::json!({
-            "p50_ms": r.p50_ms,
-            "p99_ms": r.p99_ms,
-            "mean_ms": r.mean_ms,
-            "throughput_per_s": r.throughput_per_s,
-            "peak_memory_bytes": r.peak_memory_bytes,
-            "iters": r.iters,
-            "threads": r.threads,
-            "load_ms": load_ms,
-            "profile": profile_json,
-        });
-        print_stdout(&format!("{v}\n"))
+        print_stdout(&format!("{}\n", r.cpu_json(load_ms, profile_json)))
     } else {
         print_stdout(&format!(
             "{}: {} iterations, {} threads, loaded in {load_ms:.1} ms\n  p50 {:.3} ms  p99 {:.3} ms  mean {:.3} ms\n  throughput {:.1}/s  peak memory {}\n",
@@ -1145,19 +1134,7 @@ fn cmd_bench_gpu(a: &BenchArgs, art: aoc_runtime::artifact::Artifact) -> Result<
         eprint!("{}", profile_gpu(&s, a.slowest)?);
     }
     if a.json {
-        let v = serde_json::json!({
-            "p50_ms": r.p50_ms,
-            "p99_ms": r.p99_ms,
-            "mean_ms": r.mean_ms,
-            "throughput_per_s": r.throughput_per_s,
-            "peak_memory_bytes": r.peak_memory_bytes,
-            "iters": r.iters,
-            "device": s.gpu().name(),
-            "device_p50_ms": dev.p50_ms,
-            "device_p99_ms": dev.p99_ms,
-            "device_mean_ms": dev.mean_ms,
-        });
-        print_stdout(&format!("{v}\n"))
+        print_stdout(&format!("{}\n", r.gpu_json(&dev, s.gpu().name())))
     } else {
         print_stdout(&format!(
             "{} on {}: {} iterations\n  end to end (copies in and out): p50 {:.3} ms  p99 {:.3} ms  mean {:.3} ms\n  device (graph replay): p50 {:.3} ms  p99 {:.3} ms\n  throughput {:.1}/s  peak device memory {}\n",

@@ -443,32 +443,11 @@ impl Session {
             Ok(match &self.backend {
                 Backend::Cpu(s) => {
                     let r = aoc_compiler::cpu::bench(s, &data, warmup, iters).map_err(run)?;
-                    serde_json::json!({
-                        "p50_ms": r.p50_ms,
-                        "p99_ms": r.p99_ms,
-                        "mean_ms": r.mean_ms,
-                        "throughput_per_s": r.throughput_per_s,
-                        "peak_memory_bytes": r.peak_memory_bytes,
-                        "iters": r.iters,
-                        "threads": r.threads,
-                        "load_ms": load_ms,
-                        "profile": null,
-                    })
+                    r.cpu_json(load_ms, None)
                 }
                 Backend::Gpu(s) => {
                     let (r, dev) = aoc_compiler::gpu::bench_gpu(s, &data, warmup, iters).map_err(run)?;
-                    serde_json::json!({
-                        "p50_ms": r.p50_ms,
-                        "p99_ms": r.p99_ms,
-                        "mean_ms": r.mean_ms,
-                        "throughput_per_s": r.throughput_per_s,
-                        "peak_memory_bytes": r.peak_memory_bytes,
-                        "iters": r.iters,
-                        "device": s.gpu().name(),
-                        "device_p50_ms": dev.p50_ms,
-                        "device_p99_ms": dev.p99_ms,
-                        "device_mean_ms": dev.mean_ms,
-                    })
+                    r.gpu_json(&dev, s.gpu().name())
                 }
             })
         }))?;
