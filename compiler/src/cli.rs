@@ -637,34 +637,15 @@ fn parse_floats<const N: usize>(flag: &str, s: &str) -> Result<[f64; N], String>
 }
 
 fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
-    use crate::quantize::{self, Config, calib::{CalibData, ImageOptions}, place::{Activations, Precision}, range::Method};
-    let method = match a.method.as_str() {
-        "entropy" | "kl" => Method::Entropy,
-        "minmax" => Method::MinMax,
-        "mse" => Method::Mse,
-        "percentile" => {
-            if !(a.percentile > 0.0 && a.percentile <= 100.0) {
-                return Err(format!("error: --percentile must be in (0, 100], found {}", a.percentile));
-            }
-            Method::Percentile(a.percentile)
-        }
-        m => return Err(format!("error: --method must be entropy, percentile, mse or minmax, found `{m}`")),
+    use crate::quantize::{self, Choices, Config, calib::{CalibData, ImageOptions}};
+    let choices = Choices {
+        method: &a.method,
+        percentile: a.percentile,
+        precision: &a.precision,
+        activations: &a.activations,
+        residual: &a.residual,
     };
-    let precision = match a.precision.as_str() {
-        "int8" => Precision::Int8,
-        "fp8" | "e4m3" => Precision::Fp8,
-        p => return Err(format!("error: --precision must be int8 or fp8, found `{p}`")),
-    };
-    let activations = match a.activations.as_str() {
-        "u8" => Activations::U8,
-        "s8" => Activations::S8,
-        t => return Err(format!("error: --activations must be u8 or s8, found `{t}`")),
-    };
-    let residual_int8 = match a.residual.as_str() {
-        "int8" => true,
-        "float" | "fp32" | "fp16" => false,
-        r => return Err(format!("error: --residual must be int8 or float, found `{r}`")),
-    };
+    let (method, precision, activations, residual_int8) = choices.parse("--").map_err(|m| format!("error: {m}"))?;
     if let Some(t) = a.target_sqnr
         && !t.is_finite()
     {

@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use aoc_compiler::cpu::{CPU_PIPELINE, Emit, compile_cpu, cpu_level};
 use aoc_compiler::gpu::{GPU_PIPELINE, GpuEmit, compile_gpu};
-use aoc_compiler::quantize::{self as engine, Config, calib::CalibData, place::{Activations, Precision}, range::Method};
+use aoc_compiler::quantize::{self as engine, Choices, Config, calib::CalibData};
 
 use crate::{Failure, Kind, guarded, json_to_py, on_big_stack};
 
@@ -304,33 +304,14 @@ fn quantize_files(
     input_shapes: &[(String, Vec<usize>)],
 ) -> Result<(serde_json::Value, String), Failure> {
     let bad = |m: String| Failure::new(Kind::Input, m);
-    let method = match o.method.as_str() {
-        "entropy" | "kl" => Method::Entropy,
-        "minmax" => Method::MinMax,
-        "mse" => Method::Mse,
-        "percentile" => {
-            if !(o.percentile > 0.0 && o.percentile <= 100.0) {
-                return Err(bad(format!("percentile must be in (0, 100], found {}", o.percentile)));
-            }
-            Method::Percentile(o.percentile)
-        }
-        m => return Err(bad(format!("method must be entropy, percentile, mse or minmax, found `{m}`"))),
+    let choices = Choices {
+        method: &o.method,
+        percentile: o.percentile,
+        precision: &o.precision,
+        activations: &o.activations,
+        residual: &o.residual,
     };
-    let precision = match o.precision.as_str() {
-        "int8" => Precision::Int8,
-        "fp8" | "e4m3" => Precision::Fp8,
-        p => return Err(bad(format!("precision must be int8 or fp8, found `{p}`"))),
-    };
-    let activations = match o.activations.as_str() {
-        "u8" => Activations::U8,
-        "s8" => Activations::S8,
-        t => return Err(bad(format!("activations must be u8 or s8, found `{t}`"))),
-    };
-    let residual_int8 = match o.residual.as_str() {
-        "int8" => true,
-        "float" | "fp32" | "fp16" => false,
-        r => return Err(bad(format!("residual must be int8 or float, found `{r}`"))),
-    };
+    let (method, precision, activations, residual_int8) = choices.parse("").map_err(bad)?;
     if let Some(t) = o.target_sqnr
         && !t.is_finite()
     {

@@ -113,6 +113,52 @@ pub struct Score {
     pub lower_db: f64,
 }
 
+/// The named choices of a quantization, as words: `aoc quantize`'s flags
+/// and the Python `aoc.quantize` arguments (each names them in its
+/// messages as `{prefix}method`, ...: `--method` or `method`).
+pub struct Choices<'a> {
+    pub method: &'a str,
+    pub percentile: f64,
+    pub precision: &'a str,
+    pub activations: &'a str,
+    pub residual: &'a str,
+}
+
+impl Choices<'_> {
+    /// The method, precision, activation storage and whether residual adds
+    /// go int8; a word outside the choices is an error naming it.
+    pub fn parse(&self, prefix: &str) -> Result<(Method, Precision, Activations, bool), String> {
+        let method = match self.method {
+            "entropy" | "kl" => Method::Entropy,
+            "minmax" => Method::MinMax,
+            "mse" => Method::Mse,
+            "percentile" => {
+                if !(self.percentile > 0.0 && self.percentile <= 100.0) {
+                    return Err(format!("{prefix}percentile must be in (0, 100], found {}", self.percentile));
+                }
+                Method::Percentile(self.percentile)
+            }
+            m => return Err(format!("{prefix}method must be entropy, percentile, mse or minmax, found `{m}`")),
+        };
+        let precision = match self.precision {
+            "int8" => Precision::Int8,
+            "fp8" | "e4m3" => Precision::Fp8,
+            p => return Err(format!("{prefix}precision must be int8 or fp8, found `{p}`")),
+        };
+        let activations = match self.activations {
+            "u8" => Activations::U8,
+            "s8" => Activations::S8,
+            t => return Err(format!("{prefix}activations must be u8 or s8, found `{t}`")),
+        };
+        let residual_int8 = match self.residual {
+            "int8" => true,
+            "float" | "fp32" | "fp16" => false,
+            r => return Err(format!("{prefix}residual must be int8 or float, found `{r}`")),
+        };
+        Ok((method, precision, activations, residual_int8))
+    }
+}
+
 /// Where a quantized model will run. CPU targets share their integer
 /// kernels (the level picks the instructions at run time), so `host`,
 /// `x86-64-v4`, ... are one placement.
