@@ -404,6 +404,24 @@ fn int8_uses_s8_mma() -> Result<(), Failed> {
     if std::fs::read_to_string(&out)?.contains("m16n8k32") {
         return Err("the sm_75 build uses m16n8k32, which needs sm_80".into());
     }
+    // sm_90a: Hopper's wgmma for the convolutions with 16-byte channel runs.
+    run(&["compile", &file, "--target", "sm_90a", "--emit", "ptx", "-o", &o])?;
+    let ptx = std::fs::read_to_string(&out)?;
+    if !ptx.contains("k32.s32.u8.s8") && !ptx.contains("k32.s32.s8.s8") {
+        return Err("the sm_90a int8 build has no integer wgmma".into());
+    }
+    // The residual adds and the logits' dequantize are the wgmma
+    // convolutions' epilogues: no launch of their own.
+    let ll = d.join("model.ll");
+    run(&["compile", &file, "--target", "sm_90a", "--emit", "llvm", "-o", &ll.display().to_string()])?;
+    let items = std::fs::read_to_string(&ll)?;
+    let own: Vec<&str> = items
+        .lines()
+        .filter(|l| l.starts_with("; item") && (l.contains("<- quant.add") || l.contains("logits_DequantizeLinear")))
+        .collect();
+    if !own.is_empty() {
+        return Err(format!("steps the int8 convolutions should have taken as epilogues:\n{}", own.join("\n")).into());
+    }
     Ok(())
 }
 
@@ -970,8 +988,8 @@ fn quantized_for_the_gpu() -> Result<(), Failed> {
         bf16_tolerance: None,
     };
     let summary = compile(&m, "sm_90a", "fp16", &d.join("build.aoc"))?;
-    if !summary.contains("qconv_s8") {
-        return Err(format!("no integer GEMM launch in:\n{summary}").into());
+    if !summary.contains("qconv_wgmma") {
+        return Err(format!("no integer wgmma launch in:\n{summary}").into());
     }
     check_on_gpu(&m, "sm_90a", "fp16")
 }

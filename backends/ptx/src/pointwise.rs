@@ -76,19 +76,20 @@ pub fn add_to_module(k: &PointwiseKernel, m: &mut ModuleText) -> Result<(), Stri
     Ok(())
 }
 
-/// Defines `define internal float @{name}(float %v, ptr addrspace(1) %a1,
+/// Defines `define internal T @{name}(float %v, ptr addrspace(1) %a1,
 /// i64 %o1, …)`: `e.kernel`'s expression for one element, operand 0 being
-/// `%v` (the GEMM's result in a register) and operand `k ≥ 1` the element at
-/// offset `%ok` (elements) of `%ak`, converted from its type as the pointwise
-/// kernel would. The GEMM generators call it before each store of C; the
-/// optimizer inlines it. The result is f32 (the GEMM stores f32).
+/// `%v` (the GEMM's result in a register, or an integer GEMM's requantized
+/// 8-bit value as f32, as the pointwise kernel would load it) and operand
+/// `k ≥ 1` the element at offset `%ok` (elements) of `%ak`, converted from
+/// its type as the pointwise kernel would. The GEMM generators call it
+/// before each store of C; the optimizer inlines it. The result is the
+/// kernel's output type `T`, converted as the pointwise kernel's store
+/// converts (f32 for the float GEMMs, which store f32).
 pub fn define_epilogue(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue) -> Result<(), String> {
+    use aoc_ir::types::Scalar;
     let k = &e.kernel;
-    if k.out_dtype != aoc_ir::types::Scalar::F32 {
-        return Err(format!("a GEMM epilogue must produce f32, found {}", k.out_dtype.name()));
-    }
-    if k.operands.is_empty() || k.operands[0].dtype != aoc_ir::types::Scalar::F32 {
-        return Err("a GEMM epilogue's operand 0 is the f32 GEMM result".to_string());
+    if k.operands.is_empty() || !matches!(k.operands[0].dtype, Scalar::F32 | Scalar::I8 | Scalar::U8) {
+        return Err("a GEMM epilogue's operand 0 is the f32 GEMM result or an 8-bit requantized one".to_string());
     }
     if e.strides.len() + 1 != k.operands.len() {
         return Err(format!(
@@ -113,7 +114,7 @@ pub fn define_epilogue(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmE
         live,
         used,
         elems,
-        out: Elem::F32,
+        out: Elem::of(k.out_dtype)?,
         idx: "i64",
     };
     let mut vals = vec![None; k.operands.len()];
@@ -127,12 +128,15 @@ pub fn define_epilogue(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmE
         vals[i] = Some(g.load(el, &p));
     }
     let y = g.exprs(&vals);
-    g.b.ins(format!("ret float {y}"));
+    let out = g.out;
+    let y = g.convert(out, &y);
+    g.b.ins(format!("ret {} {y}", out.ll()));
     let params: Vec<String> = std::iter::once("float %v".to_string())
         .chain((1..k.operands.len()).map(|i| format!("ptr addrspace(1) %a{i}, i64 %o{i}")))
         .collect();
     let text = format!(
-        "define internal float @{name}({}) alwaysinline {{\nentry:\n{}}}\n",
+        "define internal {} @{name}({}) alwaysinline {{\nentry:\n{}}}\n",
+        out.ll(),
         params.join(", "),
         g.b.into_text()
     );

@@ -85,7 +85,9 @@ impl Sm {
 
     /// The PTX ISA version (major * 10 + minor) the module declares.
     /// `ldmatrix` needs 6.5, `mma.sync` m16n8k16 and `cp.async` 7.0; each
-    /// architecture's first version is at least that from sm_80 on.
+    /// architecture's first version is at least that from sm_80 on. sm_90a
+    /// takes 8.4, which `wgmma` of u8 activations by s8 weights needs
+    /// (CUDA 12.4 drivers).
     pub fn ptx_version(self) -> u32 {
         match self {
             Sm::Sm70 => 60,
@@ -94,7 +96,7 @@ impl Sm {
             Sm::Sm86 => 71,
             Sm::Sm89 => 78,
             Sm::Sm90 => 78,
-            Sm::Sm90a => 80,
+            Sm::Sm90a => 84,
         }
     }
 

@@ -242,7 +242,7 @@ fn sm_names_and_features() {
         "{err}"
     );
     assert_eq!(Sm::Sm86.ptx_feature(), "+ptx71");
-    assert_eq!(Sm::Sm90a.ptx_feature(), "+ptx80");
+    assert_eq!(Sm::Sm90a.ptx_feature(), "+ptx84");
     assert!(Sm::Sm80.has_mma_f16() && Sm::Sm80.has_cp_async());
     assert!(!Sm::Sm75.has_mma_f16() && !Sm::Sm75.has_cp_async());
     assert!(Sm::Sm75.has_ldmatrix() && !Sm::Sm70.has_ldmatrix());
@@ -320,7 +320,7 @@ fn pointwise_ptx_has_entries_and_vector_accesses() {
     assert!(!ptx.contains(".func"), "{ptx}");
     // sm_90 gets its own ISA version.
     let ptx90 = compile_ptx(&[add_bias()], Sm::Sm90a).unwrap();
-    assert!(ptx90.contains(".version 8.0"), "{ptx90}");
+    assert!(ptx90.contains(".version 8.4"), "{ptx90}");
     assert!(ptx90.contains(".target sm_90a"), "{ptx90}");
 }
 

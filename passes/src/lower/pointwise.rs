@@ -18,9 +18,9 @@ use aoc_ir::ops::Opcode;
 use aoc_ir::ops::kind::{Activation, Movement, OpKind, Pointwise, ScalarOp};
 use aoc_ir::ops::fused::Step as EpiStep;
 use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
-use aoc_plan::plan::{Buf, Step};
+use aoc_plan::plan::{Buf, Space, Step};
 
-use super::{Lower, Val, identity, logical_strides};
+use super::{Home, Lower, Val, bytes_of, identity, logical_strides};
 use crate::kernel_expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
 
 /// Element types a kernel may load or store.
@@ -347,13 +347,37 @@ impl Lower<'_> {
                 }
             }
         };
-        let dst = self.alloc(&out_ty)?;
+        let dst = match self.reusable_operand(op, &out_ty, &perm) {
+            Some(buf) => buf,
+            None => self.alloc(&out_ty)?,
+        };
         let (k, args) = kb.finish(result, dst, out_s);
         let rows = k.rows();
         let code = self.add_kernel(k);
         self.push(Step::Pointwise { code, args, rows });
         self.define(r, dst, perm);
         Ok(true)
+    }
+
+    /// The buffer of an operand that a quantized add may write its result
+    /// over: the operand's only use, a whole arena buffer of the result's
+    /// shape, bytes and order, so each element is read and then written at
+    /// the same place by the same work item. It saves the arena a buffer,
+    /// and lets the GPU fuse the add into the int8 convolution before it
+    /// (the add's output then never overlaps that convolution's input).
+    fn reusable_operand(&self, op: &OpData, out_ty: &TensorType, perm: &[usize]) -> Option<Buf> {
+        if !matches!(op.opcode.kind(), OpKind::Pointwise(Pointwise::QuantAdd)) {
+            return None;
+        }
+        let bytes = bytes_of(out_ty).ok()?;
+        op.operands.iter().find_map(|&v| {
+            let Some(Val::Mem { buf, perm: p }) = self.vals.get(&v) else { return None };
+            let whole = buf.offset == 0 && buf.len == bytes && self.bufs[buf.index as usize].size == bytes;
+            let arena = buf.space == Space::Arena && matches!(self.bufs[buf.index as usize].home, Home::Arena);
+            let t = self.ty(v);
+            let same = t.shape == out_ty.shape && p.as_slice() == perm && bytes_of(t).ok() == Some(bytes);
+            (self.uses.get(&v) == Some(&1) && whole && arena && same).then_some(*buf)
+        })
     }
 
     /// Applies epilogue `steps` in place to `acc` (a tensor of logical

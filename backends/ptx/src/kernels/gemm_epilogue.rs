@@ -9,7 +9,8 @@
 //! loops.
 
 use super::{GemmEpilogue, GemmSpec};
-use crate::irtext::{Body, ModuleText};
+use crate::irtext::{Body, ModuleText, f32_lit};
+use aoc_plan::plan::QuantConv;
 use crate::pointwise::define_epilogue;
 
 /// The epilogue's helper function and its operands' strides `[b, i, j]`.
@@ -152,7 +153,7 @@ pub(crate) fn bases(
 
 /// `x`, the value of element (row0 + dr, col0 + dc), through the
 /// epilogue `epi` (which must be given): operand `k` at
-/// `base[k] + dr·s1 + dc·s2` (`base` from [`bases`]).
+/// `base[k] + dr·s1 + dc·s2` (`base` from [`bases`]). The result is f32.
 pub(crate) fn value(
     b: &mut Body,
     epi: Option<&EpiFn>,
@@ -160,6 +161,19 @@ pub(crate) fn value(
     base: &[String],
     dr: u64,
     dc: u64,
+) -> String {
+    value_as(b, epi, x, base, dr, dc, "float")
+}
+
+/// [`value`] of an epilogue whose result has LLVM type `ty`.
+pub(crate) fn value_as(
+    b: &mut Body,
+    epi: Option<&EpiFn>,
+    x: &str,
+    base: &[String],
+    dr: u64,
+    dc: u64,
+    ty: &str,
 ) -> String {
     let (f, strides) = epi.expect("an epilogue");
     let mut args = vec![format!("float {x}")];
@@ -171,7 +185,7 @@ pub(crate) fn value(
         let o = b.v(format!("add i64 {o}, {d}"));
         args.push(format!("ptr addrspace(1) %e{}, i64 {o}", k + 1));
     }
-    b.v(format!("call float @{f}({})", args.join(", ")))
+    b.v(format!("call {ty} @{f}({})", args.join(", ")))
 }
 
 /// The store of `ys` (one element, or a pair as one 8-byte store) at `p`;
@@ -187,4 +201,28 @@ pub(crate) fn c_store(b: &mut Body, ys: &[String], p: &str) -> String {
     } else {
         format!("store float {}, ptr addrspace(1) {p}, align 4", ys[0])
     }
+}
+
+/// Requantizes the s32 accumulator `acc` of an integer convolution's
+/// output channel with its `[comp (i32), scale, shift (f32)]` as
+/// `aoc_runtime::kernels::qconv::requantize` does (the contract in
+/// [`super::gemm_s8`]'s doc): the stored value as an i32. Needs
+/// `@llvm.fma.f32`, `@llvm.roundeven.f32` and `@llvm.fptosi.sat.i64.f32`
+/// declared.
+pub(crate) fn requantize(b: &mut Body, q: &QuantConv, acc: &str, [comp, scale, shift]: [&str; 3]) -> String {
+    // The clamp bounds as the CPU computes them (rounded to f32).
+    let lo = f32_lit((q.y_min as i64 - q.y_zero as i64) as f32);
+    let hi = f32_lit((q.y_max as i64 - q.y_zero as i64) as f32);
+    let a = b.v(format!("add i32 {acc}, {comp}"));
+    let f = b.v(format!("sitofp i32 {a} to float"));
+    let f = b.v(format!("call float @llvm.fma.f32(float {f}, float {scale}, float {shift})"));
+    let r = b.v(format!("call float @llvm.roundeven.f32(float {f})"));
+    // `f32::clamp`: a NaN stays NaN (and converts to 0).
+    let lt = b.v(format!("fcmp olt float {r}, {lo}"));
+    let r = b.v(format!("select i1 {lt}, float {lo}, float {r}"));
+    let gt = b.v(format!("fcmp ogt float {r}, {hi}"));
+    let r = b.v(format!("select i1 {gt}, float {hi}, float {r}"));
+    let r = b.v(format!("call i64 @llvm.fptosi.sat.i64.f32(float {r})"));
+    let r = b.v(format!("add i64 {r}, {}", q.y_zero));
+    b.v(format!("trunc i64 {r} to i32"))
 }

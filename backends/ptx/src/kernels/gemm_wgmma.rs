@@ -2,7 +2,10 @@
 //! computing a plain (batch 1) [`GemmSpec`] `C = A·B (+ bias) (relu)
 //! (epilogue)` with `wgmma.mma_async` m64nNk16 (f16 or bf16 inputs, f32
 //! accumulation), both operands read by the tensor cores straight from
-//! shared memory through matrix descriptors.
+//! shared memory through matrix descriptors. [`qconv_wgmma`] is the same
+//! pipeline on bytes (m64nNk32, u8/s8 by s8, s32 accumulation) for int8
+//! convolutions, with a requantizing epilogue (`quant.rs`); the layouts
+//! below are then the same in bytes (a k-tile is 128 bytes of k).
 //!
 //! Operands:
 //! - A: f16/bf16 (the precision's type), `m × k`, element `(i, kk)` at
@@ -80,11 +83,16 @@
 
 mod epilogue;
 mod mainloop;
+mod quant;
+
+pub use quant::{choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile, stored_type, supports};
 
 use super::gemm_epilogue::{self, EpiFn};
 use super::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
 use crate::irtext::{Body, ModuleText, check_entry_name};
 use crate::target::Sm;
+use aoc_ir::types::Scalar;
+use aoc_plan::plan::QuantConv;
 
 /// The multiply precision of [`gemm_wgmma`]; accumulation is f32 always.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,8 +113,57 @@ impl WgPrecision {
     }
 }
 
-/// The tiling of one kernel: `128 × bn` block tiles, k steps of 64, a ring
-/// of `stages` shared-memory stages.
+/// What the tensor cores multiply: halves with f32 accumulators, or bytes
+/// (A u8 or s8, B s8) with s32 accumulators and a requantizing epilogue
+/// ([`qconv_wgmma`]). Shared memory is laid out the same in bytes: a
+/// k-tile is one 128-byte swizzle row (64 halves or 128 bytes), a `wgmma`
+/// k step 32 bytes of it (k16 or k32).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Operands {
+    Half(WgPrecision),
+    /// The requantization and the stored type (8-bit, or f32 through an
+    /// epilogue).
+    Int8(QuantConv, Scalar),
+}
+
+impl Operands {
+    /// Bytes of an element of A and B.
+    fn bytes(self) -> u32 {
+        match self {
+            Operands::Half(_) => 2,
+            Operands::Int8(..) => 1,
+        }
+    }
+
+    /// Elements of k per k-tile.
+    fn bk(self) -> u32 {
+        ROW / self.bytes()
+    }
+
+    /// Elements per 16-byte chunk.
+    fn chunk(self) -> u32 {
+        16 / self.bytes()
+    }
+
+    /// The LLVM type of an element's bits.
+    fn elem(self) -> &'static str {
+        match self {
+            Operands::Half(_) => "i16",
+            Operands::Int8(..) => "i8",
+        }
+    }
+
+    /// The accumulators' LLVM type and inline-assembly constraint.
+    fn acc(self) -> (&'static str, &'static str) {
+        match self {
+            Operands::Half(_) => ("float", "f"),
+            Operands::Int8(..) => ("i32", "r"),
+        }
+    }
+}
+
+/// The tiling of one kernel: `128 × bn` block tiles, k steps of one
+/// 128-byte row, a ring of `stages` shared-memory stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WgTile {
     pub bn: u32,
@@ -115,12 +172,14 @@ pub struct WgTile {
 
 /// Rows of a block tile (two warpgroups of m64).
 pub const BM: u32 = 128;
-/// K of one k-tile (one 128-byte swizzle row of halves).
+/// K of one k-tile of halves (one 128-byte swizzle row).
 pub const BK: u32 = 64;
+/// Bytes of one k-tile row.
+const ROW: u32 = 128;
 /// Threads of a block.
 pub const THREADS: u32 = 256;
 /// Bytes of one A tile in shared memory.
-const A_BYTES: u32 = BM * BK * 2;
+const A_BYTES: u32 = BM * ROW;
 /// Slack for aligning the ring to 1024 bytes at run time.
 const ALIGN: u32 = 1024;
 /// Tile rows per block group (see the module doc).
@@ -135,7 +194,7 @@ impl WgTile {
     pub const NARROW: WgTile = WgTile { bn: 128, stages: 4 };
 
     fn b_bytes(&self) -> u32 {
-        self.bn * BK * 2
+        self.bn * ROW
     }
 
     fn stage_bytes(&self) -> u32 {
@@ -225,26 +284,31 @@ pub fn choose_wg_tile(spec: &GemmSpec) -> WgTile {
     }
 }
 
-/// k-tiles and n-tiles of `spec` under `tile`.
-fn tiles(spec: &GemmSpec, tile: WgTile) -> (u64, u64) {
-    (spec.k.div_ceil(BK as u64), spec.n.div_ceil(tile.bn as u64))
+/// k-tiles (of `bk` elements) and n-tiles of `spec` under `tile`.
+fn tiles(spec: &GemmSpec, tile: WgTile, bk: u32) -> (u64, u64) {
+    (spec.k.div_ceil(bk as u64), spec.n.div_ceil(tile.bn as u64))
 }
 
 /// Elements of B packed by [`pack_b`] for `tile`.
 pub fn packed_b_len(spec: &GemmSpec, tile: WgTile) -> usize {
-    let (kt, nt) = tiles(spec, tile);
+    let (kt, nt) = tiles(spec, tile, BK);
     (kt * nt * (BK * tile.bn) as u64) as usize
 }
 
 /// Where [`pack_b`] puts `B[kk][nn]`: see the module doc.
 pub fn packed_b_offset(spec: &GemmSpec, tile: WgTile, kk: u64, nn: u64) -> usize {
-    let (ktiles, _) = tiles(spec, tile);
-    let bn = tile.bn as u64;
-    let bk = BK as u64;
+    packed_offset(spec, tile, Operands::Half(WgPrecision::F16), kk, nn)
+}
+
+/// The element offset of `B[kk][nn]` in B packed for `tile` with elements
+/// of `p`: blocks of `bk × bn`, rows of one 128-byte swizzle row each.
+fn packed_offset(spec: &GemmSpec, tile: WgTile, p: Operands, kk: u64, nn: u64) -> usize {
+    let (ktiles, _) = tiles(spec, tile, p.bk());
+    let (bn, bk, ch) = (tile.bn as u64, p.bk() as u64, p.chunk() as u64);
     let (kt, kr, nt, nr) = (kk / bk, kk % bk, nn / bn, nn % bn);
     let block = (nt * ktiles + kt) * bk * bn;
-    let chunk = (kr / 8) ^ (nr % 8);
-    (block + nr * bk + chunk * 8 + kr % 8) as usize
+    let chunk = (kr / ch) ^ (nr % 8);
+    (block + nr * bk + chunk * ch + kr % ch) as usize
 }
 
 /// B (`k × n` row major, f16/bf16 bits) in the layout the kernel of
@@ -321,7 +385,31 @@ pub fn gemm_wgmma_with(
         // Batch 1 (checked above): the batch stride never counts.
         gemm_epilogue::check(spec, e)?;
     }
-    let (ktiles, ntn) = tiles(spec, tile);
+    // The epilogue's operands `%e1 …` after C; its helper is defined also
+    // for the empty kernel.
+    let (mut sig, epi_fn) = gemm_epilogue::params(m, name, spec, epi)?;
+    if half.is_some() {
+        sig.push("ptr addrspace(1) noalias %h".to_string());
+    }
+    let p = Operands::Half(prec);
+    write(m, name, &sig, spec, p, tile, (row, conv), epi_fn, half)
+}
+
+/// Writes kernel `name` with parameters `sig` (checked: `spec`, `tile`,
+/// the epilogue) and returns its geometry.
+#[allow(clippy::too_many_arguments)]
+fn write(
+    m: &mut ModuleText,
+    name: &str,
+    sig: &[String],
+    spec: &GemmSpec,
+    p: Operands,
+    tile: WgTile,
+    (row, conv): (u64, Option<ConvGeom>),
+    epi: Option<EpiFn>,
+    half: Option<HalfCopy>,
+) -> Result<Geometry, String> {
+    let (ktiles, ntn) = tiles(spec, tile, p.bk());
     let ntm = spec.m.div_ceil(BM as u64);
     if ntm * ntn > I31 {
         return Err(format!(
@@ -332,12 +420,6 @@ pub fn gemm_wgmma_with(
             tile.bn
         ));
     }
-    // The epilogue's operands `%e1 …` after C; its helper is defined also
-    // for the empty kernel.
-    let (mut sig, epi_fn) = gemm_epilogue::params(m, name, spec, epi)?;
-    if half.is_some() {
-        sig.push("ptr addrspace(1) noalias %h".to_string());
-    }
     let empty = spec.m == 0 || spec.n == 0;
     let body = if empty {
         "  ret void\n".to_string()
@@ -346,14 +428,14 @@ pub fn gemm_wgmma_with(
         let mut g = Gen {
             b: Body::new(),
             s: spec,
-            p: prec,
+            p,
             t: tile,
             row,
             conv,
             ktiles,
             ntm,
             ntn,
-            epi: epi_fn,
+            epi,
             half,
             acc: String::new(),
             tid: String::new(),
@@ -464,11 +546,11 @@ fn declare(m: &mut ModuleText) {
 struct Gen<'a> {
     b: Body,
     s: &'a GemmSpec,
-    p: WgPrecision,
+    p: Operands,
     t: WgTile,
     /// A's row stride (elements), for a strided A.
     row: u64,
-    /// An implicit convolution's geometry: A is its f16/bf16 NHWC input.
+    /// An implicit convolution's geometry: A is its NHWC input.
     conv: Option<ConvGeom>,
     ktiles: u64,
     ntm: u64,
@@ -500,7 +582,8 @@ impl Gen<'_> {
     fn kernel(&mut self) {
         let t = self.t;
         let nacc = self.nacc();
-        self.acc = self.v(format!("alloca [{nacc} x float], align 4"));
+        let (acc, _) = self.p.acc();
+        self.acc = self.v(format!("alloca [{nacc} x {acc}], align 4"));
         let ktp = self.v("alloca i32, align 4");
         self.tid = self.v("call i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
         let bx = self.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()");
@@ -519,19 +602,23 @@ impl Gen<'_> {
         self.bn0 = self.v(format!("mul i32 {nt}, {}", t.bn));
         for i in 0..nacc {
             let p = self.acc_ptr(i);
-            self.ins(format!("store float 0.0, ptr {p}, align 4"));
+            let zero = if acc == "float" { "0.0" } else { "0" };
+            self.ins(format!("store {acc} {zero}, ptr {p}, align 4"));
         }
         if self.ktiles > 0 {
             self.mainloop(&nt, &ktp);
         }
-        self.epilogue();
+        match self.p {
+            Operands::Half(_) => self.epilogue(),
+            Operands::Int8(q, out) => self.requantize(q, out),
+        }
         self.ins("ret void");
     }
 
     fn acc_ptr(&mut self, i: u32) -> String {
-        let (nacc, acc) = (self.nacc(), self.acc.clone());
+        let (nacc, acc, (ty, _)) = (self.nacc(), self.acc.clone(), self.p.acc());
         self.v(format!(
-            "getelementptr inbounds [{nacc} x float], ptr {acc}, i32 0, i32 {i}"
+            "getelementptr inbounds [{nacc} x {ty}], ptr {acc}, i32 0, i32 {i}"
         ))
     }
 }

@@ -10,7 +10,8 @@
 //! - [`gemm_s8`]: int8 tensor-core NHWC convolution / GEMM (`mma.sync`
 //!   m16n8k32, s32 accumulation) with a requantizing epilogue;
 //! - [`gemm_wgmma`]: Hopper (sm_90a) f16/bf16 GEMM on `wgmma` with a
-//!   packed B;
+//!   packed B, and the int8 convolution on `wgmma` with the requantizing
+//!   epilogue (and a fused pointwise step after it);
 //! - [`rows`]: row reductions (softmax, layer-norm), axis reductions, pooling;
 //! - [`index`]: index-mapping kernels (strided copy, fill, gather, resize,
 //!   depthwise and transposed convolution).

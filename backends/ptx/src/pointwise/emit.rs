@@ -121,7 +121,17 @@ impl Gen<'_> {
 
     /// Stores f32 `x` at `p` as `e`.
     pub(super) fn store(&mut self, e: Elem, x: &str, p: &str) {
-        let v = match e {
+        let v = self.convert(e, x);
+        self.b.ins(format!(
+            "store {} {v}, ptr addrspace(1) {p}, align {}",
+            e.ll(),
+            e.size()
+        ));
+    }
+
+    /// f32 `x` as a value of `e`'s LLVM type, converted as a store does.
+    pub(super) fn convert(&mut self, e: Elem, x: &str) -> String {
+        match e {
             Elem::F32 => x.to_string(),
             Elem::F64 => self.b.v(format!("fpext float {x} to double")),
             Elem::F16 => self.b.v(format!("fptrunc float {x} to half")),
@@ -146,12 +156,7 @@ impl Gen<'_> {
                 let nz = self.b.v(format!("fcmp une float {x}, 0.0"));
                 self.b.v(format!("zext i1 {nz} to i8"))
             }
-        };
-        self.b.ins(format!(
-            "store {} {v}, ptr addrspace(1) {p}, align {}",
-            e.ll(),
-            e.size()
-        ));
+        }
     }
 
     /// Truncates `x` to an integer clamped to `lo..=hi`, as type `ty`.

@@ -105,17 +105,92 @@ pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &H
         return None;
     }
     // The operand that reads c where the kernel writes: row-major strides.
-    let mut row_major = vec![0u64; k.dims.len()];
-    let mut acc = 1;
-    for (d, &e) in k.dims.iter().enumerate().rev() {
-        row_major[d] = acc;
-        acc *= e;
-    }
-    let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == row_major && op.dtype == Scalar::F32)?;
+    let dense = row_major(&k.dims);
+    let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == dense && op.dtype == Scalar::F32)?;
     // No other operand may read c (it would see the value before the epilogue).
     if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, c)) {
         return None;
     }
+    as_epilogue(k, ins, me, m, n)
+}
+
+
+/// The pointwise step `next` right after an int8 convolution `conv`
+/// (`x` in, 8-bit `y` of `m × n` out, `y` signed when `y_signed`) becomes
+/// that convolution's epilogue when it reads `y` at the element it writes
+/// (as 8-bit, the way it was stored), its other operands are affine in
+/// (row, column), it stores 8-bit integers or f32 densely, and the fusion
+/// changes nothing another step could see: `y` is `next`'s output or read
+/// by no later step (`later`), no other operand of `next` reads it, and `next`'s output
+/// overlaps neither the convolution's input (other blocks still read it
+/// while one stores) nor another operand unless it is that operand itself
+/// (an in-place residual add reads each element before writing it).
+/// Returns the epilogue, its extra buffers, and `next`'s output, which the
+/// fused kernel writes instead of `y`.
+pub(super) fn fusable_q_epilogue(
+    (x, y, y_signed): (&Buf, &Buf, bool),
+    (m, n): (u64, u64),
+    next: &Step,
+    later: &[Step],
+    kernels: &HashMap<&str, &PointwiseKernel>,
+) -> Option<(GemmEpilogue, Vec<Buf>, Buf)> {
+    let Step::Pointwise { code, args, .. } = next else { return None };
+    let k = kernels.get(code.as_str())?;
+    let (out, ins) = args.split_last()?;
+    let own = if y_signed { Scalar::I8 } else { Scalar::U8 };
+    if crate::kernels::gemm_wgmma::stored_type(k.out_dtype).is_none() || ins.len() != k.operands.len() {
+        return None;
+    }
+    let dense = row_major(&k.dims);
+    let me = ins.iter().zip(&k.operands).position(|(b, op)| b == y && op.strides == dense && op.dtype == own)?;
+    if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, y)) {
+        return None;
+    }
+    if overlaps(out, x) || ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, out) && b != out) {
+        return None;
+    }
+    // Written in place (out is y), later readers read the finished values.
+    let read_later = out != y && read_before_written(y, later);
+    if read_later {
+        return None;
+    }
+    let (e, bufs) = as_epilogue(k, ins, me, m, n)?;
+    Some((e, bufs, *out))
+}
+
+/// Whether the first of `steps` that touches the bytes of `buf` reads
+/// them: the arena reuses memory only after a buffer's last reader, so a
+/// later buffer over the same bytes is written before it is read.
+fn read_before_written(buf: &Buf, steps: &[Step]) -> bool {
+    for s in steps {
+        let (mut reads, mut writes) = (false, false);
+        s.clone().visit_bufs(|b, w| {
+            if overlaps(b, buf) {
+                if w { writes = true } else { reads = true }
+            }
+        });
+        if reads || writes {
+            return reads;
+        }
+    }
+    false
+}
+
+/// Row-major element strides of `dims`.
+fn row_major(dims: &[u64]) -> Vec<u64> {
+    let mut strides = vec![0u64; dims.len()];
+    let mut acc = 1;
+    for (d, &e) in dims.iter().enumerate().rev() {
+        strides[d] = acc;
+        acc *= e;
+    }
+    strides
+}
+
+/// Kernel `k` (operands `ins`) as the epilogue of an `m × n` product that
+/// operand `me` reads: that operand first, the others' strides over the
+/// product (each must be affine), and their buffers in order.
+fn as_epilogue(k: &PointwiseKernel, ins: &[Buf], me: usize, m: u64, n: u64) -> Option<(GemmEpilogue, Vec<Buf>)> {
     let mut order = vec![me];
     order.extend((0..ins.len()).filter(|&i| i != me));
     let mut kernel = (*k).clone();
@@ -135,4 +210,3 @@ pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &H
     let bufs = order[1..].iter().map(|&i| ins[i]).collect();
     Some((GemmEpilogue { kernel, strides }, bufs))
 }
-

@@ -50,12 +50,13 @@ use crate::expr::PointwiseKernel;
 use crate::irtext::ModuleText;
 use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
 use crate::kernels::gemm_s8::{self, QConvSpec};
+use crate::kernels::gemm_wgmma;
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, index, rows};
 use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
 pub use epilogue::affine_over;
-use epilogue::{fusable_epilogue, gemm_output};
+use epilogue::{fusable_epilogue, fusable_q_epilogue, gemm_output};
 use gemm::GemmBufs;
 use half::{HalfCopies, Remake};
 use weights::WeightSection;
@@ -380,22 +381,7 @@ impl<'a> Tr<'a, '_> {
             }
             Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
                 let spec = QConvSpec { geom: *geom, q: *q };
-                let need = geom.oc * geom.kh * geom.kw * geom.c.checked_div(geom.group).unwrap_or(0);
-                if w.len != need {
-                    return Err(format!("internal error: qconv2d weights hold {} bytes, the geometry needs {need}", w.len));
-                }
-                let packed = self.weights.s8_packed(w, &spec)?;
-                // The kernel moves x, w and y in 16-byte chunks; the arena and
-                // the weights align every tensor, only a view inside one could
-                // break it.
-                if !aligned16(&[x, &packed, y]) {
-                    return Err("the integer convolution's input or output starts inside a tensor at an offset that is not a multiple of 16 bytes, which its GPU kernel cannot read; please report the model".to_string());
-                }
-                let sm = self.sm;
-                let kern = self.kernel("qconv_s8", spec, |m, n| gemm_s8::qconv_s8(m, n, &spec, sm))?;
-                let args = [x, &packed, comp, scale, shift].into_iter().map(|b| Arg::In(*b)).chain([Arg::Out(*y)]).collect();
-                self.launch(kern, args, origin);
-                Ok(())
+                self.qconv2d(spec, [x, w, comp, scale, shift, y], origin, None)
             }
             // The CPU's 8-bit kernels: `LowerOptions::GPU` never asks for
             // them (its int8_elementwise is off).
@@ -415,6 +401,47 @@ impl<'a> Tr<'a, '_> {
                 Ok(())
             }
         }
+    }
+
+    /// An int8 convolution `spec` on buffers `[x, w, comp, scale, shift, y]`
+    /// (the plan step's), with an epilogue that stores its result in the
+    /// last buffer of `epi` instead of `y` (wgmma only: see
+    /// [`epilogue::fusable_q_epilogue`]).
+    fn qconv2d(&mut self, spec: QConvSpec, [x, w, comp, scale, shift, y]: [&Buf; 6], origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>, Buf)>) -> Result<(), String> {
+        let geom = &spec.geom;
+        let need = geom.oc * geom.kh * geom.kw * geom.c.checked_div(geom.group).unwrap_or(0);
+        if w.len != need {
+            return Err(format!("internal error: qconv2d weights hold {} bytes, the geometry needs {need}", w.len));
+        }
+        // Hopper's wgmma where the channels come in 16-byte chunks
+        // of one group, else mma.sync.
+        let sm = self.sm;
+        let wg = gemm_wgmma::supports(&spec, sm).then(|| gemm_wgmma::choose_q_tile(&spec));
+        if epi.is_some() && wg.is_none() {
+            return Err("internal error: an epilogue for an int8 convolution without wgmma".to_string());
+        }
+        let packed = match wg {
+            Some(tile) => self.weights.s8_wg_packed(w, &spec, tile)?,
+            None => self.weights.s8_packed(w, &spec)?,
+        };
+        let out = epi.map_or(y, |(_, _, out)| out);
+        // The kernel moves x, w and y in 16-byte chunks; the arena and
+        // the weights align every tensor, only a view inside one could
+        // break it.
+        if !aligned16(&[x, &packed, out]) {
+            return Err("the integer convolution's input or output starts inside a tensor at an offset that is not a multiple of 16 bytes, which its GPU kernel cannot read; please report the model".to_string());
+        }
+        let kern = match wg {
+            Some(tile) => {
+                let e = epi.map(|(e, _, _)| e);
+                self.kernel("qconv_wgmma", (spec, tile, e), |m, n| gemm_wgmma::qconv_wgmma_tile(m, n, &spec, sm, tile, e))?
+            }
+            None => self.kernel("qconv_s8", spec, |m, n| gemm_s8::qconv_s8(m, n, &spec, sm))?,
+        };
+        let mut args: Vec<Arg> = [x, &packed, comp, scale, shift].into_iter().map(|b| Arg::In(*b)).chain([Arg::Out(*out)]).collect();
+        args.extend(epi.iter().flat_map(|(_, extra, _)| extra.iter().map(|b| Arg::In(*b))));
+        self.launch(kern, args, origin);
+        Ok(())
     }
 
     fn pointwise(&mut self, code: &str, bufs: &[Buf], origin: &str) -> Result<(), String> {
@@ -501,6 +528,19 @@ pub fn translate_tuned(
     while i < steps.len() {
         let (step, origin) = (&steps[i], &origins[i]);
         tr.halves.at_step(i);
+        if let Step::QConv2d { x, w, comp, scale, shift, y, geom, q } = step {
+            // A wgmma int8 convolution takes the next pointwise step (a
+            // quantized residual add, a dequantize) as its epilogue.
+            let spec = QConvSpec { geom: *geom, q: *q };
+            let mn = (geom.n * geom.oh * geom.ow, geom.oc);
+            let fused = gemm_wgmma::supports(&spec, sm)
+                .then(|| steps.get(i + 1))
+                .flatten()
+                .and_then(|next| fusable_q_epilogue((x, y, q.y_signed), mn, next, &steps[i + 2..], &tr.pointwise));
+            tr.qconv2d(spec, [x, w, comp, scale, shift, y], origin, fused.as_ref()).map_err(|e| format!("{origin}: {e}"))?;
+            i += if fused.is_some() { 2 } else { 1 };
+            continue;
+        }
         let fused = gemm_output(step)
             .zip(steps.get(i + 1))
             .and_then(|((c, m, n), next)| fusable_epilogue(&c, m, n, next, &tr.pointwise));

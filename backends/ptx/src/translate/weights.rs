@@ -19,7 +19,7 @@ use aoc_plan::plan::{Buf, Space};
 use super::Precision;
 use crate::kernels::GemmSpec;
 use crate::kernels::gemm_s8::{self, QConvSpec};
-use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, pack_b};
+use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, pack_b, pack_weights_wg};
 
 /// The weight blobs, their offsets in the section, and the derived ones
 /// made so far.
@@ -100,6 +100,15 @@ impl<'a> WeightSection<'a> {
         self.derived(w, "s8pack", Scalar::I8, |bytes| {
             let ohwi: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
             gemm_s8::pack_weights(spec, &ohwi).into_iter().map(|v| v as u8).collect()
+        })
+    }
+
+    /// The int8 OHWI weights at `w` of the convolution `spec`, packed for
+    /// `gemm_wgmma::qconv_wgmma` with `tile`.
+    pub(super) fn s8_wg_packed(&mut self, w: &Buf, spec: &QConvSpec, tile: WgTile) -> Result<Buf, String> {
+        self.derived(w, &format!("s8wg{}x{}", tile.bn, tile.stages), Scalar::I8, |bytes| {
+            let ohwi: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
+            pack_weights_wg(spec, tile, &ohwi).into_iter().map(|v| v as u8).collect()
         })
     }
 

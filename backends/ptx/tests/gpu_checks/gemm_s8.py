@@ -9,7 +9,10 @@ Usage (on a machine with a GPU, CuPy and NumPy):
 
 The test writes `gemm_s8_sm_86.{ptx,txt}` and `gemm_s8_sm_90.{ptx,txt}`: the
 module and one manifest line per kernel (geometry, zero points, range,
-launch). For each kernel: random x (i8/u8), weights (i8, packed as
+launch); `cargo test ... qconv_wgmma_assembles` writes `gemm_s8_sm_90a.*`,
+the `wgmma` kernels of `kernels::gemm_wgmma::qconv_wgmma`, whose lines say
+`pack=wg:BN` (weights in 128-byte swizzled tiles of BN rows, as
+`pack_weights_wg` lays them out). For each kernel: random x (i8/u8), weights (i8, packed as
 `pack_weights` does: rows of K bytes padded with zeros to a multiple of 16),
 comp (i32), scale and shift (f32; some scales powers of two so that many
 values round at exact ties); the reference accumulates exactly in int64 and
@@ -41,6 +44,7 @@ def parse(line):
     for k in ("x_signed", "x_zero", "y_signed", "y_zero", "y_min", "y_max", "block", "smem"):
         spec[k] = int(f[k])
     spec["grid"] = tuple(int(v) for v in f["grid"].split(":"))
+    spec["pack"] = f.get("pack", "rows")
     return f["name"], spec
 
 
@@ -106,6 +110,19 @@ def pack(w, oc, k):
     return out
 
 
+def pack_wg(w, oc, k, bn):
+    """`pack_weights_wg`: block (n-tile nt, k-tile kt) of bn rows × 128
+    bytes at (nt·ktiles + kt)·128·bn; row nr's 16-byte chunk c at chunk
+    position c ^ (nr % 8); zeros past k and oc."""
+    kt, nt = -(-k // 128), -(-oc // bn)
+    out = np.zeros(kt * nt * 128 * bn, np.int8)
+    o, kk = np.meshgrid(np.arange(oc), np.arange(k), indexing="ij")
+    nr, kr = o % bn, kk % 128
+    at = ((o // bn) * kt + kk // 128) * 128 * bn + nr * 128 + ((kr // 16) ^ (nr % 8)) * 16 + kr % 16
+    out[at.reshape(-1)] = w.reshape(oc, k).reshape(-1)
+    return out
+
+
 def run(cp, path, lines, rng):
     mod = cp.RawModule(path=path)
     tag = os.path.basename(path)
@@ -130,7 +147,11 @@ def run(cp, path, lines, rng):
         want = reference(s, x, w, comp, scale, shift)
         xb = x.astype(np.int8 if s["x_signed"] else np.uint8).view(np.uint8)
         dx = cp.asarray(xb.reshape(-1))
-        dw = cp.asarray(pack(w, oc, k).reshape(-1))
+        if s["pack"].startswith("wg:"):
+            packed = pack_wg(w, oc, k, int(s["pack"][3:]))
+        else:
+            packed = pack(w, oc, k)
+        dw = cp.asarray(packed.reshape(-1))
         ybuf = cp.full(n * oh * ow * oc + 2 * guard, 0xA5, dtype=cp.uint8)
         dy = ybuf[guard:guard + n * oh * ow * oc]
         f = mod.get_function(name)
@@ -160,7 +181,7 @@ def main():
 
     d = sys.argv[1]
     found = False
-    for sm in ("sm_86", "sm_90"):
+    for sm in ("sm_86", "sm_90", "sm_90a"):
         ptx = os.path.join(d, f"gemm_s8_{sm}.ptx")
         if not os.path.exists(ptx):
             continue

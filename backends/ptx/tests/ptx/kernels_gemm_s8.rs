@@ -17,7 +17,14 @@ use aoc_backend_ptx::kernels::gemm_s8::{
     QConvSpec, S8Tile, choose_tile, pack_weights, packed_len, qconv_s8, qconv_s8_tile,
 };
 use aoc_backend_ptx::kernels::{ConvGeom, Geometry};
+use aoc_backend_ptx::kernels::gemm_wgmma::{
+    WgTile, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile,
+    supports,
+};
+use aoc_backend_ptx::expr::{Binary, Expr};
+use aoc_backend_ptx::kernels::GemmEpilogue;
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+use aoc_ir::types::Scalar;
 use aoc_plan::plan::QuantConv;
 
 const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
@@ -529,4 +536,206 @@ fn gemm_s8_runs_on_the_host() {
     let mut s = sq(2, 10, 9, 18, 3, 1, 2, 1);
     s.q.x_zero = -3;
     host::check("bytes_deep_t1", &s, Some(S8Tile::ALL[1]), 8);
+}
+
+/// The specs of [`specs`] the sm_90a `wgmma` kernel takes (one group,
+/// channels in multiples of 16), each with the tile it chooses, and more
+/// with every tile width: odd channel counts (byte stores), rows that end
+/// inside a tile, a u8 input with a zero point and padding.
+fn wgmma_specs() -> Vec<(String, QConvSpec, WgTile)> {
+    let mut v: Vec<(String, QConvSpec, WgTile)> = specs()
+        .into_iter()
+        .filter(|(_, s)| supports(s, Sm::Sm90a))
+        .map(|(n, s)| (format!("wg_{n}"), s, choose_q_tile(&s)))
+        .collect();
+    let mut odd = sq(3, 7, 16, 9, 3, 1, 1, 1);
+    odd.q.x_signed = false;
+    odd.q.x_zero = 3;
+    let mut wide = sq(2, 13, 48, 200, 3, 2, 1, 1);
+    wide.q.y_signed = false;
+    wide.q.y_zero = 10;
+    wide.q.y_min = 10;
+    wide.q.y_max = 255;
+    let deep = sq(1, 9, 272, 64, 3, 1, 1, 1);
+    for (what, s) in [("odd_oc", odd), ("wide", wide), ("deep", deep)] {
+        for bn in [64, 128, 256] {
+            let tile = WgTile { bn, stages: 4 };
+            v.push((format!("wg_{what}_{bn}"), s, tile));
+        }
+    }
+    v.push(("wg_deep_paired".to_string(), deep, WgTile { bn: 128, stages: 3 }));
+    v
+}
+
+#[test]
+fn qconv_wgmma_assembles_for_sm_90a() {
+    let sm = Sm::Sm90a;
+    let mut m = ModuleText::new();
+    let mut kernels = Vec::new();
+    for (name, s, tile) in wgmma_specs() {
+        let g = qconv_wgmma_tile(&mut m, &name, &s, sm, tile, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        kernels.push((name, s, tile, g));
+    }
+    let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    assert_eq!(ptx.matches(".visible .entry ").count(), kernels.len());
+    for (name, s, tile, g) in &kernels {
+        let body = super::entry(&ptx, name);
+        let gm = &s.geom;
+        if gm.n == 0 || gm.oc == 0 {
+            assert_eq!((g.grid, g.smem), ([1, 1, 1], 0), "{name}");
+            assert!(!body.contains("wgmma") && !body.contains("st.global"), "{name}");
+            continue;
+        }
+        let rows = gm.n * gm.oh * gm.ow;
+        let blocks = rows.div_ceil(128) * gm.oc.div_ceil(tile.bn as u64);
+        assert_eq!(g.grid, [blocks as u32, 1, 1], "{name}");
+        assert_eq!((g.block, g.smem), ([256, 1, 1], tile.smem_bytes()), "{name}");
+        let a = if s.q.x_signed { "s8" } else { "u8" };
+        let mma = format!("wgmma.mma_async.sync.aligned.m64n{}k32.s32.{a}.s8", tile.bn);
+        // Four k32 steps per 128-byte k-tile (LLVM may copy the loop body).
+        let steps = body.matches(&mma).count();
+        assert!(steps > 0 && steps % 4 == 0, "{name}: {steps} of {mma}");
+        for op in ["cvt.rn.f32.s32", "fma.rn.f32", "cvt.rni.f32.f32", "cvt.rzi.s64.f32"] {
+            assert!(body.contains(op), "{name}: no {op}");
+        }
+        // Padding in `x_zero` bytes is stored by the thread.
+        assert_eq!(body.contains("st.shared.v4"), s.q.x_zero != 0, "{name}");
+        let w2 = body.contains("st.global.u16") || body.contains("st.global.b16");
+        let w1 = body.contains("st.global.u8") || body.contains("st.global.b8");
+        assert_eq!((w2, w1), (gm.oc % 2 == 0, gm.oc % 2 == 1), "{name}");
+    }
+    if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("gemm_s8_sm_90a.ptx"), &ptx).unwrap();
+        let lines: Vec<String> = kernels
+            .iter()
+            .map(|(n, s, t, g)| format!("{} pack=wg:{}", manifest_line(n, s, g), t.bn))
+            .collect();
+        std::fs::write(dir.join("gemm_s8_sm_90a.txt"), lines.join("\n") + "\n").unwrap();
+    }
+    match super::find_ptxas() {
+        Ok(x) => {
+            let report = super::assemble(&x, &ptx, sm, "qconv_wgmma");
+            for line in report.lines() {
+                assert!(!line.contains("spill stores") || line.contains(" 0 bytes spill stores"), "{line}");
+                assert!(!line.contains("serialized"), "{line}");
+            }
+        }
+        Err(why) => println!("skipping the ptxas part: {why}"),
+    }
+}
+
+#[test]
+fn qconv_wgmma_packs_rows_into_swizzled_tiles() {
+    // 1×1, K = 160 (two k-tiles, the second 32 bytes long), oc = 70 (two
+    // n-tiles of 64).
+    let s = sq(1, 4, 160, 70, 1, 1, 0, 1);
+    let tile = WgTile { bn: 64, stages: 4 };
+    let (k, oc) = (160usize, 70usize);
+    let ohwi: Vec<i8> = (0..oc * k).map(|i| ((i * 7 + i / k) % 251) as u8 as i8).collect();
+    let p = pack_weights_wg(&s, tile, &ohwi);
+    assert_eq!(p.len(), packed_weights_wg_len(&s, tile));
+    assert_eq!(p.len(), 2 * 2 * 128 * 64);
+    for o in 0..oc {
+        for kk in 0..k {
+            let (nt, nr, kt, kr) = (o / 64, o % 64, kk / 128, kk % 128);
+            let block = (nt * 2 + kt) * 128 * 64;
+            let at = block + nr * 128 + ((kr / 16) ^ (nr % 8)) * 16 + kr % 16;
+            assert_eq!(p[at], ohwi[o * k + kk], "o {o} k {kk}");
+        }
+    }
+    // Everything else is zero: the bytes past k and past oc.
+    let nonzero = ohwi.iter().filter(|&&v| v != 0).count();
+    assert_eq!(p.iter().filter(|&&v| v != 0).count(), nonzero);
+}
+
+#[test]
+fn qconv_wgmma_refusals_and_choice() {
+    let mut m = ModuleText::new();
+    let ok = sq(1, 8, 32, 32, 3, 1, 1, 1);
+    assert!(supports(&ok, Sm::Sm90a));
+    qconv_wgmma(&mut m, "wg_ok", &ok, Sm::Sm90a).unwrap();
+    for sm in [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90] {
+        assert!(!supports(&ok, sm));
+        let e = qconv_wgmma(&mut m, "wg", &ok, sm).unwrap_err();
+        assert!(e.contains("sm_90a"), "{e}");
+    }
+    // Grouped, channels not in 16-byte chunks, the stem's 3.
+    for bad in [sq(1, 8, 32, 32, 3, 1, 1, 2), sq(1, 8, 24, 32, 3, 1, 1, 1), sq(1, 8, 3, 32, 3, 1, 1, 1)] {
+        assert!(!supports(&bad, Sm::Sm90a));
+        assert!(qconv_wgmma(&mut m, "wg", &bad, Sm::Sm90a).is_err());
+    }
+    let bad_tile = WgTile { bn: 40, stages: 4 };
+    assert!(qconv_wgmma_tile(&mut m, "wg", &ok, Sm::Sm90a, bad_tile, None).is_err());
+    // ResNet-50's 3×3 convolutions at batch 32 fill the GPU with wide tiles.
+    let big = sq(32, 56, 64, 64, 3, 1, 1, 1);
+    assert_eq!(choose_q_tile(&big).bn, 64);
+    let wide = sq(32, 14, 256, 1024, 1, 1, 0, 1);
+    assert!(choose_q_tile(&wide).bn >= 128);
+}
+
+/// An epilogue over the `m × n` output of `s`: `(y − 3)·0.5 + r·0.25`
+/// stored as `out`, `r` an 8-bit operand laid out as the output.
+fn residual_epilogue(s: &QConvSpec, out: Scalar) -> GemmEpilogue {
+    let (m, n) = (s.geom.n * s.geom.oh * s.geom.ow, s.geom.oc);
+    let own = if s.q.y_signed { Scalar::I8 } else { Scalar::U8 };
+    let dense: &[u64] = &[n, 1];
+    let exprs = [
+        Expr::Load(0),
+        Expr::Const(3.0),
+        Expr::Binary(Binary::Sub, 0, 1),
+        Expr::Const(0.5),
+        Expr::Binary(Binary::Mul, 2, 3),
+        Expr::Load(1),
+        Expr::Const(0.25),
+        Expr::Binary(Binary::Mul, 5, 6),
+        Expr::Binary(Binary::Add, 4, 7),
+    ];
+    GemmEpilogue {
+        kernel: super::kernel("", &[m, n], &[(own, dense), (Scalar::I8, dense)], &exprs, out),
+        strides: vec![[0, n, 1]],
+    }
+}
+
+#[test]
+fn qconv_wgmma_takes_an_epilogue() {
+    let sm = Sm::Sm90a;
+    let mut m = ModuleText::new();
+    let even = sq(2, 9, 32, 48, 3, 1, 1, 1);
+    let odd = sq(1, 7, 16, 9, 3, 1, 1, 1);
+    let mut cases = Vec::new();
+    for (what, s) in [("even", even), ("odd", odd)] {
+        for out in [Scalar::I8, Scalar::U8, Scalar::F32] {
+            let name = format!("wge_{what}_{}", out.name());
+            let e = residual_epilogue(&s, out);
+            let g = qconv_wgmma_tile(&mut m, &name, &s, sm, choose_q_tile(&s), Some(&e)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(g.grid[0] > 0);
+            cases.push((name, s, out));
+        }
+    }
+    // The epilogue must read the convolution's own 8-bit output and store
+    // 8-bit integers or f32.
+    let mut bad = residual_epilogue(&even, Scalar::F16);
+    assert!(qconv_wgmma_tile(&mut m, "wge_bad", &even, sm, choose_q_tile(&even), Some(&bad)).is_err());
+    bad.kernel.out_dtype = Scalar::I8;
+    bad.kernel.operands[0].dtype = Scalar::U8;
+    assert!(qconv_wgmma_tile(&mut m, "wge_bad", &even, sm, choose_q_tile(&even), Some(&bad)).is_err());
+    let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    for (name, s, out) in &cases {
+        let body = super::entry(&ptx, name);
+        // The residual operand is read (bytes) and the result stored in
+        // its type: byte pairs or f32 pairs where oc is even.
+        assert!(body.contains("ld.global") && body.contains(".u8") || body.contains(".s8"), "{name}");
+        let even = s.geom.oc % 2 == 0;
+        let want: &[&str] = match (out, even) {
+            (Scalar::F32, true) => &["st.global.v2.f32", "st.global.v2.b32"],
+            (Scalar::F32, false) => &["st.global.f32", "st.global.b32"],
+            (_, true) => &["st.global.b16", "st.global.u16"],
+            _ => &["st.global.b8", "st.global.u8"],
+        };
+        assert!(want.iter().any(|w| body.contains(w)), "{name}: none of {want:?}");
+    }
+    if let Ok(x) = super::find_ptxas() {
+        super::assemble(&x, &ptx, sm, "qconv_wgmma_epilogue");
+    }
 }

@@ -2,7 +2,6 @@
 //! by `ldmatrix`, `mma.sync` m16n8k32) and the requantizing epilogue.
 
 use super::{APath, BK, Gen, mma_suffix};
-use crate::irtext::f32_lit;
 use crate::kernels::gemm_epilogue;
 
 impl Gen<'_> {
@@ -180,28 +179,10 @@ impl Gen<'_> {
     }
 
     /// Requantizes accumulator `acc` of a column with `comp`, `scale`,
-    /// `shift` as `aoc_runtime::kernels::qconv::requantize` does (see the
-    /// module doc): the output value as an i32.
+    /// `shift` (see the module doc): the output value as an i32.
     fn requant(&mut self, acc: &str, col: &(String, String, String, String)) -> String {
-        let s = self.s;
         let (_, comp, scale, shift) = col;
-        // The clamp bounds as the CPU computes them (rounded to f32).
-        let lo = f32_lit((s.q.y_min as i64 - s.q.y_zero as i64) as f32);
-        let hi = f32_lit((s.q.y_max as i64 - s.q.y_zero as i64) as f32);
-        let a = self.v(format!("add i32 {acc}, {comp}"));
-        let f = self.v(format!("sitofp i32 {a} to float"));
-        let f = self.v(format!(
-            "call float @llvm.fma.f32(float {f}, float {scale}, float {shift})"
-        ));
-        let r = self.v(format!("call float @llvm.roundeven.f32(float {f})"));
-        // `f32::clamp`: a NaN stays NaN (and converts to 0).
-        let lt = self.v(format!("fcmp olt float {r}, {lo}"));
-        let r = self.v(format!("select i1 {lt}, float {lo}, float {r}"));
-        let gt = self.v(format!("fcmp ogt float {r}, {hi}"));
-        let r = self.v(format!("select i1 {gt}, float {hi}, float {r}"));
-        let r = self.v(format!("call i64 @llvm.fptosi.sat.i64.f32(float {r})"));
-        let r = self.v(format!("add i64 {r}, {}", s.q.y_zero));
-        self.v(format!("trunc i64 {r} to i32"))
+        gemm_epilogue::requantize(&mut self.b, &self.s.q, acc, [comp, scale, shift])
     }
 
     /// Requantization and the guarded byte stores. Accumulator `r` of

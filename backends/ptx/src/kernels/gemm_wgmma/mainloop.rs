@@ -2,7 +2,7 @@
 //! the ring, the matrix descriptors, and `wgmma` with its fence, commit and
 //! waits as inline assembly (see the parent's doc for the pipeline).
 
-use super::{A_BYTES, ALIGN, BK, BM, Gen, THREADS};
+use super::{A_BYTES, ALIGN, BM, Gen, Operands, ROW, THREADS};
 use crate::kernels::{ConvGeom, conv_index};
 
 /// Where this thread's copies of a k-tile go: per A chunk the element
@@ -28,17 +28,17 @@ impl Gen<'_> {
     /// The per-thread copy addresses (see [`Copies`]); `ring` is the byte
     /// offset of the aligned ring from `@aoc_wg_smem`.
     fn copies(&mut self, nt: &str, ring: &str) -> Copies {
-        let (t, s) = (self.t, self.s);
+        let (t, s, p) = (self.t, self.s, self.p);
         let tid = self.tid.clone();
         // A: 8 threads per 128-byte row, rows tid/8 + 32·i.
         let c = self.v(format!("and i32 {tid}, 7"));
         let r0 = self.v(format!("lshr i32 {tid}, 3"));
-        let a_col = self.v(format!("shl i32 {c}, 3"));
+        let a_col = self.v(format!("mul i32 {c}, {}", p.chunk()));
         let c64 = self.v(format!("zext i32 {a_col} to i64"));
         let mut a_src = Vec::new();
         let mut a_bytes = Vec::new();
         let mut pixels = Vec::new();
-        for i in 0..BM * BK / 8 / THREADS {
+        for i in 0..BM * (ROW / 16) / THREADS {
             let row = self.v(format!("add i32 {}, {r0}", self.bm0));
             let row = self.v(format!("add i32 {row}, {}", 32 * i));
             let ok = self.v(format!("icmp ult i32 {row}, {}", s.m));
@@ -65,9 +65,9 @@ impl Gen<'_> {
         let nt64 = self.v(format!("zext i32 {nt} to i64"));
         let b_src = self.v(format!(
             "mul i64 {nt64}, {}",
-            self.ktiles * (BK * t.bn) as u64
+            self.ktiles * (p.bk() * t.bn) as u64
         ));
-        let t8 = self.v(format!("shl i32 {tid}, 3"));
+        let t8 = self.v(format!("mul i32 {tid}, {}", p.chunk()));
         let t8 = self.v(format!("zext i32 {t8} to i64"));
         let b_src = self.v(format!("add i64 {b_src}, {t8}"));
         let b_dst = self.v(format!("shl i32 {tid}, 4"));
@@ -85,12 +85,14 @@ impl Gen<'_> {
     }
 
     /// `cp.async` of this thread's A chunks of the k-tile starting at
-    /// column `k0` (i32) of an implicit
-    /// convolution (`c` a multiple of 8: each chunk is 8 channels of one
-    /// filter tap; the thread's chunks share their column `kk`, so one tap
-    /// per k-tile and thread) into the stage at byte `stage`; chunks whose
-    /// tap falls in the padding, whose row is past `m` or whose column is
-    /// past `k`, are zero-filled.
+    /// column `k0` (i32) of an implicit convolution (`c` a multiple of the
+    /// chunk's elements: each chunk is 8 halves or 16 bytes of channels of
+    /// one filter tap; the thread's chunks share their column `kk`, so one
+    /// tap per k-tile and thread) into the stage at byte `stage`; chunks
+    /// whose row is past `m` or whose column is past `k` are zero-filled
+    /// (B is zero there, the rows are not stored), and so are chunks whose
+    /// tap falls in the padding, except for integers with a nonzero
+    /// `x_zero`: the padding is that value, stored by the thread.
     fn issue_conv(&mut self, cp: &Copies, g: &ConvGeom, k0: &str, stage: &str) {
         let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
         let k_ok = self.v(format!("icmp ult i32 {kk}, {}", self.s.k));
@@ -106,13 +108,34 @@ impl Gen<'_> {
             let x = self.v(format!("add i32 {ix}, {dx}"));
             let yin = self.v(format!("icmp ult i32 {y}, {}", g.h));
             let xin = self.v(format!("icmp ult i32 {x}, {}", g.w));
-            let ok = self.v(format!("and i1 {yin}, {xin}"));
-            let ok = self.v(format!("and i1 {ok}, {row_ok}"));
-            let ok = self.v(format!("and i1 {ok}, {k_ok}"));
+            let inside = self.v(format!("and i1 {yin}, {xin}"));
+            let real = self.v(format!("and i1 {row_ok}, {k_ok}"));
+            let ok = self.v(format!("and i1 {inside}, {real}"));
             let o = self.v(format!("add i64 {src}, {tap_off}"));
             let o = self.v(format!("select i1 {ok}, i64 {o}, i64 0"));
             let bytes = self.v(format!("select i1 {ok}, i32 16, i32 0"));
+            let zero = match self.p {
+                Operands::Int8(q, _) if q.x_zero != 0 => q.x_zero as u8,
+                _ => {
+                    self.cp_async_a(cp, i, &o, &bytes, stage);
+                    continue;
+                }
+            };
+            let out = self.v(format!("xor i1 {inside}, true"));
+            let pad = self.v(format!("and i1 {real}, {out}"));
+            let (l_pad, l_copy, l_end) = (self.b.label("pad"), self.b.label("copy"), self.b.label("pad.end"));
+            self.b.cond_br(&pad, &l_pad, &l_copy);
+            self.b.place(&l_pad);
+            let dst = self.a_dst(cp, i, stage);
+            let z = i32::from_ne_bytes([zero; 4]);
+            self.ins(format!(
+                "store <4 x i32> <i32 {z}, i32 {z}, i32 {z}, i32 {z}>, ptr addrspace(3) {dst}, align 16"
+            ));
+            self.b.br(&l_end);
+            self.b.place(&l_copy);
             self.cp_async_a(cp, i, &o, &bytes, stage);
+            self.b.br(&l_end);
+            self.b.place(&l_end);
         }
     }
 
@@ -121,16 +144,16 @@ impl Gen<'_> {
     /// byte `stage`: rows past `m` and the k tail zero-filled.
     fn issue_a(&mut self, cp: &Copies, k0: &str, k064: &str, stage: &str) {
         let s = self.s;
-        let left = if s.k.is_multiple_of(BK as u64) {
+        let left = if s.k.is_multiple_of(self.p.bk() as u64) {
             None
         } else {
             // Elements of this thread's chunk inside k: k − (k0 + col),
-            // clamped to 0 … 8.
+            // clamped to 0 … chunk; as bytes.
             let kk = self.v(format!("add i32 {k0}, {}", cp.a_col));
             let l = self.v(format!("sub i32 {}, {kk}", s.k));
             let l = self.v(format!("call i32 @llvm.smax.i32(i32 {l}, i32 0)"));
-            let l = self.v(format!("call i32 @llvm.smin.i32(i32 {l}, i32 8)"));
-            Some(self.v(format!("shl i32 {l}, 1")))
+            let l = self.v(format!("call i32 @llvm.smin.i32(i32 {l}, i32 {})", self.p.chunk()));
+            Some(self.v(format!("mul i32 {l}, {}", self.p.bytes())))
         };
         for (i, (src, bytes)) in cp.a_src.iter().zip(&cp.a_bytes).enumerate() {
             let (bytes, o) = match &left {
@@ -154,20 +177,26 @@ impl Gen<'_> {
     /// `o` of A (`bytes` of it, the rest zero-filled) into the stage at
     /// byte `stage`.
     fn cp_async_a(&mut self, cp: &Copies, i: usize, o: &str, bytes: &str, stage: &str) {
-        let srcp = self.v(format!("getelementptr i16, ptr addrspace(1) %p0, i64 {o}"));
-        let d = self.v(format!("add i32 {}, {stage}", cp.a_dst));
-        let d = self.v(format!("add i32 {d}, {}", i as u32 * 32 * 128));
-        let dst = self.smem(&d);
+        let el = self.p.elem();
+        let srcp = self.v(format!("getelementptr {el}, ptr addrspace(1) %p0, i64 {o}"));
+        let dst = self.a_dst(cp, i, stage);
         self.ins(format!(
             "call void @llvm.nvvm.cp.async.cg.shared.global.16.s(ptr addrspace(3) {dst}, ptr addrspace(1) {srcp}, i32 {bytes})"
         ));
     }
 
+    /// Where A chunk `i` of this thread goes in the stage at byte `stage`.
+    fn a_dst(&mut self, cp: &Copies, i: usize, stage: &str) -> String {
+        let d = self.v(format!("add i32 {}, {stage}", cp.a_dst));
+        let d = self.v(format!("add i32 {d}, {}", i as u32 * 32 * ROW));
+        self.smem(&d)
+    }
+
     /// `cp.async` (not committed) of k-tile `kt` into the stage at byte
     /// `stage` of the ring.
     fn issue(&mut self, cp: &Copies, kt: &str, stage: &str) {
-        let t = self.t;
-        let k0 = self.v(format!("mul i32 {kt}, {BK}"));
+        let (t, p) = (self.t, self.p);
+        let k0 = self.v(format!("mul i32 {kt}, {}", p.bk()));
         let k064 = self.v(format!("zext i32 {k0} to i64"));
         match self.conv {
             Some(g) => self.issue_conv(cp, &g, &k0, stage),
@@ -176,8 +205,8 @@ impl Gen<'_> {
         let bo = self.v(format!("mul i64 {k064}, {}", t.bn));
         let bo = self.v(format!("add i64 {bo}, {}", cp.b_src));
         for i in 0..t.b_bytes() / 16 / THREADS {
-            let o = self.v(format!("add i64 {bo}, {}", i * THREADS * 8));
-            let srcp = self.v(format!("getelementptr i16, ptr addrspace(1) %p1, i64 {o}"));
+            let o = self.v(format!("add i64 {bo}, {}", i * THREADS * p.chunk()));
+            let srcp = self.v(format!("getelementptr {}, ptr addrspace(1) %p1, i64 {o}", p.elem()));
             let d = self.v(format!("add i32 {}, {stage}", cp.b_dst));
             let d = self.v(format!("add i32 {d}, {}", i * THREADS * 16));
             let dst = self.smem(&d);
@@ -258,8 +287,8 @@ impl Gen<'_> {
         let db = desc(self, &bsm);
         let mut accs = self.load_acc();
         accs = self.tied("wgmma.fence.sync.aligned;", &accs, &[]);
-        for ks in 0..BK / 16 {
-            // k16 step ks: 32 bytes into each 128-byte row (>> 4 = 2).
+        for ks in 0..ROW / 32 {
+            // k step ks: 32 bytes into each 128-byte row (>> 4 = 2).
             let a = self.v(format!("add i64 {da}, {}", 2 * ks));
             let b = self.v(format!("add i64 {db}, {}", 2 * ks));
             accs = self.wgmma(&accs, &a, &b);
@@ -278,18 +307,20 @@ impl Gen<'_> {
     }
 
     fn load_acc(&mut self) -> Vec<String> {
+        let (ty, _) = self.p.acc();
         (0..self.nacc())
             .map(|i| {
                 let p = self.acc_ptr(i);
-                self.v(format!("load float, ptr {p}, align 4"))
+                self.v(format!("load {ty}, ptr {p}, align 4"))
             })
             .collect()
     }
 
     fn store_acc(&mut self, accs: &[String]) {
+        let (ty, _) = self.p.acc();
         for (i, x) in accs.iter().enumerate() {
             let p = self.acc_ptr(i as u32);
-            self.ins(format!("store float {x}, ptr {p}, align 4"));
+            self.ins(format!("store {ty} {x}, ptr {p}, align 4"));
         }
     }
 
@@ -298,15 +329,16 @@ impl Gen<'_> {
     /// inputs `(constraint, typed value)` as `$n …`.
     fn tied(&mut self, text: &str, accs: &[String], extra: &[(&str, String)]) -> Vec<String> {
         let n = accs.len();
-        let ty = format!("{{ {} }}", vec!["float"; n].join(", "));
-        let mut cons: Vec<String> = vec!["=f".to_string(); n];
+        let (acc, con) = self.p.acc();
+        let ty = format!("{{ {} }}", vec![acc; n].join(", "));
+        let mut cons: Vec<String> = vec![format!("={con}"); n];
         cons.extend(extra.iter().map(|(c, _)| c.to_string()));
         cons.extend((0..n).map(|i| i.to_string()));
         cons.push("~{memory}".to_string());
         let args: Vec<String> = extra
             .iter()
             .map(|(_, v)| v.clone())
-            .chain(accs.iter().map(|a| format!("float {a}")))
+            .chain(accs.iter().map(|a| format!("{acc} {a}")))
             .collect();
         let r = self.v(format!(
             "call {ty} asm sideeffect \"{text}\", \"{}\"({}) convergent",
@@ -318,13 +350,24 @@ impl Gen<'_> {
             .collect()
     }
 
-    /// One `wgmma.mma_async` m64n{bn}k16 accumulating into `accs`.
+    /// One `wgmma.mma_async` (m64n{bn}k16 of halves, m64n{bn}k32 of
+    /// bytes) accumulating into `accs`.
     fn wgmma(&mut self, accs: &[String], da: &str, db: &str) -> Vec<String> {
         let n = accs.len();
         let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
-        let p = self.p.ptx();
+        // Halves take scale-a/b 1 and no transposes; integers take none.
+        let (form, tail) = match self.p {
+            Operands::Half(h) => {
+                let p = h.ptx();
+                (format!("k16.f32.{p}.{p}"), ", 1, 1, 0, 0")
+            }
+            Operands::Int8(q, _) => {
+                let a = if q.x_signed { "s8" } else { "u8" };
+                (format!("k32.s32.{a}.s8"), "")
+            }
+        };
         let text = format!(
-            "{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${}, 0;\\0Awgmma.mma_async.sync.aligned.m64n{}k16.f32.{p}.{p} {{{}}}, ${}, ${}, p, 1, 1, 0, 0;\\0A}}",
+            "{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${}, 0;\\0Awgmma.mma_async.sync.aligned.m64n{}{form} {{{}}}, ${}, ${}, p{tail};\\0A}}",
             n + 2,
             self.t.bn,
             regs.join(", "),

@@ -1,0 +1,263 @@
+//! The int8 form of the wgmma kernel: an NHWC implicit-GEMM convolution
+//! (a GEMM is a 1×1 one) with `wgmma.mma_async` m64nNk32 `.s32.{u8|s8}.s8`
+//! and `gemm_s8`'s requantizing epilogue, for sm_90a (the plan's
+//! `Step::QConv2d`, where `gemm_s8` runs the Ampere `mma.sync`).
+//!
+//! Semantics, ABI (`x, w, comp, scale, shift, y`) and alignment are
+//! [`gemm_s8::qconv_s8`]'s (see its module doc), with these differences:
+//! - one group, `c` a multiple of 16 (each 16-byte chunk of A is 16
+//!   channels of one filter tap, copied by `cp.async`; a chunk in the
+//!   padding is `x_zero` bytes, stored by the thread);
+//! - `w` is packed by [`pack_weights_wg`] for the kernel's tile
+//!   ([`choose_q_tile`]): the OHWI rows (`n` = output channel, K-major
+//!   bytes) in the parent's block layout of 128-byte swizzled rows,
+//!   [`packed_weights_wg_len`] bytes;
+//! - launch: grid `[⌈M/128⌉·⌈oc/bn⌉, 1, 1]`, block `[256, 1, 1]`, the
+//!   tile's dynamic shared memory.
+//!
+//! Epilogue: accumulator register `4q + 2h + e` of a thread (lane `l` of
+//! warp `w`) is row `16w + l/4 + 8h`, column `8q + 2(l%4) + e` of the
+//! block tile; each is requantized with its channel's `comp`, `scale`,
+//! `shift` ([`gemm_epilogue::requantize`], bit for bit the CPU's) and
+//! stored as a byte, two adjacent channels of a row as one 2-byte store
+//! where `oc` is even.
+//!
+//! With a [`GemmEpilogue`] (the pointwise step that read the convolution's
+//! output: a quantized residual add, a dequantize), the requantized value
+//! goes through it (as f32, the way that step loaded it) and its result is
+//! stored, in its own type (8-bit or f32), at `y`, which is then that
+//! step's output; the epilogue's operands `e1 … ek` follow `y`.
+
+use super::{Gen, Operands, WgTile, check_spec, choose_wg_tile, packed_offset, tiles, write};
+use crate::irtext::{ModuleText, check_entry_name};
+use crate::kernels::gemm_s8::QConvSpec;
+use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_epilogue};
+use crate::pointwise::define_epilogue;
+use aoc_ir::types::Scalar;
+use crate::target::Sm;
+use aoc_plan::plan::QuantConv;
+
+/// The GEMM `spec` computes: `M × oc × K` over its NHWC input.
+fn gemm(spec: &QConvSpec) -> GemmSpec {
+    let g = spec.geom;
+    GemmSpec {
+        batch: 1,
+        m: g.n * g.oh * g.ow,
+        n: g.oc,
+        k: g.kh * g.kw * g.c,
+        a: AMode::Conv(g),
+        b_strides: [0, 0, 0],
+        c_strides: [0, g.oc, 1],
+        bias: None,
+        relu: false,
+        aligned16: true,
+    }
+}
+
+/// Whether [`qconv_wgmma`] computes `spec` on `sm`: sm_90a, one group,
+/// channels in whole 16-byte chunks.
+pub fn supports(spec: &QConvSpec, sm: Sm) -> bool {
+    let g = &spec.geom;
+    sm == Sm::Sm90a && g.group == 1 && g.c > 0 && g.c.is_multiple_of(16)
+}
+
+/// The tile of [`qconv_wgmma`] for `spec` (the half kernel's choice for
+/// the same GEMM).
+pub fn choose_q_tile(spec: &QConvSpec) -> WgTile {
+    choose_wg_tile(&gemm(spec))
+}
+
+/// Bytes of the weights packed by [`pack_weights_wg`] for `tile`.
+pub fn packed_weights_wg_len(spec: &QConvSpec, tile: WgTile) -> usize {
+    let p = Operands::Int8(spec.q, Scalar::I8);
+    let (kt, nt) = tiles(&gemm(spec), tile, p.bk());
+    (kt * nt * (p.bk() * tile.bn) as u64) as usize
+}
+
+/// The OHWI weights (`oc` rows of `K = kh·kw·c` bytes) in the layout the
+/// kernel of `tile` reads, zero-padded to whole tiles. Panics unless
+/// `ohwi` holds `oc·K` bytes (the caller's validation).
+pub fn pack_weights_wg(spec: &QConvSpec, tile: WgTile, ohwi: &[i8]) -> Vec<i8> {
+    let (gs, p) = (gemm(spec), Operands::Int8(spec.q, Scalar::I8));
+    assert_eq!(ohwi.len() as u64, gs.n * gs.k, "pack_weights_wg: weight length");
+    let mut out = vec![0i8; packed_weights_wg_len(spec, tile)];
+    if gs.k > 0 {
+        for (o, row) in ohwi.chunks_exact(gs.k as usize).enumerate() {
+            for (kk, &v) in row.iter().enumerate() {
+                out[packed_offset(&gs, tile, p, kk as u64, o as u64)] = v;
+            }
+        }
+    }
+    out
+}
+
+/// Appends kernel `name` computing `spec` on `wgmma` (tile from
+/// [`choose_q_tile`]); see the module doc.
+pub fn qconv_wgmma(m: &mut ModuleText, name: &str, spec: &QConvSpec, sm: Sm) -> Result<Geometry, String> {
+    qconv_wgmma_tile(m, name, spec, sm, choose_q_tile(spec), None)
+}
+
+/// The LLVM type and bytes of a stored output element of type `s` (the
+/// kernel stores 8-bit integers and f32).
+pub fn stored_type(s: Scalar) -> Option<(&'static str, u32)> {
+    match s {
+        Scalar::I8 | Scalar::U8 => Some(("i8", 1)),
+        Scalar::F32 => Some(("float", 4)),
+        _ => None,
+    }
+}
+
+/// [`qconv_wgmma`] with an explicit tile (for tests; the weights must be
+/// packed for the same tile) and an optional epilogue (module doc).
+pub fn qconv_wgmma_tile(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &QConvSpec,
+    sm: Sm,
+    tile: WgTile,
+    epi: Option<&GemmEpilogue>,
+) -> Result<Geometry, String> {
+    check_entry_name(name)?;
+    if !supports(spec, sm) {
+        return Err(format!(
+            "the wgmma int8 convolution needs sm_90a, one group and channels in multiples of 16 (target {sm}, {} channels in {} groups)",
+            spec.geom.c, spec.geom.group
+        ));
+    }
+    tile.check()?;
+    let gs = gemm(spec);
+    let (row, conv) = check_spec(&gs)?;
+    for d in [
+        "declare float @llvm.fma.f32(float, float, float)",
+        "declare float @llvm.roundeven.f32(float)",
+        "declare i64 @llvm.fptosi.sat.i64.f32(float)",
+    ] {
+        m.declare(d);
+    }
+    let mut sig: Vec<String> = (0..6)
+        .map(|i| {
+            let ro = if i < 5 { " readonly" } else { "" };
+            format!("ptr addrspace(1) noalias{ro} %p{i}")
+        })
+        .collect();
+    let epi_fn = match epi {
+        None => None,
+        Some(e) => {
+            let own = if spec.q.y_signed { Scalar::I8 } else { Scalar::U8 };
+            if e.kernel.operands.first().map(|o| o.dtype) != Some(own) || stored_type(e.kernel.out_dtype).is_none() {
+                return Err(format!(
+                    "an int8 convolution's epilogue reads its {} output and stores 8-bit integers or f32",
+                    own.name()
+                ));
+            }
+            gemm_epilogue::check(&gs, e)?;
+            let f = format!("{name}_epi");
+            define_epilogue(m, &f, e)?;
+            sig.extend((1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly %e{k}")));
+            Some((f, e.strides.clone()))
+        }
+    };
+    let out = epi.map_or(Scalar::I8, |e| e.kernel.out_dtype);
+    write(m, name, &sig, &gs, Operands::Int8(spec.q, out), tile, (row, conv), epi_fn, None)
+}
+
+impl Gen<'_> {
+    /// Requantization, the epilogue and the guarded stores (module doc);
+    /// `out` is the stored type.
+    pub(super) fn requantize(&mut self, q: QuantConv, out: Scalar) {
+        let (oty, osize) = stored_type(out).expect("checked by qconv_wgmma_tile");
+        let (t, s) = (self.t, self.s);
+        let tid = self.tid.clone();
+        let lane = self.v(format!("and i32 {tid}, 31"));
+        let warp = self.v(format!("lshr i32 {tid}, 5"));
+        let row0 = self.v(format!("mul i32 {warp}, 16"));
+        let row0 = self.v(format!("add i32 {row0}, {}", self.bm0));
+        let g = self.v(format!("lshr i32 {lane}, 2"));
+        let row0 = self.v(format!("add i32 {row0}, {g}"));
+        let q4 = self.v(format!("and i32 {lane}, 3"));
+        let q2 = self.v(format!("shl i32 {q4}, 1"));
+        let col0 = self.v(format!("add i32 {}, {q2}", self.bn0));
+        let oc = s.n;
+        // Two adjacent channels in one store (2 or 8 bytes, aligned).
+        let pairs = oc.is_multiple_of(2);
+        let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &row0, &col0);
+        // Rows row0 and row0 + 8: in range, byte offset in y.
+        let mut rows = Vec::new();
+        for h in 0..2 {
+            let row = self.v(format!("add i32 {row0}, {}", 8 * h));
+            let ok = self.v(format!("icmp ult i32 {row}, {}", s.m));
+            let r64 = self.v(format!("zext i32 {row} to i64"));
+            rows.push((ok, self.v(format!("mul i64 {r64}, {oc}"))));
+        }
+        for j in 0..t.bn / 8 {
+            // Columns col0 + 8j + e: in range, offset, comp/scale/shift
+            // (read at channel 0 where out of range).
+            let mut cols = Vec::new();
+            for e in 0..2 {
+                let col = self.v(format!("add i32 {col0}, {}", 8 * j + e));
+                let ok = self.v(format!("icmp ult i32 {col}, {oc}"));
+                let c64 = self.v(format!("zext i32 {col} to i64"));
+                let o = self.v(format!("select i1 {ok}, i64 {c64}, i64 0"));
+                let mut vals = Vec::new();
+                for (p, ty) in [("%p2", "i32"), ("%p3", "float"), ("%p4", "float")] {
+                    let a = self.v(format!("getelementptr {ty}, ptr addrspace(1) {p}, i64 {o}"));
+                    vals.push(self.v(format!("load {ty}, ptr addrspace(1) {a}, align 4")));
+                }
+                cols.push((ok, c64, vals));
+            }
+            for (h, (rok, ro)) in rows.clone().into_iter().enumerate() {
+                let mut ys = Vec::new();
+                for (e, (_, _, vals)) in cols.iter().enumerate() {
+                    let ap = self.acc_ptr(4 * j + 2 * h as u32 + e as u32);
+                    let a = self.v(format!("load i32, ptr {ap}, align 4"));
+                    let [c, sc, sh] = [&vals[0], &vals[1], &vals[2]];
+                    ys.push(gemm_epilogue::requantize(&mut self.b, &q, &a, [c, sc, sh]));
+                }
+                let per: Vec<usize> = if pairs { vec![0] } else { vec![0, 1] };
+                for e in per {
+                    let (cok, c64, _) = &cols[e];
+                    let ok = self.v(format!("and i1 {rok}, {cok}"));
+                    let o = self.v(format!("add i64 {ro}, {c64}"));
+                    let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {o}"));
+                    let (l, end) = (self.b.label("st"), self.b.label("st.end"));
+                    self.b.cond_br(&ok, &l, &end);
+                    self.b.place(&l);
+                    // Both columns of a pair exist: oc is even and col0 + 8j is.
+                    let mine: Vec<usize> = if pairs { vec![0, 1] } else { vec![e] };
+                    let vals: Vec<String> = mine
+                        .into_iter()
+                        .map(|e| self.finish(&ys[e], &ebase, (8 * h as u64, (8 * j) as u64 + e as u64), oty))
+                        .collect();
+                    match (vals.as_slice(), osize) {
+                        ([lo, hi], 1) => {
+                            let lo = self.v(format!("zext i8 {lo} to i16"));
+                            let hi = self.v(format!("zext i8 {hi} to i16"));
+                            let hi = self.v(format!("shl i16 {hi}, 8"));
+                            let w = self.v(format!("or i16 {lo}, {hi}"));
+                            self.ins(format!("store i16 {w}, ptr addrspace(1) {p}, align 2"));
+                        }
+                        ([_, _], _) => {
+                            let st = gemm_epilogue::c_store(&mut self.b, &vals, &p);
+                            self.ins(st);
+                        }
+                        (v, _) => self.ins(format!("store {oty} {}, ptr addrspace(1) {p}, align {osize}", v[0])),
+                    }
+                    self.b.br(&end);
+                    self.b.place(&end);
+                }
+            }
+        }
+    }
+
+    /// The stored value (LLVM type `oty`) of requantized `y` (i32) at
+    /// (row0 + dr, col0 + dc): through the epilogue when there is one, else
+    /// its byte.
+    fn finish(&mut self, y: &str, ebase: &[String], (dr, dc): (u64, u64), oty: &str) -> String {
+        if self.epi.is_none() {
+            return self.v(format!("trunc i32 {y} to i8"));
+        }
+        // The 8-bit value as the pointwise step loaded it: exact in f32.
+        let f = self.v(format!("sitofp i32 {y} to float"));
+        gemm_epilogue::value_as(&mut self.b, self.epi.as_ref(), &f, ebase, dr, dc, oty)
+    }
+}
