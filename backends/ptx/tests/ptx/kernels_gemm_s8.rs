@@ -600,9 +600,12 @@ fn qconv_wgmma_assembles_for_sm_90a() {
         }
         // Padding in `x_zero` bytes is stored by the thread.
         assert_eq!(body.contains("st.shared.v4"), s.q.x_zero != 0, "{name}");
-        let w2 = body.contains("st.global.u16") || body.contains("st.global.b16");
+        // Bytes staged in shared memory, stored in 16-byte runs where oc
+        // is a multiple of 16, else byte by byte.
+        assert!(body.contains("st.shared.b16") || body.contains("st.shared.u16"), "{name}");
+        let w16 = body.contains("st.global.v4.b32") || body.contains("st.global.v4.u32");
         let w1 = body.contains("st.global.u8") || body.contains("st.global.b8");
-        assert_eq!((w2, w1), (gm.oc % 2 == 0, gm.oc % 2 == 1), "{name}");
+        assert_eq!((w16, w1), (gm.oc % 16 == 0, gm.oc % 16 != 0), "{name}");
     }
     if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from) {
         std::fs::create_dir_all(&dir).unwrap();
@@ -704,7 +707,7 @@ fn qconv_wgmma_takes_an_epilogue() {
     let even = sq(2, 9, 32, 48, 3, 1, 1, 1);
     let odd = sq(1, 7, 16, 9, 3, 1, 1, 1);
     let mut cases = Vec::new();
-    for (what, s) in [("even", even), ("odd", odd)] {
+    for (what, s) in [("x16", even), ("odd", odd)] {
         for out in [Scalar::I8, Scalar::U8, Scalar::F32] {
             let name = format!("wge_{what}_{}", out.name());
             let e = residual_epilogue(&s, out);
@@ -724,13 +727,13 @@ fn qconv_wgmma_takes_an_epilogue() {
     for (name, s, out) in &cases {
         let body = super::entry(&ptx, name);
         // The residual operand is read (bytes) and the result stored in
-        // its type: byte pairs or f32 pairs where oc is even.
+        // its type: 16-byte pieces where oc is a multiple of 16.
         assert!(body.contains("ld.global") && body.contains(".u8") || body.contains(".s8"), "{name}");
-        let even = s.geom.oc % 2 == 0;
-        let want: &[&str] = match (out, even) {
-            (Scalar::F32, true) => &["st.global.v2.f32", "st.global.v2.b32"],
+        let whole = s.geom.oc % 16 == 0;
+        let want: &[&str] = match (out, whole) {
+            (Scalar::F32, true) => &["st.global.v4.f32", "st.global.v4.b32"],
             (Scalar::F32, false) => &["st.global.f32", "st.global.b32"],
-            (_, true) => &["st.global.b16", "st.global.u16"],
+            (_, true) => &["st.global.v4.b32", "st.global.v4.u32"],
             _ => &["st.global.b8", "st.global.u8"],
         };
         assert!(want.iter().any(|w| body.contains(w)), "{name}: none of {want:?}");

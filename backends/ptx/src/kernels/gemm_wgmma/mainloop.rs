@@ -216,7 +216,7 @@ impl Gen<'_> {
         }
     }
 
-    fn smem(&mut self, off: &str) -> String {
+    pub(super) fn smem(&mut self, off: &str) -> String {
         self.v(format!(
             "getelementptr inbounds i8, ptr addrspace(3) @aoc_wg_smem, i32 {off}"
         ))

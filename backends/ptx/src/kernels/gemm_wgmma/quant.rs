@@ -18,9 +18,10 @@
 //! Epilogue: accumulator register `4q + 2h + e` of a thread (lane `l` of
 //! warp `w`) is row `16w + l/4 + 8h`, column `8q + 2(l%4) + e` of the
 //! block tile; each is requantized with its channel's `comp`, `scale`,
-//! `shift` ([`gemm_epilogue::requantize`], bit for bit the CPU's) and
-//! stored as a byte, two adjacent channels of a row as one 2-byte store
-//! where `oc` is even.
+//! `shift` ([`gemm_epilogue::requantize`], bit for bit the CPU's) into a
+//! byte of a staging tile in shared memory; the threads then read it back
+//! in runs of 16 bytes of one row and store each run as one 16-byte store
+//! where `oc` is a multiple of 16 (else byte by byte).
 //!
 //! With a [`GemmEpilogue`] (the pointwise step that read the convolution's
 //! output: a quantized residual add, a dequantize), the requantized value
@@ -28,7 +29,7 @@
 //! stored, in its own type (8-bit or f32), at `y`, which is then that
 //! step's output; the epilogue's operands `e1 … ek` follow `y`.
 
-use super::{Gen, Operands, WgTile, check_spec, choose_wg_tile, packed_offset, tiles, write};
+use super::{ALIGN, Gen, Operands, THREADS, WgTile, check_spec, choose_wg_tile, packed_offset, tiles, write};
 use crate::irtext::{ModuleText, check_entry_name};
 use crate::kernels::gemm_s8::QConvSpec;
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_epilogue};
@@ -162,39 +163,38 @@ pub fn qconv_wgmma_tile(
 }
 
 impl Gen<'_> {
-    /// Requantization, the epilogue and the guarded stores (module doc);
-    /// `out` is the stored type.
+    /// Requantization, the epilogue and the stores (module doc); `out` is
+    /// the stored type. The block's requantized bytes go through shared
+    /// memory (the ring is free after the k loop): each thread writes its
+    /// accumulators' bytes there, then reads back runs of 16 bytes of one
+    /// row, so the epilogue's operands are read and the output written in
+    /// whole 16-byte pieces where `oc` allows.
     pub(super) fn requantize(&mut self, q: QuantConv, out: Scalar) {
-        let (oty, osize) = stored_type(out).expect("checked by qconv_wgmma_tile");
         let (t, s) = (self.t, self.s);
         let tid = self.tid.clone();
         let lane = self.v(format!("and i32 {tid}, 31"));
         let warp = self.v(format!("lshr i32 {tid}, 5"));
-        let row0 = self.v(format!("mul i32 {warp}, 16"));
-        let row0 = self.v(format!("add i32 {row0}, {}", self.bm0));
+        let r0 = self.v(format!("mul i32 {warp}, 16"));
         let g = self.v(format!("lshr i32 {lane}, 2"));
-        let row0 = self.v(format!("add i32 {row0}, {g}"));
+        let r0 = self.v(format!("add i32 {r0}, {g}"));
         let q4 = self.v(format!("and i32 {lane}, 3"));
-        let q2 = self.v(format!("shl i32 {q4}, 1"));
-        let col0 = self.v(format!("add i32 {}, {q2}", self.bn0));
+        let c0 = self.v(format!("shl i32 {q4}, 1"));
         let oc = s.n;
-        // Two adjacent channels in one store (2 or 8 bytes, aligned).
-        let pairs = oc.is_multiple_of(2);
-        let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &row0, &col0);
-        // Rows row0 and row0 + 8: in range, byte offset in y.
-        let mut rows = Vec::new();
-        for h in 0..2 {
-            let row = self.v(format!("add i32 {row0}, {}", 8 * h));
-            let ok = self.v(format!("icmp ult i32 {row}, {}", s.m));
-            let r64 = self.v(format!("zext i32 {row} to i64"));
-            rows.push((ok, self.v(format!("mul i64 {r64}, {oc}"))));
-        }
+        // The staging tile: 128 rows of bn bytes, 16 bytes of padding per
+        // row so the 8 rows one store instruction covers hit distinct banks.
+        let pitch = t.bn + 16;
+        let base = self.v("ptrtoint ptr addrspace(3) @aoc_wg_smem to i32");
+        let abs = self.v(format!("add i32 {base}, {}", ALIGN - 1));
+        let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
+        let tile = self.v(format!("sub i32 {abs}, {base}"));
+        // Every warpgroup is past its last wgmma reading the ring.
+        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
         for j in 0..t.bn / 8 {
-            // Columns col0 + 8j + e: in range, offset, comp/scale/shift
-            // (read at channel 0 where out of range).
+            // Columns c0 + 8j + e (e = 0, 1) of tile rows r0 and r0 + 8.
             let mut cols = Vec::new();
             for e in 0..2 {
-                let col = self.v(format!("add i32 {col0}, {}", 8 * j + e));
+                let col = self.v(format!("add i32 {}, {}", self.bn0, 8 * j + e));
+                let col = self.v(format!("add i32 {col}, {c0}"));
                 let ok = self.v(format!("icmp ult i32 {col}, {oc}"));
                 let c64 = self.v(format!("zext i32 {col} to i64"));
                 let o = self.v(format!("select i1 {ok}, i64 {c64}, i64 0"));
@@ -203,61 +203,122 @@ impl Gen<'_> {
                     let a = self.v(format!("getelementptr {ty}, ptr addrspace(1) {p}, i64 {o}"));
                     vals.push(self.v(format!("load {ty}, ptr addrspace(1) {a}, align 4")));
                 }
-                cols.push((ok, c64, vals));
+                cols.push(vals);
             }
-            for (h, (rok, ro)) in rows.clone().into_iter().enumerate() {
+            for h in 0..2u32 {
                 let mut ys = Vec::new();
-                for (e, (_, _, vals)) in cols.iter().enumerate() {
-                    let ap = self.acc_ptr(4 * j + 2 * h as u32 + e as u32);
+                for (e, vals) in cols.iter().enumerate() {
+                    let ap = self.acc_ptr(4 * j + 2 * h + e as u32);
                     let a = self.v(format!("load i32, ptr {ap}, align 4"));
                     let [c, sc, sh] = [&vals[0], &vals[1], &vals[2]];
-                    ys.push(gemm_epilogue::requantize(&mut self.b, &q, &a, [c, sc, sh]));
+                    let y = gemm_epilogue::requantize(&mut self.b, &q, &a, [c, sc, sh]);
+                    ys.push(self.v(format!("trunc i32 {y} to i16")));
                 }
-                let per: Vec<usize> = if pairs { vec![0] } else { vec![0, 1] };
-                for e in per {
-                    let (cok, c64, _) = &cols[e];
-                    let ok = self.v(format!("and i1 {rok}, {cok}"));
-                    let o = self.v(format!("add i64 {ro}, {c64}"));
-                    let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {o}"));
-                    let (l, end) = (self.b.label("st"), self.b.label("st.end"));
-                    self.b.cond_br(&ok, &l, &end);
-                    self.b.place(&l);
-                    // Both columns of a pair exist: oc is even and col0 + 8j is.
-                    let mine: Vec<usize> = if pairs { vec![0, 1] } else { vec![e] };
-                    let vals: Vec<String> = mine
-                        .into_iter()
-                        .map(|e| self.finish(&ys[e], &ebase, (8 * h as u64, (8 * j) as u64 + e as u64), oty))
-                        .collect();
-                    match (vals.as_slice(), osize) {
-                        ([lo, hi], 1) => {
-                            let lo = self.v(format!("zext i8 {lo} to i16"));
-                            let hi = self.v(format!("zext i8 {hi} to i16"));
-                            let hi = self.v(format!("shl i16 {hi}, 8"));
-                            let w = self.v(format!("or i16 {lo}, {hi}"));
-                            self.ins(format!("store i16 {w}, ptr addrspace(1) {p}, align 2"));
-                        }
-                        ([_, _], _) => {
-                            let st = gemm_epilogue::c_store(&mut self.b, &vals, &p);
-                            self.ins(st);
-                        }
-                        (v, _) => self.ins(format!("store {oty} {}, ptr addrspace(1) {p}, align {osize}", v[0])),
-                    }
-                    self.b.br(&end);
-                    self.b.place(&end);
-                }
+                let lo = self.v(format!("and i16 {}, 255", ys[0]));
+                let hi = self.v(format!("shl i16 {}, 8", ys[1]));
+                let w = self.v(format!("or i16 {lo}, {hi}"));
+                let r = self.v(format!("add i32 {r0}, {}", 8 * h));
+                let at = self.v(format!("mul i32 {r}, {pitch}"));
+                let at = self.v(format!("add i32 {at}, {c0}"));
+                let at = self.v(format!("add i32 {at}, {}", 8 * j));
+                let at = self.v(format!("add i32 {at}, {tile}"));
+                let p = self.smem(&at);
+                self.ins(format!("store i16 {w}, ptr addrspace(3) {p}, align 2"));
             }
         }
+        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
+        self.store_runs(q, out, &tile, pitch);
     }
 
-    /// The stored value (LLVM type `oty`) of requantized `y` (i32) at
-    /// (row0 + dr, col0 + dc): through the epilogue when there is one, else
-    /// its byte.
-    fn finish(&mut self, y: &str, ebase: &[String], (dr, dc): (u64, u64), oty: &str) -> String {
-        if self.epi.is_none() {
-            return self.v(format!("trunc i32 {y} to i8"));
+    /// The second half of [`Gen::requantize`]: a loop over this thread's
+    /// runs of 16 bytes of the staging tile at byte `tile` (rows `pitch`
+    /// bytes apart), each through the epilogue and stored: as one vector
+    /// where `oc` is a multiple of 16 (a run is then all in range or all
+    /// out, and 16-byte aligned in y), else element by element.
+    fn store_runs(&mut self, q: QuantConv, out: Scalar, tile: &str, pitch: u32) {
+        let (t, s) = (self.t, self.s);
+        let (oty, osize) = stored_type(out).expect("checked by qconv_wgmma_tile");
+        let oc = s.n;
+        let whole = oc.is_multiple_of(16);
+        let per_row = t.bn / 16;
+        let cp = self.v("alloca i32, align 4");
+        self.ins(format!("store i32 0, ptr {cp}, align 4"));
+        let (l_loop, l_body, l_next, l_end) =
+            (self.b.label("run"), self.b.label("run.body"), self.b.label("run.next"), self.b.label("run.end"));
+        self.b.br(&l_loop);
+        self.b.place(&l_loop);
+        let c = self.v(format!("load i32, ptr {cp}, align 4"));
+        let idx = self.v(format!("mul i32 {c}, {THREADS}"));
+        let idx = self.v(format!("add i32 {idx}, {}", self.tid));
+        let r = self.v(format!("udiv i32 {idx}, {per_row}"));
+        let u = self.v(format!("urem i32 {idx}, {per_row}"));
+        let u16 = self.v(format!("shl i32 {u}, 4"));
+        let row = self.v(format!("add i32 {}, {r}", self.bm0));
+        let col = self.v(format!("add i32 {}, {u16}", self.bn0));
+        let rok = self.v(format!("icmp ult i32 {row}, {}", s.m));
+        let cok = self.v(format!("icmp ult i32 {col}, {oc}"));
+        let ok = self.v(format!("and i1 {rok}, {cok}"));
+        self.b.cond_br(&ok, &l_body, &l_next);
+        self.b.place(&l_body);
+        let at = self.v(format!("mul i32 {r}, {pitch}"));
+        let at = self.v(format!("add i32 {at}, {u16}"));
+        let at = self.v(format!("add i32 {at}, {tile}"));
+        let sp = self.smem(&at);
+        let run = self.v(format!("load <16 x i8>, ptr addrspace(3) {sp}, align 16"));
+        let r64 = self.v(format!("zext i32 {row} to i64"));
+        let o = self.v(format!("mul i64 {r64}, {oc}"));
+        let c64 = self.v(format!("zext i32 {col} to i64"));
+        let o = self.v(format!("add i64 {o}, {c64}"));
+        let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &row, &col);
+        let conv = if q.y_signed { "sitofp" } else { "uitofp" };
+        let mut vals = Vec::new();
+        for e in 0..16u32 {
+            let guard = (!whole).then(|| {
+                let ce = self.v(format!("add i32 {col}, {e}"));
+                self.v(format!("icmp ult i32 {ce}, {oc}"))
+            });
+            let (l_el, l_el_end) = (self.b.label("el"), self.b.label("el.end"));
+            if let Some(g) = &guard {
+                self.b.cond_br(g, &l_el, &l_el_end);
+                self.b.place(&l_el);
+            }
+            let b = self.v(format!("extractelement <16 x i8> {run}, i32 {e}"));
+            let y = match self.epi {
+                None => b,
+                Some(_) => {
+                    let f = self.v(format!("{conv} i8 {b} to float"));
+                    gemm_epilogue::value_as(&mut self.b, self.epi.as_ref(), &f, &ebase, 0, e as u64, oty)
+                }
+            };
+            if guard.is_some() {
+                let oe = self.v(format!("add i64 {o}, {e}"));
+                let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {oe}"));
+                self.ins(format!("store {oty} {y}, ptr addrspace(1) {p}, align {osize}"));
+                self.b.br(&l_el_end);
+                self.b.place(&l_el_end);
+            } else {
+                vals.push(y);
+            }
         }
-        // The 8-bit value as the pointwise step loaded it: exact in f32.
-        let f = self.v(format!("sitofp i32 {y} to float"));
-        gemm_epilogue::value_as(&mut self.b, self.epi.as_ref(), &f, ebase, dr, dc, oty)
+        if whole {
+            // 16 bytes, or four 16-byte pieces of f32.
+            let per = 16 / osize as usize;
+            for (k, part) in vals.chunks(per).enumerate() {
+                let mut v = "poison".to_string();
+                for (i, y) in part.iter().enumerate() {
+                    v = self.v(format!("insertelement <{per} x {oty}> {v}, {oty} {y}, i32 {i}"));
+                }
+                let ok = self.v(format!("add i64 {o}, {}", k * per));
+                let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {ok}"));
+                self.ins(format!("store <{per} x {oty}> {v}, ptr addrspace(1) {p}, align 16"));
+            }
+        }
+        self.b.br(&l_next);
+        self.b.place(&l_next);
+        let nc = self.v(format!("add i32 {c}, 1"));
+        self.ins(format!("store i32 {nc}, ptr {cp}, align 4"));
+        let more = self.v(format!("icmp ult i32 {nc}, {}", t.bn / 32));
+        self.b.cond_br(&more, &l_loop, &l_end);
+        self.b.place(&l_end);
     }
 }
