@@ -422,6 +422,11 @@ fn int8_uses_s8_mma() -> Result<(), Failed> {
     if !own.is_empty() {
         return Err(format!("steps the int8 convolutions should have taken as epilogues:\n{}", own.join("\n")).into());
     }
+    // The max pool of quantized values runs on bytes.
+    let pools: Vec<&str> = items.lines().filter(|l| l.starts_with("; item") && l.contains("<- core.max_pool2d")).collect();
+    if pools.is_empty() || pools.iter().any(|l| !l.contains("launch qmax_pool")) {
+        return Err(format!("the int8 max pool is not a byte kernel:\n{}", pools.join("\n")).into());
+    }
     Ok(())
 }
 

@@ -165,10 +165,15 @@ pub struct LowerOptions {
     /// Lower `quant.conv2d` and `quant.gemm` to integer `Step::QConv2d`
     /// (else they run on the reference path).
     pub int8: bool,
-    /// Lower `quant.add` to `Step::QAdd` and max pools of quantized values
-    /// to `Step::QMaxPool` (the CPU's 8-bit kernels); otherwise they are
-    /// generated pointwise code and a dequantize–pool–quantize expansion.
+    /// Lower `quant.add`, `quant.quantize`/`dequantize`, quantized global
+    /// average pools and activation×activation `quant.matmul` to the CPU's
+    /// 8-bit steps; otherwise they are generated pointwise code and float
+    /// expansions.
     pub int8_elementwise: bool,
+    /// Lower max pools of quantized values with equal parameters to
+    /// `Step::QMaxPool` (the stored maximum; both backends have it), else
+    /// a dequantize–pool–quantize expansion.
+    pub int8_max_pool: bool,
     /// Apply an epilogue's leading GELU (erf form; matmul) or clip (matmul,
     /// convolution, depthwise convolution) in the `Gemm`, `Conv2d` or
     /// `DepthwiseConv2d` step itself instead of a pointwise step after it.
@@ -194,10 +199,10 @@ pub enum WeightForm {
 impl LowerOptions {
     /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, int8_elementwise: true, step_activations: true, reference_fallback: false };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, int8_elementwise: true, int8_max_pool: true, step_activations: true, reference_fallback: false };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, int8_elementwise: false, step_activations: false, reference_fallback: false };
+        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, int8_elementwise: false, int8_max_pool: true, step_activations: false, reference_fallback: false };
 }
 
 pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {

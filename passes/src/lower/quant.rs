@@ -382,7 +382,7 @@ impl Lower<'_> {
     /// has the same type parameters → `Step::QMaxPool` (the maximum of the
     /// stored values is the stored maximum).
     pub(crate) fn lower_qmax_pool(&mut self, op: &OpData) -> Result<bool, String> {
-        let Some(Pool8 { x, xt, yt, xq, yq }) = self.pool8(op) else {
+        let Some(Pool8 { x, xt, yt, xq, yq }) = self.pool8(op, self.opts.int8_max_pool) else {
             return Ok(false);
         };
         if xq != yq || xt.elem != yt.elem {
@@ -406,7 +406,7 @@ impl Lower<'_> {
     /// `quant.global_avg_pool` of a rank-4 per-tensor 8-bit tensor →
     /// `Step::QGlobalAvgPool` over its NHWC form.
     pub(crate) fn lower_qglobal_avg_pool(&mut self, op: &OpData) -> Result<bool, String> {
-        let Some(Pool8 { x, xt, yt, xq, yq }) = self.pool8(op) else {
+        let Some(Pool8 { x, xt, yt, xq, yq }) = self.pool8(op, self.opts.int8_elementwise) else {
             return Ok(false);
         };
         let attrs = Lower::attrs(op)?;
@@ -433,9 +433,9 @@ struct Pool8 {
 }
 
 impl Lower<'_> {
-    /// `op` as a [`Pool8`], where the target runs 8-bit elementwise steps.
-    fn pool8(&self, op: &OpData) -> Option<Pool8> {
-        if !self.opts.int8_elementwise {
+    /// `op` as a [`Pool8`], where the target runs its 8-bit step (`native`).
+    fn pool8(&self, op: &OpData, native: bool) -> Option<Pool8> {
+        if !native {
             return None;
         }
         let x = op.operands[0];

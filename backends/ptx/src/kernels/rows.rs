@@ -29,7 +29,8 @@
 //!   256 / by)`, `grid = outer·⌈inner / bx⌉`), partial results meet in
 //!   shared memory. `len == 0` writes the empty result (0, NaN, −∞, +∞).
 //! - [`pool`] `(x, y)`: one thread per output element (channel fastest),
-//!   `block = 256`, `grid = min(⌈n·oh·ow·c / 256⌉, 2^31 − 1)`, grid-stride.
+//!   `block = 256`, `grid = min(⌈n·oh·ow·c / 256⌉, 2^31 − 1)`, grid-stride;
+//!   [`qmax_pool`] the same over 8-bit values.
 //!
 //! Invariants:
 //! - Lane groups never diverge before a shuffle: loads past a row's end or
@@ -63,5 +64,5 @@ mod reduce;
 mod row;
 
 pub use norm::{layer_norm, layer_norm_with, softmax};
-pub use pool::{pool, pool_with};
+pub use pool::{pool, pool_with, qmax_pool};
 pub use reduce::reduce;

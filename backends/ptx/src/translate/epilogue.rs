@@ -124,8 +124,8 @@ pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &H
 /// by no later step (`later`), no other operand of `next` reads it, and `next`'s output
 /// overlaps neither the convolution's input (other blocks still read it
 /// while one stores) nor another operand unless it is that operand itself
-/// (an in-place residual add reads each element before writing it).
-/// Returns the epilogue, its extra buffers, and `next`'s output, which the
+/// (an in-place residual add reads each element before writing it), and
+/// its other operands start 16-byte aligned. Returns the epilogue, its extra buffers, and `next`'s output, which the
 /// fused kernel writes instead of `y`.
 pub(super) fn fusable_q_epilogue(
     (x, y, y_signed): (&Buf, &Buf, bool),
@@ -155,6 +155,10 @@ pub(super) fn fusable_q_epilogue(
         return None;
     }
     let (e, bufs) = as_epilogue(k, ins, me, m, n)?;
+    // The kernel declares its epilogue operands 16-byte aligned.
+    if bufs.iter().any(|b| b.offset % 16 != 0) {
+        return None;
+    }
     Some((e, bufs, *out))
 }
 

@@ -385,8 +385,13 @@ impl<'a> Tr<'a, '_> {
             }
             // The CPU's 8-bit kernels: `LowerOptions::GPU` never asks for
             // them (its int8_elementwise is off).
+            Step::QMaxPool { x, y, geom, ceil_mode, signed } => {
+                let (geom, ceil, signed) = (*geom, *ceil_mode, *signed);
+                let k = self.kernel("qmax_pool", (&geom, ceil, signed), |m, n| rows::qmax_pool(m, n, &geom, ceil, signed))?;
+                self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
+                Ok(())
+            }
             Step::QAdd { .. }
-            | Step::QMaxPool { .. }
             | Step::QGlobalAvgPool { .. }
             | Step::Quantize { .. }
             | Step::Dequantize { .. }

@@ -448,3 +448,24 @@ fn pool_half_copy() {
         assert!(h > 0 && (f > 0) == f32_stores, "{name}: {f} f32 stores, {h} 16-bit");
     }
 }
+
+#[test]
+fn qmax_pool_reads_and_stores_bytes() {
+    // ResNet's stem pool (3×3, stride 2, pads 1) over u8 and i8.
+    let g = geom([2, 9, 9, 16], [5, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]);
+    let mut m = ModuleText::new();
+    for (name, signed) in [("qp_u8", false), ("qp_i8", true)] {
+        let geo = rows::qmax_pool(&mut m, name, &g, false, signed).unwrap();
+        check_block(&geo, name);
+    }
+    // The f32 pool's refusals hold.
+    assert!(rows::qmax_pool(&mut m, "qp_bad", &ConvGeom { oc: 3, ..g }, false, true).is_err());
+    let ptx = lower_all(&m.finish(), "qmax_pool");
+    for (name, signed) in [("qp_u8", false), ("qp_i8", true)] {
+        let body = entry(&ptx, name);
+        let load = if signed { "ld.global.s8" } else { "ld.global.u8" };
+        assert!(body.contains(load) || body.contains("ld.global.nc"), "{name}: no byte load");
+        assert!(body.contains("st.global.u8") || body.contains("st.global.b8"), "{name}: no byte store");
+        assert!(!body.contains("st.global.f32"), "{name}");
+    }
+}

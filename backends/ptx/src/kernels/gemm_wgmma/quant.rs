@@ -27,7 +27,8 @@
 //! output: a quantized residual add, a dequantize), the requantized value
 //! goes through it (as f32, the way that step loaded it) and its result is
 //! stored, in its own type (8-bit or f32), at `y`, which is then that
-//! step's output; the epilogue's operands `e1 … ek` follow `y`.
+//! step's output; the epilogue's operands `e1 … ek` follow `y` and must be
+//! 16-byte aligned (so a run's 16 bytes of a residual load as one).
 
 use super::{ALIGN, Gen, Operands, THREADS, WgTile, check_spec, choose_wg_tile, packed_offset, tiles, write};
 use crate::irtext::{ModuleText, check_entry_name};
@@ -154,7 +155,7 @@ pub fn qconv_wgmma_tile(
             gemm_epilogue::check(&gs, e)?;
             let f = format!("{name}_epi");
             define_epilogue(m, &f, e)?;
-            sig.extend((1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly %e{k}")));
+            sig.extend((1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly align 16 %e{k}")));
             Some((f, e.strides.clone()))
         }
     };

@@ -82,7 +82,7 @@ impl<'m> Kernel<'m> {
         self.b.v(rhs)
     }
 
-    fn ins(&mut self, text: impl AsRef<str>) {
+    pub(super) fn ins(&mut self, text: impl AsRef<str>) {
         self.b.ins(text)
     }
 

@@ -63,6 +63,13 @@ pub fn pool(
     pool_with(m, name, kind, geom, ceil_mode, None)
 }
 
+/// `Step::QMaxPool`: [`pool`]'s max over 8-bit values (i8 when `signed`,
+/// else u8), the stored maximum, bit for bit the CPU's `qmax_pool` (the
+/// bytes convert to f32 exactly and back). Parameters `(x, y)`.
+pub fn qmax_pool(m: &mut ModuleText, name: &str, geom: &ConvGeom, ceil_mode: bool, signed: bool) -> Result<Geometry, String> {
+    pool_elems(m, name, PoolKind::Max, geom, ceil_mode, None, Some(signed))
+}
+
 /// [`pool`] that also writes a [`HalfCopy`] of `y` through a third
 /// parameter, when `half` asks for it (a max pool before a `wgmma`
 /// convolution: ResNet's stem).
@@ -73,6 +80,19 @@ pub fn pool_with(
     geom: &ConvGeom,
     ceil_mode: bool,
     half: Option<HalfCopy>,
+) -> Result<Geometry, String> {
+    pool_elems(m, name, kind, geom, ceil_mode, half, None)
+}
+
+/// [`pool_with`] over f32, or over bytes (`bytes: Some(signed)`).
+fn pool_elems(
+    m: &mut ModuleText,
+    name: &str,
+    kind: PoolKind,
+    geom: &ConvGeom,
+    ceil_mode: bool,
+    half: Option<HalfCopy>,
+    bytes: Option<bool>,
 ) -> Result<Geometry, String> {
     let params = 2 + usize::from(half.is_some());
     let g = *geom;
@@ -184,7 +204,15 @@ pub fn pool_with(
                 let cell = k.v(format!("add {ty} {row}, {ix}"));
                 let cc = k.v(format!("mul {ty} {cell}, {}", g.c));
                 let off = k.v(format!("add {ty} {cc}, {ch}"));
-                let v = k.load(x, ty, &off);
+                let v = match bytes {
+                    None => k.load(x, ty, &off),
+                    Some(signed) => {
+                        let a = k.v(format!("getelementptr inbounds i8, ptr addrspace(1) {x}, {ty} {off}"));
+                        let b = k.v(format!("load i8, ptr addrspace(1) {a}, align 1"));
+                        let conv = if signed { "sitofp" } else { "uitofp" };
+                        k.v(format!("{conv} i8 {b} to float"))
+                    }
+                };
                 vec![k.combine(op, &a[0], &v)]
             })
         });
@@ -208,6 +236,15 @@ pub fn pool_with(
                 k.v(format!("fdiv float {}, {cf}", acc[0]))
             }
         };
+        if let Some(signed) = bytes {
+            // A window always has a tap (the output size rule), so `res`
+            // is one of the bytes.
+            let conv = if signed { "fptosi" } else { "fptoui" };
+            let b = k.v(format!("{conv} float {res} to i8"));
+            let a = k.v(format!("getelementptr inbounds i8, ptr addrspace(1) {y}, {ty} {q}"));
+            k.ins(format!("store i8 {b}, ptr addrspace(1) {a}, align 1"));
+            return;
+        }
         match half {
             None => k.store(&res, y, ty, &q),
             Some(h) => {
