@@ -21,11 +21,14 @@ use aoc_ir::{Diagnostic, Location, Module, Opcode, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-/// The oldest default-domain opset the importer accepts. Opsets 11 and 12
+/// The oldest default-domain opset the importer accepts. Opsets 7 to 12
 /// differ from 13 only in ops whose differences the handlers resolve
-/// (attribute vs input axes, Softmax's 2-D coercion), and real exporters
-/// still emit them.
-pub const MIN_OPSET: i64 = 11;
+/// (attributes that later became inputs: Slice, Pad, Clip, Dropout, the
+/// axes of Squeeze and the reductions; Upsample and Resize-10's
+/// asymmetric scaling; BatchNormalization's `spatial`; Softmax's 2-D
+/// coercion), and real exporters still emit them. Before 7, binary ops
+/// broadcast only with an explicit attribute.
+pub const MIN_OPSET: i64 = 7;
 
 /// A warning when a graph output's declared shape contradicts the computed
 /// one (a fixed dimension that differs, or another rank); symbolic and

@@ -28,6 +28,7 @@ mod tensors;
 #[cfg(test)]
 mod tests;
 
+pub use import::MIN_OPSET;
 use aoc_ir::interp::MapWeights;
 use aoc_ir::attr::Attrs;
 use aoc_ir::{Diagnostic, Location, Module, Opcode, Tensor};
@@ -212,6 +213,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("Squeeze", Handler::Fn(shape::squeeze)),
     ("Unsqueeze", Handler::Fn(shape::unsqueeze)),
     ("Resize", Handler::Fn(shape::resize)),
+    ("Upsample", Handler::Fn(shape::upsample)),
     // quantization
     ("QuantizeLinear", Handler::Fn(quant::quantize_linear)),
     ("DequantizeLinear", Handler::Fn(quant::dequantize_linear)),

@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Small ONNX models of the forms older exporters and recurrent models use,
+with ONNX Runtime's outputs, for tests/onnx_cases.rs.
+
+    gen_onnx_cases.py OUTDIR
+
+Writes OUTDIR/<case>/model.onnx, OUTDIR/<case>/inputs/<i>.npy (graph
+inputs in order) and OUTDIR/<case>/outputs/<i>.npy (graph outputs in
+order, from ONNX Runtime on the CPU with graph optimizations off). Every
+model is built with onnx.helper at the opset its case names and passes
+onnx.checker; weights and inputs come from a seeded generator.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(18)
+
+
+def rand(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def vi(name, shape, elem=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def model(opset, nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(nodes, "case", [vi(*i) for i in inputs], [vi(*o) for o in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7 if opset >= 12 else 5
+    onnx.checker.check_model(m)
+    return m
+
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+# ---------------------------------------------------------------- opsets 7 to 10
+
+
+@case
+def opset7_upsample_nearest():
+    n = helper.make_node("Upsample", ["x"], ["y"], mode="nearest", scales=[1.0, 1.0, 2.0, 3.0])
+    return model(7, [n], [("x", [1, 2, 3, 4])], [("y", [1, 2, 6, 12])]), [rand(1, 2, 3, 4)]
+
+
+@case
+def opset8_upsample_linear():
+    n = helper.make_node("Upsample", ["x"], ["y"], mode="linear", scales=[1.0, 1.0, 2.0, 2.0])
+    return model(8, [n], [("x", [1, 2, 3, 4])], [("y", [1, 2, 6, 8])]), [rand(1, 2, 3, 4)]
+
+
+@case
+def opset9_upsample_scales_input():
+    n = helper.make_node("Upsample", ["x", "s"], ["y"], mode="nearest")
+    s = init("s", np.array([1, 1, 2, 2], np.float32))
+    return model(9, [n], [("x", [1, 3, 4, 4])], [("y", [1, 3, 8, 8])], [s]), [rand(1, 3, 4, 4)]
+
+
+@case
+def opset10_resize_nearest():
+    n = helper.make_node("Resize", ["x", "s"], ["y"], mode="nearest")
+    s = init("s", np.array([1, 1, 2, 3], np.float32))
+    return model(10, [n], [("x", [1, 2, 3, 3])], [("y", [1, 2, 6, 9])], [s]), [rand(1, 2, 3, 3)]
+
+
+@case
+def opset10_resize_linear():
+    n = helper.make_node("Resize", ["x", "s"], ["y"], mode="linear")
+    s = init("s", np.array([1, 1, 2, 2], np.float32))
+    return model(10, [n], [("x", [1, 2, 4, 3])], [("y", [1, 2, 8, 6])], [s]), [rand(1, 2, 4, 3)]
+
+
+@case
+def opset9_slice_attributes():
+    nodes = [
+        helper.make_node("Slice", ["x"], ["a"], starts=[1, 0], ends=[3, 100], axes=[1, 2]),
+        helper.make_node("Slice", ["x"], ["b"], starts=[0, -2], ends=[1, 1000]),
+    ]
+    return model(9, nodes, [("x", [2, 4, 5])], [("a", [2, 2, 5]), ("b", [1, 2, 5])]), [rand(2, 4, 5)]
+
+
+@case
+def opset10_slice_steps():
+    n = helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])
+    inits = [
+        init("st", np.array([0, 4], np.int64)),
+        init("en", np.array([6, 0], np.int64)),
+        init("ax", np.array([1, 2], np.int64)),
+        init("sp", np.array([2, -1], np.int64)),
+    ]
+    return model(10, [n], [("x", [1, 6, 5])], [("y", [1, 3, 4])], inits), [rand(1, 6, 5)]
+
+
+@case
+def opset7_batchnorm_dropout():
+    c = 3
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"], epsilon=1e-3, momentum=0.9, spatial=1),
+        helper.make_node("Dropout", ["bn"], ["d"], ratio=0.3),
+        helper.make_node("Relu", ["d"], ["y"]),
+    ]
+    inits = [
+        init("w", rand(c, 2, 3, 3, scale=0.3)),
+        init("g", rand(c) + 1.0),
+        init("b", rand(c)),
+        init("m", rand(c)),
+        init("v", np.abs(rand(c)) + 0.5),
+    ]
+    return model(7, nodes, [("x", [1, 2, 5, 5])], [("y", [1, c, 5, 5])], inits), [rand(1, 2, 5, 5)]
+
+
+@case
+def opset10_dropout_mask():
+    n = helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.5)
+    out = [("y", [2, 3]), ("mask", [2, 3], TensorProto.BOOL)]
+    return model(10, [n], [("x", [2, 3])], out), [rand(2, 3)]
+
+
+@case
+def opset7_dropout_mask():
+    n = helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.25)
+    out = [("y", [2, 3]), ("mask", [2, 3])]
+    return model(7, [n], [("x", [2, 3])], out), [rand(2, 3)]
+
+
+@case
+def opset8_pad_attributes():
+    nodes = [
+        helper.make_node("Pad", ["x"], ["a"], pads=[0, 1, 2, 0, 2, 1], value=1.5),
+        helper.make_node("Pad", ["x"], ["b"], pads=[0, 0, 1, 0, 0, 2]),
+    ]
+    out = [("a", [1, 6, 6]), ("b", [1, 3, 6])]
+    return model(8, nodes, [("x", [1, 3, 3])], out), [rand(1, 3, 3)]
+
+
+@case
+def opset9_clip_attributes():
+    nodes = [
+        helper.make_node("Clip", ["x"], ["a"], min=-0.5, max=0.25),
+        helper.make_node("Clip", ["x"], ["b"], max=0.0),
+    ]
+    return model(9, nodes, [("x", [4, 5])], [("a", [4, 5]), ("b", [4, 5])]), [rand(4, 5)]
+
+
+@case
+def opset9_cnn_classifier():
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "wb"], ["c"], kernel_shape=[3, 3], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=1),
+    ]
+    inits = [
+        init("w", rand(4, 3, 3, 3, scale=0.3)),
+        init("wb", rand(4)),
+        init("g", rand(4) + 1.0),
+        init("b", rand(4)),
+        init("m", rand(4)),
+        init("v", np.abs(rand(4)) + 0.5),
+        init("fw", rand(5, 16, scale=0.3)),
+        init("fb", rand(5)),
+    ]
+    return model(9, nodes, [("x", [2, 3, 9, 9])], [("y", [2, 5])], inits), [rand(2, 3, 9, 9)]
+
+
+@case
+def opset9_shape_ops():
+    nodes = [
+        helper.make_node("Unsqueeze", ["x"], ["u"], axes=[0]),
+        helper.make_node("Transpose", ["u"], ["t"], perm=[0, 2, 1, 3]),
+        helper.make_node("Squeeze", ["t"], ["s"], axes=[0]),
+        helper.make_node("ReduceMean", ["s"], ["m"], axes=[2], keepdims=1),
+        helper.make_node("Split", ["s"], ["s0", "s1"], axis=2, split=[1, 3]),
+        helper.make_node("Concat", ["s1", "m", "s0"], ["y"], axis=2),
+    ]
+    return model(9, nodes, [("x", [3, 2, 4])], [("y", [2, 3, 5])]), [rand(3, 2, 4)]
+
+
+# ---------------------------------------------------------------- external names
+
+
+@case
+def names_with_colons():
+    nodes = [
+        helper.make_node("Relu", ["input:0"], ["hidden"]),
+        helper.make_node("Add", ["hidden", "input:0"], ["output:0"]),
+    ]
+    return model(13, nodes, [("input:0", [2, 3])], [("output:0", [2, 3])]), [rand(2, 3)]
+
+
+def write(out_dir, name, m, inputs):
+    d = os.path.join(out_dir, name)
+    os.makedirs(os.path.join(d, "inputs"), exist_ok=True)
+    os.makedirs(os.path.join(d, "outputs"), exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feeds = {i.name: x for i, x in zip(sess.get_inputs(), inputs)}
+    for i, x in enumerate(inputs):
+        np.save(os.path.join(d, "inputs", f"{i}.npy"), x)
+    for i, y in enumerate(sess.run(None, feeds)):
+        np.save(os.path.join(d, "outputs", f"{i}.npy"), y)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for name, fn in CASES.items():
+        m, inputs = fn()
+        write(sys.argv[1], name, m, inputs)
+        print(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
