@@ -198,6 +198,132 @@ def opset9_shape_ops():
     return model(9, nodes, [("x", [3, 2, 4])], [("y", [2, 3, 5])]), [rand(3, 2, 4)]
 
 
+# ---------------------------------------------------------------- recurrent layers
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def recurrent(op, *, seq=5, batch=2, inp=3, hidden=4, direction="forward", bias=True, seq_lens=None,
+              h0=False, c0=False, peep=False, layout=0, outputs=("Y", "Y_h", "Y_c"), opset=14, **attrs):
+    """One recurrent node; seq_lens (a list) becomes an int32 graph input."""
+    g = GATES[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    x_shape = [seq, batch, inp] if layout == 0 else [batch, seq, inp]
+    state = [dirs, batch, hidden] if layout == 0 else [batch, dirs, hidden]
+    inits = [init("W", rand(dirs, g * hidden, inp, scale=0.5)), init("R", rand(dirs, g * hidden, hidden, scale=0.5))]
+    names = ["X", "W", "R"]
+    inputs = [("X", x_shape)]
+    feeds = [rand(*x_shape)]
+    if bias:
+        inits.append(init("B", rand(dirs, 2 * g * hidden, scale=0.5)))
+    names.append("B" if bias else "")
+    if seq_lens is not None:
+        inputs.append(("L", [batch], TensorProto.INT32))
+        feeds.append(np.array(seq_lens, np.int32))
+    names.append("L" if seq_lens is not None else "")
+    for flag, name in [(h0, "H0"), (c0, "C0")]:
+        if flag:
+            inputs.append((name, state))
+            feeds.append(rand(*state))
+        names.append(name if flag else "")
+    if peep:
+        inits.append(init("P", rand(dirs, 3 * hidden, scale=0.5)))
+    names.append("P" if peep else "")
+    names = names[: 8 if op == "LSTM" else 6]
+    while names and names[-1] == "":
+        names.pop()
+    outs = [o for o in outputs if op == "LSTM" or o != "Y_c"]
+    node_outs = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
+    node_outs = [o if o in outs else "" for o in node_outs]
+    while node_outs[-1] == "":
+        node_outs.pop()
+    n = helper.make_node(op, names, node_outs, direction=direction, hidden_size=hidden, **attrs)
+    if layout:
+        n.attribute.append(helper.make_attribute("layout", layout))
+    y_shape = [seq, dirs, batch, hidden] if layout == 0 else [batch, seq, dirs, hidden]
+    shapes = {"Y": y_shape, "Y_h": state, "Y_c": state}
+    return model(opset, [n], inputs, [(o, shapes[o]) for o in outs], inits), feeds
+
+
+@case
+def lstm_forward():
+    return recurrent("LSTM")
+
+
+@case
+def lstm_reverse_initial_states():
+    return recurrent("LSTM", direction="reverse", h0=True, c0=True)
+
+
+@case
+def lstm_bidirectional_seq_lens_peepholes():
+    return recurrent("LSTM", direction="bidirectional", seq_lens=[3, 5], h0=True, c0=True, peep=True)
+
+
+@case
+def lstm_no_bias_initial_states():
+    # (layout = 1 is imported, but ONNX Runtime refuses it, so no case here.)
+    return recurrent("LSTM", bias=False, h0=True, c0=True)
+
+
+@case
+def lstm_input_forget_clip():
+    return recurrent("LSTM", input_forget=1, clip=0.7)
+
+
+@case
+def lstm_activations():
+    return recurrent("LSTM", direction="bidirectional", activations=[
+        "HardSigmoid", "LeakyRelu", "Softsign", "Sigmoid", "ScaledTanh", "Affine"],
+        activation_alpha=[0.3, 0.2, 0.9, 1.5], activation_beta=[0.4, 0.7, 0.1])
+
+
+@case
+def lstm_only_last_state():
+    return recurrent("LSTM", outputs=("Y_h",), h0=True)
+
+
+@case
+def gru_forward():
+    return recurrent("GRU")
+
+
+@case
+def gru_bidirectional_linear_before_reset_seq_lens():
+    return recurrent("GRU", direction="bidirectional", linear_before_reset=1, seq_lens=[5, 2], h0=True)
+
+
+@case
+def gru_reverse_activations():
+    return recurrent("GRU", direction="reverse", activations=["Relu", "Elu"], activation_alpha=[0.5], h0=True)
+
+
+@case
+def gru_seq_lens_no_bias():
+    return recurrent("GRU", bias=False, seq_lens=[4, 1])
+
+
+@case
+def rnn_forward():
+    return recurrent("RNN")
+
+
+@case
+def rnn_bidirectional_seq_lens():
+    return recurrent("RNN", direction="bidirectional", seq_lens=[2, 5], h0=True,
+                     activations=["Relu", "Softplus"])
+
+
+@case
+def rnn_reverse_thresholded_clip():
+    return recurrent("RNN", direction="reverse", activations=["ThresholdedRelu"], activation_alpha=[0.1], clip=1.0)
+
+
+@case
+def opset9_lstm():
+    return recurrent("LSTM", opset=9, h0=True, c0=True)
+
+
 # ---------------------------------------------------------------- external names
 
 

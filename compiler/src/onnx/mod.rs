@@ -6,7 +6,7 @@
 //! in order, outputs), `context` (the state handlers build ops through:
 //! `Cx`, `Node`, `V`), `fold` (import-time constant folding through the
 //! op table's hooks), and one file of op handlers per family (`constants`,
-//! `elementwise`, `nn`, `shape`, `quant`). [`HANDLERS`] is the one list of
+//! `elementwise`, `nn`, `recurrent`, `shape`, `quant`). [`HANDLERS`] is the one list of
 //! ONNX op types the importer maps. Dependencies point one way: `import`
 //! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
 //! `context`; `context` uses `fold`, which uses only `aoc-ir`.
@@ -23,6 +23,7 @@ mod import;
 mod nn;
 pub mod proto;
 mod quant;
+mod recurrent;
 mod shape;
 mod tensors;
 #[cfg(test)]
@@ -200,6 +201,10 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ReduceL2", Handler::Fn(nn::reduce)),
     ("ReduceLogSum", Handler::Fn(nn::reduce)),
     ("ReduceLogSumExp", Handler::Fn(nn::reduce)),
+    // recurrent layers
+    ("RNN", Handler::Fn(recurrent::recurrent)),
+    ("GRU", Handler::Fn(recurrent::recurrent)),
+    ("LSTM", Handler::Fn(recurrent::recurrent)),
     // shape and data movement
     ("Reshape", Handler::Fn(shape::reshape)),
     ("Transpose", Handler::Fn(shape::transpose)),

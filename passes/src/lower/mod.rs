@@ -34,6 +34,7 @@ mod memory;
 mod nn;
 mod pointwise;
 mod quant;
+mod recurrent;
 mod reference;
 mod shape;
 mod winograd;
@@ -209,7 +210,7 @@ pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Re
             match lower_once(&expanded, weights, opts)? {
                 Ok(lowered) => Ok(lowered),
                 Err(_) => Err(Diagnostic::error(
-                    "internal error: an expanded quantized op needs expanding again (please report)",
+                    "internal error: an expanded op needs expanding again (please report)",
                     func.loc.clone(),
                 )),
             }
@@ -538,6 +539,8 @@ impl<'a> Lower<'a> {
             OpKind::Movement(Movement::Gather) => self.lower_gather(op)?,
             OpKind::Movement(Movement::Expand) => self.lower_expand(op)?,
             OpKind::Resize => self.lower_resize(op)?,
+            // Expanded into GEMMs and pointwise ops (`recurrent.rs`).
+            OpKind::Recurrent(_) => false,
             // No kernels yet for these forms: the reference path (the
             // integer kernels arrive with the quantization work).
             OpKind::Conv(Conv::Transposed | Conv::Winograd, Form::Fused | Form::Quant)

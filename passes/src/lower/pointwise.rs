@@ -335,7 +335,8 @@ impl Lower<'_> {
             | OpKind::Attention
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
-            | OpKind::Resize => {
+            | OpKind::Resize
+            | OpKind::Recurrent(_) => {
                 let x = self.load(&mut kb, op.operands[0])?;
                 let y = match op.operands.get(1) {
                     Some(&v) => Some(self.load(&mut kb, v)?),
