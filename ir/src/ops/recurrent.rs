@@ -221,8 +221,8 @@ pub fn infer_recurrent(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     let acts = cx.attrs.get("activations").map_or(Ok(""), |_| cx.str("activations"))?;
     let floats = |name: &str| if cx.has(name) { cx.floats(name) } else { Ok(&[][..]) };
     activations(cell, d.dirs, acts, floats("activation_alpha")?, floats("activation_beta")?)?;
-    if cx.has("clip") && cx.float("clip")?.is_nan() {
-        return Err("clip must be a number".into());
+    if cx.has("clip") && !(cx.float("clip")? >= 0.0) {
+        return Err(format!("clip must be a non-negative number, found {}", cx.float("clip")?));
     }
     let x = &cx.operands[0];
     let state = x.with_shape(vec![d.dirs, d.batch, d.hidden]);
