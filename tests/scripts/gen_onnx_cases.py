@@ -324,6 +324,88 @@ def opset9_lstm():
     return recurrent("LSTM", opset=9, h0=True, c0=True)
 
 
+# ---------------------------------------------------------------- ops imported as compositions
+
+
+@case
+def depth_to_space_dcr_crd():
+    nodes = [
+        helper.make_node("DepthToSpace", ["x"], ["a"], blocksize=2),
+        helper.make_node("DepthToSpace", ["x"], ["b"], blocksize=2, mode="CRD"),
+    ]
+    out = [("a", [1, 2, 6, 4]), ("b", [1, 2, 6, 4])]
+    return model(13, nodes, [("x", [1, 8, 3, 2])], out), [rand(1, 8, 3, 2)]
+
+
+@case
+def space_to_depth():
+    n = helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=2)
+    return model(13, [n], [("x", [2, 3, 4, 6])], [("y", [2, 12, 2, 3])]), [rand(2, 3, 4, 6)]
+
+
+@case
+def instance_norm():
+    n = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-3)
+    inits = [init("s", rand(3)), init("b", rand(3))]
+    return model(13, [n], [("x", [2, 3, 4, 5])], [("y", [2, 3, 4, 5])], inits), [rand(2, 3, 4, 5)]
+
+
+@case
+def group_norm_per_channel():
+    n = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2, epsilon=1e-4)
+    inits = [init("s", rand(6)), init("b", rand(6))]
+    return model(21, [n], [("x", [2, 6, 3, 3])], [("y", [2, 6, 3, 3])], inits), [rand(2, 6, 3, 3)]
+
+
+@case
+def group_norm_conv1d():
+    # wav2vec2's feature extractor: a grouped Conv1d then GroupNorm with one
+    # group per channel, on [N, C, T].
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3], strides=[2]),
+        helper.make_node("GroupNormalization", ["c", "s", "b"], ["y"], num_groups=4),
+    ]
+    inits = [init("w", rand(4, 1, 3, scale=0.5)), init("s", rand(4)), init("b", rand(4))]
+    return model(21, nodes, [("x", [1, 1, 17])], [("y", [1, 4, 8])], inits), [rand(1, 1, 17)]
+
+
+@case
+def cumsum_variants():
+    nodes = [
+        helper.make_node("CumSum", ["x", "a1"], ["p"]),
+        helper.make_node("CumSum", ["x", "a0"], ["q"], exclusive=1),
+        helper.make_node("CumSum", ["x", "a1"], ["r"], reverse=1),
+        helper.make_node("CumSum", ["x", "am1"], ["s"], reverse=1, exclusive=1),
+    ]
+    inits = [init("a0", np.array(0, np.int64)), init("a1", np.array(1, np.int32)), init("am1", np.array(-1, np.int64))]
+    out = [(o, [3, 5]) for o in "pqrs"]
+    return model(14, nodes, [("x", [3, 5])], out, inits), [rand(3, 5)]
+
+
+@case
+def argmax_argmin():
+    x = rand(2, 5, 3)
+    x[0, 1, 2] = x[0, 3, 2] = 9.0  # a tie: the first or the last index
+    x[1, 0, 0] = x[1, 4, 0] = -9.0
+    nodes = [
+        helper.make_node("ArgMax", ["x"], ["a"], axis=1),
+        helper.make_node("ArgMax", ["x"], ["b"], axis=1, keepdims=0, select_last_index=1),
+        helper.make_node("ArgMin", ["x"], ["c"], axis=-2, keepdims=0),
+        helper.make_node("ArgMin", ["x"], ["d"], axis=2, select_last_index=1),
+    ]
+    i64 = TensorProto.INT64
+    out = [("a", [2, 1, 3], i64), ("b", [2, 3], i64), ("c", [2, 3], i64), ("d", [2, 5, 1], i64)]
+    return model(13, nodes, [("x", [2, 5, 3])], out), [x]
+
+
+@case
+def one_hot():
+    n = helper.make_node("OneHot", ["i", "depth", "v"], ["y"], axis=1)
+    inits = [init("depth", np.array(5, np.int64)), init("v", np.array([-1.0, 2.5], np.float32))]
+    idx = np.array([[0, 4, -1], [2, -5, 3]], np.int64)
+    return model(11, [n], [("i", [2, 3], TensorProto.INT64)], [("y", [2, 5, 3])], inits), [idx]
+
+
 # ---------------------------------------------------------------- external names
 
 

@@ -6,7 +6,7 @@
 //! in order, outputs), `context` (the state handlers build ops through:
 //! `Cx`, `Node`, `V`), `fold` (import-time constant folding through the
 //! op table's hooks), and one file of op handlers per family (`constants`,
-//! `elementwise`, `nn`, `recurrent`, `shape`, `quant`). [`HANDLERS`] is the one list of
+//! `elementwise`, `nn`, `recurrent`, `composite`, `shape`, `quant`). [`HANDLERS`] is the one list of
 //! ONNX op types the importer maps. Dependencies point one way: `import`
 //! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
 //! `context`; `context` uses `fold`, which uses only `aoc-ir`.
@@ -15,6 +15,7 @@
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
 //! it came from; errors name the op type, node and opset.
 
+mod composite;
 mod constants;
 pub(crate) mod context;
 mod elementwise;
@@ -201,6 +202,15 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ReduceL2", Handler::Fn(nn::reduce)),
     ("ReduceLogSum", Handler::Fn(nn::reduce)),
     ("ReduceLogSumExp", Handler::Fn(nn::reduce)),
+    // compositions of aoc ops
+    ("DepthToSpace", Handler::Fn(composite::depth_space)),
+    ("SpaceToDepth", Handler::Fn(composite::depth_space)),
+    ("InstanceNormalization", Handler::Fn(composite::instance_group_norm)),
+    ("GroupNormalization", Handler::Fn(composite::instance_group_norm)),
+    ("CumSum", Handler::Fn(composite::cumsum)),
+    ("ArgMax", Handler::Fn(composite::arg_extreme)),
+    ("ArgMin", Handler::Fn(composite::arg_extreme)),
+    ("OneHot", Handler::Fn(composite::one_hot)),
     // recurrent layers
     ("RNN", Handler::Fn(recurrent::recurrent)),
     ("GRU", Handler::Fn(recurrent::recurrent)),

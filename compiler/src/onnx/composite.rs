@@ -1,0 +1,197 @@
+//! ONNX ops imported as compositions of aoc ops that both backends run
+//! natively: what ONNX defines as a function body, or an exact equivalent.
+//!
+//! - `DepthToSpace`/`SpaceToDepth`: reshape, transpose, reshape.
+//! - `InstanceNormalization`/`GroupNormalization`: `core.layer_norm` over
+//!   the spatial (group) elements, then the per-channel scale and shift.
+//! - `CumSum` (float): a product with a constant triangular matrix along
+//!   the summed axis.
+//! - `ArgMax`/`ArgMin`: the extreme value, then the least (or, with
+//!   `select_last_index`, the greatest) index where it occurs.
+//! - `OneHot`: rows of a constant one-hot table gathered by the indices.
+
+use super::context::{Cx, Node, R, V};
+use aoc_ir::attr::{Attr, Attrs};
+use aoc_ir::ops::normalize_axis;
+use aoc_ir::{Opcode, Scalar, Tensor, TensorType};
+
+impl Cx<'_> {
+    fn transpose(&mut self, v: &V, perm: &[usize]) -> R<V> {
+        let p = perm.iter().map(|&d| d as i64).collect();
+        self.op1(Opcode::Transpose, std::slice::from_ref(v), Attrs::new().with("perm", Attr::Ints(p)))
+    }
+    fn binary(&mut self, opcode: Opcode, a: &V, b: &V) -> R<V> {
+        self.op1(opcode, &[a.clone(), b.clone()], Attrs::new())
+    }
+    /// A constant of the given shape and element type.
+    fn filled(shape: Vec<usize>, s: Scalar, values: Vec<f64>) -> V {
+        V::konst(Tensor::from_f64(TensorType::new(shape, s), values))
+    }
+    fn float_elem(&self, v: &V) -> R<Scalar> {
+        match self.ty(v).elem.scalar() {
+            Some(s) if s.is_float() => Ok(s),
+            _ => Err(self.bad(format!("input must be a float tensor, found {}", self.ty(v)))),
+        }
+    }
+}
+
+/// `DepthToSpace` (modes DCR and CRD) and `SpaceToDepth` on NCHW.
+pub fn depth_space(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.need(n, 0)?.clone();
+    let s = cx.shape(&x);
+    let b = n.int("blocksize", 0);
+    if s.len() != 4 || b <= 0 {
+        return Err(cx.bad(format!("expected a rank-4 input and a positive blocksize, found {s:?} and {b}")));
+    }
+    let b = b as usize;
+    let [bn, c, h, w] = [s[0], s[1], s[2], s[3]];
+    let (inner, perm, out) = if n.op_type == "DepthToSpace" {
+        if c % (b * b) != 0 {
+            return Err(cx.bad(format!("channels ({c}) must be a multiple of blocksize² ({})", b * b)));
+        }
+        let oc = c / (b * b);
+        match n.str("mode", "DCR").as_str() {
+            "DCR" => (vec![bn, b, b, oc, h, w], [0, 3, 4, 1, 5, 2], vec![bn, oc, h * b, w * b]),
+            "CRD" => (vec![bn, oc, b, b, h, w], [0, 1, 4, 2, 5, 3], vec![bn, oc, h * b, w * b]),
+            m => return Err(cx.bad(format!("unknown mode `{m}` (DCR or CRD)"))),
+        }
+    } else {
+        if h % b != 0 || w % b != 0 {
+            return Err(cx.bad(format!("height and width ({h}, {w}) must be multiples of blocksize ({b})")));
+        }
+        (vec![bn, c, h / b, b, w / b, b], [0, 3, 5, 1, 2, 4], vec![bn, c * b * b, h / b, w / b])
+    };
+    let r = cx.reshape(&x, &inner)?;
+    let t = cx.transpose(&r, &perm)?;
+    Ok(vec![cx.reshape(&t, &out)?])
+}
+
+/// `InstanceNormalization` (groups of one channel) and
+/// `GroupNormalization` (scale and bias per group before opset 21, per
+/// channel from 21; told apart by their length).
+pub fn instance_group_norm(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.need(n, 0)?.clone();
+    let elem = cx.float_elem(&x)?;
+    let shape = cx.shape(&x);
+    if shape.len() < 2 {
+        return Err(cx.bad(format!("input rank must be at least 2, found {}", shape.len())));
+    }
+    let (bn, c) = (shape[0], shape[1]);
+    let spatial: usize = shape[2..].iter().product();
+    let groups = if n.op_type == "InstanceNormalization" {
+        c
+    } else {
+        match n.opt_int("num_groups") {
+            Some(g) if g > 0 && c % g as usize == 0 => g as usize,
+            g => return Err(cx.bad(format!("num_groups ({g:?}) must be a positive divisor of the channels ({c})"))),
+        }
+    };
+    let epsilon = n.float("epsilon", 1e-5);
+    let grouped = cx.reshape(&x, &[bn, groups, (c / groups) * spatial])?;
+    let ones = Cx::filled(vec![1], elem, vec![1.0]);
+    let attrs = Attrs::new().with("axis", Attr::Int(-1)).with("epsilon", Attr::Float(epsilon));
+    let normed = cx.op1(Opcode::LayerNorm, &[grouped, ones], attrs)?;
+    let per_channel = cx.reshape(&normed, &[bn, c, spatial])?;
+    // Scale and bias as [C, 1] columns (per group: each repeated C/G times).
+    let column = |cx: &mut Cx, i: usize, what: &str| -> R<V> {
+        let p = cx.need(n, i)?.clone();
+        let len: usize = cx.shape(&p).iter().product();
+        if len == c {
+            cx.reshape(&p, &[c, 1])
+        } else if len == groups {
+            let g = cx.reshape(&p, &[groups, 1])?;
+            let shape = Cx::filled(vec![2], Scalar::I64, vec![groups as f64, (c / groups) as f64]);
+            let wide = cx.binary(Opcode::Expand, &g, &shape)?;
+            cx.reshape(&wide, &[c, 1])
+        } else {
+            Err(cx.bad(format!("{what} has {len} elements, expected {c} (channels) or {groups} (groups)")))
+        }
+    };
+    let scale = column(cx, 1, "scale")?;
+    let bias = column(cx, 2, "bias")?;
+    let scaled = cx.binary(Opcode::Mul, &per_channel, &scale)?;
+    let shifted = cx.binary(Opcode::Add, &scaled, &bias)?;
+    Ok(vec![cx.reshape(&shifted, &shape)?])
+}
+
+/// `CumSum` on floats: `x · T` along the axis, `T[i][j] = 1` where element
+/// `i` counts toward result `j`.
+pub fn cumsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.need(n, 0)?.clone();
+    let elem = cx.float_elem(&x)?;
+    let shape = cx.shape(&x);
+    let axis = cx.const_input(n, 1, "axis")?.get_i64(0);
+    let axis = normalize_axis(axis, shape.len()).map_err(|m| cx.bad(m))?;
+    let (exclusive, reverse) = (n.int("exclusive", 0) != 0, n.int("reverse", 0) != 0);
+    let len = shape[axis];
+    let counts = |i: usize, j: usize| match (reverse, exclusive) {
+        (false, false) => i <= j,
+        (false, true) => i < j,
+        (true, false) => i >= j,
+        (true, true) => i > j,
+    };
+    let t: Vec<f64> = (0..len * len).map(|k| f64::from(u8::from(counts(k / len, k % len)))).collect();
+    let tri = Cx::filled(vec![len, len], elem, t);
+    let last = shape.len() - 1;
+    let mut perm: Vec<usize> = (0..shape.len()).collect();
+    perm.swap(axis, last);
+    let moved = if axis == last { x } else { cx.transpose(&x, &perm)? };
+    let summed = cx.binary(Opcode::MatMul, &moved, &tri)?;
+    Ok(vec![if axis == last { summed } else { cx.transpose(&summed, &perm)? }])
+}
+
+/// `ArgMax`/`ArgMin` (int64 result).
+pub fn arg_extreme(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.need(n, 0)?.clone();
+    let elem = cx.float_elem(&x)?;
+    let shape = cx.shape(&x);
+    let axis = normalize_axis(n.int("axis", 0), shape.len()).map_err(|m| cx.bad(m))?;
+    let last = n.int("select_last_index", 0) != 0;
+    let reduce = |keep: bool| Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(keep));
+    let extreme_op = if n.op_type == "ArgMax" { Opcode::ReduceMax } else { Opcode::ReduceMin };
+    let attrs = reduce(true);
+    let m = cx.op1(extreme_op, std::slice::from_ref(&x), attrs)?;
+    let hit = cx.binary(Opcode::Equal, &x, &m)?;
+    let len = shape[axis];
+    let mut idx_shape = vec![1; shape.len()];
+    idx_shape[axis] = len;
+    let index = Cx::filled(idx_shape, elem, (0..len).map(|i| i as f64).collect());
+    let miss = Cx::filled(vec![], elem, vec![if last { -1.0 } else { len as f64 }]);
+    let cand = cx.op1(Opcode::Where, &[hit, index, miss], Attrs::new())?;
+    let pick = if last { Opcode::ReduceMax } else { Opcode::ReduceMin };
+    let i = cx.op1(pick, &[cand], reduce(n.int("keepdims", 1) != 0))?;
+    Ok(vec![cx.op1(Opcode::Cast, &[i], Attrs::new().with("to", Attr::Type(Scalar::I64)))?])
+}
+
+/// `OneHot` with a constant depth and values: rows of a constant
+/// `[depth, depth]` table (`on` on the diagonal) gathered by the indices,
+/// then the new axis moved into place. Negative indices count from the
+/// end as ONNX says; an index outside `[-depth, depth)` is a run-time
+/// error (ONNX gives a row of `off`).
+pub fn one_hot(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let idx = cx.need(n, 0)?.clone();
+    let depth = cx.const_input(n, 1, "depth")?.get_f64(0);
+    let values = cx.const_input(n, 2, "values")?.clone();
+    if values.len() != 2 || !(1.0..=65536.0).contains(&depth) {
+        return Err(cx.bad("depth must be a constant in 1..=65536 and values must hold [off, on]"));
+    }
+    let depth = depth as usize;
+    let shape = cx.shape(&idx);
+    let rank = shape.len() + 1;
+    let axis = normalize_axis(n.int("axis", -1), rank).map_err(|m| cx.bad(m))?;
+    let idx = match cx.ty(&idx).elem.scalar() {
+        Some(Scalar::I64) => idx,
+        _ => cx.op1(Opcode::Cast, &[idx], Attrs::new().with("to", Attr::Type(Scalar::I64)))?,
+    };
+    let (off, on) = (values.get_f64(0), values.get_f64(1));
+    let table: Vec<f64> = (0..depth * depth).map(|k| if k / depth == k % depth { on } else { off }).collect();
+    let vs = values.ty.elem.scalar().unwrap_or(Scalar::F32);
+    let table = Cx::filled(vec![depth, depth], vs, table);
+    let rows = cx.op1(Opcode::Gather, &[table, idx], Attrs::new().with("axis", Attr::Int(0)))?;
+    if axis == rank - 1 {
+        return Ok(vec![rows]);
+    }
+    let mut perm: Vec<usize> = (0..rank - 1).collect();
+    perm.insert(axis, rank - 1);
+    Ok(vec![cx.transpose(&rows, &perm)?])
+}
