@@ -35,7 +35,7 @@ impl Cx<'_> {
     }
 }
 
-/// `DepthToSpace` (modes DCR and CRD) and `SpaceToDepth` on NCHW.
+/// `DepthToSpace` and `SpaceToDepth` (modes DCR and CRD) on NCHW.
 pub fn depth_space(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.need(n, 0)?.clone();
     let s = cx.shape(&x);
@@ -59,7 +59,12 @@ pub fn depth_space(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         if h % b != 0 || w % b != 0 {
             return Err(cx.bad(format!("height and width ({h}, {w}) must be multiples of blocksize ({b})")));
         }
-        (vec![bn, c, h / b, b, w / b, b], [0, 3, 5, 1, 2, 4], vec![bn, c * b * b, h / b, w / b])
+        let perm = match n.str("mode", "DCR").as_str() {
+            "DCR" => [0, 3, 5, 1, 2, 4],
+            "CRD" => [0, 1, 3, 5, 2, 4],
+            m => return Err(cx.bad(format!("unknown mode `{m}` (DCR or CRD)"))),
+        };
+        (vec![bn, c, h / b, b, w / b, b], perm, vec![bn, c * b * b, h / b, w / b])
     };
     let r = cx.reshape(&x, &inner)?;
     let t = cx.transpose(&r, &perm)?;
