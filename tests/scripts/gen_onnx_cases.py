@@ -406,6 +406,22 @@ def one_hot():
     return model(11, [n], [("i", [2, 3], TensorProto.INT64)], [("y", [2, 5, 3])], inits), [idx]
 
 
+@case
+def einsum_forms():
+    nodes = [
+        helper.make_node("Einsum", ["a", "b"], ["mm"], equation="bij,bjk->bik"),
+        helper.make_node("Einsum", ["q", "k"], ["att"], equation="bhqd,bhkd->bhqk"),
+        helper.make_node("Einsum", ["a"], ["t"], equation="bij->jb"),
+        helper.make_node("Einsum", ["a", "b"], ["outer"], equation="bij,bjk"),
+        helper.make_node("Einsum", ["q", "k"], ["ell"], equation="...qd,...kd->...qk"),
+        helper.make_node("Einsum", ["a", "c"], ["dot"], equation="bij,j->bi"),
+    ]
+    inputs = [("a", [2, 3, 4]), ("b", [2, 4, 5]), ("q", [1, 2, 3, 4]), ("k", [1, 2, 6, 4]), ("c", [4])]
+    out = [("mm", [2, 3, 5]), ("att", [1, 2, 3, 6]), ("t", [4, 2]), ("outer", [3, 5]),
+           ("ell", [1, 2, 3, 6]), ("dot", [2, 3])]
+    return model(12, nodes, inputs, out), [rand(*s) for _, s in inputs]
+
+
 # ---------------------------------------------------------------- external names
 
 

@@ -9,6 +9,8 @@
 //! - `ArgMax`/`ArgMin`: the extreme value, then the least (or, with
 //!   `select_last_index`, the greatest) index where it occurs.
 //! - `OneHot`: rows of a constant one-hot table gathered by the indices.
+//! - `Einsum` (one or two operands, no diagonals): sums, transposes and one
+//!   batched matrix product.
 
 use super::context::{Cx, Node, R, V};
 use aoc_ir::attr::{Attr, Attrs};
@@ -199,4 +201,123 @@ pub fn one_hot(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let mut perm: Vec<usize> = (0..rank - 1).collect();
     perm.insert(axis, rank - 1);
     Ok(vec![cx.transpose(&rows, &perm)?])
+}
+
+/// One Einsum operand's subscripts, with `...` spelled out as one
+/// placeholder letter per broadcast dimension (`'0'`, `'1'`, ...; aligned
+/// to the right, as numpy does).
+fn einsum_term(cx: &Cx, term: &str, rank: usize, ellipsis: usize) -> R<Vec<char>> {
+    let letters: Vec<char> = term.replace("...", "").chars().collect();
+    if letters.iter().any(|c| !c.is_ascii_alphabetic()) {
+        return Err(cx.bad(format!("subscripts `{term}` may hold only letters and one `...`")));
+    }
+    let mut out = vec![];
+    if let Some((before, after)) = term.split_once("...") {
+        let n = rank.checked_sub(letters.len()).ok_or_else(|| cx.bad(format!("`{term}` names more dimensions than the rank {rank}")))?;
+        out.extend(before.chars());
+        out.extend((ellipsis - n..ellipsis).map(|i| char::from(b'0' + i as u8)));
+        out.extend(after.chars());
+    } else {
+        out = letters;
+    }
+    if out.len() != rank {
+        return Err(cx.bad(format!("`{term}` names {} dimensions, but the operand has rank {rank}", out.len())));
+    }
+    if (1..out.len()).any(|i| out[..i].contains(&out[i])) {
+        return Err(cx.bad(format!("`{term}` repeats a subscript (diagonals are unsupported)")));
+    }
+    Ok(out)
+}
+
+/// `Einsum` of one or two operands without diagonals: sums over the
+/// subscripts only one operand has and the output lacks, then one batched
+/// `core.matmul` (`[batch, left, k] · [batch, k, right]`) between
+/// transposes and reshapes.
+pub fn einsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let eq: String = n.str("equation", "").chars().filter(|c| !c.is_whitespace()).collect();
+    let operands: Vec<V> = (0..n.inputs.len()).map(|i| cx.need(n, i).cloned()).collect::<R<_>>()?;
+    let (lhs, rhs) = match eq.split_once("->") {
+        Some((l, r)) => (l.to_string(), Some(r.to_string())),
+        None => (eq.clone(), None),
+    };
+    let terms: Vec<&str> = lhs.split(',').collect();
+    if terms.len() != operands.len() || !(1..=2).contains(&terms.len()) {
+        return Err(cx.bad(format!("equation `{eq}` with {} operands: one or two operands are supported", operands.len())));
+    }
+    let ranks: Vec<usize> = operands.iter().map(|v| cx.shape(v).len()).collect();
+    let ellipsis = terms
+        .iter()
+        .zip(&ranks)
+        .map(|(t, &r)| if t.contains("...") { r.saturating_sub(t.replace("...", "").len()) } else { 0 })
+        .max()
+        .unwrap_or(0);
+    let mut subs = vec![];
+    for (t, &r) in terms.iter().zip(&ranks) {
+        subs.push(einsum_term(cx, t, r, ellipsis)?);
+    }
+    let out: Vec<char> = match &rhs {
+        Some(r) => {
+            let rank = r.replace("...", "").len() + if r.contains("...") { ellipsis } else { 0 };
+            einsum_term(cx, r, rank, ellipsis)?
+        }
+        None => {
+            // Implicit output: the broadcast dimensions, then the letters
+            // that occur once, in alphabetical order.
+            let all: Vec<char> = subs.concat();
+            let mut once: Vec<char> = all.iter().copied().filter(|c| c.is_ascii_alphabetic() && all.iter().filter(|d| *d == c).count() == 1).collect();
+            once.sort();
+            (0..ellipsis).map(|i| char::from(b'0' + i as u8)).chain(once).collect()
+        }
+    };
+    // Dimension sizes, which every occurrence must agree on.
+    let mut size: std::collections::HashMap<char, usize> = std::collections::HashMap::new();
+    for (s, v) in subs.iter().zip(&operands) {
+        for (c, d) in s.iter().zip(cx.shape(v)) {
+            if *size.entry(*c).or_insert(d) != d {
+                return Err(cx.bad(format!("subscript `{c}` has sizes {} and {d} (broadcasting is unsupported)", size[c])));
+            }
+        }
+    }
+    if let Some(c) = out.iter().find(|c| !size.contains_key(c)) {
+        return Err(cx.bad(format!("output subscript `{c}` names no input dimension")));
+    }
+    // Sum away what only one operand has and the output does not.
+    let mut vals: Vec<(V, Vec<char>)> = operands.iter().cloned().zip(subs).collect();
+    for i in 0..vals.len() {
+        let others: Vec<char> = vals.iter().enumerate().filter(|(j, _)| *j != i).flat_map(|(_, (_, s))| s.clone()).collect();
+        let (v, s) = vals[i].clone();
+        let gone: Vec<i64> = (0..s.len()).filter(|&k| !out.contains(&s[k]) && !others.contains(&s[k])).map(|k| k as i64).collect();
+        if gone.is_empty() {
+            continue;
+        }
+        let attrs = Attrs::new().with("axes", Attr::Ints(gone.clone())).with("keepdims", Attr::Bool(false));
+        let summed = cx.op1(Opcode::ReduceSum, &[v], attrs)?;
+        let kept: Vec<char> = s.iter().enumerate().filter(|(k, _)| !gone.contains(&(*k as i64))).map(|(_, c)| *c).collect();
+        vals[i] = (summed, kept);
+    }
+    let arrange = |cx: &mut Cx, v: &V, from: &[char], to: &[char]| -> R<V> {
+        let perm: Vec<usize> = to.iter().filter_map(|c| from.iter().position(|d| d == c)).collect();
+        if perm.iter().enumerate().all(|(i, &p)| i == p) { Ok(v.clone()) } else { cx.transpose(v, &perm) }
+    };
+    let dims = |cs: &[char]| cs.iter().map(|c| size[c]).collect::<Vec<usize>>();
+    let result = if let [(a, sa), (b, sb)] = &vals[..] {
+        let batch: Vec<char> = sa.iter().copied().filter(|c| sb.contains(c) && out.contains(c)).collect();
+        let contract: Vec<char> = sa.iter().copied().filter(|c| sb.contains(c) && !out.contains(c)).collect();
+        let left: Vec<char> = sa.iter().copied().filter(|c| !sb.contains(c)).collect();
+        let right: Vec<char> = sb.iter().copied().filter(|c| !sa.contains(c)).collect();
+        let prod = |cs: &[char]| dims(cs).iter().product::<usize>();
+        let (nb, nl, nk, nr) = (prod(&batch), prod(&left), prod(&contract), prod(&right));
+        let a = arrange(cx, a, sa, &[batch.clone(), left.clone(), contract.clone()].concat())?;
+        let a = cx.reshape(&a, &[nb, nl, nk])?;
+        let b = arrange(cx, b, sb, &[batch.clone(), contract.clone(), right.clone()].concat())?;
+        let b = cx.reshape(&b, &[nb, nk, nr])?;
+        let p = cx.binary(Opcode::MatMul, &a, &b)?;
+        let order = [batch, left, right].concat();
+        let p = cx.reshape(&p, &dims(&order))?;
+        arrange(cx, &p, &order, &out)?
+    } else {
+        let (v, s) = &vals[0];
+        arrange(cx, v, s, &out)?
+    };
+    Ok(vec![cx.reshape(&result, &dims(&out))?])
 }

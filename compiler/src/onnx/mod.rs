@@ -211,6 +211,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ArgMax", Handler::Fn(composite::arg_extreme)),
     ("ArgMin", Handler::Fn(composite::arg_extreme)),
     ("OneHot", Handler::Fn(composite::one_hot)),
+    ("Einsum", Handler::Fn(composite::einsum)),
     // recurrent layers
     ("RNN", Handler::Fn(recurrent::recurrent)),
     ("GRU", Handler::Fn(recurrent::recurrent)),
