@@ -422,6 +422,41 @@ def einsum_forms():
     return model(12, nodes, inputs, out), [rand(*s) for _, s in inputs]
 
 
+# ---------------------------------------------------------------- If known at import time
+
+
+def branches(out_shape):
+    then = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["t0"]), helper.make_node("Add", ["t0", "one"], ["then_out"])],
+        "then", [], [vi("then_out", out_shape)], [init("one", np.array(1.0, np.float32))])
+    other = helper.make_graph(
+        [helper.make_node("Mul", ["x", "x"], ["else_out"])], "else", [], [vi("else_out", out_shape)])
+    return then, other
+
+
+@case
+def if_constant_condition():
+    then, other = branches([2, 3])
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    return model(13, nodes, [("x", [2, 3])], [("y", [2, 3])], [init("c", np.array(False))]), [rand(2, 3)]
+
+
+@case
+def if_condition_from_shape():
+    # What exporters write for shape-dependent Python branches: the
+    # condition folds at import time, and the chosen branch is inlined.
+    then, other = branches([4, 3])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["d0"], axis=0),
+        helper.make_node("Greater", ["d0", "two"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+        helper.make_node("Sigmoid", ["y"], ["z"]),
+    ]
+    inits = [init("zero", np.array(0, np.int64)), init("two", np.array(2, np.int64))]
+    return model(13, nodes, [("x", [4, 3])], [("z", [4, 3])], inits), [rand(4, 3)]
+
+
 # ---------------------------------------------------------------- external names
 
 

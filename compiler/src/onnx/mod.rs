@@ -11,6 +11,10 @@
 //! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
 //! `context`; `context` uses `fold`, which uses only `aoc-ir`.
 //!
+//! `If` is not in [`HANDLERS`]: the graph walk imports it (`import_if`),
+//! since an `If` whose condition is known at import time becomes its
+//! chosen branch's nodes; one with a run-time condition is refused.
+//!
 //! Invariants: decoding or importing never panics on bad bytes; the result
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
 //! it came from; errors name the op type, node and opset.
