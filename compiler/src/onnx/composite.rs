@@ -127,7 +127,11 @@ pub fn cumsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.need(n, 0)?.clone();
     let elem = cx.float_elem(&x)?;
     let shape = cx.shape(&x);
-    let axis = cx.const_input(n, 1, "axis")?.get_i64(0);
+    let axis = cx.const_input(n, 1, "axis")?;
+    if axis.len() != 1 {
+        return Err(cx.bad("axis must hold one integer"));
+    }
+    let axis = axis.get_i64(0);
     let axis = normalize_axis(axis, shape.len()).map_err(|m| cx.bad(m))?;
     let (exclusive, reverse) = (n.int("exclusive", 0) != 0, n.int("reverse", 0) != 0);
     let len = shape[axis];
@@ -177,7 +181,8 @@ pub fn arg_extreme(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
 /// error (ONNX gives a row of `off`).
 pub fn one_hot(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let idx = cx.need(n, 0)?.clone();
-    let depth = cx.const_input(n, 1, "depth")?.get_f64(0);
+    let depth = cx.const_input(n, 1, "depth")?;
+    let depth = if depth.len() == 1 { depth.get_f64(0) } else { f64::NAN };
     let values = cx.const_input(n, 2, "values")?.clone();
     if values.len() != 2 || !(1.0..=65536.0).contains(&depth) {
         return Err(cx.bad("depth must be a constant in 1..=65536 and values must hold [off, on]"));
@@ -251,6 +256,9 @@ pub fn einsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         .map(|(t, &r)| if t.contains("...") { r.saturating_sub(t.replace("...", "").len()) } else { 0 })
         .max()
         .unwrap_or(0);
+    if ellipsis > 10 {
+        return Err(cx.bad(format!("`...` stands for {ellipsis} dimensions; at most 10 are supported")));
+    }
     let mut subs = vec![];
     for (t, &r) in terms.iter().zip(&ranks) {
         subs.push(einsum_term(cx, t, r, ellipsis)?);
