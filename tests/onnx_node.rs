@@ -15,7 +15,7 @@
 //! file differs.
 
 use aoc_compiler::onnx::{
-    ImportOptions, import_model, proto, supported_op_types, tensor_from_proto_bytes,
+    ImportOptions, MIN_OPSET, import_model, proto, supported_op_types, tensor_from_proto_bytes,
 };
 use aoc_ir::{Scalar, Tensor};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -157,9 +157,9 @@ fn unsupported_features(m: &proto::ModelProto) -> Vec<String> {
     let mut out = BTreeSet::new();
     for o in &m.opset_import {
         if matches!(o.domain.as_deref(), None | Some("") | Some("ai.onnx"))
-            && o.version.unwrap_or(0) < 11
+            && o.version.unwrap_or(0) < MIN_OPSET
         {
-            out.insert(format!("opset {} (< 11)", o.version.unwrap_or(0)));
+            out.insert(format!("opset {} (< {MIN_OPSET})", o.version.unwrap_or(0)));
         }
     }
     let Some(g) = &m.graph else {
@@ -452,7 +452,7 @@ fn report(cases: &[Case]) -> String {
     s.push_str(
         "integers exactly). A case is supported when the importer maps every op type and element\n",
     );
-    s.push_str("type in its graph and its opset is 11 or newer; a case counts once under each op type its\n");
+    s.push_str(&format!("type in its graph and its opset is {MIN_OPSET} or newer; a case counts once under each op type its\n"));
     s.push_str("graph uses. Integer inputs in shape-like positions (Reshape's shape, Slice's bounds, ...)\n");
     s.push_str(
         "are fed as constants, since the importer requires those to be known at import time; a case\n",

@@ -223,6 +223,36 @@ fn inputs_and_outputs_keep_the_models_own_names() {
     user_error(&o, &["unknown input `serving_0`", "serving:0"]);
 }
 
+/// The same through ONNX: a model whose input is `input:0` and output
+/// `output:0` (tests/data/names_with_colons.onnx: `output:0 = relu(x) + x`)
+/// runs from the `.onnx` file, from its import and from its artifact with
+/// `--input 'input:0=x.npy'`, writing `output:0.npy`.
+#[test]
+fn onnx_names_that_are_not_identifiers_work_everywhere() {
+    let d = dir("onnx_names");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/names_with_colons.onnx");
+    let vals = [-1.0, 2.0, -0.5, 0.25, 3.0, -4.0];
+    let want: Vec<f32> = vals.iter().map(|&v: &f64| (v.max(0.0) + v) as f32).collect();
+    let x = f32_npy(&d, "x.npy", &[2, 3], &vals);
+    let air = d.join("m.air");
+    let o = aoc(&[&"import", &model, &"-o", &air]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&air).unwrap();
+    assert!(text.contains("%input_0: tensor<2x3xf32> loc(\"input:0\")"), "{text}");
+    let art = d.join("m.aoc");
+    let o = aoc(&[&"compile", &model, &"-o", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for (i, m) in [&model, &air, &art].into_iter().enumerate() {
+        let out = d.join(format!("out{i}"));
+        let _ = std::fs::remove_dir_all(&out);
+        let o = aoc(&[&"run", m, &"--input", &format!("input:0={}", x.display()), &"--output-dir", &out]);
+        assert!(o.status.success(), "{}: {}", m.display(), stderr(&o));
+        assert_eq!(read_f32(&out.join("output:0.npy")).1, want, "{}", m.display());
+    }
+    let o = aoc(&[&"run", &art, &"--input", &format!("input_1={}", x.display())]);
+    user_error(&o, &["unknown input `input_1`", "input:0"]);
+}
+
 #[test]
 fn opt_writes_the_canonical_form_which_is_stable() {
     let d = dir("opt_roundtrip");

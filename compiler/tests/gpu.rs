@@ -3,7 +3,9 @@
 //! and, where a GPU exists, `aoc run` of the artifact compared with
 //! `aoc run` of the model on the reference interpreter.
 //!
-//! - `compile_*` (everywhere): every example compiles for every GPU target;
+//! - `compile_*` (everywhere): every example and every imported model of
+//!   `compiler/tests/data/models/` (recurrent layers, old opsets) compiles
+//!   for every GPU target;
 //!   the PTX inside the artifact assembles with `ptxas` for that target
 //!   (skipped with a printed reason when no ptxas is found: `AOC_PTXAS`,
 //!   `PATH`, or the `nvidia-cuda-nvcc` wheel in `.venv`; CUDA 13's ptxas no
@@ -94,6 +96,42 @@ fn models() -> Vec<Model> {
         });
     }
     out
+}
+
+/// Small imported ONNX models in `compiler/tests/data/models/` (made by
+/// `aoc import` from tests/scripts/gen_onnx_cases.py's cases, whose ONNX
+/// Runtime comparison is tests/onnx_cases.rs): the recurrent layers
+/// (bidirectional, with sequence lengths and initial states) and models
+/// of opsets 8 and 9. Inputs are `input_<NAME>.npy`.
+fn imported_models() -> Vec<Model> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("compiler/tests/data/models"))
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.into_iter()
+        .filter(|d| d.join("model.air").exists())
+        .map(|d| {
+            let mut inputs: Vec<String> = std::fs::read_dir(&d)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| {
+                    let file = e.file_name().to_string_lossy().to_string();
+                    let name = file.strip_prefix("input_")?.strip_suffix(".npy")?.to_string();
+                    Some(format!("{name}={}", e.path().display()))
+                })
+                .collect();
+            inputs.sort();
+            Model {
+                name: format!("imported_{}", d.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default()),
+                file: d.join("model.air"),
+                inputs,
+                shapes: vec![],
+                quantized: false,
+                bf16_tolerance: None,
+            }
+        })
+        .collect()
 }
 
 /// The OCR models (`make real-models`), each with a seeded random input.
@@ -1002,13 +1040,13 @@ fn quantized_for_the_gpu() -> Result<(), Failed> {
 fn main() {
     let args = Arguments::from_args();
     let mut trials = vec![];
-    for m in models() {
+    for m in models().into_iter().chain(imported_models()) {
         for t in TARGETS {
             let m = m.clone();
             trials.push(Trial::test(format!("compile_{}_{t}", m.name), move || check_compiles(&m, t)));
         }
     }
-    let all: Vec<Model> = models().into_iter().chain(ocr_models()).collect();
+    let all: Vec<Model> = models().into_iter().chain(imported_models()).chain(ocr_models()).collect();
     for m in &all {
         if m.name.starts_with("ocr_") {
             for t in ["sm_86", "sm_90a"] {

@@ -122,6 +122,15 @@ pub fn variadic(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
 pub fn clip(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let mut x = cx.need(n, 0)?.clone();
     let mut attrs = Attrs::new();
+    if cx.opset < 11 {
+        // Before opset 11 the bounds are attributes.
+        for name in ["min", "max"] {
+            if n.attr(name).is_some() {
+                attrs.set(name, Attr::Float(n.float(name, 0.0)));
+            }
+        }
+        return Ok(vec![cx.op1(Opcode::Clip, &[x], attrs)?]);
+    }
     let mut dynamic = vec![];
     for (i, name) in [(1, "min"), (2, "max")] {
         match n.input(i) {
@@ -218,6 +227,16 @@ pub fn identity(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
 /// `Dropout` in inference (or with ratio 0) passes its input through and
 /// its mask is all true; random training-mode dropout is unsupported.
 pub fn dropout(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    if cx.opset < 12 {
+        // Before opset 12 the ratio is an attribute and there is no
+        // training mode: Dropout is the identity at inference. The mask
+        // (of the input's type before opset 10) is all zeros, as ONNX
+        // Runtime writes it for these opsets.
+        let x = cx.need(n, 0)?.clone();
+        let mask_type = if cx.opset >= 10 { Scalar::I1 } else { cx.ty(&x).elem.scalar().unwrap_or(Scalar::F32) };
+        let mask = Tensor::splat(TensorType::new(cx.shape(&x), mask_type), 0.0);
+        return Ok(vec![x, V::konst(mask)]);
+    }
     let training = match n.input(2) {
         None => false,
         Some(V::C(t)) if t.len() == 1 => t.get_i64(0) != 0,

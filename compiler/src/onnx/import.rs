@@ -12,7 +12,7 @@
 //! results carry exactly the (sanitized) graph output names.
 
 use super::context::{Cx, Node, R, V, tensor_attr};
-use super::proto::{GraphProto, ModelProto, attribute_type as at, type_proto};
+use super::proto::{GraphProto, ModelProto, NodeProto, attribute_type as at, type_proto};
 use super::tensors::scalar_of;
 use super::{ImportOptions, Imported};
 use aoc_ir::attr::Attrs;
@@ -21,11 +21,14 @@ use aoc_ir::{Diagnostic, Location, Module, Opcode, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-/// The oldest default-domain opset the importer accepts. Opsets 11 and 12
+/// The oldest default-domain opset the importer accepts. Opsets 7 to 12
 /// differ from 13 only in ops whose differences the handlers resolve
-/// (attribute vs input axes, Softmax's 2-D coercion), and real exporters
-/// still emit them.
-pub const MIN_OPSET: i64 = 11;
+/// (attributes that later became inputs: Slice, Pad, Clip, Dropout, the
+/// axes of Squeeze and the reductions; Upsample and Resize-10's
+/// asymmetric scaling; BatchNormalization's `spatial`; Softmax's 2-D
+/// coercion), and real exporters still emit them. Before 7, binary ops
+/// broadcast only with an explicit attribute.
+pub const MIN_OPSET: i64 = 7;
 
 /// A warning when a graph output's declared shape contradicts the computed
 /// one (a fixed dimension that differs, or another rank); symbolic and
@@ -216,93 +219,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     used.extend(graph.output.iter().filter_map(|o| o.name.as_deref()));
 
     for (index, node) in graph.node.iter().enumerate() {
-        let op_type = node.op_type.as_deref().unwrap_or("");
-        let name = match node.name.as_deref() {
-            Some(n) if !n.is_empty() => n.to_string(),
-            _ => format!("{op_type}_{index}"),
-        };
-        cx.loc = Location::named(name.clone());
-        cx.hint = node
-            .output
-            .iter()
-            .find(|o| !o.is_empty())
-            .cloned()
-            .unwrap_or_else(|| name.clone());
-        cx.op_type = op_type.to_string();
-        let domain = node.domain.as_deref().unwrap_or("");
-        let handler = if matches!(domain, "" | "ai.onnx") {
-            super::handler(op_type)
-        } else {
-            None
-        };
-        let Some(handler) = handler else {
-            let dom = if matches!(domain, "" | "ai.onnx") {
-                String::new()
-            } else {
-                format!(", domain `{domain}`")
-            };
-            return Err(cx.err(format!(
-                "unsupported ONNX op `{op_type}` (node `{name}`{dom}, opset {opset})"
-            )));
-        };
-        let mut inputs = vec![];
-        for i in &node.input {
-            if i.is_empty() {
-                inputs.push(None);
-            } else {
-                let v = env.get(i).cloned().ok_or_else(|| {
-                    cx.err(format!(
-                        "input `{i}` of node `{name}` is not defined before it"
-                    ))
-                })?;
-                inputs.push(Some(v));
-            }
-        }
-        while matches!(inputs.last(), Some(None)) {
-            inputs.pop();
-        }
-        let attrs = node
-            .attribute
-            .iter()
-            .map(|a| (a.name.as_deref().unwrap_or(""), a))
-            .collect();
-        if let Some(a) = node
-            .attribute
-            .iter()
-            .find(|a| a.ref_attr_name.is_some() || a.r#type == Some(at::GRAPH))
-        {
-            return Err(cx.err(format!(
-                "ONNX `{op_type}`: attribute `{}` (a graph or a function reference) is unsupported",
-                a.name.as_deref().unwrap_or("")
-            )));
-        }
-        let n = Node {
-            proto: node,
-            op_type,
-            name: name.clone(),
-            inputs,
-            attrs,
-        };
-        let outs = handler.call(&mut cx, &n)?;
-        for (i, out_name) in node.output.iter().enumerate() {
-            if out_name.is_empty() {
-                continue;
-            }
-            match outs.get(i) {
-                Some(v) => {
-                    if let V::C(t) = v {
-                        cx.name_const(t, out_name);
-                    }
-                    env.insert(out_name.clone(), v.clone());
-                }
-                None if used.contains(out_name.as_str()) => {
-                    return Err(cx.err(format!(
-                        "ONNX `{op_type}`: output {i} (`{out_name}`) is unsupported, but the graph uses it"
-                    )));
-                }
-                None => {}
-            }
-        }
+        import_node(&mut cx, &mut env, &used, node, index, opset)?;
     }
 
     // Results: each named exactly like its graph output.
@@ -389,4 +306,169 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     }
     module.funcs.push(func);
     Ok(Imported { module, weights, warnings })
+}
+
+/// Imports one node into `cx`, reading its inputs from `env` and adding
+/// its outputs there. `used` holds the value names something reads.
+fn import_node(
+    cx: &mut Cx,
+    env: &mut HashMap<String, V>,
+    used: &HashSet<&str>,
+    node: &NodeProto,
+    index: usize,
+    opset: i64,
+) -> R<()> {
+    let op_type = node.op_type.as_deref().unwrap_or("");
+    let name = match node.name.as_deref() {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => format!("{op_type}_{index}"),
+    };
+    cx.loc = Location::named(name.clone());
+    cx.hint = node
+        .output
+        .iter()
+        .find(|o| !o.is_empty())
+        .cloned()
+        .unwrap_or_else(|| name.clone());
+    cx.op_type = op_type.to_string();
+    let domain = node.domain.as_deref().unwrap_or("");
+    if op_type == "If" && matches!(domain, "" | "ai.onnx") {
+        return import_if(cx, env, used, node, &name, opset);
+    }
+    let handler = if matches!(domain, "" | "ai.onnx") {
+        super::handler(op_type)
+    } else {
+        None
+    };
+    let Some(handler) = handler else {
+        let dom = if matches!(domain, "" | "ai.onnx") {
+            String::new()
+        } else {
+            format!(", domain `{domain}`")
+        };
+        return Err(cx.err(format!(
+            "unsupported ONNX op `{op_type}` (node `{name}`{dom}, opset {opset})"
+        )));
+    };
+    let mut inputs = vec![];
+    for i in &node.input {
+        if i.is_empty() {
+            inputs.push(None);
+        } else {
+            let v = env.get(i).cloned().ok_or_else(|| {
+                cx.err(format!(
+                    "input `{i}` of node `{name}` is not defined before it"
+                ))
+            })?;
+            inputs.push(Some(v));
+        }
+    }
+    while matches!(inputs.last(), Some(None)) {
+        inputs.pop();
+    }
+    let attrs = node
+        .attribute
+        .iter()
+        .map(|a| (a.name.as_deref().unwrap_or(""), a))
+        .collect();
+    if let Some(a) = node
+        .attribute
+        .iter()
+        .find(|a| a.ref_attr_name.is_some() || a.r#type == Some(at::GRAPH))
+    {
+        return Err(cx.err(format!(
+            "ONNX `{op_type}`: attribute `{}` (a graph or a function reference) is unsupported",
+            a.name.as_deref().unwrap_or("")
+        )));
+    }
+    let n = Node {
+        proto: node,
+        op_type,
+        name: name.clone(),
+        inputs,
+        attrs,
+    };
+    let outs = handler.call(cx, &n)?;
+    for (i, out_name) in node.output.iter().enumerate() {
+        if out_name.is_empty() {
+            continue;
+        }
+        match outs.get(i) {
+            Some(v) => {
+                if let V::C(t) = v {
+                    cx.name_const(t, out_name);
+                }
+                env.insert(out_name.clone(), v.clone());
+            }
+            None if used.contains(out_name.as_str()) => {
+                return Err(cx.err(format!(
+                    "ONNX `{op_type}`: output {i} (`{out_name}`) is unsupported, but the graph uses it"
+                )));
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// `If` whose condition is known at import time (a constant, or computed
+/// from shapes): the chosen branch's nodes are imported in place, reading
+/// the enclosing graph's values, and its outputs become the node's. A
+/// condition computed at run time needs control flow in the IR, which aoc
+/// does not have yet: an error naming the node.
+fn import_if(
+    cx: &mut Cx,
+    env: &mut HashMap<String, V>,
+    used: &HashSet<&str>,
+    node: &NodeProto,
+    name: &str,
+    opset: i64,
+) -> R<()> {
+    let cond = node.input.first().and_then(|i| env.get(i)).cloned();
+    let take_then = match cond {
+        Some(V::C(t)) if t.len() == 1 => t.get_f64(0) != 0.0,
+        Some(V::C(_)) => return Err(cx.err(format!("ONNX `If` (node `{name}`): the condition must hold one element"))),
+        Some(V::R(_)) => {
+            return Err(cx.err(format!(
+                "unsupported ONNX op `If` with a condition computed at run time (node `{name}`, opset {opset}); only an `If` whose condition is known at import time is imported (its branch inlined)"
+            )));
+        }
+        None => return Err(cx.err(format!("ONNX `If` (node `{name}`): the condition is missing or not defined before it"))),
+    };
+    let branch = if take_then { "then_branch" } else { "else_branch" };
+    let graph = node
+        .attribute
+        .iter()
+        .find(|a| a.name.as_deref() == Some(branch))
+        .and_then(|a| a.g.as_ref())
+        .ok_or_else(|| cx.err(format!("ONNX `If` (node `{name}`): attribute `{branch}` (a graph) is missing")))?;
+    for init in &graph.initializer {
+        let key = init.name.clone().unwrap_or_default();
+        let t = Rc::new(tensor_attr(init, &format!("initializer `{key}`"), &Location::named(key.clone()))?);
+        env.insert(key, V::C(t));
+    }
+    let mut inner: HashSet<&str> = used.clone();
+    inner.extend(graph.node.iter().flat_map(|n| n.input.iter().map(|s| s.as_str())));
+    inner.extend(graph.output.iter().filter_map(|o| o.name.as_deref()));
+    for (index, n) in graph.node.iter().enumerate() {
+        import_node(cx, env, &inner, n, index, opset)?;
+    }
+    if graph.output.len() != node.output.len() {
+        return Err(cx.err(format!(
+            "ONNX `If` (node `{name}`): `{branch}` has {} outputs, the node {}",
+            graph.output.len(),
+            node.output.len()
+        )));
+    }
+    for (out, inner_out) in node.output.iter().zip(&graph.output) {
+        let key = inner_out.name.as_deref().unwrap_or("");
+        let v = env
+            .get(key)
+            .cloned()
+            .ok_or_else(|| cx.err(format!("ONNX `If` (node `{name}`): `{branch}` output `{key}` is never computed")))?;
+        if !out.is_empty() {
+            env.insert(out.clone(), v);
+        }
+    }
+    Ok(())
 }

@@ -6,15 +6,20 @@
 //! in order, outputs), `context` (the state handlers build ops through:
 //! `Cx`, `Node`, `V`), `fold` (import-time constant folding through the
 //! op table's hooks), and one file of op handlers per family (`constants`,
-//! `elementwise`, `nn`, `shape`, `quant`). [`HANDLERS`] is the one list of
+//! `elementwise`, `nn`, `recurrent`, `composite`, `shape`, `quant`). [`HANDLERS`] is the one list of
 //! ONNX op types the importer maps. Dependencies point one way: `import`
 //! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
 //! `context`; `context` uses `fold`, which uses only `aoc-ir`.
+//!
+//! `If` is not in [`HANDLERS`]: the graph walk imports it (`import_if`),
+//! since an `If` whose condition is known at import time becomes its
+//! chosen branch's nodes; one with a run-time condition is refused.
 //!
 //! Invariants: decoding or importing never panics on bad bytes; the result
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
 //! it came from; errors name the op type, node and opset.
 
+mod composite;
 mod constants;
 pub(crate) mod context;
 mod elementwise;
@@ -23,11 +28,13 @@ mod import;
 mod nn;
 pub mod proto;
 mod quant;
+mod recurrent;
 mod shape;
 mod tensors;
 #[cfg(test)]
 mod tests;
 
+pub use import::MIN_OPSET;
 use aoc_ir::interp::MapWeights;
 use aoc_ir::attr::Attrs;
 use aoc_ir::{Diagnostic, Location, Module, Opcode, Tensor};
@@ -199,6 +206,20 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ReduceL2", Handler::Fn(nn::reduce)),
     ("ReduceLogSum", Handler::Fn(nn::reduce)),
     ("ReduceLogSumExp", Handler::Fn(nn::reduce)),
+    // compositions of aoc ops
+    ("DepthToSpace", Handler::Fn(composite::depth_space)),
+    ("SpaceToDepth", Handler::Fn(composite::depth_space)),
+    ("InstanceNormalization", Handler::Fn(composite::instance_group_norm)),
+    ("GroupNormalization", Handler::Fn(composite::instance_group_norm)),
+    ("CumSum", Handler::Fn(composite::cumsum)),
+    ("ArgMax", Handler::Fn(composite::arg_extreme)),
+    ("ArgMin", Handler::Fn(composite::arg_extreme)),
+    ("OneHot", Handler::Fn(composite::one_hot)),
+    ("Einsum", Handler::Fn(composite::einsum)),
+    // recurrent layers
+    ("RNN", Handler::Fn(recurrent::recurrent)),
+    ("GRU", Handler::Fn(recurrent::recurrent)),
+    ("LSTM", Handler::Fn(recurrent::recurrent)),
     // shape and data movement
     ("Reshape", Handler::Fn(shape::reshape)),
     ("Transpose", Handler::Fn(shape::transpose)),
@@ -212,6 +233,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("Squeeze", Handler::Fn(shape::squeeze)),
     ("Unsqueeze", Handler::Fn(shape::unsqueeze)),
     ("Resize", Handler::Fn(shape::resize)),
+    ("Upsample", Handler::Fn(shape::upsample)),
     // quantization
     ("QuantizeLinear", Handler::Fn(quant::quantize_linear)),
     ("DequantizeLinear", Handler::Fn(quant::dequantize_linear)),

@@ -246,6 +246,11 @@ pub fn batch_norm(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     if n.int("training_mode", 0) != 0 {
         return Err(cx.bad("training mode is unsupported"));
     }
+    // Opsets 7 and 8: `spatial = 0` normalizes each (channel, position)
+    // with its own statistics; `momentum` matters in training only.
+    if cx.opset < 9 && n.int("spatial", 1) == 0 {
+        return Err(cx.bad("spatial = 0 (statistics per channel and position) is unsupported"));
+    }
     let operands = (0..5)
         .map(|i| cx.need(n, i).cloned())
         .collect::<R<Vec<V>>>()?;

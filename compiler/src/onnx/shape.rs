@@ -101,8 +101,19 @@ pub fn concat(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
 }
 
 /// `Slice` with constant starts/ends/axes/steps inputs.
+/// `Slice`: before opset 10, `starts`, `ends` and `axes` are attributes.
 pub fn slice(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.need(n, 0)?.clone();
+    if cx.opset < 10 {
+        let need = |name: &str| n.ints(name).ok_or_else(|| cx.bad(format!("attribute `{name}` is required")));
+        let mut attrs = Attrs::new()
+            .with("starts", Attr::Ints(need("starts")?))
+            .with("ends", Attr::Ints(need("ends")?));
+        if let Some(axes) = n.ints("axes") {
+            attrs.set("axes", Attr::Ints(axes));
+        }
+        return Ok(vec![cx.op1(Opcode::Slice, &[x], attrs)?]);
+    }
     let starts = cx.const_input(n, 1, "starts")?.to_i64();
     let ends = cx.const_input(n, 2, "ends")?.to_i64();
     let mut attrs = Attrs::new()
@@ -117,9 +128,18 @@ pub fn slice(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     Ok(vec![cx.op1(Opcode::Slice, &[x], attrs)?])
 }
 
-/// `Pad` (opset 11+: pads, constant_value and, since 18, axes inputs).
+/// `Pad` (opset 11+: pads, constant_value and, since 18, axes inputs;
+/// before 11, `pads` and `value` are attributes).
 pub fn pad(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.need(n, 0)?.clone();
+    if cx.opset < 11 {
+        let pads = n.ints("pads").ok_or_else(|| cx.bad("attribute `pads` is required"))?;
+        let attrs = Attrs::new()
+            .with("pads", Attr::Ints(pads))
+            .with("mode", Attr::Str(n.str("mode", "constant")))
+            .with("value", Attr::Float(n.float("value", 0.0)));
+        return Ok(vec![cx.op1(Opcode::Pad, &[x], attrs)?]);
+    }
     let rank = cx.shape(&x).len();
     let given = cx.const_input(n, 1, "pads")?.to_i64();
     let value = match n.input(2) {
@@ -273,7 +293,48 @@ pub fn unsqueeze(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
 
 /// `Resize` with constant scales or sizes (and roi for
 /// `tf_crop_and_resize`); `axes` and `keep_aspect_ratio_policy` resolved.
+/// `Upsample` (opsets 7 to 9, deprecated in 10) and `Resize` of opset 10:
+/// scales only (an attribute before opset 9, else the second input), the
+/// source coordinate `x_out / scale` (asymmetric), nearest rounding down.
+pub fn upsample(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.need(n, 0)?.clone();
+    let shape = cx.shape(&x);
+    let scales = if n.op_type == "Upsample" && cx.opset < 9 {
+        n.floats("scales").ok_or_else(|| cx.bad("attribute `scales` is required"))?
+    } else {
+        cx.const_input(n, 1, "scales")?.to_f64()
+    };
+    if scales.len() != shape.len() {
+        return Err(cx.bad(format!(
+            "scales has {} entries, expected {} (the input's rank)",
+            scales.len(),
+            shape.len()
+        )));
+    }
+    let mode = match n.str("mode", "nearest").as_str() {
+        "nearest" => "nearest",
+        "linear" | "bilinear" => "linear",
+        other => return Err(cx.bad(format!("unknown mode `{other}` (nearest or linear)"))),
+    };
+    let sizes = shape
+        .iter()
+        .zip(&scales)
+        .map(|(&d, &s)| (d as f64 * s).floor() as i64)
+        .collect();
+    let attrs = Attrs::new()
+        .with("sizes", Attr::Ints(sizes))
+        .with("scales", Attr::Floats(scales))
+        .with("mode", Attr::Str(mode.to_string()))
+        .with("coordinate_transformation_mode", Attr::Str("asymmetric".to_string()))
+        .with("nearest_mode", Attr::Str("floor".to_string()));
+    Ok(vec![cx.op1(Opcode::Resize, &[x], attrs)?])
+}
+
+/// `Resize` (opset 11+; opset 10's form is [`upsample`]'s).
 pub fn resize(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    if cx.opset < 11 {
+        return upsample(cx, n);
+    }
     let x = cx.need(n, 0)?.clone();
     let shape = cx.shape(&x);
     let r = shape.len();

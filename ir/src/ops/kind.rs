@@ -176,6 +176,17 @@ pub enum OpKind {
     Movement(Movement),
     /// Interpolating resize.
     Resize,
+    /// A recurrent layer over a sequence (`ops/recurrent.rs`); the
+    /// lowering expands it into matrix products and pointwise steps.
+    Recurrent(Cell),
+}
+
+/// The cells of recurrent layers.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Cell {
+    Rnn,
+    Gru,
+    Lstm,
 }
 
 /// The scalar function or activation of a one- or two-operand pointwise op:
@@ -214,7 +225,8 @@ impl OpKind {
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
-            | OpKind::Resize => None,
+            | OpKind::Resize
+            | OpKind::Recurrent(_) => None,
         }
     }
 
@@ -249,6 +261,12 @@ impl OpKind {
                 2.0 * out * k.map_or(1.0, |&k| k as f64) * rate(form)
             }
             OpKind::Movement(_) => 0.0,
+            // y is [seq, dirs, batch, hidden]: per element, a product with
+            // the gate rows of w (k = input) and of r (k = hidden).
+            OpKind::Recurrent(cell) => {
+                let hidden = c.result.shape.last().map_or(1.0, |&h| h as f64);
+                2.0 * out * cell.gates() as f64 * (last_dim(0) + hidden)
+            }
             OpKind::Constant
             | OpKind::Unary(_)
             | OpKind::Binary(_)
@@ -283,7 +301,8 @@ impl OpKind {
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
-            | OpKind::Resize => None,
+            | OpKind::Resize
+            | OpKind::Recurrent(_) => None,
         }
     }
 }

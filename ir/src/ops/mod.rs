@@ -24,6 +24,7 @@ pub mod kind;
 pub mod nn;
 pub mod quant;
 pub mod quant_compute;
+pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod shape;
@@ -1170,6 +1171,60 @@ define_ops! {
         kind: OpKind::Attention,
         traits: [Pure, Epilogue],
         infer: fused::infer_attention, eval: fused::eval_attention,
+    },
+    // ---- recurrent layers (ops/recurrent.rs) ----
+    Rnn = "core.rnn" {
+        summary: "ONNX's RNN over `x` [seq, batch, input]: `h = f(x·wᵀ + h·rᵀ + bw + br)` per step and direction; results `y` [seq, dirs, batch, hidden] and the last state `y_h` [dirs, batch, hidden]. Optional `b`, `seq_lens`, `h0` as ONNX's (see ops/recurrent.rs).",
+        example: "%y, %y_h = core.rnn %x, %w, %r {direction = \"bidirectional\"} : tensor<5x2x4x8xf32>, tensor<2x4x8xf32>",
+        format: Generic,
+        operands: [x: One, w: One, r: One, b: Optional, seq_lens: Optional, h0: Optional],
+        results: [y, y_h],
+        attrs: [
+            (direction, Str, Str("forward"), "forward, reverse or bidirectional"),
+            (activations, Str, Str(""), "comma-separated lowercase ONNX activation names per direction (empty: tanh)"),
+            (activation_alpha, Floats, Optional, "parameters of the activations that take one, in order"),
+            (activation_beta, Floats, Optional, "second parameters, in order"),
+            (clip, Float, Optional, "bound on the magnitude of pre-activations"),
+        ],
+        kind: OpKind::Recurrent(Cell::Rnn),
+        traits: [Pure],
+        infer: recurrent::infer_recurrent, eval: recurrent::eval_recurrent,
+    },
+    Gru = "core.gru" {
+        summary: "ONNX's GRU (gates z, r, h) over `x` [seq, batch, input]; results `y` [seq, dirs, batch, hidden] and `y_h` [dirs, batch, hidden]. Optional `b`, `seq_lens`, `h0` as ONNX's (see ops/recurrent.rs).",
+        example: "%y, %y_h = core.gru %x, %w, %r, %b : tensor<5x1x4x8xf32>, tensor<1x4x8xf32>",
+        format: Generic,
+        operands: [x: One, w: One, r: One, b: Optional, seq_lens: Optional, h0: Optional],
+        results: [y, y_h],
+        attrs: [
+            (direction, Str, Str("forward"), "forward, reverse or bidirectional"),
+            (activations, Str, Str(""), "comma-separated lowercase ONNX activation names per direction (empty: sigmoid,tanh)"),
+            (activation_alpha, Floats, Optional, "parameters of the activations that take one, in order"),
+            (activation_beta, Floats, Optional, "second parameters, in order"),
+            (clip, Float, Optional, "bound on the magnitude of pre-activations"),
+            (linear_before_reset, Bool, Bool(false), "apply the reset gate after the recurrence product"),
+        ],
+        kind: OpKind::Recurrent(Cell::Gru),
+        traits: [Pure],
+        infer: recurrent::infer_recurrent, eval: recurrent::eval_recurrent,
+    },
+    Lstm = "core.lstm" {
+        summary: "ONNX's LSTM (gates i, o, f, c; peepholes i, o, f) over `x` [seq, batch, input]; results `y` [seq, dirs, batch, hidden], `y_h` and `y_c` [dirs, batch, hidden]. Optional `b`, `seq_lens`, `h0`, `c0`, `p` as ONNX's (see ops/recurrent.rs).",
+        example: "%y, %y_h, %y_c = core.lstm %x, %w, %r, %b : tensor<5x1x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>",
+        format: Generic,
+        operands: [x: One, w: One, r: One, b: Optional, seq_lens: Optional, h0: Optional, c0: Optional, p: Optional],
+        results: [y, y_h, y_c],
+        attrs: [
+            (direction, Str, Str("forward"), "forward, reverse or bidirectional"),
+            (activations, Str, Str(""), "comma-separated lowercase ONNX activation names per direction (empty: sigmoid,tanh,tanh)"),
+            (activation_alpha, Floats, Optional, "parameters of the activations that take one, in order"),
+            (activation_beta, Floats, Optional, "second parameters, in order"),
+            (clip, Float, Optional, "bound on the magnitude of pre-activations"),
+            (input_forget, Bool, Bool(false), "couple the gates: f = 1 - i"),
+        ],
+        kind: OpKind::Recurrent(Cell::Lstm),
+        traits: [Pure],
+        infer: recurrent::infer_recurrent, eval: recurrent::eval_recurrent,
     },
     // ---- Winograd convolution (the `winograd` pass makes it; see ops/winograd.rs) ----
     WinogradConv2d = "core.winograd_conv2d" {

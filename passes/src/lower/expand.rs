@@ -13,6 +13,9 @@
 //!   `qdq` rules move Q/DQ pairs through): these commute with the monotone
 //!   dequantize, so the expansion gives the same values.
 //!
+//! - Recurrent layers (`core.rnn`, `core.gru`, `core.lstm`) become GEMMs
+//!   and pointwise ops (`recurrent.rs`).
+//!
 //! The lowering asks [`expandable`] for an op that no lowering rule took,
 //! and lowers again the function [`expand`] returns (see `lower`). The
 //! integer kernels of issue-17 work replace these expansions where the
@@ -24,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::module::{Func, OpData, OpId, ValueId};
 use aoc_ir::ops::fused;
-use aoc_ir::ops::kind::{Form, OpKind, Pool};
+use aoc_ir::ops::kind::{Cell, Form, OpKind, Pool};
 use aoc_ir::ops::quant_compute::float_form;
 use aoc_ir::{Opcode, TensorType, Trait};
 
@@ -32,20 +35,32 @@ fn quantized(t: &TensorType) -> bool {
     t.elem.quant().is_some()
 }
 
-/// The float op `op` expands into, when it has quantized operands or
-/// results and a float form.
-pub(crate) fn expandable(func: &Func, op: &OpData) -> Option<Opcode> {
+/// What an op that no kernel takes expands into.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Expansion {
+    /// Quantized operands or results: dequantize, this float op, quantize.
+    Float(Opcode),
+    /// A recurrent layer: its GEMMs and gates.
+    Recurrent(Cell),
+}
+
+/// How `op` expands: the float op, when it has quantized operands or
+/// results and a float form; the recurrent layers always.
+pub(crate) fn expandable(func: &Func, op: &OpData) -> Option<Expansion> {
+    if let OpKind::Recurrent(cell) = op.opcode.kind() {
+        return Some(Expansion::Recurrent(cell));
+    }
     let q_in = op.operands.iter().any(|&v| quantized(func.ty(v)));
     let q_out = op.results.iter().any(|&v| quantized(func.ty(v)));
     if op.results.len() != 1 || !(q_in || q_out) {
         return None;
     }
     if let Some(float) = float_form(op.opcode) {
-        return Some(float);
+        return Some(Expansion::Float(float));
     }
     match op.opcode.kind() {
         OpKind::Movement(_) | OpKind::Resize | OpKind::Pool(Pool::Max | Pool::GlobalMax, Form::Float) => {
-            Some(op.opcode)
+            Some(Expansion::Float(op.opcode))
         }
         _ => None,
     }
@@ -66,7 +81,22 @@ pub(crate) fn expand(func: &Func, which: &HashSet<OpId>) -> Result<Func, String>
     for &id in &func.body.ops {
         let op = &func.ops[id];
         let operands: Vec<ValueId> = op.operands.iter().map(|v| map[v]).collect();
-        let float = if which.contains(&id) { expandable(func, op) } else { None };
+        let expansion = if which.contains(&id) { expandable(func, op) } else { None };
+        let float = match expansion {
+            Some(Expansion::Recurrent(cell)) => {
+                let base = func.name_of(op.results[0]).to_string();
+                let outs = super::recurrent::expand_recurrent(&mut f, op, cell, &operands, &base)?;
+                for (&r, &n) in op.results.iter().zip(&outs) {
+                    if f.ty(n) != func.ty(r) {
+                        return Err(format!("{}: its expansion gives {}, not {}", op.opcode.name(), f.ty(n), func.ty(r)));
+                    }
+                    map.insert(r, n);
+                }
+                continue;
+            }
+            Some(Expansion::Float(float)) => Some(float),
+            None => None,
+        };
         let Some(float) = float else {
             let results = op.results.iter().map(|&r| (func.name_of(r).to_string(), func.ty(r).clone())).collect();
             let new = f.push_op_unchecked(op.opcode, operands, op.attrs.clone(), results, op.loc.clone());

@@ -34,6 +34,7 @@ mod memory;
 mod nn;
 mod pointwise;
 mod quant;
+mod recurrent;
 mod reference;
 mod shape;
 mod winograd;
@@ -137,6 +138,10 @@ pub(crate) struct Lower<'a> {
     kernel_names: HashMap<String, String>,
     pub weights: Vec<WeightBlob>,
     weights_len: u64,
+    /// The weights stored so far by a hash of their contents: (index in
+    /// `weights`, offset). A blob equal to a stored one is stored once (a
+    /// recurrent layer's per-step GEMMs pack the same matrix).
+    weight_offsets: HashMap<u64, Vec<(usize, u64)>>,
     pub report: LowerReport,
     /// Origin string of the op being lowered.
     pub origin: String,
@@ -214,7 +219,7 @@ pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Re
             match lower_once(&expanded, weights, opts)? {
                 Ok(lowered) => Ok(lowered),
                 Err(_) => Err(Diagnostic::error(
-                    "internal error: an expanded quantized op needs expanding again (please report)",
+                    "internal error: an expanded op needs expanding again (please report)",
                     func.loc.clone(),
                 )),
             }
@@ -236,6 +241,7 @@ fn lower_once(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> R
         kernel_names: HashMap::new(),
         weights: Vec::new(),
         weights_len: 0,
+        weight_offsets: HashMap::new(),
         report: LowerReport::default(),
         origin: String::new(),
         uses: HashMap::new(),
@@ -379,8 +385,25 @@ impl<'a> Lower<'a> {
 
     /// Stores `bytes` in the weights section and returns its buffer.
     pub fn add_weight(&mut self, hint: &str, dtype: Scalar, shape: &[u64], bytes: Vec<u8>) -> Buf {
-        let offset = self.weights_len.div_ceil(64) * 64;
         let len = bytes.len() as u64;
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (dtype.name(), shape, &bytes).hash(&mut h);
+            h.finish()
+        };
+        let same = self.weight_offsets.get(&key).and_then(|v| {
+            v.iter().find(|&&(i, _)| {
+                let w = &self.weights[i];
+                w.dtype == dtype && w.shape == shape && w.bytes == bytes
+            })
+        });
+        if let Some(&(_, offset)) = same {
+            let id = self.new_buf(Home::Weights(offset), len);
+            return vbuf(id, 0, len);
+        }
+        let offset = self.weights_len.div_ceil(64) * 64;
+        self.weight_offsets.entry(key).or_default().push((self.weights.len(), offset));
         self.weights_len = offset + len;
         self.report.weight_bytes += len;
         let name = format!("w{}.{}", self.weights.len(), hint);
@@ -543,6 +566,8 @@ impl<'a> Lower<'a> {
             OpKind::Movement(Movement::Gather) => self.lower_gather(op)?,
             OpKind::Movement(Movement::Expand) => self.lower_expand(op)?,
             OpKind::Resize => self.lower_resize(op)?,
+            // Expanded into GEMMs and pointwise ops (`recurrent.rs`).
+            OpKind::Recurrent(_) => false,
             // No kernels yet for these forms: the reference path (the
             // integer kernels arrive with the quantization work).
             OpKind::Conv(Conv::Transposed | Conv::Winograd, Form::Fused | Form::Quant)

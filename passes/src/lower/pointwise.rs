@@ -239,7 +239,12 @@ impl Lower<'_> {
             ) | OpKind::Binary(Binary::Equal | Binary::Less | Binary::Greater)
                 | OpKind::Movement(Movement::Identity)
         );
-        if !kernel_type(out_s) || (!int_ok && out_s != Scalar::F32) {
+        // A cast of f32 values to i64 is exact (the kernels compute in f32,
+        // so other i64 results are not: those stay off the kernels).
+        let f32_to_i64 = matches!(op.opcode.kind(), OpKind::Pointwise(Pointwise::Cast))
+            && out_s == Scalar::I64
+            && op.operands.iter().all(|&v| self.ty(v).elem.storage() == Scalar::F32);
+        if !(kernel_type(out_s) || f32_to_i64) || (!int_ok && out_s != Scalar::F32) {
             return Ok(false);
         }
         for &v in &op.operands {
@@ -335,7 +340,8 @@ impl Lower<'_> {
             | OpKind::Attention
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
-            | OpKind::Resize => {
+            | OpKind::Resize
+            | OpKind::Recurrent(_) => {
                 let x = self.load(&mut kb, op.operands[0])?;
                 let y = match op.operands.get(1) {
                     Some(&v) => Some(self.load(&mut kb, v)?),

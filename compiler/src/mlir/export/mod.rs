@@ -549,6 +549,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                 Some(y) => y,
                 None => return unsupported("this resize mode; tosa.resize takes 2-D nearest (asymmetric/floor, half-pixel) and linear (half-pixel, asymmetric, align-corners) with scales equal to the size ratios"),
             },
+            OpKind::Recurrent(_) => return unsupported("TOSA has no recurrent layer; a loop of matmuls is not exported yet"),
         };
         if result.t.shape != out.shape {
             return Err(internal(format!("{}: exported shape {:?}, expected {:?}", at, result.t.shape, out.shape)));
