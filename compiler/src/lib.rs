@@ -21,4 +21,5 @@ pub mod quantize;
 pub mod render;
 pub mod run_check;
 pub mod say;
+pub mod sparsify;
 pub mod weights;

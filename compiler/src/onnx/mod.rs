@@ -11,6 +11,8 @@
 //! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
 //! `context`; `context` uses `fold`, which uses only `aoc-ir`.
 //!
+//! `export` goes the other way (`aoc export --format onnx`).
+//!
 //! Invariants: decoding or importing never panics on bad bytes; the result
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
 //! it came from; errors name the op type, node and opset.
@@ -18,6 +20,7 @@
 mod constants;
 pub(crate) mod context;
 mod elementwise;
+pub mod export;
 pub(crate) mod fold;
 mod import;
 mod nn;
