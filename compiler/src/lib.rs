@@ -17,6 +17,7 @@ pub mod npy;
 pub mod onnx;
 pub mod opt;
 pub mod output;
+pub mod prune;
 pub mod quantize;
 pub mod render;
 pub mod run_check;

@@ -340,6 +340,28 @@ mod tests {
         assert_eq!(f8_to_f64(Scalar::F8E4M3FN, 0x38), 1.0);
     }
 
+    /// A `#sparse.nm` tensor is stored as its values and packed indices,
+    /// and loads (and checks) back as the dense tensor.
+    #[test]
+    fn sparse_tensors_are_stored_compressed() {
+        let dense = Tensor::from_f64(TensorType::new(vec![2, 8], Scalar::F32), (0..16).map(|i| i as f64 - 7.5).collect());
+        let t = aoc_ir::ops::sparse::prune(&dense, 2, 4).unwrap();
+        let d = std::env::temp_dir().join(format!("aoc-sparse-st-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let path = d.join("w.safetensors");
+        save_safetensors(&path, &[("w".to_string(), t.clone())]).unwrap();
+        let raw = read_safetensors(&path).unwrap();
+        let names: Vec<&str> = raw.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["w", "w.nm_indices"]);
+        assert_eq!(raw[0].1.ty.shape, vec![2, 4]);
+        assert_eq!(raw[1].1.ty.shape, vec![2]);
+        let decl = aoc_ir::module::WeightsDecl { name: "weights".into(), path: "w.safetensors".into(), loc: Default::default() };
+        let src = SafetensorsWeights::new(&d, &[decl]);
+        src.check("weights", "w", &t.ty).unwrap();
+        assert_eq!(src.load("weights", "w", &t.ty).unwrap(), t);
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
     #[test]
     fn encode_decode_all_scalars() {
         for s in Scalar::ALL {

@@ -104,7 +104,7 @@ fn max_rel_err(reference: &[f64], x: &[f64]) -> f64 {
 }
 
 fn run_outputs(model: &Path, input: &Path, out: &Path) -> Vec<f64> {
-    ok(&aoc(&[&"run", model, &"--input", input, &"--output-dir", out]));
+    ok(&aoc(&[&"run", &model, &"--input", &input, &"--output-dir", &out]));
     only_output(out)
 }
 
@@ -253,7 +253,7 @@ fn python() -> Option<PathBuf> {
 /// model's only input `name`) and compares with the interpreter.
 fn export_matches_interpreter(d: &Path, air: &Path, name: &str, input: &Path) {
     let onnx = d.join(format!("{}.onnx", air.file_stem().unwrap().to_string_lossy()));
-    ok(&aoc(&[&"export", air, &"--format", &"onnx", &"-o", &onnx]));
+    ok(&aoc(&[&"export", &air, &"--format", &"onnx", &"-o", &onnx]));
     let interp = run_outputs(air, input, &d.join("export-interp"));
     let Some(py) = python() else {
         println!("skipping the ONNX Runtime run: no Python with onnxruntime (set AOC_PYTHON)");

@@ -323,3 +323,70 @@ pub fn eval_conv2d(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
     inputs[1] = &w;
     nn::eval_conv2d(&EvalCx { inputs: &inputs, ..*cx })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Encoding, Scalar};
+
+    fn pseudo(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 33) % 17) as f64 - 8.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn compress_then_decompress_gives_the_pruned_tensor() {
+        for (n, m, shape) in [(2, 4, vec![6, 8]), (2, 4, vec![4, 3, 2, 2]), (1, 4, vec![3, 12]), (3, 8, vec![2, 16])] {
+            let ty = TensorType::new(shape.clone(), Scalar::F32);
+            let t = Tensor::from_f64(ty.clone(), pseudo(ty.num_elements(), 7));
+            let p = prune(&t, n, m).unwrap();
+            check_pattern(&p).unwrap();
+            let (values, meta) = compress(&p).unwrap();
+            assert_eq!(values.shape(), values_shape(&p.ty).unwrap().as_slice());
+            assert_eq!(meta.len(), meta_len(&p.ty).unwrap());
+            assert_eq!(decompress(&p.ty, &values, &meta).unwrap(), p, "{n}:{m} {shape:?}");
+            // Pruning keeps the largest magnitudes: every dropped value is
+            // at most every kept one of its group.
+            let (tv, pv) = (t.to_f64(), p.to_f64());
+            for g in 0..tv.len() / m {
+                let kept: Vec<f64> = (g * m..(g + 1) * m).filter(|&i| pv[i] != 0.0).map(|i| tv[i].abs()).collect();
+                let min_kept = kept.iter().cloned().fold(f64::INFINITY, f64::min);
+                let dropped = (g * m..(g + 1) * m).filter(|&i| pv[i] == 0.0).map(|i| tv[i].abs()).fold(0.0, f64::max);
+                assert!(kept.len() <= n && (kept.len() < n || dropped <= min_kept), "group {g}");
+            }
+            // Compressing what has the pattern changes nothing.
+            assert_eq!(prune(&p, n, m).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn two_four_uses_two_bits_per_kept_value() {
+        let ty = TensorType { encoding: Some(Encoding::NM { n: 2, m: 4 }), ..TensorType::new(vec![64, 128], Scalar::F16) };
+        assert_eq!(index_bits(4), 2);
+        assert_eq!(values_shape(&ty), Some(vec![64, 64]));
+        assert_eq!(meta_len(&ty), Some(64 * 64 * 2 / 8));
+    }
+
+    #[test]
+    fn bad_stored_forms_are_errors() {
+        let ty = TensorType { encoding: Some(Encoding::NM { n: 2, m: 4 }), ..TensorType::new(vec![1, 4], Scalar::F32) };
+        let values = Tensor::from_f64(TensorType::new(vec![1, 2], Scalar::F32), vec![1.0, 2.0]);
+        // Indices 1 then 1: not increasing.
+        let err = decompress(&ty, &values, &[0b0101]).unwrap_err();
+        assert!(err.contains("corrupt"), "{err}");
+        assert!(decompress(&ty, &values, &[]).unwrap_err().contains("must be 1 bytes"));
+        let short = Tensor::from_f64(TensorType::new(vec![1, 1], Scalar::F32), vec![1.0]);
+        assert!(decompress(&ty, &short, &[0b0100]).unwrap_err().contains("must have shape [1, 2]"));
+        // Indices 0 and 2 place the values there.
+        let t = decompress(&ty, &values, &[0b1000]).unwrap();
+        assert_eq!(t.to_f64(), vec![1.0, 0.0, 2.0, 0.0]);
+        let dense = Tensor { ty: ty.clone(), data: Data::F(vec![1.0, 2.0, 3.0, 0.0]) };
+        assert!(check_pattern(&dense).unwrap_err().contains("3 non-zeros"));
+        assert!(compress(&dense).is_err());
+    }
+}
