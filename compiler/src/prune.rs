@@ -143,7 +143,8 @@ fn take(t: &Tensor, axis: usize, keep: &[usize]) -> Tensor {
     let inner: usize = shape[axis + 1..].iter().product();
     let mut new_shape = shape.clone();
     new_shape[axis] = keep.len();
-    let idx = (0..outer).flat_map(|o| keep.iter().flat_map(move |&k| (0..inner).map(move |i| (o * shape[axis] + k) * inner + i)));
+    let dim = shape[axis];
+    let idx = (0..outer).flat_map(|o| keep.iter().flat_map(move |&k| (0..inner).map(move |i| (o * dim + k) * inner + i)));
     t.select(TensorType { shape: new_shape, ..t.ty.clone() }, idx)
 }
 

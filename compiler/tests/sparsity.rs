@@ -295,3 +295,91 @@ fn export_refuses_what_onnx_cannot_say() {
     assert!(!out.exists());
     user_error(&aoc(&[&"export", &m, &"--format", &"tflite", &"-o", &out]), &["--format must be mlir or onnx"]);
 }
+
+/// The weight shape of the convolution at `loc` in a `.air` text.
+fn conv_weight_shape(text: &str, loc: &str) -> Vec<usize> {
+    let line = text.lines().find(|l| l.contains("conv2d") && l.contains(&format!("loc(\"{loc}\")"))).unwrap_or_else(|| panic!("no conv at {loc}"));
+    let w = line.split(", ").nth(1).unwrap().split_whitespace().next().unwrap().trim_end_matches(',');
+    let decl = text.lines().find(|l| l.trim_start().starts_with(&format!("{w} = const"))).unwrap_or_else(|| panic!("no const {w}"));
+    let ty = decl.rsplit(": tensor<").next().unwrap();
+    ty.split('x').map_while(|d| d.parse().ok()).collect()
+}
+
+#[test]
+fn pruning_a_resnet_block_removes_channels_across_the_residual_group() {
+    let d = dir("prune_resnet");
+    let model = example("resnet_block");
+    let input = example_input("resnet_block");
+    batches(&d.join("calib"), &[1, 3, 32, 32], 3, 11);
+    let out = d.join("p.air");
+    let rep = d.join("p.json");
+    let e = ok(&aoc(&[&"prune", &model, &"--channels", &"0.3", &"--calib", &d.join("calib"), &"--report", &rep, &"-o", &out]));
+    assert!(e.contains("parameters") && e.contains("FLOPs") && e.contains("needs fine-tuning"), "{e}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
+    let (pb, pa) = (r["params_before"].as_f64().unwrap(), r["params_after"].as_f64().unwrap());
+    let (fb, fa) = (r["flops_before"].as_f64().unwrap(), r["flops_after"].as_f64().unwrap());
+    assert!(pa < 0.7 * pb && fa < 0.7 * fb, "{r}");
+    let sq = r["sqnr_db"].as_f64().expect("an SQNR with --calib");
+    assert!(sq.is_finite(), "{r}");
+    // 32 channels keep 22, 64 keep 45; the residual group (stem, layer1's
+    // second conv) loses the same channels, so layer2's first conv reads 22.
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(conv_weight_shape(&text, "/stem/stem.0/Conv")[0], 22);
+    assert_eq!(conv_weight_shape(&text, "/layer1/conv1/Conv")[..2], [22, 22]);
+    assert_eq!(conv_weight_shape(&text, "/layer1/conv2/Conv")[..2], [22, 22]);
+    assert_eq!(conv_weight_shape(&text, "/layer2/conv1/Conv")[..2], [45, 22]);
+    assert_eq!(conv_weight_shape(&text, "/layer2/downsample/downsample.0/Conv")[..2], [45, 22]);
+    assert!(text.contains("tensor<10x45xf32>") || text.contains("tensor<45x10xf32>"), "the classifier reads 45 features:\n{text}");
+    // Compiled, it runs to the interpreter's outputs; the SQNR the report
+    // gives is the pruned model's against the unpruned one.
+    let interp = run_outputs(&out, &input, &d.join("interp"));
+    let art = d.join("p.aoc");
+    ok(&aoc(&[&"compile", &out, &"--target", &"x86-64", &"-o", &art]));
+    let compiled = run_outputs(&art, &input, &d.join("c"));
+    assert!(max_rel_err(&interp, &compiled) < 1e-4);
+    let dense = run_outputs(&model, &input, &d.join("dense"));
+    assert!(sqnr(&dense, &interp).is_finite());
+    export_matches_interpreter(&d, &out, "input", &input);
+}
+
+#[test]
+fn pruning_a_mobilenet_block_follows_depthwise_convolutions_and_gates() {
+    let d = dir("prune_mobilenet");
+    let model = example("mobilenet_block");
+    let input = example_input("mobilenet_block");
+    let out = d.join("p.air");
+    let rep = d.join("p.json");
+    ok(&aoc(&[&"prune", &model, &"--channels", &"0.5", &"--report", &rep, &"-o", &out]));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
+    let spaces = r["spaces"].as_array().unwrap();
+    // The last block's channels reach the output: left alone, with why.
+    assert!(spaces.iter().any(|s| s["why"].as_str().is_some_and(|w| w.contains("model output")) && s["kept"] == s["channels"]), "{r}");
+    assert!(spaces.iter().filter(|s| s["why"].is_null()).all(|s| s["kept"].as_u64().unwrap() * 2 == s["channels"].as_u64().unwrap()), "{r}");
+    // Depthwise convolutions lose the channels of the expansion before them.
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("groups = 36") && text.contains("groups = 44"), "{text}");
+    let interp = run_outputs(&out, &input, &d.join("interp"));
+    let art = d.join("p.aoc");
+    ok(&aoc(&[&"compile", &out, &"--target", &"host", &"-o", &art]));
+    assert!(max_rel_err(&interp, &run_outputs(&art, &input, &d.join("c"))) < 1e-4);
+    export_matches_interpreter(&d, &out, "input", &input);
+}
+
+#[test]
+fn pruning_an_onnx_model_and_bad_input() {
+    let d = dir("prune_bad");
+    let onnx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/resnet_block/model.onnx");
+    let out = d.join("p.air");
+    ok(&aoc(&[&"prune", &onnx, &"--channels", &"0.25", &"--layers", &"/layer2/*", &"-o", &out]));
+    let text = std::fs::read_to_string(&out).unwrap();
+    // Only layer2's groups are pruned: 64 keep 48; layer1 keeps 32.
+    assert_eq!(conv_weight_shape(&text, "/layer2/conv1/Conv")[..2], [48, 32]);
+    assert_eq!(conv_weight_shape(&text, "/layer1/conv1/Conv")[..2], [32, 32]);
+    let out2 = d.join("q.air");
+    for ratio in ["0", "1", "1.5", "-0.2", "nan"] {
+        let flag = format!("--channels={ratio}");
+        user_error(&aoc(&[&"prune", &onnx, &flag, &"-o", &out2]), &["--channels takes a ratio in (0, 1)"]);
+    }
+    user_error(&aoc(&[&"prune", &onnx, &"--channels", &"0.3", &"--layers", &"nope", &"-o", &out2]), &["--layers nope matches no convolution"]);
+    assert!(!out2.exists());
+}
