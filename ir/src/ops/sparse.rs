@@ -85,11 +85,12 @@ pub fn kept_indices(t: &Tensor, n: usize, m: usize) -> Result<Vec<usize>, String
     for g in 0..r * len / m {
         group.clear();
         group.extend(g * m..(g + 1) * m);
-        // Stable: equal magnitudes keep index order.
-        group.sort_by(|&a, &b| {
-            let (x, y) = (magnitude(&t.data, a), magnitude(&t.data, b));
-            y.partial_cmp(&x).unwrap_or_else(|| y.is_nan().cmp(&x.is_nan()).reverse())
-        });
+        // Stable: equal magnitudes keep index order; NaN counts as largest.
+        let key = |i: usize| {
+            let m = magnitude(&t.data, i);
+            if m.is_nan() { f64::INFINITY } else { m }
+        };
+        group.sort_by(|&a, &b| key(b).total_cmp(&key(a)));
         let mut chosen: Vec<usize> = group[..n].to_vec();
         chosen.sort_unstable();
         kept.extend(chosen);
