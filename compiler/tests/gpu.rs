@@ -23,6 +23,10 @@
 //! - `gpu_quantized_for_sm_90_runs_int8_and_fp16`: `aoc quantize --target
 //!   sm_90` of the encoder, compiled for sm_90a at fp16, has integer GEMM
 //!   launches and (on a GPU) runs to the quantized model's outputs.
+//! - `compile_{sparse,pruned}_*` and `gpu_{sparse,pruned}_*`: the examples
+//!   after `aoc sparsify --pattern 2:4` or `aoc prune --channels 0.3`
+//!   compile for sm_80, sm_86 and sm_90a and (on a GPU) run at fp32 and
+//!   fp16 to the interpreter's outputs of the transformed model.
 //! - `no_gpu_is_a_clear_error` (without a GPU): `aoc run` of a GPU artifact
 //!   fails with exit code 1 and says what is missing.
 //!
@@ -976,6 +980,30 @@ fn quantized_for_the_gpu() -> Result<(), Failed> {
     check_on_gpu(&m, "sm_90a", "fp16")
 }
 
+/// The pruned and sparsified examples (issue 20): (transform, example).
+const TRANSFORMED: [(&str, &str); 5] = [
+    ("sparse", "resnet_block"),
+    ("sparse", "mobilenet_block"),
+    ("sparse", "encoder_layer"),
+    ("pruned", "resnet_block"),
+    ("pruned", "mobilenet_block"),
+];
+
+/// Example `name` after `aoc sparsify --pattern 2:4` (`how` = sparse) or
+/// `aoc prune --channels 0.3` (pruned), written into a scratch folder of
+/// its own (`tag` keeps concurrent trials apart).
+fn transformed(how: &str, name: &str, tag: &str) -> Result<Model, Failed> {
+    let m = models().into_iter().find(|m| m.name == name).ok_or_else(|| format!("examples/{name} is missing"))?;
+    let d = scratch(&format!("{how}_{name}_{tag}"));
+    let out = d.join("model.air");
+    let (file, o) = (m.file.display().to_string(), out.display().to_string());
+    match how {
+        "sparse" => run(&["sparsify", &file, "--pattern", "2:4", "-o", &o])?,
+        _ => run(&["prune", &file, "--channels", "0.3", "-o", &o])?,
+    };
+    Ok(Model { name: format!("{how}_{name}"), file: out, ..m })
+}
+
 fn main() {
     let args = Arguments::from_args();
     let mut trials = vec![];
@@ -997,6 +1025,22 @@ fn main() {
             for p in ["fp32", "fp16"] {
                 let m = m.clone();
                 trials.push(Trial::test(format!("gpu_{}_{t}_{p}", m.name), move || check_on_gpu(&m, t, p)));
+            }
+        }
+    }
+    // Sparsified and pruned models: they compile for the tensor-core
+    // targets (ptxas-checked) and run to their own interpreter outputs.
+    for (how, name) in TRANSFORMED {
+        for t in ["sm_80", "sm_86", "sm_90a"] {
+            trials.push(Trial::test(format!("compile_{how}_{name}_{t}"), move || {
+                check_compiles(&transformed(how, name, &format!("c_{t}"))?, t)
+            }));
+        }
+        for t in ["sm_86", "sm_90a"] {
+            for p in ["fp32", "fp16"] {
+                trials.push(Trial::test(format!("gpu_{how}_{name}_{t}_{p}"), move || {
+                    check_on_gpu(&transformed(how, name, &format!("g_{t}_{p}"))?, t, p)
+                }));
             }
         }
     }
