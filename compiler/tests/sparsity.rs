@@ -383,3 +383,31 @@ fn pruning_an_onnx_model_and_bad_input() {
     user_error(&aoc(&[&"prune", &onnx, &"--channels", &"0.3", &"--layers", &"nope", &"-o", &out2]), &["--layers nope matches no convolution"]);
     assert!(!out2.exists());
 }
+
+/// Q/DQ models export as QuantizeLinear/DequantizeLinear around float ops,
+/// quantized weights as integer initializers, and ONNX Runtime runs them
+/// to the interpreter's outputs.
+#[test]
+fn quantized_models_export_as_qdq() {
+    use aoc_compiler::onnx::proto::{ModelProto, data_type};
+    use prost::Message;
+    for (ex, input) in [("qdq_cnn", "input"), ("qdq_encoder", "src")] {
+        let d = dir(&format!("export_{ex}"));
+        let model = example(ex);
+        let text = std::fs::read_to_string(&model).unwrap();
+        let input = text.split("func @main(%").nth(1).map(|s| s.split(':').next().unwrap().to_string()).unwrap_or(input.to_string());
+        export_matches_interpreter(&d, &model, &input, &example_input(ex));
+        let bytes = std::fs::read(d.join("model.onnx")).unwrap();
+        let m = ModelProto::decode(bytes.as_slice()).unwrap();
+        assert_eq!(m.opset_import[0].version, Some(17));
+        let g = m.graph.unwrap();
+        let count = |t: &str| g.node.iter().filter(|n| n.op_type.as_deref() == Some(t)).count();
+        assert!(count("DequantizeLinear") >= 4 && count("QuantizeLinear") >= 2, "{ex}");
+        assert!(g.initializer.iter().any(|t| t.data_type == Some(data_type::INT8) && t.dims.len() >= 2), "{ex}: int8 weights");
+        // Every initializer is read by a node.
+        for t in &g.initializer {
+            let name = t.name.as_deref().unwrap();
+            assert!(g.node.iter().any(|n| n.input.iter().any(|i| i == name)), "{ex}: unused initializer {name}");
+        }
+    }
+}

@@ -186,8 +186,13 @@ impl Ex<'_> {
         Ok(self.node("QuantizeLinear", vec![x.to_string(), s, z], hint, attrs))
     }
 
-    /// Folds an op whose operands are all constants.
+    /// Folds an op whose operands are all constants; Q/DQ ops stay, so
+    /// quantized weights remain integer initializers behind a
+    /// DequantizeLinear.
     fn fold(&mut self, op: &OpData) -> Result<bool, String> {
+        if let OpKind::Pointwise(Pointwise::Quantize | Pointwise::Dequantize | Pointwise::Requantize) = op.opcode.kind() {
+            return Ok(false);
+        }
         let mut inputs = vec![];
         for v in &op.operands {
             match self.consts.get(v) {
@@ -529,6 +534,11 @@ pub fn export_onnx(module: &Module, weights: &dyn WeightSource, model_name: &str
         let ty = aoc_ir::ops::sparse::dense_type(ty);
         ex.graph.output.push(value_info(&outputs[i], &ty).map_err(|m| format!("error: output {}: {m}", outputs[i]))?);
     }
+    // Initializers only folds read (a constant behind a folded op) go.
+    let used: HashSet<&str> = ex.graph.node.iter().flat_map(|n| n.input.iter().map(String::as_str)).collect();
+    let kept: Vec<TensorProto> =
+        ex.graph.initializer.iter().filter(|t| t.name.as_deref().is_some_and(|n| used.contains(n))).cloned().collect();
+    ex.graph.initializer = kept;
     let model = ModelProto {
         ir_version: Some(8),
         opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(OPSET) }],
