@@ -1004,6 +1004,20 @@ fn transformed(how: &str, name: &str, tag: &str) -> Result<Model, Failed> {
     Ok(Model { name: format!("{how}_{name}"), file: out, ..m })
 }
 
+/// A sparsified model's GPU artifact says which layers ran dense, and why.
+fn sparse_explain_says_dense() -> Result<(), Failed> {
+    let m = transformed("sparse", "resnet_block", "explain")?;
+    let d = scratch("sparse_explain");
+    let art = d.join("model.aoc");
+    compile(&m, "sm_90a", "fp16", &art)?;
+    let out = Command::new(aoc()).args(["explain", &art.display().to_string()]).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !text.contains("sparse layers run dense") || text.matches("  sparse.conv2d ").count() < 5 {
+        return Err(format!("explain does not list the sparse layers:\n{text}").into());
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let mut trials = vec![];
@@ -1044,6 +1058,7 @@ fn main() {
             }
         }
     }
+    trials.push(Trial::test("sparse_explain_says_dense", sparse_explain_says_dense));
     trials.push(Trial::test("fp16_build_uses_tensor_cores", fp16_uses_tensor_cores));
     trials.push(Trial::test("int8_build_uses_s8_mma", int8_uses_s8_mma));
     trials.push(Trial::test("fused_attention_and_wgmma_builds", fused_attention_and_wgmma));
