@@ -219,6 +219,17 @@ fn min_sqnr_prunes_the_most_tolerant_layers_while_the_model_holds() {
     let (n_all, n_some) = (r["pruned"].as_u64().unwrap(), r2["pruned"].as_u64().unwrap());
     assert!(n_some >= 1 && n_some < n_all, "{n_some} of {n_all}");
     assert!(r2["layers"].as_array().unwrap().iter().any(|l| l["why"].as_str().is_some_and(|w| w.contains("--min-sqnr"))), "{r2}");
+
+    // Quantizing the sparsified model (prune first, then quantize): the
+    // sparse layers stay in float and the table says why; the rest is int8.
+    let q = d.join("q.air");
+    let qrep = d.join("q.json");
+    let e = ok(&aoc(&[&"quantize", &d.join("all.air"), &"--calib", &d.join("calib"), &"--report", &qrep, &"-o", &q]));
+    assert!(e.contains("a 2:4 sparse layer: there is no int8 sparse kernel yet"), "{e}");
+    let qr: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&qrep).unwrap()).unwrap();
+    assert!(qr["totals"]["quantized"].as_u64().unwrap() >= 1, "{qr}");
+    let text = std::fs::read_to_string(&q).unwrap();
+    assert!(text.contains("sparse.conv2d") && text.contains("quant.quantize"), "{text}");
 }
 
 #[test]
