@@ -188,12 +188,14 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
                     roles.insert(id, (Role::Producer, s));
                     at.insert(r.expect("a result"), At { space: s, last: false });
                     handled = true;
-                } else if groups == cin && w.shape[0] == cin && w.shape[1] == 1 {
-                    if let Some(a) = first.filter(|a| !a.last) {
-                        roles.insert(id, (Role::Depthwise, a.space));
-                        at.insert(r.expect("a result"), a);
-                        handled = true;
-                    }
+                } else if groups == cin
+                    && w.shape[0] == cin
+                    && w.shape[1] == 1
+                    && let Some(a) = first.filter(|a| !a.last)
+                {
+                    roles.insert(id, (Role::Depthwise, a.space));
+                    at.insert(r.expect("a result"), a);
+                    handled = true;
                 }
             }
             OpKind::Pointwise(aoc_ir::ops::kind::Pointwise::BatchNorm) => {
@@ -265,7 +267,7 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
         let used: Vec<At> = ins.iter().flatten().copied().collect();
         let other_operand_in_space = match roles.get(&id) {
             Some(_) => false,
-            None => consumers.get(&id).is_some() && ins.iter().skip(1).any(|i| i.is_some()),
+            None => consumers.contains_key(&id) && ins.iter().skip(1).any(|i| i.is_some()),
         };
         if (!handled && !used.is_empty()) || other_operand_in_space {
             for a in used {

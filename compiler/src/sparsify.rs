@@ -231,7 +231,7 @@ pub fn layers(func: &Func, weights: &dyn WeightSource, m: usize) -> Result<Vec<L
         };
         match rewrite {
             Err(why) => layer.skip = Some(why),
-            Ok(_) if layer.reduction % m != 0 => {
+            Ok(_) if !layer.reduction.is_multiple_of(m) => {
                 layer.skip = Some(format!("its reduction length {} is not a multiple of {m}", layer.reduction));
             }
             Ok(r) => layer.plan = Some(r),

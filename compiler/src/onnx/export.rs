@@ -220,7 +220,11 @@ impl Ex<'_> {
         let r = op.results[0];
         let hint = f.name_of(r).to_string();
         let out_ty = f.ty(r).clone();
-        let x: Vec<String> = op.operands.iter().map(|v| self.names[v].clone()).collect();
+        let x: Vec<String> = op
+            .operands
+            .iter()
+            .map(|v| self.names.get(v).cloned().ok_or_else(|| format!("operand %{} has no ONNX value", f.name_of(*v))))
+            .collect::<Result<_, _>>()?;
         let unsupported = |what: &str| Err(format!("{} has no ONNX form in aoc export yet ({what})", op.opcode.name()));
         let name = match op.opcode.kind() {
             OpKind::Constant => return unsupported("a constant is an initializer"),
@@ -524,8 +528,9 @@ pub fn export_onnx(module: &Module, weights: &dyn WeightSource, model_name: &str
     }
     for (i, &r) in func.results().iter().enumerate() {
         let ty = func.ty(r);
+        let from = ex.names.get(&r).cloned().ok_or_else(|| format!("error: {model_name}: result {i} has no ONNX value"))?;
         ex.graph.node.push(NodeProto {
-            input: vec![ex.names[&r].clone()],
+            input: vec![from],
             output: vec![outputs[i].clone()],
             name: Some(format!("{}.output", outputs[i])),
             op_type: Some("Identity".to_string()),

@@ -22,10 +22,7 @@ use crate::types::{Encoding, TensorType};
 
 /// `(n, m)` of a tensor type's `#sparse.nm<n, m>` encoding.
 pub fn nm(t: &TensorType) -> Option<(usize, usize)> {
-    match t.encoding {
-        Some(Encoding::NM { n, m }) => Some((n as usize, m as usize)),
-        None => None,
-    }
+    t.encoding.map(|Encoding::NM { n, m }| (n as usize, m as usize))
 }
 
 /// `(rows, row length)`: axis 0 and the product of the others.
@@ -275,10 +272,10 @@ pub fn infer_matmul(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     if wk != k {
         return Err(format!("weight is [{nout}, {wk}] (features x reduction), but the input's last dimension is {k}"));
     }
-    if let Some(b) = cx.operand(2) {
-        if b.elem != x.elem || b.shape != [nout] || b.encoding.is_some() {
-            return Err(format!("bias must be tensor<{nout}x{}>, found {b}", x.elem));
-        }
+    if let Some(b) = cx.operand(2)
+        && (b.elem != x.elem || b.shape != [nout] || b.encoding.is_some())
+    {
+        return Err(format!("bias must be tensor<{nout}x{}>, found {b}", x.elem));
     }
     let mut shape = batch.to_vec();
     shape.push(nout);
@@ -291,7 +288,7 @@ pub fn eval_matmul(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
     let (nout, k) = (w.shape()[0], w.shape()[1]);
     let (xv, wv) = (x.to_f64(), w.to_f64());
     let bias = cx.input(2).map(|b| b.to_f64());
-    let rows = if k == 0 { 0 } else { xv.len() / k };
+    let rows = xv.len().checked_div(k).unwrap_or(0);
     let mut out = Vec::with_capacity(rows * nout);
     for r in 0..rows {
         let xr = &xv[r * k..(r + 1) * k];

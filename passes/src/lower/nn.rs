@@ -442,7 +442,7 @@ impl Lower<'_> {
         let ab = self.materialize(x, &identity(xt.rank()))?;
         let y = self.alloc(&yt)?;
         let bias = bias.map(|b| self.add_weight_f32("bias", &[n as u64], &b));
-        let rows = if k == 0 { 0 } else { xt.num_elements() / k };
+        let rows = xt.num_elements().checked_div(k).unwrap_or(0);
         self.push(Step::Gemm { a: ab, b: bb, bias, c: y, m: u(rows), n: u(n), k: u(k), lda: u(k), ldc: u(n), relu: false, clip: None, gelu: false });
         self.define(op.results[0], y, identity(yt.rank()));
         Ok(true)
