@@ -422,3 +422,88 @@ fn quantized_models_export_as_qdq() {
         }
     }
 }
+
+/// An ONNX model built with onnx.helper: a stem convolution with BN and
+/// relu, an inverted-residual block (1×1 expansion, depthwise 3×3, 1×1
+/// projection, each with BN) added to the stem, a global pool, a flatten
+/// and a classifier gemm. Pruning half the channels removes them across
+/// the residual group (stem and projection alike) and inside the block
+/// (expansion, depthwise), and the classifier reads the stem's count;
+/// the exported model runs in ONNX Runtime to the interpreter's outputs.
+const HELPER_MODEL: &str = r#"
+import sys
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+rng = np.random.default_rng(5)
+inits = []
+def t(name, *shape, scale=0.3):
+    inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+    return name
+def bn(name, c):
+    inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), name + ".g"))
+    inits.append(numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), name + ".b"))
+    inits.append(numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), name + ".m"))
+    inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), name + ".v"))
+    return [name + ".g", name + ".b", name + ".m", name + ".v"]
+N = helper.make_node
+nodes = [
+    N("Conv", ["x", t("stem.w", 16, 3, 3, 3), t("stem.b", 16)], ["s0"], name="stem", pads=[1, 1, 1, 1]),
+    N("BatchNormalization", ["s0"] + bn("stem.bn", 16), ["s1"], name="stem_bn"),
+    N("Relu", ["s1"], ["s2"], name="stem_relu"),
+    N("Conv", ["s2", t("exp.w", 32, 16, 1, 1)], ["e0"], name="expand"),
+    N("BatchNormalization", ["e0"] + bn("exp.bn", 32), ["e1"], name="expand_bn"),
+    N("Relu", ["e1"], ["e2"], name="expand_relu"),
+    N("Conv", ["e2", t("dw.w", 32, 1, 3, 3)], ["d0"], name="depthwise", group=32, pads=[1, 1, 1, 1]),
+    N("BatchNormalization", ["d0"] + bn("dw.bn", 32), ["d1"], name="depthwise_bn"),
+    N("Relu", ["d1"], ["d2"], name="depthwise_relu"),
+    N("Conv", ["d2", t("proj.w", 16, 32, 1, 1)], ["p0"], name="project"),
+    N("BatchNormalization", ["p0"] + bn("proj.bn", 16), ["p1"], name="project_bn"),
+    N("Add", ["s2", "p1"], ["r"], name="residual"),
+    N("GlobalAveragePool", ["r"], ["g"], name="pool"),
+    N("Flatten", ["g"], ["f"], name="flatten"),
+    N("Gemm", ["f", t("fc.w", 10, 16), t("fc.b", 10)], ["y"], name="fc", transB=1),
+]
+g = helper.make_graph(nodes, "helper_block",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.checker.check_model(m)
+onnx.save(m, sys.argv[1])
+np.save(sys.argv[2], rng.standard_normal((1, 3, 12, 12)).astype(np.float32))
+"#;
+
+#[test]
+fn pruning_an_onnx_helper_model_with_residual_depthwise_and_batch_norms() {
+    let Some(py) = python() else {
+        println!("skipping: no Python with onnx and onnxruntime (set AOC_PYTHON)");
+        return;
+    };
+    let d = dir("prune_helper");
+    let (model, input) = (d.join("block.onnx"), d.join("x.npy"));
+    let o = Command::new(&py).arg("-c").arg(HELPER_MODEL).arg(&model).arg(&input).output().unwrap();
+    assert!(o.status.success(), "building the model:\n{}", String::from_utf8_lossy(&o.stderr));
+    let out = d.join("p.air");
+    let rep = d.join("p.json");
+    ok(&aoc(&[&"prune", &model, &"--channels", &"0.5", &"--report", &rep, &"-o", &out]));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(conv_weight_shape(&text, "stem")[..2], [8, 3]);
+    assert_eq!(conv_weight_shape(&text, "expand")[..2], [16, 8]);
+    assert_eq!(conv_weight_shape(&text, "depthwise")[..2], [16, 1]);
+    assert!(text.contains("groups = 16"), "{text}");
+    assert_eq!(conv_weight_shape(&text, "project")[..2], [8, 16]);
+    assert!(text.contains("tensor<10x8xf32>"), "the classifier reads 8 features:\n{text}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
+    let spaces = r["spaces"].as_array().unwrap();
+    assert_eq!(spaces.len(), 2, "the residual group and the block's inner group: {r}");
+    assert!(spaces.iter().all(|s| s["why"].is_null()), "{r}");
+    assert!(spaces.iter().any(|s| s["producers"].as_array().unwrap().len() == 2), "stem and projection in one group: {r}");
+    // The pruned model compiles and runs to its interpreter's outputs, and
+    // its ONNX export runs in ONNX Runtime to the same.
+    let interp = run_outputs(&out, &input, &d.join("interp"));
+    let art = d.join("p.aoc");
+    ok(&aoc(&[&"compile", &out, &"--target", &"host", &"-o", &art]));
+    assert!(max_rel_err(&interp, &run_outputs(&art, &input, &d.join("c"))) < 1e-4);
+    export_matches_interpreter(&d, &out, "x", &input);
+}
