@@ -71,7 +71,7 @@ def aoc_kernel_ms(ptx_dir, sm, n, iters):
     dx, dv, dm = cp.asarray(x), cp.asarray(values), cp.asarray(meta)
     dy = cp.empty((n, n), dtype=cp.float32)
     fn = mod.get_function(s["name"])
-    grid = tuple(int(v) for v in s["grid"].split(":")) + (1,)
+    grid = tuple(int(v) for v in s["grid"].split(":"))
     block = (int(s["block"]), 1, 1)
     run = lambda: fn(grid, block, (dx, dv, dm, dy))  # noqa: E731
     for _ in range(5):

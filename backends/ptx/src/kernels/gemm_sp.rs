@@ -19,7 +19,7 @@
 //! passes half `p` of row `q`'s word in its low 16 bits and half `p` of
 //! row `q + 8`'s in its high 16 bits (PTX ISA, "sparse mma metadata
 //! m16n8k32 f16"). All four must be 4-byte aligned.
-//! Launch: grid `[⌈n/16⌉, ⌈m/32⌉, 1]`, block `[128, 1, 1]`, no shared
+//! Launch: grid `[⌈n/16⌉, 1, ⌈m/32⌉]`, block `[128, 1, 1]`, no shared
 //! memory: each warp computes one 16 (features) × 8 (rows) tile of `yᵀ`,
 //! the four warps of a block consecutive row tiles.
 //!
@@ -63,16 +63,16 @@ pub fn gemm_sp_f16(m: &mut ModuleText, name: &str, spec: &SparseGemmSpec, sm: Sm
         return Err(format!("{name}: the reduction length {k} must be a positive multiple of 32"));
     }
     let grid = [n.div_ceil(16).max(1), rows.div_ceil(8 * WARPS as u64).max(1)];
-    if grid[0] > u32::MAX as u64 || grid[1] > 65535 {
+    if grid[0] > u32::MAX as u64 / 2 || grid[1] > 65535 {
         return Err(format!("{name}: {rows}x{n} needs a grid of {grid:?} blocks, more than a launch holds"));
     }
     let mut b = Body::new();
     m.declare("declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
     m.declare("declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()");
-    m.declare("declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.y()");
+    m.declare("declare i32 @llvm.nvvm.read.ptx.sreg.ctaid.z()");
     let tid = b.v("call i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
     let bx = b.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()");
-    let by = b.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.y()");
+    let by = b.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.z()");
     let lane = b.v(format!("and i32 {tid}, 31"));
     let warp = b.v(format!("lshr i32 {tid}, 5"));
     let q = b.v(format!("lshr i32 {lane}, 2"));
@@ -193,5 +193,5 @@ pub fn gemm_sp_f16(m: &mut ModuleText, name: &str, spec: &SparseGemmSpec, sm: Sm
         32 * WARPS,
         b.into_text()
     ));
-    Ok(Geometry { grid: [grid[0] as u32, grid[1] as u32, 1], block: [32 * WARPS, 1, 1], smem: 0 })
+    Ok(Geometry { grid: [grid[0] as u32, 1, grid[1] as u32], block: [32 * WARPS, 1, 1], smem: 0 })
 }

@@ -2,9 +2,14 @@
 //! that the kernel gives IR that LLVM accepts and PTX that ptxas assembles
 //! for sm_80 … sm_90a, with the sparse f16 `mma.sp` of k = 32 and no
 //! shared memory, the launch geometry, and the refusals (k not a multiple
-//! of 32, targets without `mma`). `AOC_PTX_DUMP_DIR=dir` also writes the
+//! of 32, targets without `mma`), and runs the kernel on the host with
+//! `mma.sp` emulated (`kernels_gemm_sp/host.rs`) against the dense product
+//! of the pruned weight, exactly. `AOC_PTX_DUMP_DIR=dir` also writes the
 //! sm_80 and sm_90 modules and a manifest of their specs there, for
 //! `tests/gpu_checks/gemm_sp.py`, which runs them on a GPU against NumPy.
+
+#[path = "kernels_gemm_sp/host.rs"]
+mod host;
 
 use aoc_backend_ptx::kernels::gemm_sp::{SparseGemmSpec, gemm_sp_f16};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
@@ -36,9 +41,9 @@ fn gemm_sp_assembles_for_every_sm() {
             let name = format!("sp16_{what}");
             let g = gemm_sp_f16(&mut m, &name, &s, sm).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(g.block, [128, 1, 1], "{name}");
-            assert_eq!(g.grid, [s.n.div_ceil(16) as u32, s.m.div_ceil(32) as u32, 1], "{name}");
+            assert_eq!(g.grid, [s.n.div_ceil(16) as u32, 1, s.m.div_ceil(32) as u32], "{name}");
             assert_eq!(g.smem, 0);
-            manifest.push(format!("name={name} m={} n={} k={} grid={}:{} block={}", s.m, s.n, s.k, g.grid[0], g.grid[1], g.block[0]));
+            manifest.push(format!("name={name} m={} n={} k={} grid={}:{}:{} block={}", s.m, s.n, s.k, g.grid[0], g.grid[1], g.grid[2], g.block[0]));
         }
         let ptx = ir_to_ptx(&m.finish(), sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
         if let (Some(dir), Sm::Sm80 | Sm::Sm90) = (&dump, sm) {
@@ -91,7 +96,7 @@ fn gemm_sp_bench_shapes_assemble() {
             let s = SparseGemmSpec { m: n, n, k: n };
             let name = format!("sp16_bench_{n}");
             let g = gemm_sp_f16(&mut m, &name, &s, sm).unwrap();
-            manifest.push(format!("name={name} m={n} n={n} k={n} grid={}:{} block={}", g.grid[0], g.grid[1], g.block[0]));
+            manifest.push(format!("name={name} m={n} n={n} k={n} grid={}:{}:{} block={}", g.grid[0], g.grid[1], g.grid[2], g.block[0]));
         }
         let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
         if let Ok(p) = &ptxas {
@@ -104,4 +109,15 @@ fn gemm_sp_bench_shapes_assemble() {
             std::fs::write(dir.join(format!("{base}.txt")), manifest.join("\n") + "\n").unwrap();
         }
     }
+}
+
+/// The kernel on the host with `mma.sp` emulated (`kernels_gemm_sp/host.rs`):
+/// exact integer products against the dense product of the pruned weight,
+/// for whole and ragged tiles, one row, several k-tiles.
+#[test]
+fn gemm_sp_runs_on_the_host_to_the_dense_product() {
+    for (i, s) in specs().into_iter().filter(|(w, _)| *w != "ffn" && *w != "square").enumerate() {
+        host::check(s.1, 100 + i as u64);
+    }
+    host::check(SparseGemmSpec { m: 70, n: 33, k: 128 }, 7);
 }
