@@ -31,8 +31,9 @@
 //! layout and metadata checked end to end; the tiled, pipelined kernel on
 //! the same fragments is the next step (docs/sparsity.md).
 //!
-//! Invariants: sm_80 and newer; `k` a positive multiple of 32; offsets in
-//! i64; the kernel never reads outside its tensors.
+//! Invariants: sm_80 and newer; `k` a positive multiple of 32, `n` below
+//! 2^31 (feature indices in i32); offsets in i64; the kernel never reads
+//! outside its tensors (an empty product is a kernel that returns at once).
 
 use super::Geometry;
 use crate::irtext::{Body, ModuleText, check_entry_name};
@@ -63,8 +64,14 @@ pub fn gemm_sp_f16(m: &mut ModuleText, name: &str, spec: &SparseGemmSpec, sm: Sm
         return Err(format!("{name}: the reduction length {k} must be a positive multiple of 32"));
     }
     let grid = [n.div_ceil(16).max(1), rows.div_ceil(8 * WARPS as u64).max(1)];
-    if grid[0] > u32::MAX as u64 / 2 || grid[1] > 65535 {
+    if n > i32::MAX as u64 || grid[1] > 65535 {
         return Err(format!("{name}: {rows}x{n} needs a grid of {grid:?} blocks, more than a launch holds"));
+    }
+    let params = "ptr addrspace(1) noalias readonly %x, ptr addrspace(1) noalias readonly %values, ptr addrspace(1) noalias readonly %meta, ptr addrspace(1) noalias %y";
+    if rows == 0 || n == 0 {
+        // Nothing to compute, and nothing any thread may read.
+        m.func(format!("define ptx_kernel void @{name}({params}) {{\nentry:\n  ret void\n}}\n"));
+        return Ok(Geometry { grid: [1, 1, 1], block: [32 * WARPS, 1, 1], smem: 0 });
     }
     let mut b = Body::new();
     m.declare("declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
@@ -189,7 +196,7 @@ pub fn gemm_sp_f16(m: &mut ModuleText, name: &str, spec: &SparseGemmSpec, sm: Sm
     }
     b.ins("ret void");
     m.func(format!(
-        "define ptx_kernel void @{name}(ptr addrspace(1) noalias readonly %x, ptr addrspace(1) noalias readonly %values, ptr addrspace(1) noalias readonly %meta, ptr addrspace(1) noalias %y) \"nvvm.maxntid\"=\"{}\" {{\nentry:\n{}}}\n",
+        "define ptx_kernel void @{name}({params}) \"nvvm.maxntid\"=\"{}\" {{\nentry:\n{}}}\n",
         32 * WARPS,
         b.into_text()
     ));

@@ -81,6 +81,18 @@ fn gemm_sp_refuses_what_it_cannot_run() {
     assert!(e.contains("sm_80"), "{e}");
     let e = gemm_sp_f16(&mut m, "bad name", &SparseGemmSpec { m: 8, n: 8, k: 32 }, Sm::Sm80).unwrap_err();
     assert!(!e.is_empty());
+    let e = gemm_sp_f16(&mut m, "d", &SparseGemmSpec { m: 8, n: 1 << 31, k: 32 }, Sm::Sm80).unwrap_err();
+    assert!(e.contains("more than a launch holds"), "{e}");
+    // An empty product reads nothing: a kernel that returns at once.
+    for (i, s) in [SparseGemmSpec { m: 0, n: 16, k: 32 }, SparseGemmSpec { m: 8, n: 0, k: 32 }].into_iter().enumerate() {
+        let mut e = ModuleText::new();
+        let name = format!("empty{i}");
+        let g = gemm_sp_f16(&mut e, &name, &s, Sm::Sm80).unwrap();
+        assert_eq!(g.grid, [1, 1, 1]);
+        let ptx = ir_to_ptx(&e.finish(), Sm::Sm80).unwrap();
+        let body = super::entry(&ptx, &name);
+        assert!(!body.contains("ld.global") && !body.contains("mma.sp"), "{body}");
+    }
 }
 
 /// The shapes of `bench/gpu/sparse_gemm.py` (4096³, 8192³) assemble;
