@@ -124,8 +124,9 @@ fn mma_sp_function() -> String {
 fn emulated(ir: &str) -> String {
     let mut text = ir.to_string();
     while let Some(at) = text.find("asm sideeffect \"mma.sp") {
+        // `asm sideeffect "text", "constraints"(`: the first `"(` closes
+        // the constraints (the text has none).
         let end = at + text[at..].find("\"(").expect("the asm's operands") + 1;
-        let end = end + text[end..].find("\"(").map_or(0, |e| e + 1);
         text.replace_range(at..end, "@emu.mma.sp");
     }
     for decl in ["declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()", "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)"] {
