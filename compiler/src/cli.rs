@@ -192,9 +192,52 @@ pub enum Command {
             aoc compile q.air --target host -o q.aoc"
     )]
     Quantize(QuantizeArgs),
-    /// Write a model in another format: MLIR (TOSA) with --format mlir.
+    /// Prune a float model to 2:4 semi-structured sparsity (sparse tensor cores).
+    #[command(
+        long_about = "Magnitude pruning to N:M semi-structured sparsity (2:4 is what NVIDIA's sparse \
+            tensor cores run): in every M consecutive weights along a layer's reduction axis (per \
+            output channel over C_in·kh·kw for convolutions, along k for matmuls and gemms) the N \
+            largest magnitudes are kept. Pruned layers become sparse.conv2d / sparse.matmul on a \
+            #sparse.nm<N, M> weight, stored compressed in the .safetensors file. Layers whose \
+            reduction length is not a multiple of M, grouped or depthwise convolutions and layers \
+            with non-constant weights are skipped, each with its reason.\n\n\
+            With --calib DIR every candidate's output SQNR against the dense model is measured \
+            alone (on the kernels `aoc compile` makes for this CPU); with --min-sqnr DB the layers \
+            are pruned most tolerant first while the model's output SQNR stays at or above DB. \
+            The per-layer table goes to stderr, the report to --report FILE.json. Pruning costs \
+            accuracy that only fine-tuning recovers: `aoc export --format onnx` takes the model \
+            back to the training framework (docs/sparsity.md).",
+        after_help = "Examples:\n  aoc sparsify bert.air --pattern 2:4 -o bert.sp.air\n  \
+            aoc sparsify model.onnx --pattern 2:4 --layers 'layer3*,fc' -o sp.air\n  \
+            aoc sparsify model.air --pattern 2:4 --calib calib/ --min-sqnr 30 --report sp.json -o sp.air"
+    )]
+    Sparsify(SparsifyArgs),
+    /// Remove a fraction of every convolution's output channels (structured pruning).
+    #[command(
+        long_about = "Structured channel pruning by filter L1 norm: each convolution's output \
+            channels with the smallest L1 norms are removed, together with the matching input \
+            channels of every consumer (convolutions, and the gemm or matmul after a flatten), \
+            through batch-norms, activations, depthwise convolutions and pools. Channels joined \
+            by a residual add (or a gating product) are removed alike across everything the add \
+            joins; groups that reach a model output, a concat, a reshape or another op that \
+            cannot follow are left alone, with why. The result is an ordinary dense model with \
+            smaller weights. Parameters and FLOPs before and after are printed (and written to \
+            --report); with --calib the output SQNR against the unpruned model is measured. \
+            Accuracy after pruning needs fine-tuning: `aoc export --format onnx` takes the model \
+            back to the training framework (docs/sparsity.md).",
+        after_help = "Examples:\n  aoc prune resnet50.air --channels 0.3 -o r50.small.air\n  \
+            aoc prune model.air --channels 0.5 --layers 'layer4*' --calib calib/ --report p.json -o small.air\n  \
+            aoc export r50.small.air --format onnx -o r50.small.onnx"
+    )]
+    Prune(PruneArgs),
+    /// Write a model in another format: ONNX (--format onnx) or MLIR (TOSA, --format mlir).
     #[command(
         long_about = "Write a model (.air, or .onnx/.mlir imported in memory) in another format.\n\n\
+            --format onnx writes an ONNX model (opset 17) of the entry function: weights as \
+            initializers, #sparse.nm weights decompressed (sparse.* ops become the dense ops), \
+            quantized values as QuantizeLinear/DequantizeLinear pairs. Export the model as \
+            aoc sparsify, prune or quantize wrote it (before aoc opt: fused ops have no ONNX \
+            form). This is the way back to the training framework for fine-tuning.\n\n\
             --format mlir writes an MLIR module (needs an aoc built with `--features mlir`): \
             each function a func.func of TOSA ops (arith.divf and math.sqrt where TOSA has no op; \
             NCHW convolutions and pools between transposes to TOSA's NHWC), quantized types as \
@@ -202,7 +245,7 @@ pub enum Command {
             blobs above --dense-resource-above bytes), each op located at its .air line and \
             loc(...) name. MLIR's verifier checks the module before anything is written; \
             mlir-opt-22 reads the file (docs/mlir.md).",
-        after_help = "Examples:\n  aoc export model.air --format mlir -o model.mlir\n  \
+        after_help = "Examples:\n  aoc export model.air --format onnx -o model.onnx\n  aoc export model.air --format mlir -o model.mlir\n  \
             mlir-opt-22 model.mlir --pass-pipeline='builtin.module(func.func(tosa-to-linalg-named,tosa-to-linalg,tosa-to-arith,tosa-to-tensor))'"
     )]
     Export(ExportArgs),
@@ -213,7 +256,7 @@ pub struct ExportArgs {
     /// The model (.air, .onnx or .mlir).
     #[arg(value_name = "FILE.air")]
     pub input: PathBuf,
-    /// The output format: mlir.
+    /// The output format: onnx or mlir.
     #[arg(long, value_name = "FORMAT")]
     pub format: String,
     /// The file to write (default: the input's path with the format's extension).
@@ -222,6 +265,65 @@ pub struct ExportArgs {
     /// MLIR: constants of more bytes than this become dense_resource blobs.
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
     pub dense_resource_above: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct SparsifyArgs {
+    /// The float model (.air or .onnx).
+    #[arg(value_name = "MODEL")]
+    pub input: PathBuf,
+    /// The sparsity pattern n:m (n kept in every m along the reduction axis).
+    #[arg(long, default_value = "2:4", value_name = "N:M")]
+    pub pattern: String,
+    /// Layers to prune (by ONNX node / loc name or result name, `*` and `?` globs); comma-separated, repeatable. Default: every layer.
+    #[arg(long, value_name = "GLOB,...", value_delimiter = ',')]
+    pub layers: Vec<String>,
+    /// Prune layers, most tolerant first, while the output SQNR against the dense model stays at least DB (needs --calib).
+    #[arg(long, value_name = "DB")]
+    pub min_sqnr: Option<f64>,
+    /// Calibration data (as for aoc quantize): measures each layer's SQNR.
+    #[arg(long, value_name = "DIR")]
+    pub calib: Option<PathBuf>,
+    /// Write the per-layer report as JSON.
+    #[arg(long, value_name = "FILE.json")]
+    pub report: Option<PathBuf>,
+    /// The .air file to write (weights to OUT.safetensors beside it).
+    #[arg(short, long, value_name = "OUT.air")]
+    pub output: PathBuf,
+    /// Threads for the measurements (0: all cores).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: usize,
+    /// For .onnx models: fix the shape of input NAME (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<usize>)>,
+}
+
+#[derive(Args, Debug)]
+pub struct PruneArgs {
+    /// The float model (.air or .onnx).
+    #[arg(value_name = "MODEL")]
+    pub input: PathBuf,
+    /// The fraction of each channel group removed, in (0, 1).
+    #[arg(long, value_name = "RATIO")]
+    pub channels: f64,
+    /// Convolutions whose output channels may be pruned (by ONNX node / loc name or result name, `*` and `?` globs); comma-separated, repeatable. Default: all.
+    #[arg(long, value_name = "GLOB,...", value_delimiter = ',')]
+    pub layers: Vec<String>,
+    /// Calibration data (as for aoc quantize): measures the output SQNR against the unpruned model.
+    #[arg(long, value_name = "DIR")]
+    pub calib: Option<PathBuf>,
+    /// Write the report (groups, parameters, FLOPs, SQNR) as JSON.
+    #[arg(long, value_name = "FILE.json")]
+    pub report: Option<PathBuf>,
+    /// The .air file to write (weights to OUT.safetensors beside it).
+    #[arg(short, long, value_name = "OUT.air")]
+    pub output: PathBuf,
+    /// Threads for the measurement (0: all cores).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub threads: usize,
+    /// For .onnx models: fix the shape of input NAME (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<usize>)>,
 }
 
 #[derive(Args, Debug)]
@@ -572,6 +674,8 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Compile(a) => cmd_compile(a),
         Command::Bench(a) => cmd_bench(a),
         Command::Quantize(a) => cmd_quantize(a),
+        Command::Sparsify(a) => cmd_sparsify(a),
+        Command::Prune(a) => cmd_prune(a),
         Command::Export(a) => cmd_export(a),
         Command::Explain(a) => match (crate::gpu::is_gpu_artifact(&a.input)?, a.json) {
             (Some(art), false) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
@@ -736,17 +840,110 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn cmd_sparsify(a: SparsifyArgs) -> Result<(), String> {
+    use crate::quantize::calib::CalibData;
+    use crate::sparsify::{self, Config};
+    let (n, m) = sparsify::parse_pattern(&a.pattern)?;
+    if let Some(t) = a.min_sqnr {
+        if !t.is_finite() {
+            return Err(format!("error: --min-sqnr must be a number of dB, found {t}"));
+        }
+        if a.calib.is_none() {
+            return Err("error: --min-sqnr needs --calib DIR: the SQNR is measured on calibration batches".to_string());
+        }
+    }
+    if a.output == a.input {
+        return Err(format!("error: the output {} would overwrite the model", a.output.display()));
+    }
+    let loaded = crate::driver::load_model(&a.input, &a.input_shapes)?;
+    let calib = match &a.calib {
+        Some(dir) => {
+            let entry = loaded.module.entry().ok_or_else(|| format!("error: {} has no function", a.input.display()))?;
+            let inputs: Vec<(String, aoc_ir::TensorType)> =
+                (0..entry.params().len()).map(|i| (entry.param_name(i).to_string(), entry.ty(entry.params()[i]).clone())).collect();
+            Some(CalibData::open(dir, &inputs, None)?)
+        }
+        None => None,
+    };
+    let cfg = Config {
+        n,
+        m,
+        layers: a.layers.iter().filter(|k| !k.is_empty()).cloned().collect(),
+        min_sqnr: a.min_sqnr,
+        threads: a.threads,
+        progress: !crate::say::quiet(),
+    };
+    let name = a.input.display().to_string();
+    let weights = loaded.weights;
+    let mut outcome = sparsify::sparsify(loaded.module, weights.as_ref(), calib.as_ref(), &cfg, &name)?;
+    let written = crate::opt::write_result(&mut outcome.module, weights.as_ref(), &a.output)?;
+    if let Some(r) = &a.report {
+        let text = serde_json::to_string_pretty(&outcome.report).map_err(|e| format!("error: cannot encode the report: {e}"))?;
+        crate::output::write_file(r, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
+    }
+    let mut msg = sparsify::table(&outcome, n, m);
+    for p in written.iter().chain(&a.report) {
+        let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        msg.push_str(&format!("wrote {} ({})\n", p.display(), crate::driver::human(size)));
+    }
+    crate::say::info(&msg);
+    Ok(())
+}
+
+fn cmd_prune(a: PruneArgs) -> Result<(), String> {
+    use crate::quantize::calib::CalibData;
+    if !(a.channels > 0.0 && a.channels < 1.0) {
+        return Err(format!("error: --channels takes a ratio in (0, 1), found {}", a.channels));
+    }
+    if a.output == a.input {
+        return Err(format!("error: the output {} would overwrite the model", a.output.display()));
+    }
+    let loaded = crate::driver::load_model(&a.input, &a.input_shapes)?;
+    let calib = match &a.calib {
+        Some(dir) => {
+            let entry = loaded.module.entry().ok_or_else(|| format!("error: {} has no function", a.input.display()))?;
+            let inputs: Vec<(String, aoc_ir::TensorType)> =
+                (0..entry.params().len()).map(|i| (entry.param_name(i).to_string(), entry.ty(entry.params()[i]).clone())).collect();
+            Some(CalibData::open(dir, &inputs, None)?)
+        }
+        None => None,
+    };
+    let cfg = crate::prune::Config { ratio: a.channels, layers: a.layers.iter().filter(|k| !k.is_empty()).cloned().collect(), threads: a.threads };
+    let name = a.input.display().to_string();
+    let weights = loaded.weights;
+    let mut outcome = crate::prune::prune(loaded.module, weights.as_ref(), calib.as_ref(), &cfg, &name)?;
+    let written = crate::opt::write_result(&mut outcome.module, weights.as_ref(), &a.output)?;
+    if let Some(r) = &a.report {
+        let text = serde_json::to_string_pretty(&outcome.report).map_err(|e| format!("error: cannot encode the report: {e}"))?;
+        crate::output::write_file(r, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
+    }
+    let mut msg = crate::prune::table(&outcome);
+    for p in written.iter().chain(&a.report) {
+        let size = std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        msg.push_str(&format!("wrote {} ({})\n", p.display(), crate::driver::human(size)));
+    }
+    crate::say::info(&msg);
+    Ok(())
+}
+
 fn cmd_export(a: ExportArgs) -> Result<(), String> {
     let ext = match a.format.as_str() {
         "mlir" => "mlir",
-        f => return Err(format!("error: --format must be mlir, found `{f}`")),
+        "onnx" => "onnx",
+        f => return Err(format!("error: --format must be mlir or onnx, found `{f}`")),
     };
     let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(ext));
     if out == a.input {
         return Err(format!("error: the output {} would overwrite the model", out.display()));
     }
-    let text = export_mlir(&a)?;
-    crate::output::write_file(&out, text.as_bytes()).map_err(|m| format!("error: {m}"))?;
+    let bytes = match ext {
+        "onnx" => {
+            let loaded = crate::driver::load_model(&a.input, &[])?;
+            crate::onnx::export::export_onnx(&loaded.module, loaded.weights.as_ref(), &a.input.display().to_string())?
+        }
+        _ => export_mlir(&a)?.into_bytes(),
+    };
+    crate::output::write_file(&out, &bytes).map_err(|m| format!("error: {m}"))?;
     let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     crate::say::info(&format!("wrote {} ({})", out.display(), crate::driver::human(size)));
     Ok(())

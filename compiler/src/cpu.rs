@@ -216,7 +216,27 @@ pub fn explain(path: &Path) -> Result<String, String> {
     if let Some(p) = &precisions {
         out.push_str(&not_in_int8(plan, p));
     }
+    out.push_str(&sparse_ran_dense(plan));
     Ok(out)
+}
+
+/// The compute steps of `sparse.*` ops, which run on the dense kernels, and
+/// why (empty when there are none).
+fn sparse_ran_dense(plan: &aoc_runtime::plan::Plan) -> String {
+    use aoc_runtime::plan::Step;
+    let mut lines = String::new();
+    for (i, (st, o)) in plan.steps.iter().zip(&plan.origins).enumerate() {
+        if o.starts_with("sparse.") && !matches!(st, Step::Copy { .. } | Step::Pointwise { .. }) {
+            lines.push_str(&format!("  {i:>4}  {o}\n"));
+        }
+    }
+    if lines.is_empty() {
+        return lines;
+    }
+    format!(
+        "  sparse layers run dense: their N:M weights are decompressed into the dense packed panels at compile time, \
+         since no CPU sparse kernel beats the dense GEMM here (docs/sparsity.md gives the measurement):\n{lines}"
+    )
 }
 
 /// `aoc explain --json`: the same as [`explain`], one object.

@@ -328,6 +328,22 @@ pub fn explain_gpu(path: &Path, a: &Artifact) -> Result<String, String> {
         };
         out.push_str(&format!("  {i:>4}  {what:<52} <- {origin}\n"));
     }
+    // Sparse layers: the dense GEMM and convolution kernels (the mma.sp
+    // kernel is not wired into the lowering yet), on the decompressed weight.
+    let sparse: Vec<String> = plan
+        .items
+        .iter()
+        .zip(&plan.origins)
+        .enumerate()
+        .filter(|(_, (item, o))| o.starts_with("sparse.") && matches!(item, GpuItem::Launch(l) if l.kernel.contains("gemm") || l.kernel.contains("conv")))
+        .map(|(i, (_, o))| format!("  {i:>4}  {o}\n"))
+        .collect();
+    if !sparse.is_empty() {
+        out.push_str(
+            "  sparse layers run dense: their N:M weights are decompressed at compile time and run on the dense tensor-core kernels; the mma.sp kernel is not used by the lowering yet (docs/sparsity.md):\n",
+        );
+        out.extend(sparse);
+    }
     Ok(out)
 }
 

@@ -11,9 +11,12 @@
 //! failure (missing file, corrupt header, missing key, dtype or shape that
 //! disagrees with the constant's declared type) is an `Err` naming the file
 //! and key, never a panic. Quantized element types are stored as their
-//! storage type (`i8` for `!quant.uniform<i8:f32, ...>`).
+//! storage type (`i8` for `!quant.uniform<i8:f32, ...>`). A `#sparse.nm`
+//! tensor is stored compressed: its kept values under its key and the
+//! packed index of each within its group under `KEY.nm_indices` (u8).
 
 use aoc_ir::interp::WeightSource;
+use aoc_ir::ops::sparse;
 use aoc_ir::module::{Module, WeightsDecl};
 use aoc_ir::tensor::Tensor;
 use aoc_ir::types::{Scalar, TensorType};
@@ -97,6 +100,11 @@ impl SafetensorsWeights {
     /// Checks that `@file["key"]` exists with `ty`'s dtype and shape, from
     /// the file's header only (what `aoc check` runs on every constant).
     pub fn check(&self, file: &str, key: &str, ty: &TensorType) -> Result<(), String> {
+        if let Some(shape) = sparse::values_shape(ty) {
+            self.check(file, key, &TensorType::new(shape, ty.elem.clone()))?;
+            let meta = TensorType::new(vec![sparse::meta_len(ty).unwrap_or(0)], Scalar::U8);
+            return self.check(file, &sparse_meta_key(key), &meta);
+        }
         let (written, opened) = self.open(file)?;
         let info = opened
             .meta
@@ -119,6 +127,15 @@ impl SafetensorsWeights {
 
 impl WeightSource for SafetensorsWeights {
     fn load(&self, file: &str, key: &str, ty: &TensorType) -> Result<Tensor, String> {
+        if let Some(shape) = sparse::values_shape(ty) {
+            // Stored compressed: the kept values and their indices.
+            let values = self.load(file, key, &TensorType::new(shape, ty.elem.clone()))?;
+            let meta_key = sparse_meta_key(key);
+            let meta = self.load(file, &meta_key, &TensorType::new(vec![sparse::meta_len(ty).unwrap_or(0)], Scalar::U8))?;
+            let bytes: Vec<u8> = meta.to_i64().into_iter().map(|b| b as u8).collect();
+            let (written, _) = self.open(file)?;
+            return sparse::decompress(ty, &values, &bytes).map_err(|m| format!("{written}: tensor \"{key}\": {m}"));
+        }
         let (written, opened) = self.open(file)?;
         let info = opened
             .meta
@@ -152,6 +169,11 @@ impl WeightSource for SafetensorsWeights {
             data,
         })
     }
+}
+
+/// The key of a sparse tensor's metadata, beside its values under `key`.
+pub fn sparse_meta_key(key: &str) -> String {
+    format!("{key}.nm_indices")
 }
 
 /// The aoc scalar a safetensors dtype holds, if aoc has one.
@@ -233,7 +255,18 @@ pub fn save_safetensors(path: &Path, tensors: &[(String, Tensor)]) -> Result<(),
 pub fn safetensors_bytes(path: &Path, tensors: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
     let mut seen = std::collections::HashSet::new();
     let mut owned = Vec::with_capacity(tensors.len());
+    let mut stored: Vec<(String, Tensor)> = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
+        if sparse::nm(&t.ty).is_none() {
+            stored.push((name.clone(), t.clone()));
+            continue;
+        }
+        let (values, meta) = sparse::compress(t).map_err(|m| format!("{}: tensor \"{name}\": {m}", path.display()))?;
+        let meta_ty = TensorType::new(vec![meta.len()], Scalar::U8);
+        stored.push((name.clone(), values));
+        stored.push((sparse_meta_key(name), Tensor::from_i64(meta_ty, meta.into_iter().map(i64::from).collect())));
+    }
+    for (name, t) in &stored {
         if !seen.insert(name.as_str()) {
             return Err(format!(
                 "{}: tensor \"{name}\" is given twice",
@@ -305,6 +338,28 @@ mod tests {
         assert_eq!(f8_to_f64(Scalar::F8E5M2, 0x7b), 57344.0);
         assert_eq!(f8_to_f64(Scalar::F8E5M2, 0xfc), f64::NEG_INFINITY);
         assert_eq!(f8_to_f64(Scalar::F8E4M3FN, 0x38), 1.0);
+    }
+
+    /// A `#sparse.nm` tensor is stored as its values and packed indices,
+    /// and loads (and checks) back as the dense tensor.
+    #[test]
+    fn sparse_tensors_are_stored_compressed() {
+        let dense = Tensor::from_f64(TensorType::new(vec![2, 8], Scalar::F32), (0..16).map(|i| i as f64 - 7.5).collect());
+        let t = aoc_ir::ops::sparse::prune(&dense, 2, 4).unwrap();
+        let d = std::env::temp_dir().join(format!("aoc-sparse-st-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let path = d.join("w.safetensors");
+        save_safetensors(&path, &[("w".to_string(), t.clone())]).unwrap();
+        let raw = read_safetensors(&path).unwrap();
+        let names: Vec<&str> = raw.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["w", "w.nm_indices"]);
+        assert_eq!(raw[0].1.ty.shape, vec![2, 4]);
+        assert_eq!(raw[1].1.ty.shape, vec![2]);
+        let decl = aoc_ir::module::WeightsDecl { name: "weights".into(), path: "w.safetensors".into(), loc: Default::default() };
+        let src = SafetensorsWeights::new(&d, &[decl]);
+        src.check("weights", "w", &t.ty).unwrap();
+        assert_eq!(src.load("weights", "w", &t.ty).unwrap(), t);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

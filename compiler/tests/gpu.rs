@@ -25,6 +25,10 @@
 //! - `gpu_quantized_for_sm_90_runs_int8_and_fp16`: `aoc quantize --target
 //!   sm_90` of the encoder, compiled for sm_90a at fp16, has integer GEMM
 //!   launches and (on a GPU) runs to the quantized model's outputs.
+//! - `compile_{sparse,pruned}_*` and `gpu_{sparse,pruned}_*`: the examples
+//!   after `aoc sparsify --pattern 2:4` or `aoc prune --channels 0.3`
+//!   compile for sm_80, sm_86 and sm_90a and (on a GPU) run at fp32 and
+//!   fp16 to the interpreter's outputs of the transformed model.
 //! - `no_gpu_is_a_clear_error` (without a GPU): `aoc run` of a GPU artifact
 //!   fails with exit code 1 and says what is missing.
 //!
@@ -1037,6 +1041,44 @@ fn quantized_for_the_gpu() -> Result<(), Failed> {
     check_on_gpu(&m, "sm_90a", "fp16")
 }
 
+/// The pruned and sparsified examples (issue 20): (transform, example).
+const TRANSFORMED: [(&str, &str); 5] = [
+    ("sparse", "resnet_block"),
+    ("sparse", "mobilenet_block"),
+    ("sparse", "encoder_layer"),
+    ("pruned", "resnet_block"),
+    ("pruned", "mobilenet_block"),
+];
+
+/// Example `name` after `aoc sparsify --pattern 2:4` (`how` = sparse) or
+/// `aoc prune --channels 0.3` (pruned), written into a scratch folder of
+/// its own (`tag` keeps concurrent trials apart).
+fn transformed(how: &str, name: &str, tag: &str) -> Result<Model, Failed> {
+    let m = models().into_iter().find(|m| m.name == name).ok_or_else(|| format!("examples/{name} is missing"))?;
+    let d = scratch(&format!("{how}_{name}_{tag}"));
+    let out = d.join("model.air");
+    let (file, o) = (m.file.display().to_string(), out.display().to_string());
+    match how {
+        "sparse" => run(&["sparsify", &file, "--pattern", "2:4", "-o", &o])?,
+        _ => run(&["prune", &file, "--channels", "0.3", "-o", &o])?,
+    };
+    Ok(Model { name: format!("{how}_{name}"), file: out, ..m })
+}
+
+/// A sparsified model's GPU artifact says which layers ran dense, and why.
+fn sparse_explain_says_dense() -> Result<(), Failed> {
+    let m = transformed("sparse", "resnet_block", "explain")?;
+    let d = scratch("sparse_explain");
+    let art = d.join("model.aoc");
+    compile(&m, "sm_90a", "fp16", &art)?;
+    let out = Command::new(aoc()).args(["explain", &art.display().to_string()]).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !text.contains("sparse layers run dense") || text.matches("  sparse.conv2d ").count() < 5 {
+        return Err(format!("explain does not list the sparse layers:\n{text}").into());
+    }
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let mut trials = vec![];
@@ -1061,6 +1103,23 @@ fn main() {
             }
         }
     }
+    // Sparsified and pruned models: they compile for the tensor-core
+    // targets (ptxas-checked) and run to their own interpreter outputs.
+    for (how, name) in TRANSFORMED {
+        for t in ["sm_80", "sm_86", "sm_90a"] {
+            trials.push(Trial::test(format!("compile_{how}_{name}_{t}"), move || {
+                check_compiles(&transformed(how, name, &format!("c_{t}"))?, t)
+            }));
+        }
+        for t in ["sm_86", "sm_90a"] {
+            for p in ["fp32", "fp16"] {
+                trials.push(Trial::test(format!("gpu_{how}_{name}_{t}_{p}"), move || {
+                    check_on_gpu(&transformed(how, name, &format!("g_{t}_{p}"))?, t, p)
+                }));
+            }
+        }
+    }
+    trials.push(Trial::test("sparse_explain_says_dense", sparse_explain_says_dense));
     trials.push(Trial::test("fp16_build_uses_tensor_cores", fp16_uses_tensor_cores));
     trials.push(Trial::test("int8_build_uses_s8_mma", int8_uses_s8_mma));
     trials.push(Trial::test("fused_attention_and_wgmma_builds", fused_attention_and_wgmma));

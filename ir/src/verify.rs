@@ -10,6 +10,7 @@ use crate::diag::Diagnostic;
 use crate::entity::EntityId;
 use crate::module::{Func, Module};
 use crate::ops::fused::{check_epilogue, Step};
+use crate::ops::kind::{Form, OpKind};
 use crate::ops::{check_operand_count, InferCx, Opcode, Trait};
 use crate::types::{checked_elements, TensorType};
 use std::collections::HashSet;
@@ -36,6 +37,7 @@ pub fn infer_op_with_epilogue(
     epilogue: &[Step],
 ) -> Result<Vec<TensorType>, String> {
     check_operand_count(opcode, operands.len())?;
+    check_sparse_operands(opcode, operands)?;
     if let Some(ts) = declared {
         for t in ts {
             checked_elements(&t.shape).map_err(|m| format!("{}: {m}", opcode.name()))?;
@@ -47,6 +49,34 @@ pub fn infer_op_with_epilogue(
         checked_elements(&t.shape).map_err(|m| format!("{}: result {m}", opcode.name()))?;
     }
     Ok(results)
+}
+
+/// Only the weight (operand 1) of a sparse-form op takes a `#sparse.nm`
+/// tensor: every other op would read it as dense, which it is in the
+/// interpreter but not in storage or on the sparse kernels.
+fn check_sparse_operands(opcode: Opcode, operands: &[TensorType]) -> Result<(), String> {
+    let sparse_op = match opcode.kind() {
+        OpKind::Conv(_, form) | OpKind::MatMul(form) | OpKind::Gemm(form) | OpKind::Pool(_, form) => form == Form::Sparse,
+        OpKind::Constant
+        | OpKind::Unary(_)
+        | OpKind::Binary(_)
+        | OpKind::Activation(_)
+        | OpKind::Pointwise(_)
+        | OpKind::Norm(_)
+        | OpKind::Attention
+        | OpKind::Reduce(_)
+        | OpKind::Movement(_)
+        | OpKind::Resize => false,
+    };
+    for (i, t) in operands.iter().enumerate() {
+        if t.encoding.is_some() && !(sparse_op && i == 1) {
+            return Err(format!(
+                "{}: operand {i} is sparse ({t}); only the weight of sparse.matmul and sparse.conv2d takes a #sparse.nm tensor",
+                opcode.name()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Verifies every function; returns all errors found (empty when valid).

@@ -159,6 +159,13 @@ fn ty(r: &mut Rng, first: Option<&TensorType>) -> TensorType {
                 let e = if r.chance(0.7) { f.elem.clone() } else { elem(r, &d) };
                 return TensorType::new(d, e);
             }
+            7 => {
+                // A 2:4 sparse weight: [N, K] for sparse.matmul, OIHW for
+                // sparse.conv2d (and anything else, which must refuse it).
+                let d = if r.chance(0.5) { vec![r.pick(&[1, 2, 3]), last] } else { vec![r.pick(&[1, 2]), c, r.pick(&[1, 2]), r.pick(&[1, 2])] };
+                let e = same_elem(r, &d);
+                return TensorType { encoding: Some(aoc_ir::Encoding::NM { n: 2, m: 4 }), ..TensorType::new(d, e) };
+            }
             _ => {}
         }
     }

@@ -84,15 +84,15 @@ impl Sm {
     }
 
     /// The PTX ISA version (major * 10 + minor) the module declares.
-    /// `ldmatrix` needs 6.5, `mma.sync` m16n8k16 and `cp.async` 7.0; each
-    /// architecture's first version is at least that from sm_80 on. sm_90a
-    /// takes 8.4, which `wgmma` of u8 activations by s8 weights needs
-    /// (CUDA 12.4 drivers).
+    /// `ldmatrix` needs 6.5, `mma.sync` m16n8k16 and `cp.async` 7.0, the
+    /// sparse `mma.sp` 7.1 (CUDA 11.1); each architecture's version is at
+    /// least that from sm_80 on. sm_90a takes 8.4, which `wgmma` of u8
+    /// activations by s8 weights needs (CUDA 12.4 drivers).
     pub fn ptx_version(self) -> u32 {
         match self {
             Sm::Sm70 => 60,
             Sm::Sm75 => 65,
-            Sm::Sm80 => 70,
+            Sm::Sm80 => 71,
             Sm::Sm86 => 71,
             Sm::Sm89 => 78,
             Sm::Sm90 => 78,

@@ -13,6 +13,8 @@ mod host_sim;
 mod kernels_attention;
 #[path = "ptx/kernels_gemm_s8.rs"]
 mod kernels_gemm_s8;
+#[path = "ptx/kernels_gemm_sp.rs"]
+mod kernels_gemm_sp;
 #[path = "ptx/kernels_gemm_simt.rs"]
 mod kernels_gemm_simt;
 #[path = "ptx/kernels_gemm_tc.rs"]

@@ -14,6 +14,7 @@
 //! `If` is not in [`HANDLERS`]: the graph walk imports it (`import_if`),
 //! since an `If` whose condition is known at import time becomes its
 //! chosen branch's nodes; one with a run-time condition is refused.
+//! `export` goes the other way (`aoc export --format onnx`).
 //!
 //! Invariants: decoding or importing never panics on bad bytes; the result
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
@@ -23,6 +24,7 @@ mod composite;
 mod constants;
 pub(crate) mod context;
 mod elementwise;
+pub mod export;
 pub(crate) mod fold;
 mod import;
 mod nn;

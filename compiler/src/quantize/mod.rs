@@ -305,7 +305,7 @@ fn strip_qdq(f: &mut Func, weights: &dyn WeightSource) -> Result<(), String> {
 }
 
 /// The calibration (or evaluation) batches with the float model's outputs.
-struct Set<'a> {
+pub(crate) struct Set<'a> {
     data: &'a CalibData,
     /// Encoded inputs of each batch, while they fit the cache.
     cache: Vec<Option<Vec<Vec<u8>>>>,
@@ -319,7 +319,23 @@ struct Set<'a> {
 /// batches are read again from disk for each measurement.
 const CACHE_LIMIT: usize = 1 << 30;
 
-impl Set<'_> {
+impl<'a> Set<'a> {
+    /// The batches of `data` with the outputs of `reference` (the model
+    /// others are measured against; its first `results` outputs).
+    pub(crate) fn reference(data: &'a CalibData, reference: &Session, results: usize) -> Result<Set<'a>, String> {
+        let shapes = reference.outputs().iter().take(results).map(|o| o.shape.iter().map(|&d| d as usize).collect()).collect();
+        let mut s = Set { data, cache: vec![], refs: vec![], shapes };
+        let mut cached = 0usize;
+        for i in 0..data.len() {
+            let bytes = engine::encode(&data.load(i)?);
+            let outs = engine::run(reference, &bytes)?;
+            s.refs.push(outs[..results].iter().map(|b| engine::f32s(b)).collect());
+            cached += bytes.iter().map(|b| b.len()).sum::<usize>();
+            s.cache.push((cached <= CACHE_LIMIT).then_some(bytes));
+        }
+        Ok(s)
+    }
+
     fn inputs(&self, i: usize) -> Result<Vec<Vec<u8>>, String> {
         match &self.cache[i] {
             Some(b) => Ok(b.clone()),
@@ -329,7 +345,7 @@ impl Set<'_> {
 
     /// Runs `s` (the model with its outputs only) on the first `limit`
     /// batches and compares with the float outputs.
-    fn score(&self, s: &Session, limit: usize) -> Result<Score, String> {
+    pub(crate) fn score(&self, s: &Session, limit: usize) -> Result<Score, String> {
         let (mut signal, mut noise) = (0f64, 0f64);
         let (mut agree, mut rows) = (0usize, 0usize);
         let n = limit.min(self.refs.len());

@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use aoc_ir::attr::{Attr, Attrs, ConstValue};
 use aoc_ir::interp::{WeightSource, eval_op};
 use aoc_ir::module::{Func, OpId, ValueDef, ValueId};
+use aoc_ir::ops::kind::{Form, OpKind};
 use aoc_ir::ops::quant::quantize_values;
 use aoc_ir::tensor::Tensor;
 use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
@@ -199,6 +200,9 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
             Opcode::Add => LayerKind::Add,
             Opcode::AvgPool2d => LayerKind::AvgPool,
             Opcode::GlobalAvgPool => LayerKind::GlobalAvgPool,
+            // Listed, so the table says why they stay in float (below).
+            Opcode::SparseConv2d => LayerKind::Conv,
+            Opcode::SparseMatMul => LayerKind::MatMul,
             _ => continue,
         };
         let Some(&result) = data.results.first() else { continue };
@@ -302,6 +306,9 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
             if matches!(u.opcode, Opcode::Relu | Opcode::Clip) && u.results.len() == 1 && func.body.ops.contains(&user) {
                 layer.output = u.results[0];
             }
+        }
+        if matches!(data.opcode.kind(), OpKind::Conv(_, Form::Sparse) | OpKind::MatMul(Form::Sparse)) {
+            why = Some("a 2:4 sparse layer: there is no int8 sparse kernel yet, so it stays in float".to_string());
         }
         layer.unsupported = why;
         out.push(layer);

@@ -41,5 +41,7 @@ pub fn eval_const(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
             Tensor::from_i64(ty, if v.len() == n { v.clone() } else { vec![v[0]; n] })
         }
     };
+    // A sparse constant written densely must have its pattern.
+    crate::ops::sparse::check_pattern(&t)?;
     Ok(vec![t])
 }

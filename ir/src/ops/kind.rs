@@ -92,6 +92,9 @@ pub enum Pointwise {
     QuantAdd,
     /// `core.fused_pointwise`: a chain of pointwise ops.
     Fused,
+    /// `sparse.compress`: keeps the `n` largest of every `m` weights along
+    /// the reduction axis (a compile-time step on constant weights).
+    SparseCompress,
 }
 
 /// Row-wise normalizations over the last axis.
@@ -103,12 +106,14 @@ pub enum Norm {
 }
 
 /// Whether a compute op is the plain float op, the float op with a fused
-/// pointwise epilogue, or the integer form with a requantize epilogue.
+/// pointwise epilogue, the integer form with a requantize epilogue, or the
+/// float op on an N:M sparse weight (`#sparse.nm<n, m>`, operand 1).
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Form {
     Float,
     Fused,
     Quant,
+    Sparse,
 }
 
 /// Convolution algorithms.
@@ -289,8 +294,8 @@ impl OpKind {
             OpKind::MatMul(Form::Float) => Some(AffineFold::MatMulColumns),
             OpKind::Gemm(Form::Float) => Some(AffineFold::GemmColumns),
             OpKind::Conv(Conv::Direct | Conv::Transposed | Conv::Winograd, _)
-            | OpKind::MatMul(Form::Fused | Form::Quant)
-            | OpKind::Gemm(Form::Fused | Form::Quant)
+            | OpKind::MatMul(Form::Fused | Form::Quant | Form::Sparse)
+            | OpKind::Gemm(Form::Fused | Form::Quant | Form::Sparse)
             | OpKind::Constant
             | OpKind::Unary(_)
             | OpKind::Binary(_)

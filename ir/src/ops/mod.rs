@@ -28,6 +28,7 @@ pub mod recurrent;
 pub mod reduce;
 pub mod resize;
 pub mod shape;
+pub mod sparse;
 pub mod winograd;
 
 /// How many values an operand slot takes.
@@ -1099,6 +1100,51 @@ define_ops! {
         kind: OpKind::Pool(Pool::GlobalAvg, Form::Quant),
         traits: [Pure, DeclaredResult],
         infer: quant_compute::infer_global_avg_pool, eval: quant_compute::eval_global_avg_pool,
+    },
+
+    // ---- sparse dialect: N:M structured sparsity (see ops/sparse.rs) ----
+    // A sparse weight's reduction axis is each row along axis 0, flattened;
+    // each op means exactly its dense op on the decompressed weight.
+    SparseCompress = "sparse.compress" {
+        summary: "Keeps the `n` largest magnitudes of every `m` consecutive weights along the reduction axis (each slice along axis 0, flattened: a convolution's C_in·kh·kw, a `sparse.matmul` weight's K) and sets the others to zero; the result carries `#sparse.nm<n, m>` and is stored as values plus indices. A weight that has the pattern already is unchanged.",
+        example: "%ws = sparse.compress %w : tensor<64x128xf32, #sparse.nm<2, 4>>",
+        format: Generic,
+        operands: [weight: One],
+        results: [sparse],
+        attrs: [
+            (n, Int, Int(2), "values kept in every group"),
+            (m, Int, Int(4), "group length along the reduction axis"),
+        ],
+        kind: OpKind::Pointwise(Pointwise::SparseCompress),
+        traits: [Pure],
+        infer: sparse::infer_compress, eval: sparse::eval_compress,
+    },
+    SparseMatMul = "sparse.matmul" {
+        summary: "`input @ weightᵀ + bias` with a `#sparse.nm<n, m>` weight laid out [N, K] (features x reduction, as a linear layer's weight): the last axis of the input is contracted; exactly the dense product on the decompressed weight.",
+        example: "%y = sparse.matmul %x, %w, %b : tensor<8x64xf32>",
+        format: Generic,
+        operands: [input: One, weight: One, bias: Optional],
+        results: [y],
+        attrs: [],
+        kind: OpKind::MatMul(Form::Sparse),
+        traits: [Pure],
+        infer: sparse::infer_matmul, eval: sparse::eval_matmul,
+    },
+    SparseConv2d = "sparse.conv2d" {
+        summary: "`core.conv2d` with a `#sparse.nm<n, m>` OIHW weight (the pattern along each output channel's C_in/groups·kh·kw); exactly the dense convolution on the decompressed weight.",
+        example: "%y = sparse.conv2d %x, %w, %b {pads = [1, 1, 1, 1]} : tensor<1x64x56x56xf32>",
+        format: Generic,
+        operands: [input: One, weight: One, bias: Optional],
+        results: [output],
+        attrs: [
+            (strides, Ints, Ints(&[1, 1]), "stride along H and W"),
+            (pads, Ints, Ints(&[0, 0, 0, 0]), "padding [top, left, bottom, right]"),
+            (dilations, Ints, Ints(&[1, 1]), "kernel dilation along H and W"),
+            (groups, Int, Int(1), "number of channel groups"),
+        ],
+        kind: OpKind::Conv(Conv::Direct, Form::Sparse),
+        traits: [Pure],
+        infer: sparse::infer_conv2d, eval: sparse::eval_conv2d,
     },
 
     // ---- fused ops (the `fuse` pass makes these; see ops/fused.rs) ----

@@ -544,12 +544,14 @@ impl<'a> Lower<'a> {
             | OpKind::Activation(_)
             | OpKind::Pointwise(_)
             | OpKind::Movement(Movement::Identity) => self.lower_pointwise(op)?,
-            OpKind::Conv(Conv::Direct, Form::Float | Form::Fused) => self.lower_conv(op)?,
+            // Sparse weights were decompressed when loaded: the dense kernels.
+            OpKind::Conv(Conv::Direct, Form::Float | Form::Fused | Form::Sparse) => self.lower_conv(op)?,
             OpKind::Conv(Conv::Transposed, Form::Float) => self.lower_conv_transpose(op)?,
             OpKind::Conv(Conv::Winograd, Form::Float) => self.opts.winograd && self.lower_winograd(op)?,
             OpKind::Conv(Conv::Direct, Form::Quant) | OpKind::Gemm(Form::Quant) => self.lower_qconv(op)?,
             OpKind::MatMul(Form::Quant) => self.lower_qconv(op)? || self.lower_qmatmul(op)?,
             OpKind::MatMul(Form::Float | Form::Fused) => self.lower_matmul(op)?,
+            OpKind::MatMul(Form::Sparse) => self.lower_sparse_matmul(op)?,
             OpKind::Gemm(Form::Float | Form::Fused) => self.lower_gemm(op)?,
             OpKind::Attention => self.lower_attention(op)?,
             OpKind::Norm(Norm::LayerNorm) => self.lower_layer_norm(op)?,
@@ -570,8 +572,9 @@ impl<'a> Lower<'a> {
             OpKind::Recurrent(_) => false,
             // No kernels yet for these forms: the reference path (the
             // integer kernels arrive with the quantization work).
-            OpKind::Conv(Conv::Transposed | Conv::Winograd, Form::Fused | Form::Quant)
-            | OpKind::Pool(_, Form::Fused | Form::Quant) => false,
+            OpKind::Conv(Conv::Transposed | Conv::Winograd, Form::Fused | Form::Quant | Form::Sparse)
+            | OpKind::Gemm(Form::Sparse)
+            | OpKind::Pool(_, Form::Fused | Form::Quant | Form::Sparse) => false,
         };
         if !done {
             if let Some(id) = self.current

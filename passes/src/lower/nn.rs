@@ -416,6 +416,38 @@ impl Lower<'_> {
         Ok(true)
     }
 
+    /// `sparse.matmul` (`x @ wᵀ + b`, `w` a constant `[N, K]` 2:4 weight):
+    /// the weight, decompressed when it was loaded, goes into the dense
+    /// packed panel, so it runs as a dense GEMM with the bias in its
+    /// epilogue. No sparse kernel here: a 2:4 CPU kernel reading metadata
+    /// gathers A's columns, which costs more than the half of the FMAs it
+    /// saves (docs/sparsity.md); `aoc explain` says so.
+    pub(crate) fn lower_sparse_matmul(&mut self, op: &OpData) -> Result<bool, String> {
+        if !self.all_f32(op) {
+            return Ok(false);
+        }
+        let (x, w) = (op.operands[0], op.operands[1]);
+        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
+        let Some(wc) = self.constant(w) else { return Ok(false) };
+        let Some(bias) = self.const_bias(op.operands.get(2).copied()) else { return Ok(false) };
+        let (n, k) = (wc.shape()[0], wc.shape()[1]);
+        let wv = f32s(&wc);
+        let mut b_kn = vec![0f32; k * n];
+        for j in 0..n {
+            for i in 0..k {
+                b_kn[i * n + j] = wv[j * k + i];
+            }
+        }
+        let bb = self.gemm_weights(k, n, &b_kn)?;
+        let ab = self.materialize(x, &identity(xt.rank()))?;
+        let y = self.alloc(&yt)?;
+        let bias = bias.map(|b| self.add_weight_f32("bias", &[n as u64], &b));
+        let rows = xt.num_elements().checked_div(k).unwrap_or(0);
+        self.push(Step::Gemm { a: ab, b: bb, bias, c: y, m: u(rows), n: u(n), k: u(k), lda: u(k), ldc: u(n), relu: false, clip: None, gelu: false });
+        self.define(op.results[0], y, identity(yt.rank()));
+        Ok(true)
+    }
+
     pub(crate) fn lower_gemm(&mut self, op: &OpData) -> Result<bool, String> {
         if !self.all_f32(op) {
             return Ok(false);

@@ -322,6 +322,8 @@ impl Lower<'_> {
                     x
                 }
             }
+            // Compressing is a compile-time step on constant weights.
+            OpKind::Pointwise(Pointwise::SparseCompress) => return Ok(false),
             OpKind::Pointwise(Pointwise::Where) => {
                 let c = self.load(&mut kb, op.operands[0])?;
                 let a = self.load(&mut kb, op.operands[1])?;

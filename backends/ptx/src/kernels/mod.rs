@@ -30,6 +30,7 @@ mod conv_index;
 /// Epilogue pieces the tensor-core GEMMs share (`gemm_tc`, `gemm_s8`, `gemm_wgmma`).
 mod gemm_epilogue;
 pub mod gemm_s8;
+pub mod gemm_sp;
 pub mod gemm_simt;
 pub mod gemm_tc;
 pub mod gemm_wgmma;

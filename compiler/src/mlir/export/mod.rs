@@ -373,6 +373,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                     let first = need(0)?;
                     self.epilogue(f, id, first, &op.operands[1..])?
                 }
+                Pointwise::SparseCompress => return unsupported("sparse weights; export the dense model"),
             },
             OpKind::Norm(n) => {
                 let x = need(0)?;
@@ -438,6 +439,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                         let acc = self.conv(attrs, &xd, &wd, bd.as_ref(), &out.shape, loc)?;
                         self.requant(attrs, &acc, &out, loc)?
                     }
+                    (Conv::Direct, Form::Sparse) => return unsupported("sparse weights; export the dense model"),
                     (Conv::Transposed, _) => return unsupported("fused or integer transposed convolutions"),
                 }
             }
@@ -454,6 +456,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                         let acc = self.matmul(&ad, &bd, &out.shape, loc)?;
                         self.requant(attrs, &acc, &out, loc)?
                     }
+                    Form::Sparse => return unsupported("sparse weights; export the dense model"),
                 }
             }
             OpKind::Gemm(form) => {
@@ -476,6 +479,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                         let acc = self.gemm(attrs, &ad, &bd, cd.as_ref(), &out.shape, loc)?;
                         self.requant(attrs, &acc, &out, loc)?
                     }
+                    Form::Sparse => return unsupported("sparse weights; export the dense model"),
                 }
             }
             OpKind::Attention => {
@@ -497,7 +501,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                         let y = self.pool(p, attrs, &xd, &out.shape, loc)?;
                         self.requant(attrs, &y, &out, loc)?
                     }
-                    Form::Fused => return unsupported("fused pools"),
+                    Form::Fused | Form::Sparse => return unsupported("fused pools"),
                 }
             }
             OpKind::Reduce(r) => {

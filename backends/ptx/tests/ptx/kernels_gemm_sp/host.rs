@@ -1,0 +1,190 @@
+//! The 2:4 sparse GEMM runs on the host (`host_sim`) with `mma.sp`
+//! emulated in LLVM IR: each lane stores its A, B and metadata registers
+//! in global arrays between two block barriers (a warp rendezvous), then
+//! computes its four D elements from all lanes'. The layouts are the PTX
+//! ISA's for sparse m16n8k32 f16 with sparsity selector 0 (as the MLIR
+//! sparse-mma integration test reads them): A register `i` of lane `4g+q`
+//! holds compressed columns `2q, 2q+1` (+8 for `i ≥ 2`) of row `g` (+8 for
+//! odd `i`); lanes `4g`, `4g+1` pass the metadata of rows `g` (low half)
+//! and `g+8` (high half) for compressed columns 0-7 and 8-15, two bits per
+//! value from the low bit up; B register `j` of lane `4n+q` holds k = `2q +
+//! 8j` and the next; D `d_r` is row `g + 8·(r/2)`, column `2q + r%2`. With
+//! small integer data every sum is exact, so the kernel's output must equal
+//! the reference exactly: this checks the kernel's fragment addressing,
+//! metadata selection, k loop, bounds and stores against those layouts.
+
+use aoc_backend_ptx::kernels::gemm_sp::{SparseGemmSpec, gemm_sp_f16};
+use aoc_backend_ptx::{ModuleText, Sm};
+use aoc_ir::ops::sparse;
+use aoc_ir::{Scalar, Tensor, TensorType};
+
+use super::super::host_sim::{Mem, with_jit};
+
+const HEAD: &str = "  %tid = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  %lane = and i32 %tid, 31
+  %wb = sub i32 %tid, %lane
+  %g = lshr i32 %lane, 2
+  %q = and i32 %lane, 3
+";
+
+const BAR: &str = "  call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)\n";
+
+/// An f16 (low 16 bits of `%h`; normal or zero) as f32.
+const H2F: &str = "
+define internal float @emu.h2f(i32 %h) {
+  %m = and i32 %h, 32767
+  %z = icmp eq i32 %m, 0
+  %s = and i32 %h, 32768
+  %s32 = shl i32 %s, 16
+  %e = lshr i32 %m, 10
+  %e2 = add i32 %e, 112
+  %e3 = shl i32 %e2, 23
+  %f = and i32 %m, 1023
+  %f2 = shl i32 %f, 13
+  %b = or i32 %e3, %f2
+  %b2 = or i32 %b, %s32
+  %r = select i1 %z, i32 %s32, i32 %b2
+  %x = bitcast i32 %r to float
+  ret float %x
+}
+";
+
+/// Half `h` (0 low, 1 high) of register `reg` of lane `lane` in `array`.
+fn half_of(s: &mut String, t: &str, array: &str, lane: &str, reg: &str, h: &str) -> String {
+    s.push_str(&format!(
+        "  %p{t} = getelementptr [1024 x [4 x i32]], ptr {array}, i32 0, i32 {lane}, i32 {reg}
+  %w{t} = load i32, ptr %p{t}
+  %sh{t} = shl i32 {h}, 4
+  %v{t} = lshr i32 %w{t}, %sh{t}
+  %f{t} = call float @emu.h2f(i32 %v{t})
+"
+    ));
+    format!("%f{t}")
+}
+
+fn mma_sp_function() -> String {
+    let mut s = String::from(
+        "
+@emu.sp.a = global [1024 x [4 x i32]] zeroinitializer
+@emu.sp.b = global [1024 x [4 x i32]] zeroinitializer
+@emu.sp.e = global [1024 x i32] zeroinitializer
+",
+    );
+    s.push_str(H2F);
+    s.push_str("\ndefine internal { float, float, float, float } @emu.mma.sp(i32 %a0, i32 %a1, i32 %a2, i32 %a3, i32 %b0, i32 %b1, i32 %b2, i32 %b3, i32 %e, float %c0, float %c1, float %c2, float %c3) {\n");
+    s.push_str(HEAD);
+    for i in 0..4 {
+        s.push_str(&format!(
+            "  %sa{i} = getelementptr [1024 x [4 x i32]], ptr @emu.sp.a, i32 0, i32 %tid, i32 {i}\n  store i32 %a{i}, ptr %sa{i}\n  %sb{i} = getelementptr [1024 x [4 x i32]], ptr @emu.sp.b, i32 0, i32 %tid, i32 {i}\n  store i32 %b{i}, ptr %sb{i}\n"
+        ));
+    }
+    s.push_str("  %se = getelementptr [1024 x i32], ptr @emu.sp.e, i32 0, i32 %tid\n  store i32 %e, ptr %se\n");
+    s.push_str(BAR);
+    s.push_str("  %g4 = shl i32 %g, 2\n  %lg = add i32 %wb, %g4\n  %q2 = shl i32 %q, 1\n  %d = insertvalue { float, float, float, float } poison, float 0.0, 0\n");
+    let mut d = "%d".to_string();
+    for r in 0..4 {
+        s.push_str(&format!("  %n{r} = add i32 %q2, {}\n  %n4{r} = shl i32 %n{r}, 2\n  %ln{r} = add i32 %wb, %n4{r}\n", r % 2));
+        let mut acc = format!("%c{r}");
+        for cc in 0..16 {
+            let t = format!("{r}_{cc}");
+            // A: lane 4g + (cc%8)/2, register r/2 + 2·(cc/8), half cc%2.
+            s.push_str(&format!("  %la{t} = add i32 %lg, {}\n", (cc % 8) / 2));
+            let a = half_of(&mut s, &format!("a{t}"), "@emu.sp.a", &format!("%la{t}"), &format!("{}", r / 2 + 2 * (cc / 8)), &format!("{}", cc % 2));
+            // Metadata: lane 4g + cc/8, half r/2, bits 2·(cc%8).
+            s.push_str(&format!(
+                "  %le{t} = add i32 %lg, {}
+  %pe{t} = getelementptr [1024 x i32], ptr @emu.sp.e, i32 0, i32 %le{t}
+  %we{t} = load i32, ptr %pe{t}
+  %xe{t} = lshr i32 %we{t}, {}
+  %idx{t} = and i32 %xe{t}, 3
+  %k{t} = add i32 %idx{t}, {}
+  %k8{t} = and i32 %k{t}, 7
+  %kq{t} = lshr i32 %k8{t}, 1
+  %lb{t} = add i32 %ln{r}, %kq{t}
+  %rb{t} = lshr i32 %k{t}, 3
+  %hb{t} = and i32 %k{t}, 1
+",
+                cc / 8,
+                16 * (r / 2) + 2 * (cc % 8),
+                4 * (cc / 2)
+            ));
+            let b = half_of(&mut s, &format!("b{t}"), "@emu.sp.b", &format!("%lb{t}"), &format!("%rb{t}"), &format!("%hb{t}"));
+            s.push_str(&format!("  %m{t} = fmul float {a}, {b}\n  %s{t} = fadd float {acc}, %m{t}\n"));
+            acc = format!("%s{t}");
+        }
+        s.push_str(&format!("  %d{} = insertvalue {{ float, float, float, float }} {d}, float {acc}, {r}\n", r + 1));
+        d = format!("%d{}", r + 1);
+    }
+    s.push_str(BAR);
+    s.push_str(&format!("  ret {{ float, float, float, float }} {d}\n}}\n"));
+    s
+}
+
+/// The module with the inline `mma.sp` replaced by the emulation.
+fn emulated(ir: &str) -> String {
+    let mut text = ir.to_string();
+    while let Some(at) = text.find("asm sideeffect \"mma.sp") {
+        // `asm sideeffect "text", "constraints"(`: the first `"(` closes
+        // the constraints (the text has none).
+        let end = at + text[at..].find("\"(").expect("the asm's operands") + 1;
+        text.replace_range(at..end, "@emu.mma.sp");
+    }
+    for decl in ["declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()", "declare void @llvm.nvvm.barrier.cta.sync.aligned.all(i32)"] {
+        if !text.contains(decl) {
+            text.push_str(&format!("\n{decl}"));
+        }
+    }
+    text.push_str(&mma_sp_function());
+    // The runner gives a block threads and a barrier when the kernel's text
+    // names one: the emulation's barriers need them.
+    text.replacen("entry:\n", "entry:\n  ; the emulation calls @llvm.nvvm.barrier.cta.sync.aligned.all(\n", 1)
+}
+
+fn f16_bits(v: &[f64]) -> Vec<u8> {
+    v.iter().flat_map(|&x| half::f16::from_f64(x).to_bits().to_le_bytes()).collect()
+}
+
+/// Small integers in [-3, 3] (a small LCG): every product and sum exact.
+fn ints(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 33) % 7) as f64 - 3.0
+        })
+        .collect()
+}
+
+pub fn check(s: SparseGemmSpec, seed: u64) {
+    let SparseGemmSpec { m: rows, n, k } = s;
+    let (rows, n, k) = (rows as usize, n as usize, k as usize);
+    let mut mt = ModuleText::new();
+    let geo = gemm_sp_f16(&mut mt, "k", &s, Sm::Sm86).unwrap();
+    let ir = emulated(&mt.finish());
+    let x = ints(rows * k, seed);
+    let dense = Tensor::from_f64(TensorType::new(vec![n, k], Scalar::F16), ints(n * k, seed + 1));
+    let w = sparse::prune(&dense, 2, 4).unwrap();
+    let (values, meta) = sparse::compress(&w).unwrap();
+    let wv = w.to_f64();
+    let want: Vec<f32> = (0..rows * n)
+        .map(|i| {
+            let (r, j) = (i / n, i % n);
+            (0..k).map(|kk| x[r * k + kk] * wv[j * k + kk]).sum::<f64>() as f32
+        })
+        .collect();
+    let mut bufs = [
+        Mem::new(&f16_bits(&x), 0),
+        Mem::new(&f16_bits(&values.to_f64()), 0),
+        Mem::new(&meta, 0),
+        Mem::new(&vec![0xA5; rows * n * 4], 0),
+    ];
+    with_jit(&ir, |run| {
+        let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
+        run("k", geo, &mut refs);
+    });
+    let got = bufs[3].to_f32s();
+    if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+        let bad = (0..want.len()).filter(|&i| got[i] != want[i]).count();
+        panic!("{s:?}: {bad} of {} values differ; first at row {}, feature {}: got {} want {}", want.len(), i / n, i % n, got[i], want[i]);
+    }
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""2:4 sparse fp16 GEMM on the GPU, same run, same shapes (issue 20):
+
+- aoc dense fp16: an ONNX model y = x @ B (B constant, n×n) compiled with
+  `aoc compile --target SM --precision fp16`, `aoc bench --json` (device
+  time of the CUDA-graph replay);
+- aoc 2:4 through the compiler: the same model after `aoc sparsify
+  --pattern 2:4`, compiled and benched the same way (today the GPU
+  lowering runs sparse.matmul on the dense kernels, so this should equal
+  the dense figure: the row says so if it does not);
+- aoc's `mma.sp` kernel (`kernels::gemm_sp`, not yet used by the
+  compiler): its PTX for these shapes, written by the PTX tests with
+  AOC_PTX_DUMP_DIR (gemm_sp_bench_SM.ptx), launched with CuPy on a 2:4
+  weight in aoc's compressed form, timed with CUDA events;
+- PyTorch: torch.matmul (cuBLAS) dense, and F.linear on
+  torch.sparse.to_sparse_semi_structured(W) (cuSPARSELt / CUTLASS).
+
+Usage (on the GPU machine):
+
+    AOC_PTX_DUMP_DIR=/tmp/ptx cargo test --release -p aoc-backend-ptx --test ptx gemm_sp
+    python3 bench/gpu/sparse_gemm.py --aoc build/device/aoc --ptx /tmp/ptx [--sm sm_90a] [--sizes 4096,8192]
+
+Prints one JSON row per size: milliseconds (median over --iters after
+warm-up) and TFLOP/s counted as dense 2·n³, and the ratios the issue's
+targets name (2:4 vs aoc dense, vs PyTorch semi-structured). Only ratios
+from one run mean anything.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from run import aoc_bench, cuda_median_ms, gemm_model, sh  # noqa: E402
+
+
+def prune_2_4(w):
+    n, k = w.shape
+    g = w.reshape(n, k // 4, 4)
+    keep = np.sort(np.argsort(-np.abs(g), axis=2, kind="stable")[:, :, :2], axis=2)
+    values = np.take_along_axis(g, keep, axis=2).reshape(n, k // 2)
+    idx = keep.reshape(-1).astype(np.uint32)
+    bits = np.zeros(idx.size * 2, np.uint8)
+    bits[0::2] = idx & 1
+    bits[1::2] = (idx >> 1) & 1
+    mask = np.zeros_like(g, dtype=bool)
+    np.put_along_axis(mask, keep, True, axis=2)
+    return np.where(mask, g, 0).reshape(n, k), values, np.packbits(bits, bitorder="little")
+
+
+def aoc_kernel_ms(ptx_dir, sm, n, iters):
+    import cupy as cp
+
+    path = os.path.join(ptx_dir, f"gemm_sp_bench_{sm}.ptx")
+    if not os.path.exists(path):
+        return None, f"no {path} (run the PTX tests with AOC_PTX_DUMP_DIR)"
+    mod = cp.RawModule(path=path)
+    with open(path[:-4] + ".txt") as fh:
+        spec = [dict(kv.split("=", 1) for kv in ln.split()) for ln in fh if ln.strip()]
+    s = next((s for s in spec if int(s["m"]) == n and int(s["n"]) == n and int(s["k"]) == n), None)
+    if s is None:
+        return None, f"no {n}³ kernel in {path}"
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((n, n)).astype(np.float16)
+    w, values, meta = prune_2_4(rng.standard_normal((n, n)).astype(np.float16))
+    dx, dv, dm = cp.asarray(x), cp.asarray(values), cp.asarray(meta)
+    dy = cp.empty((n, n), dtype=cp.float32)
+    fn = mod.get_function(s["name"])
+    grid = tuple(int(v) for v in s["grid"].split(":"))
+    block = (int(s["block"]), 1, 1)
+    run = lambda: fn(grid, block, (dx, dv, dm, dy))  # noqa: E731
+    for _ in range(5):
+        run()
+    cp.cuda.runtime.deviceSynchronize()
+    times = []
+    for _ in range(iters):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        run()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    # Spot check against the dense product of the same f16 values.
+    rows = rng.choice(n, 8, replace=False)
+    want = x[rows].astype(np.float32) @ w.astype(np.float32).T
+    err = float(np.max(np.abs(dy.get()[rows] - want)) / (np.max(np.abs(want)) + 1e-6))
+    return float(np.median(times)), f"max rel err on 8 rows {err:.2e}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--aoc", default=os.path.join(ROOT, "build/device/aoc"))
+    ap.add_argument("--ptx", default=None, help="AOC_PTX_DUMP_DIR of the PTX tests")
+    ap.add_argument("--sm", default="sm_90a")
+    ap.add_argument("--sizes", default="4096,8192")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--workdir", default=os.path.join(ROOT, "build/bench-gpu"))
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+    from torch.sparse import to_sparse_semi_structured
+
+    for n in [int(v) for v in a.sizes.split(",") if v]:
+        flops = 2 * n ** 3
+        row = {"gemm": n}
+        onnx_path = gemm_model(n, a.workdir)
+        try:
+            row["aoc_dense_ms"] = aoc_bench(a.aoc, onnx_path, a.sm, a.iters)["device_p50_ms"]
+        except Exception as e:
+            row["aoc_dense_error"] = str(e)[-1000:]
+        sp_air = os.path.join(a.workdir, f"gemm_{n}.sp.air")
+        try:
+            sh([a.aoc, "sparsify", onnx_path, "--pattern", "2:4", "-o", sp_air])
+            row["aoc_sparsified_ms"] = aoc_bench(a.aoc, sp_air, a.sm, a.iters)["device_p50_ms"]
+        except Exception as e:
+            row["aoc_sparsified_error"] = str(e)[-1000:]
+        if a.ptx:
+            sm_dump = "sm_90" if a.sm.startswith("sm_90") else "sm_80"
+            ms, note = aoc_kernel_ms(a.ptx, sm_dump, n, a.iters)
+            row["aoc_mma_sp_kernel_ms"], row["aoc_mma_sp_kernel_note"] = ms, note
+        x = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        w = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        mask = torch.tensor([0, 0, 1, 1], device="cuda", dtype=torch.bool).tile((n, n // 4))
+        w24 = w.masked_fill(~mask, 0)
+        row["torch_dense_ms"] = cuda_median_ms(lambda: torch.matmul(x, w.t()), a.iters)
+        try:
+            ws = to_sparse_semi_structured(w24)
+            row["torch_semi_structured_ms"] = cuda_median_ms(lambda: torch.nn.functional.linear(x, ws), a.iters)
+        except Exception as e:
+            row["torch_semi_structured_error"] = str(e)[-1000:]
+        for key in [k for k in list(row) if k.endswith("_ms") and row[k]]:
+            row[key.replace("_ms", "_tflops")] = flops / row[key] / 1e9
+        best_sparse = row.get("aoc_mma_sp_kernel_ms")
+        if best_sparse and row.get("aoc_dense_ms"):
+            row["speedup_2_4_vs_aoc_dense"] = row["aoc_dense_ms"] / best_sparse  # target >= 1.5 at 8192
+        if best_sparse and row.get("torch_semi_structured_ms"):
+            row["speedup_2_4_vs_torch_semi_structured"] = row["torch_semi_structured_ms"] / best_sparse  # target > 1
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
