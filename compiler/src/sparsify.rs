@@ -154,7 +154,8 @@ pub fn layers(func: &Func, weights: &dyn WeightSource, m: usize) -> Result<Vec<L
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
-            | OpKind::Resize => None,
+            | OpKind::Resize
+            | OpKind::Recurrent(_) => None,
         };
         let Some(which) = which.filter(|_| d.operands.len() >= 2) else { continue };
         let result = d.results[0];

@@ -66,7 +66,8 @@ fn check_sparse_operands(opcode: Opcode, operands: &[TensorType]) -> Result<(), 
         | OpKind::Attention
         | OpKind::Reduce(_)
         | OpKind::Movement(_)
-        | OpKind::Resize => false,
+        | OpKind::Resize
+        | OpKind::Recurrent(_) => false,
     };
     for (i, t) in operands.iter().enumerate() {
         if t.encoding.is_some() && !(sparse_op && i == 1) {

@@ -228,6 +228,7 @@ impl Ex<'_> {
         let unsupported = |what: &str| Err(format!("{} has no ONNX form in aoc export yet ({what})", op.opcode.name()));
         let name = match op.opcode.kind() {
             OpKind::Constant => return unsupported("a constant is an initializer"),
+            OpKind::Recurrent(_) => return unsupported("recurrent layers are not exported yet"),
             OpKind::Unary(u) => {
                 let t = match u {
                     Unary::Neg => "Neg",
