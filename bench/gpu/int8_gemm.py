@@ -26,21 +26,7 @@ import numpy as np
 import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
-
-
-def cuda_median_ms(fn, iters=30, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return float(np.median(times))
+from run import cuda_median_ms
 
 
 def qdq_gemm(n, path):
@@ -99,10 +85,10 @@ def main():
         kind, k_ms, model_ms = aoc_kernel_ms(a.aoc, path, a.sm, a.workdir, n)
         x8 = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
         w8 = torch.randint(-128, 128, (n, n), device="cuda", dtype=torch.int8)
-        int_mm = cuda_median_ms(lambda: torch._int_mm(x8, w8))
+        int_mm = cuda_median_ms(lambda: torch._int_mm(x8, w8), 30)
         x16 = torch.randn(n, n, device="cuda", dtype=torch.float16)
         w16 = torch.randn(n, n, device="cuda", dtype=torch.float16)
-        fp16 = cuda_median_ms(lambda: torch.matmul(x16, w16))
+        fp16 = cuda_median_ms(lambda: torch.matmul(x16, w16), 30)
         tops = lambda ms: 2 * n ** 3 / ms / 1e9  # noqa: E731
         row = {
             "n": n, "aoc_kernel": kind, "aoc_kernel_ms": k_ms, "aoc_model_ms": model_ms,
