@@ -522,6 +522,11 @@ fn emit_op(kb: &mut KernelBuilder, opcode: Opcode, attrs: &Attrs, x: usize, y: O
     let Some(f) = opcode.kind().scalar_op() else { return Ok(None) };
     let e = match f {
         ScalarOp::Unary(u) => kb.un(u, x),
+        // x² as x·x: one rounding either way, so exactly the interpreter's
+        // pow, without a call to the general power.
+        ScalarOp::Binary(Binary::Pow) if matches!(y.map(|y| kb.exprs[y]), Some(Expr::Const(c)) if c == 2.0) => {
+            kb.bin(Binary::Mul, x, x)
+        }
         ScalarOp::Binary(b) => kb.bin(b, x, two(y)?),
         ScalarOp::Activation(a) => activation(kb, a, attrs, x, y)?,
     };
