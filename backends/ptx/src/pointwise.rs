@@ -84,12 +84,27 @@ pub fn add_to_module(k: &PointwiseKernel, m: &mut ModuleText) -> Result<(), Stri
 /// its type as the pointwise kernel would. The GEMM generators call it
 /// before each store of C; the optimizer inlines it. The result is the
 /// kernel's output type `T`, converted as the pointwise kernel's store
-/// converts (f32 for the float GEMMs, which store f32).
+/// converts. This entry is the float GEMMs': operand 0 and the result are
+/// f32 (they store f32); [`define_epilogue_of`] takes the others.
 pub fn define_epilogue(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue) -> Result<(), String> {
     use aoc_ir::types::Scalar;
     let k = &e.kernel;
-    if k.operands.is_empty() || !matches!(k.operands[0].dtype, Scalar::F32 | Scalar::I8 | Scalar::U8) {
-        return Err("a GEMM epilogue's operand 0 is the f32 GEMM result or an 8-bit requantized one".to_string());
+    if k.out_dtype != Scalar::F32 {
+        return Err(format!("a GEMM epilogue must produce f32, found {}", k.out_dtype.name()));
+    }
+    if k.operands.is_empty() || k.operands[0].dtype != Scalar::F32 {
+        return Err("a GEMM epilogue's operand 0 is the f32 GEMM result".to_string());
+    }
+    define_epilogue_of(m, name, e)
+}
+
+/// [`define_epilogue`] for any operand-0 and output types the pointwise
+/// kernel has (the int8 convolution's epilogue reads its 8-bit result and
+/// stores 8-bit integers or f32; its generator checks which).
+pub fn define_epilogue_of(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue) -> Result<(), String> {
+    let k = &e.kernel;
+    if k.operands.is_empty() {
+        return Err("a GEMM epilogue's operand 0 is the GEMM result".to_string());
     }
     if e.strides.len() + 1 != k.operands.len() {
         return Err(format!(

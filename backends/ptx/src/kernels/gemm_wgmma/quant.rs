@@ -34,7 +34,7 @@ use super::{ALIGN, Gen, Operands, THREADS, WgTile, check_spec, choose_wg_tile, p
 use crate::irtext::{ModuleText, check_entry_name};
 use crate::kernels::gemm_s8::QConvSpec;
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_epilogue};
-use crate::pointwise::define_epilogue;
+use crate::pointwise::define_epilogue_of;
 use aoc_ir::types::Scalar;
 use crate::target::Sm;
 use aoc_plan::plan::QuantConv;
@@ -154,7 +154,7 @@ pub fn qconv_wgmma_tile(
             }
             gemm_epilogue::check(&gs, e)?;
             let f = format!("{name}_epi");
-            define_epilogue(m, &f, e)?;
+            define_epilogue_of(m, &f, e)?;
             sig.extend((1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly align 16 %e{k}")));
             Some((f, e.strides.clone()))
         }
