@@ -288,7 +288,16 @@ pub fn eval_matmul(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
     let (nout, k) = (w.shape()[0], w.shape()[1]);
     let (xv, wv) = (x.to_f64(), w.to_f64());
     let bias = cx.input(2).map(|b| b.to_f64());
-    let rows = xv.len().checked_div(k).unwrap_or(0);
+    // Rows from the result (k may be 0: each output is then its bias).
+    let ty = cx.result_type();
+    let rows = ty.num_elements().checked_div(nout).unwrap_or(0);
+    if rows * nout != ty.num_elements() || xv.len() != rows * k || wv.len() != nout * k || bias.as_ref().is_some_and(|b| b.len() < nout) {
+        return Err(format!(
+            "operands disagree with the result {ty}: input holds {} values for {rows} rows of {k}, weight {} for {nout}x{k}",
+            xv.len(),
+            wv.len()
+        ));
+    }
     let mut out = Vec::with_capacity(rows * nout);
     for r in 0..rows {
         let xr = &xv[r * k..(r + 1) * k];
@@ -298,7 +307,7 @@ pub fn eval_matmul(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
             out.push(acc + bias.as_ref().map_or(0.0, |b| b[j]));
         }
     }
-    Ok(vec![Tensor::from_f64(cx.result_type().clone(), out)])
+    Ok(vec![Tensor::from_f64(ty.clone(), out)])
 }
 
 // ---- sparse.conv2d: core.conv2d on the decompressed weight ----
