@@ -30,10 +30,11 @@ from ._errors import (
     RunError,
 )
 from . import _aoc
-from ._aoc import Artifact, Session, __version__, empty, set_verbose
+from ._aoc import Artifact, DeviceArray, Session, __version__, empty, set_verbose
 
 __all__ = [
     "Artifact",
+    "DeviceArray",
     "Session",
     "Model",
     "compile",

@@ -67,6 +67,24 @@ class OutputBuffer:
     def __len__(self) -> int: ...
 
 @final
+class DeviceArray:
+    """An output in GPU memory, exported through DLPack without a copy:
+    `torch.from_dlpack(a)`, `cupy.from_dlpack(a)`. The memory lives as
+    long as the array or any tensor viewing it."""
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None, copy: Optional[bool] = None) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def shape(self) -> List[int]: ...
+    @property
+    def dtype(self) -> np.dtype: ...
+    @property
+    def device(self) -> str:
+        """`cuda:N`."""
+    def numpy(self) -> np.ndarray:
+        """A host copy."""
+
+@final
 class Session:
     """A loaded artifact, run on NumPy arrays: on the CPU, or on a GPU for
     `sm_*` artifacts. Several Python threads may run one session at once
@@ -75,7 +93,12 @@ class Session:
     Inputs are read in place: each must be a C-contiguous array of exactly
     the input's dtype and shape (`aoc.InputError` otherwise; nothing is
     converted quietly). Each output is a fresh array whose memory the
-    kernels wrote directly (no copy out)."""
+    kernels wrote directly (no copy out).
+
+    A GPU session also takes CUDA tensors (PyTorch, CuPy: anything with
+    `__dlpack__`) on its GPU, copied on the device with no host round
+    trip; the outputs of such a run are `aoc.DeviceArray`s, or the
+    caller's own CUDA tensors bound with `outputs=`."""
 
     def __new__(
         cls,
@@ -88,13 +111,17 @@ class Session:
         `device`: for GPU artifacts, `cuda`, `cuda:N` or N (default GPU 0);
         for CPU artifacts None or `cpu`."""
     @overload
-    def run(self, output_names_or_feed: _Feed, feed: None = None, run_options: Any = None) -> Dict[str, np.ndarray]:
+    def run(self, output_names_or_feed: _Feed, feed: None = None, run_options: Any = None, *, outputs: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         """`run(feed)` -> {output name: array}, the outputs by name."""
     @overload
-    def run(self, output_names_or_feed: Optional[Sequence[str]], feed: _Feed, run_options: Any = None) -> List[np.ndarray]:
+    def run(self, output_names_or_feed: Optional[Sequence[str]], feed: _Feed, run_options: Any = None, *, outputs: Optional[Mapping[str, Any]] = None) -> List[Any]:
         """`run(None, feed)` -> every output in order and `run([names],
         feed)` -> those outputs, as ONNX Runtime's `InferenceSession.run`.
-        `feed` maps each input name to an array."""
+        `feed` maps each input name to an array, or (GPU sessions) to a
+        CUDA tensor on the session's GPU. Outputs are NumPy arrays; after
+        a run with a CUDA input, `aoc.DeviceArray`s; `outputs` maps output
+        names to CUDA tensors of the output's dtype and shape (contiguous)
+        that the run writes in place and returns."""
     def bench(self, iters: int = 50, warmup: int = 5, inputs: Optional[_Feed] = None) -> Dict[str, Any]:
         """`aoc bench --json` on this session: p50_ms, p99_ms, mean_ms,
         throughput_per_s, peak_memory_bytes, iters, threads, load_ms (CPU);

@@ -14,6 +14,7 @@
 //!   failed (`aoc.CompileError`, `aoc.InputError`, ...; `aoc/_errors.py`).
 //! - The GIL is released while compiling, quantizing and running.
 
+mod dlpack;
 mod model;
 mod session;
 

@@ -21,15 +21,17 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use aoc_runtime::artifact::{Artifact as RtArtifact, DType, TensorSpec};
-use aoc_runtime::cuda::GpuSession;
+use aoc_runtime::cuda::{Dst, GpuSession, Src};
 use aoc_runtime::exec::{Session as CpuSession, SessionOptions};
 
+use crate::dlpack::{DL_CUDA, DeviceArray, Want, cuda_address, device_of};
 use crate::model::Artifact;
 use crate::{Failure, Kind, guarded, json_to_py};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Session>()?;
     m.add_class::<OutputBuffer>()?;
+    m.add_class::<DeviceArray>()?;
     m.add_function(wrap_pyfunction!(empty, m)?)?;
     Ok(())
 }
@@ -57,10 +59,17 @@ impl Backend {
         }
     }
 
-    fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), String> {
+    fn run_io(&self, inputs: &[Src], outputs: &mut [Dst]) -> Result<(), String> {
         match self {
-            Backend::Cpu(s) => s.run_into(inputs, outputs),
-            Backend::Gpu(s) => s.run_into(inputs, outputs),
+            Backend::Cpu(s) => {
+                let ins: Vec<&[u8]> = inputs.iter().map(|x| if let Src::Host(x) = x { Ok(*x) } else { Err("a CPU session reads host memory only") }).collect::<Result<_, _>>()?;
+                let mut outs: Vec<&mut [u8]> = outputs
+                    .iter_mut()
+                    .map(|o| if let Dst::Host(o) = o { Ok(&mut **o) } else { Err("a CPU session writes host memory only") })
+                    .collect::<Result<_, _>>()?;
+                s.run_into(&ins, &mut outs)
+            }
+            Backend::Gpu(s) => s.run_io(inputs, outputs),
         }
         .map_err(|e| e.to_string())
     }
@@ -68,7 +77,7 @@ impl Backend {
 
 /// 64-byte aligned memory (zeroed) that a NumPy array uses as its own.
 #[pyclass(module = "aoc._aoc", frozen)]
-pub struct OutputBuffer {
+pub(crate) struct OutputBuffer {
     ptr: *mut u8,
     len: usize,
 }
@@ -80,7 +89,7 @@ unsafe impl Sync for OutputBuffer {}
 const ALIGN: usize = 64;
 
 impl OutputBuffer {
-    fn new(len: usize) -> Result<OutputBuffer, Failure> {
+    pub(crate) fn new(len: usize) -> Result<OutputBuffer, Failure> {
         if len == 0 {
             return Ok(OutputBuffer { ptr: std::ptr::NonNull::<[u8; ALIGN]>::dangling().as_ptr().cast(), len });
         }
@@ -91,6 +100,16 @@ impl OutputBuffer {
             return Err(Failure::new(Kind::Run, format!("out of memory allocating an output of {len} bytes")));
         }
         Ok(OutputBuffer { ptr, len })
+    }
+}
+
+impl OutputBuffer {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: `self` owns `len` bytes at `ptr`, borrowed mutably here.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 
@@ -111,7 +130,7 @@ impl OutputBuffer {
 }
 
 /// Wraps `buf` as an array of `descr` and `dims` that owns it.
-fn into_array<'py>(py: Python<'py>, buf: OutputBuffer, descr: &Bound<'py, PyArrayDescr>, dims: &[npy_intp]) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn into_array<'py>(py: Python<'py>, buf: OutputBuffer, descr: &Bound<'py, PyArrayDescr>, dims: &[npy_intp]) -> PyResult<Bound<'py, PyAny>> {
     let data = buf.ptr;
     let owner = Bound::new(py, buf)?;
     let mut dims = dims.to_vec();
@@ -143,7 +162,7 @@ fn into_array<'py>(py: Python<'py>, buf: OutputBuffer, descr: &Bound<'py, PyArra
 }
 
 /// The NumPy dtype of a runtime dtype (bf16 and fp8 through `ml_dtypes`).
-fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> Result<Bound<'py, PyArrayDescr>, Failure> {
+pub(crate) fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> Result<Bound<'py, PyArrayDescr>, Failure> {
     let plain = match d {
         DType::F64 => Some("float64"),
         DType::F32 => Some("float32"),
@@ -180,6 +199,7 @@ fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> Result<Bound<'py, PyArrayDescr
 /// A tensor's dtype, shape and size, looked up once at load.
 struct Port {
     name: String,
+    dt: DType,
     dtype: Py<PyArrayDescr>,
     shape: Vec<usize>,
     dims: Vec<npy_intp>,
@@ -194,6 +214,7 @@ fn ports(py: Python<'_>, specs: &[TensorSpec], what: &str) -> Result<Vec<Port>, 
             let n: u64 = s.shape.iter().product();
             Ok(Port {
                 name: s.name.clone(),
+                dt: d,
                 dtype: numpy_dtype(py, d)?.unbind(),
                 shape: s.shape.iter().map(|&x| x as usize).collect(),
                 dims: s.shape.iter().map(|&x| x as npy_intp).collect(),
@@ -247,12 +268,32 @@ fn gpu_ordinal(device: Option<&Bound<'_, PyAny>>) -> Result<usize, Failure> {
     }
 }
 
+/// One bound input: a host array read in place, or a CUDA tensor's
+/// address with the capsule that keeps it valid.
+enum Slot<'py> {
+    Host(Bound<'py, PyUntypedArray>),
+    /// The address and the capsule that keeps it valid.
+    Device(u64, #[allow(dead_code)] Bound<'py, PyAny>),
+}
+
 impl Session {
-    fn bind<'a, 'py>(&self, py: Python<'py>, feed: &Bound<'py, PyAny>, keep: &'a mut Vec<Bound<'py, PyUntypedArray>>) -> PyResult<Vec<&'a [u8]>> {
+    /// The GPU session, for a value on a CUDA device; a clear refusal for a
+    /// CPU one.
+    fn gpu_for(&self, what: &str, name: &str) -> Result<&GpuSession, Failure> {
+        match &self.backend {
+            Backend::Gpu(g) => Ok(g),
+            Backend::Cpu(_) => Err(Failure::new(
+                Kind::Input,
+                format!("{what} `{name}` is a CUDA tensor, but {} is a CPU artifact ({}); move it to the CPU first (.cpu())", self.name, self.target),
+            )),
+        }
+    }
+
+    fn bind<'a, 'py>(&self, py: Python<'py>, feed: &Bound<'py, PyAny>, keep: &'a mut Vec<Slot<'py>>) -> PyResult<Vec<Src<'a>>> {
         let feed = feed
             .cast::<PyDict>()
             .map_err(|_| Failure::new(Kind::Input, format!("the inputs must be a dict of input name to array; the model's inputs are: {}", self.describe_inputs(py))))?;
-        let mut slots: Vec<Option<Bound<'py, PyUntypedArray>>> = (0..self.inputs.len()).map(|_| None).collect();
+        let mut slots: Vec<Option<Slot<'py>>> = (0..self.inputs.len()).map(|_| None).collect();
         for (k, v) in feed.iter() {
             let key = k
                 .cast::<pyo3::types::PyString>()
@@ -261,11 +302,18 @@ impl Session {
             let i = self.inputs.iter().position(|p| p.name == *name).ok_or_else(|| {
                 Failure::new(Kind::Input, format!("unknown input `{name}`; the model's inputs are: {}", self.describe_inputs(py)))
             })?;
+            let p = &self.inputs[i];
+            if v.cast::<PyUntypedArray>().is_err() && device_of(&v)?.is_some_and(|(t, _)| t == DL_CUDA) {
+                let g = self.gpu_for("input", &name)?;
+                let want = Want { what: "input", name: &name, dtype: p.dt, shape: &p.shape };
+                let (addr, cap) = cuda_address(&v, g.stream_handle(), g.ordinal(), &want)?;
+                slots[i] = Some(Slot::Device(addr, cap));
+                continue;
+            }
             let arr = match v.cast::<PyUntypedArray>() {
                 Ok(a) => a.clone(),
                 Err(_) => as_array(py, &name, &v)?,
             };
-            let p = &self.inputs[i];
             let want = p.dtype.bind(py);
             if !arr.dtype().is_equiv_to(want) {
                 return Err(Failure::new(Kind::Input, format!("input `{name}` must be {} with shape {:?}, found {}", want.str()?, p.shape, arr.dtype().str()?)).into());
@@ -280,7 +328,7 @@ impl Session {
                 )
                 .into());
             }
-            slots[i] = Some(arr);
+            slots[i] = Some(Slot::Host(arr));
         }
         let missing: Vec<String> = slots
             .iter()
@@ -295,14 +343,13 @@ impl Session {
         Ok(keep
             .iter()
             .zip(&self.inputs)
-            .map(|(a, p)| {
-                if p.bytes == 0 {
-                    return &[][..];
-                }
+            .map(|(slot, p)| match slot {
+                _ if p.bytes == 0 => Src::Host(&[]),
+                Slot::Device(addr, _) => Src::Device(*addr),
                 // SAFETY: a C-contiguous array of exactly this dtype and
                 // shape holds `p.bytes` bytes at `data`; `keep` holds a
                 // reference to it for as long as the slice lives.
-                unsafe { std::slice::from_raw_parts((*a.as_array_ptr()).fields.data as *const u8, p.bytes) }
+                Slot::Host(a) => Src::Host(unsafe { std::slice::from_raw_parts((*a.as_array_ptr()).fields.data as *const u8, p.bytes) }),
             })
             .collect())
     }
@@ -315,23 +362,73 @@ impl Session {
             .join(", ")
     }
 
-    /// Runs one inference; the outputs as arrays, in the artifact's order.
-    fn run_arrays<'py>(&self, py: Python<'py>, feed: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    /// Runs one inference; the outputs in the artifact's order: the
+    /// tensors bound in `bound` (name -> CUDA tensor, written in place),
+    /// else device arrays when an input came from the GPU, else NumPy
+    /// arrays.
+    fn run_arrays<'py>(&self, py: Python<'py>, feed: &Bound<'py, PyAny>, bound: Option<&Bound<'py, PyAny>>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut keep = Vec::with_capacity(self.inputs.len());
         let ins = self.bind(py, feed, &mut keep)?;
-        let mut bufs = self.outputs.iter().map(|p| OutputBuffer::new(p.bytes)).collect::<Result<Vec<_>, _>>()?;
-        let mut outs: Vec<&mut [u8]> = bufs
+        let on_device = ins.iter().any(|x| matches!(x, Src::Device(_)));
+        // Each output: a caller's tensor, a device array, or host memory.
+        enum Out<'py> {
+            // The address, the capsule that keeps it valid, the tensor.
+            Bound { addr: u64, _capsule: Bound<'py, PyAny>, tensor: Bound<'py, PyAny> },
+            Device(Bound<'py, DeviceArray>),
+            Host(OutputBuffer),
+        }
+        let mut outs: Vec<Option<Out<'py>>> = (0..self.outputs.len()).map(|_| None).collect();
+        if let Some(bound) = bound.filter(|b| !b.is_none()) {
+            let d = bound
+                .cast::<PyDict>()
+                .map_err(|_| Failure::new(Kind::Input, "outputs must be a dict of output name to a CUDA tensor".to_string()))?;
+            for (k, v) in d.iter() {
+                let name: String = k.extract().map_err(|_| Failure::new(Kind::Input, "output names must be strings".to_string()))?;
+                let i = self.outputs.iter().position(|p| p.name == name).ok_or_else(|| {
+                    Failure::new(Kind::Input, format!("unknown output `{name}`; the model's outputs are: {}", self.outputs.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")))
+                })?;
+                if !device_of(&v)?.is_some_and(|(t, _)| t == DL_CUDA) {
+                    return Err(Failure::new(Kind::Input, format!("output `{name}`: only CUDA tensors (DLPack) can be bound as outputs")).into());
+                }
+                let g = self.gpu_for("output", &name)?;
+                let p = &self.outputs[i];
+                let want = Want { what: "output", name: &name, dtype: p.dt, shape: &p.shape };
+                let (addr, cap) = cuda_address(&v, g.stream_handle(), g.ordinal(), &want)?;
+                outs[i] = Some(Out::Bound { addr, _capsule: cap, tensor: v });
+            }
+        }
+        for (o, p) in outs.iter_mut().zip(&self.outputs) {
+            if o.is_some() {
+                continue;
+            }
+            *o = Some(match &self.backend {
+                Backend::Gpu(g) if on_device => Out::Device(Bound::new(py, DeviceArray::new(g.gpu(), p.dt, &p.shape, p.bytes)?)?),
+                _ => Out::Host(OutputBuffer::new(p.bytes)?),
+            });
+        }
+        let mut outs: Vec<Out<'py>> = outs.into_iter().flatten().collect();
+        let mut dsts: Vec<Dst> = outs
             .iter_mut()
-            .map(|b| if b.len == 0 { &mut [][..] } else {
-                // SAFETY: `b` owns `len` bytes, borrowed mutably here only.
-                unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) }
+            .zip(&self.outputs)
+            .map(|(o, p)| match o {
+                _ if p.bytes == 0 => Dst::Host(&mut []),
+                Out::Bound { addr, .. } => Dst::Device(*addr),
+                Out::Device(a) => Dst::Device(a.get().ptr()),
+                Out::Host(b) => Dst::Host(b.as_mut_slice()),
             })
             .collect();
         let backend = &self.backend;
         let name = &self.name;
-        py.detach(|| guarded(|| backend.run_into(&ins, &mut outs).map_err(|m| Failure::new(Kind::Run, format!("{name}: {m}")))))?;
-        drop(outs);
-        bufs.into_iter().zip(&self.outputs).map(|(b, p)| into_array(py, b, p.dtype.bind(py), &p.dims)).collect()
+        py.detach(|| guarded(|| backend.run_io(&ins, &mut dsts).map_err(|m| Failure::new(Kind::Run, format!("{name}: {m}")))))?;
+        drop(dsts);
+        outs.into_iter()
+            .zip(&self.outputs)
+            .map(|(o, p)| match o {
+                Out::Bound { tensor, .. } => Ok(tensor),
+                Out::Device(a) => Ok(a.into_any()),
+                Out::Host(b) => into_array(py, b, p.dtype.bind(py), &p.dims),
+            })
+            .collect()
     }
 }
 
@@ -378,18 +475,22 @@ impl Session {
 
     /// `run(feed)` -> {name: array}; `run(None, feed)` -> [array, ...] in
     /// output order; `run([names], feed)` -> those outputs, as ONNX
-    /// Runtime's `InferenceSession.run`.
-    #[pyo3(signature = (output_names_or_feed, feed=None, run_options=None))]
+    /// Runtime's `InferenceSession.run`. For a GPU artifact, CUDA tensors
+    /// (anything with `__dlpack__`) are read on the device; the outputs are
+    /// then `aoc.DeviceArray`s (`torch.from_dlpack` views them), or
+    /// `outputs` binds the caller's CUDA tensors, written in place.
+    #[pyo3(signature = (output_names_or_feed, feed=None, run_options=None, *, outputs=None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
         output_names_or_feed: &Bound<'py, PyAny>,
         feed: Option<&Bound<'py, PyAny>>,
         run_options: Option<&Bound<'py, PyAny>>,
+        outputs: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = run_options;
         let Some(feed) = feed else {
-            let arrays = self.run_arrays(py, output_names_or_feed)?;
+            let arrays = self.run_arrays(py, output_names_or_feed, outputs)?;
             let d = PyDict::new(py);
             for (p, a) in self.outputs.iter().zip(arrays) {
                 d.set_item(&p.name, a)?;
@@ -413,7 +514,7 @@ impl Session {
                 picks.push(i);
             }
         }
-        let arrays = self.run_arrays(py, feed)?;
+        let arrays = self.run_arrays(py, feed, outputs)?;
         let list = match names {
             None => PyList::new(py, arrays)?,
             Some(_) => PyList::new(py, picks.iter().map(|&i| arrays[i].clone()))?,
@@ -433,7 +534,14 @@ impl Session {
         let data: Vec<Vec<u8>> = match inputs {
             Some(feed) => {
                 let mut keep = vec![];
-                self.bind(py, feed, &mut keep)?.iter().map(|s| s.to_vec()).collect()
+                let mut data = vec![];
+                for (x, p) in self.bind(py, feed, &mut keep)?.iter().zip(&self.inputs) {
+                    match x {
+                        Src::Host(x) => data.push(x.to_vec()),
+                        Src::Device(_) => return Err(Failure::new(Kind::Input, format!("bench takes host arrays; input `{}` is a CUDA tensor", p.name)).into()),
+                    }
+                }
+                data
             }
             None => aoc_compiler::bench::synthetic_inputs(self.backend.inputs()),
         };

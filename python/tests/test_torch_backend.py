@@ -109,23 +109,81 @@ def test_unsupported_graph_falls_back_to_eager(capsys):
     assert len(tb.fallbacks) == n + 1
 
 
-def test_cuda_tensors_stay_on_their_device():
+def test_an_unsupported_op_runs_eager_and_the_rest_with_aoc(capsys):
+    """A graph with an op no ONNX exporter knows (a custom op) is split:
+    the convolution before it and the linear layer after it run with aoc,
+    the custom op in eager PyTorch, and the answer is eager's."""
     torch = _torch()
+    import aoc.torch_backend as tb
+
+    # The schema is spelled out: this file's annotations are strings.
+    @torch.library.custom_op("aoc_test::mirror", mutates_args=(), schema="(Tensor x) -> Tensor")
+    def mirror(x):
+        return x.flip(-1) * 2.0
+
+    @mirror.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8 * 8 * 8, 4)
+
+        def forward(self, x):
+            y = mirror(torch.relu(self.conv(x)))
+            return self.fc(y.flatten(1))
+
+    net = Net().eval()
+    x = torch.randn(2, 3, 8, 8)
+    compiled, split = tb.compiled_graphs, tb.partitioned_graphs
+    with torch.no_grad():
+        want = net(x)
+        fast = torch.compile(net, backend="aoc")
+        got = fast(x)
+        again = fast(x)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-4, rtol=1e-3)
+    np.testing.assert_allclose(again.numpy(), want.numpy(), atol=1e-4, rtol=1e-3)
+    err = capsys.readouterr().err
+    assert "this graph runs split: 2 partitions with aoc" in err, err
+    assert "aoc_test" in err and "1 node in eager PyTorch" in err, err
+    assert tb.partitioned_graphs == split + 1
+    assert tb.compiled_graphs == compiled + 2  # conv+relu, flatten+linear
+
+
+def _cuda(torch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device for PyTorch here")
-    from aoc.torch_backend import aoc_backend
+    major, minor = torch.cuda.get_device_capability()
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
 
+
+def test_cuda_tensors_stay_on_their_device(monkeypatch):
+    torch = _torch()
+    target = _cuda(torch)
     import aoc.torch_backend as tb
 
     before = tb.compiled_graphs
     net = _net(torch).cuda()
     x = torch.randn(2, 3, 16, 16, device="cuda")
-    major, minor = torch.cuda.get_device_capability()
-    target = "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+    fast = torch.compile(net, backend="aoc", options={"precision": "fp16"})
     with torch.no_grad():
-        got = torch.compile(net, backend=aoc_backend, options={"target": target, "precision": "fp16"})(x)
+        fast(x)  # compiles, for this GPU's target (no target given)
         want = net(x)
-    assert tb.compiled_graphs == before + 1, tb.fallbacks[-1:]
-    assert got.device == x.device
+        assert tb.compiled_graphs == before + 1, tb.fallbacks[-1:]
+        # From now on no tensor may visit the host.
+        def no_host(*a, **k):
+            raise AssertionError("a CUDA tensor was copied to the host")
+
+        monkeypatch.setattr(torch.Tensor, "cpu", no_host)
+        monkeypatch.setattr(torch.Tensor, "numpy", no_host)
+        got = fast(x)
+        monkeypatch.undo()
+    assert got.device == x.device and got.dtype == want.dtype
     err = (got - want).abs().max().item() / max(1.0, want.abs().max().item())
     assert err <= 1e-2, err
+    art = tb.artifacts[-1]
+    assert art.target == target, (art.target, target)

@@ -127,13 +127,47 @@ pub struct GpuSession {
     host: crate::exec::reference::HostSteps,
 }
 
+/// Where an input of [`GpuSession::run_io`] is: host bytes, or the
+/// address of a buffer of the input's size on the session's GPU.
+pub enum Src<'a> {
+    Host(&'a [u8]),
+    Device(u64),
+}
+
+/// Where an output of [`GpuSession::run_io`] goes.
+pub enum Dst<'a> {
+    Host(&'a mut [u8]),
+    Device(u64),
+}
+
+impl Src<'_> {
+    /// A host buffer's length (a device buffer is its tensor's size by
+    /// definition, checked against its allocation instead).
+    fn host_len(&self) -> Option<usize> {
+        match self {
+            Src::Host(x) => Some(x.len()),
+            Src::Device(_) => None,
+        }
+    }
+}
+
+impl Dst<'_> {
+    fn host_len(&self) -> Option<usize> {
+        match self {
+            Dst::Host(x) => Some(x.len()),
+            Dst::Device(_) => None,
+        }
+    }
+}
+
 /// Checks a caller's buffers (their lengths, in order) against the
 /// tensors' sizes: as many, and each exactly its tensor's bytes.
-fn check_sizes(what: &str, lens: impl ExactSizeIterator<Item = usize>, want: &[u64], specs: &[TensorSpec]) -> Result<(), RuntimeError> {
+fn check_sizes(what: &str, lens: impl ExactSizeIterator<Item = Option<usize>>, want: &[u64], specs: &[TensorSpec]) -> Result<(), RuntimeError> {
     if lens.len() != want.len() {
         return Err(RuntimeError::new(format!("expected {} {what}s, got {}", want.len(), lens.len())));
     }
     for (i, (len, &n)) in lens.zip(want).enumerate() {
+        let Some(len) = len else { continue };
         if len as u64 != n {
             let name = specs.get(i).map_or("?", |s| s.name.as_str());
             return Err(RuntimeError::new(format!("{what} {i} (`{name}`) has {len} bytes, expected {n}")));
@@ -384,10 +418,6 @@ impl GpuSession {
             + self.output_bytes.iter().sum::<u64>()
     }
 
-    fn check_inputs(&self, inputs: &[&[u8]]) -> Result<(), RuntimeError> {
-        check_sizes("input", inputs.iter().map(|x| x.len()), &self.input_bytes, self.inputs())
-    }
-
     /// Replays the segments (no input or output copies).
     fn replay(&self, st: &State) -> Result<(), RuntimeError> {
         for seg in &st.segments {
@@ -443,23 +473,70 @@ impl GpuSession {
     /// [`GpuSession::run`] into the caller's output buffers, each exactly
     /// its output's size (what the C API calls).
     pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RuntimeError> {
-        self.check_inputs(inputs)?;
-        check_sizes("output", outputs.iter().map(|o| o.len()), &self.output_bytes, self.outputs())?;
+        let ins: Vec<Src> = inputs.iter().map(|x| Src::Host(x)).collect();
+        let mut outs: Vec<Dst> = outputs.iter_mut().map(|o| Dst::Host(o)).collect();
+        self.run_io(&ins, &mut outs)
+    }
+
+    /// The session's stream as a driver handle: a caller whose device
+    /// buffers are written on another stream makes this one wait for that
+    /// work before [`GpuSession::run_io`] (DLPack's `__dlpack__(stream=)`
+    /// does exactly that).
+    pub fn stream_handle(&self) -> usize {
+        self.launcher.stream.cu_stream() as usize
+    }
+
+    /// The GPU's ordinal, as DLPack's `device_id` names it.
+    pub fn ordinal(&self) -> usize {
+        self.gpu.ordinal()
+    }
+
+    /// One inference with each input and output on the host or on this
+    /// GPU. Device buffers are copied into and out of the session's own
+    /// (the recorded graphs point there) on the session's stream, with no
+    /// host round trip; the call returns once the outputs are written, so
+    /// work the caller queues afterwards on any stream sees them. A device
+    /// address must lie, with its tensor's size, inside one allocation on
+    /// this GPU: anything else is refused before a copy is queued.
+    pub fn run_io(&self, inputs: &[Src], outputs: &mut [Dst]) -> Result<(), RuntimeError> {
+        check_sizes("input", inputs.iter().map(Src::host_len), &self.input_bytes, self.inputs())?;
+        check_sizes("output", outputs.iter().map(Dst::host_len), &self.output_bytes, self.outputs())?;
         let mut guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
         let st = &mut *guard;
         self.gpu.context().bind_to_thread().map_err(drv("cannot bind the CUDA context".into()))?;
+        for (i, x) in inputs.iter().enumerate() {
+            if let Src::Device(p) = x {
+                self.gpu.check_device_range(*p, self.input_bytes[i], &format!("input `{}`", self.inputs()[i].name))?;
+            }
+        }
+        for (i, o) in outputs.iter().enumerate() {
+            if let Dst::Device(p) = o {
+                self.gpu.check_device_range(*p, self.output_bytes[i], &format!("output `{}`", self.outputs()[i].name))?;
+            }
+        }
         let cu = self.launcher.stream.cu_stream();
         for (i, x) in inputs.iter().enumerate() {
-            st.host_in[i].as_mut_slice().copy_from_slice(x);
-            unsafe { result::memcpy_htod_async(st.inputs[i].ptr, st.host_in[i].as_slice(), cu) }
-                .map_err(drv(format!("copying input {i} to the device")))?;
+            match x {
+                Src::Host(x) => {
+                    st.host_in[i].as_mut_slice().copy_from_slice(x);
+                    unsafe { result::memcpy_htod_async(st.inputs[i].ptr, st.host_in[i].as_slice(), cu) }
+                }
+                // SAFETY: the range was checked to lie inside a device
+                // allocation of this GPU; the session's input holds as many.
+                Src::Device(p) => unsafe { result::memcpy_dtod_async(st.inputs[i].ptr, *p, self.input_bytes[i] as usize, cu) },
+            }
+            .map_err(drv(format!("copying input {i} in")))?;
         }
         unsafe { result::memset_d8_async(st.status.ptr, 0, 4, cu) }.map_err(drv("clearing the status word".into()))?;
         self.replay(st)?;
-        for i in 0..st.outputs.len() {
+        for (i, o) in outputs.iter().enumerate() {
             let src = st.outputs[i].ptr;
-            unsafe { result::memcpy_dtoh_async(st.host_out[i].as_mut_slice(), src, cu) }
-                .map_err(drv(format!("copying output {i} to the host")))?;
+            match o {
+                Dst::Host(_) => unsafe { result::memcpy_dtoh_async(st.host_out[i].as_mut_slice(), src, cu) },
+                // SAFETY: as for the inputs.
+                Dst::Device(p) => unsafe { result::memcpy_dtod_async(*p, src, self.output_bytes[i] as usize, cu) },
+            }
+            .map_err(drv(format!("copying output {i} out")))?;
         }
         let mut status = [0u8; 4];
         unsafe { result::memcpy_dtoh_async(&mut status[..], st.status.ptr, cu) }
@@ -471,7 +548,9 @@ impl GpuSession {
             ));
         }
         for (o, p) in outputs.iter_mut().zip(&st.host_out) {
-            o.copy_from_slice(p.as_slice());
+            if let Dst::Host(o) = o {
+                o.copy_from_slice(p.as_slice());
+            }
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 use crate::exec::RuntimeError;
 
 mod exec;
-pub use exec::{GpuSession, KernelTrial, time_kernel};
+pub use exec::{Dst, GpuSession, KernelTrial, Src, time_kernel};
 
 /// One GPU, its primary context and a stream.
 pub struct Gpu {
@@ -24,6 +24,7 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     name: String,
     sm: u32,
+    ordinal: usize,
 }
 
 /// The `sm_XY` number of a target name (`sm_86` → 86, `sm_90a` → 90).
@@ -66,6 +67,7 @@ impl Gpu {
             stream,
             name,
             sm: (major * 10 + minor) as u32,
+            ordinal,
         })
     }
 
@@ -76,6 +78,45 @@ impl Gpu {
     /// Compute capability as `major * 10 + minor` (an H200 is 90).
     pub fn sm(&self) -> u32 {
         self.sm
+    }
+
+    /// The GPU's index among the driver's devices.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Refuses `len` bytes at device address `ptr` unless they lie inside
+    /// one allocation made on this GPU (another library's, e.g. PyTorch's
+    /// caching allocator, is fine). The context must be bound.
+    pub fn check_device_range(&self, ptr: u64, len: u64, what: &str) -> Result<(), RuntimeError> {
+        use cudarc::driver::sys::{CUpointer_attribute as A, cuPointerGetAttribute};
+        let attr = |a: A, out: *mut std::ffi::c_void| {
+            // SAFETY: `out` points at a value of the size this attribute
+            // writes (an int for the ordinal, a device pointer or size_t
+            // for the range); the driver only reads `ptr` as an address.
+            unsafe { cuPointerGetAttribute(out, a, ptr) }.result()
+        };
+        let not_ours = |e| RuntimeError::new(format!("{what} at {ptr:#x} is not memory of a CUDA device ({e:?})"));
+        let mut ordinal: i32 = -1;
+        attr(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (&mut ordinal as *mut i32).cast()).map_err(not_ours)?;
+        if ordinal as usize != self.ordinal {
+            return Err(RuntimeError::new(format!(
+                "{what} is on GPU {ordinal}, the session on GPU {} ({})",
+                self.ordinal, self.name
+            )));
+        }
+        let mut start: u64 = 0;
+        let mut size: usize = 0;
+        attr(A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (&mut start as *mut u64).cast()).map_err(not_ours)?;
+        attr(A::CU_POINTER_ATTRIBUTE_RANGE_SIZE, (&mut size as *mut usize).cast()).map_err(not_ours)?;
+        let end = start + size as u64;
+        if ptr.checked_add(len).is_none_or(|e| e > end) {
+            return Err(RuntimeError::new(format!(
+                "{what} needs {len} bytes at {ptr:#x}, but its allocation ends {} bytes after that address",
+                end.saturating_sub(ptr)
+            )));
+        }
+        Ok(())
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {
@@ -119,6 +160,61 @@ impl Gpu {
         module
             .load_function(name)
             .map_err(|e| driver_error(&format!("kernel `{name}` is missing from the module"), e))
+    }
+}
+
+/// Device memory that outlives any session: an output handed to another
+/// library (through DLPack) owns one. Freed on drop, with its context
+/// bound, from whatever thread drops it; the free waits for work queued on
+/// it, as `cuMemFree` does.
+pub struct DeviceBuffer {
+    ptr: u64,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceBuffer {
+    /// `len` bytes (at least one is allocated) on `gpu`.
+    pub fn new(gpu: &Gpu, len: usize) -> Result<DeviceBuffer, RuntimeError> {
+        gpu.ctx.bind_to_thread().map_err(|e| driver_error("cannot bind the CUDA context", e))?;
+        // SAFETY: a plain allocation in the bound context.
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(len.max(1)) }
+            .map_err(|e| driver_error(&format!("out of device memory: cannot allocate {len} bytes on {}", gpu.name), e))?;
+        Ok(DeviceBuffer { ptr, len, ctx: gpu.ctx.clone() })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the whole buffer into `dst` (exactly as long), waiting for it.
+    pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<(), RuntimeError> {
+        if dst.len() != self.len {
+            return Err(RuntimeError::new(format!("a {}-byte device buffer cannot fill {} bytes", self.len, dst.len())));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread().map_err(|e| driver_error("cannot bind the CUDA context", e))?;
+        // SAFETY: `len` bytes live at `ptr` in this context.
+        unsafe { cudarc::driver::result::memcpy_dtoh_sync(dst, self.ptr) }.map_err(|e| driver_error("copying a device array to the host", e))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated in `new` in this context, freed once.
+            let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+        }
     }
 }
 
