@@ -870,6 +870,59 @@ fn no_gpu_is_a_clear_error() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `GpuSession::run_io` with the input and output in device memory (what
+/// the Python package's DLPack path calls) gives exactly the bytes of a
+/// run through host memory, mixed host/device too; a device address whose
+/// tensor would run past its allocation, or that is no device memory at
+/// all, is refused before anything is queued.
+fn device_buffers_in_and_out() -> Result<(), Failed> {
+    use aoc_runtime::cuda::{DeviceBuffer, Dst, GpuSession, Src};
+    let m = models().into_iter().find(|m| m.name == "resnet_block").ok_or("examples/resnet_block is missing")?;
+    let d = scratch("device_io");
+    let art = d.join("model.aoc");
+    compile(&m, "sm_86", "fp16", &art)?;
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let s = GpuSession::load(&art).map_err(|e| e.to_string())?;
+    let x = read_npy(Path::new(&m.inputs[0]))?;
+    let input: Vec<u8> = x.to_f64().iter().flat_map(|v| (*v as f32).to_le_bytes()).collect();
+    let host = s.run(&[&input]).map_err(|e| e.to_string())?;
+    let gpu = s.gpu();
+    let dev_in = DeviceBuffer::new(gpu, input.len()).map_err(|e| e.to_string())?;
+    dev_in.copy_from_host(&input).map_err(|e| e.to_string())?;
+    let dev_out: Vec<DeviceBuffer> = host.iter().map(|o| DeviceBuffer::new(gpu, o.len())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let mut dsts: Vec<Dst> = dev_out.iter().map(|b| Dst::Device(b.ptr())).collect();
+    s.run_io(&[Src::Device(dev_in.ptr())], &mut dsts).map_err(|e| format!("device in, device out: {e}"))?;
+    for (i, (b, want)) in dev_out.iter().zip(&host).enumerate() {
+        let mut got = vec![0u8; want.len()];
+        b.copy_to_host(&mut got).map_err(|e| e.to_string())?;
+        if &got != want {
+            return Err(format!("output {i}: device run differs from the host run").into());
+        }
+    }
+    let mut mixed: Vec<Vec<u8>> = host.iter().map(|o| vec![0u8; o.len()]).collect();
+    let mut dsts: Vec<Dst> = mixed.iter_mut().map(|o| Dst::Host(o)).collect();
+    s.run_io(&[Src::Device(dev_in.ptr())], &mut dsts).map_err(|e| format!("device in, host out: {e}"))?;
+    drop(dsts);
+    if mixed != host {
+        return Err("device in, host out: the outputs differ from the host run".into());
+    }
+    let mut dsts: Vec<Dst> = dev_out.iter().map(|b| Dst::Device(b.ptr())).collect();
+    let past = s.run_io(&[Src::Device(dev_in.ptr() + 64)], &mut dsts).err().map(|e| e.to_string()).unwrap_or_default();
+    if !past.contains("allocation ends") || !past.contains("input") {
+        return Err(format!("an input running 64 bytes past its allocation: expected a refusal, got `{past}`").into());
+    }
+    let mut bad: Vec<Dst> = host.iter().map(|_| Dst::Device(0x1000)).collect();
+    let bogus = s.run_io(&[Src::Host(&input)], &mut bad).err().map(|e| e.to_string()).unwrap_or_default();
+    if !bogus.contains("not memory of a CUDA device") || !bogus.contains("output") {
+        return Err(format!("an output at 0x1000: expected a refusal, got `{bogus}`").into());
+    }
+    println!("device I/O matches host I/O bit for bit; refusals: {past} | {bogus}");
+    Ok(())
+}
+
 /// GPU artifacts through the C API (`aoc_runtime.h`): `aoc_session_load`
 /// of an sm_86 artifact describes its ports from the manifest and
 /// `aoc_session_run` (two threads at once on one session) matches the
@@ -1136,6 +1189,7 @@ fn main() {
     trials.push(Trial::test("gpu_nan_and_inf_through_epilogues", nan_through_epilogues));
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_c_api_runs_gpu_artifacts", c_api_runs_gpu_artifacts));
+    trials.push(Trial::test("gpu_device_buffers_in_and_out", device_buffers_in_and_out));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     trials.push(Trial::test("gpu_quantized_for_sm_90_runs_int8_and_fp16", quantized_for_the_gpu));
     libtest_mimic::run(&args, trials).exit();

@@ -195,6 +195,19 @@ impl DeviceBuffer {
         self.len == 0
     }
 
+    /// Fills the whole buffer from `src` (exactly as long), waiting for it.
+    pub fn copy_from_host(&self, src: &[u8]) -> Result<(), RuntimeError> {
+        if src.len() != self.len {
+            return Err(RuntimeError::new(format!("a {}-byte device buffer cannot take {} bytes", self.len, src.len())));
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread().map_err(|e| driver_error("cannot bind the CUDA context", e))?;
+        // SAFETY: `len` bytes live at `ptr` in this context.
+        unsafe { cudarc::driver::result::memcpy_htod_sync(self.ptr, src) }.map_err(|e| driver_error("copying to a device buffer", e))
+    }
+
     /// Copies the whole buffer into `dst` (exactly as long), waiting for it.
     pub fn copy_to_host(&self, dst: &mut [u8]) -> Result<(), RuntimeError> {
         if dst.len() != self.len {
