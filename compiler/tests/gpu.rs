@@ -894,28 +894,42 @@ fn device_buffers_in_and_out() -> Result<(), Failed> {
     dev_in.copy_from_host(&input).map_err(|e| e.to_string())?;
     let dev_out: Vec<DeviceBuffer> = host.iter().map(|o| DeviceBuffer::new(gpu, o.len())).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let mut dsts: Vec<Dst> = dev_out.iter().map(|b| Dst::Device(b.ptr())).collect();
-    s.run_io(&[Src::Device(dev_in.ptr())], &mut dsts).map_err(|e| format!("device in, device out: {e}"))?;
-    for (i, (b, want)) in dev_out.iter().zip(&host).enumerate() {
-        let mut got = vec![0u8; want.len()];
-        b.copy_to_host(&mut got).map_err(|e| e.to_string())?;
-        if &got != want {
-            return Err(format!("output {i}: device run differs from the host run").into());
+    s.run_io(&[Src::Device(dev_in.ptr())], &mut dsts, None).map_err(|e| format!("device in, device out: {e}"))?;
+    let same = |what: &str| -> Result<(), Failed> {
+        for (i, (b, want)) in dev_out.iter().zip(&host).enumerate() {
+            let mut got = vec![0u8; want.len()];
+            b.copy_to_host(&mut got).map_err(|e| e.to_string())?;
+            if &got != want {
+                return Err(format!("{what}, output {i}: the device run differs from the host run").into());
+            }
         }
+        Ok(())
+    };
+    same("waited for")?;
+    // Ordered against the legacy default stream, the call returns before
+    // the run is done (no index check here); the stream's later work, the
+    // copies back included, sees the outputs. Twice, back to back.
+    for round in 0..2 {
+        let mut dsts: Vec<Dst> = dev_out.iter().map(|b| Dst::Device(b.ptr())).collect();
+        s.run_io(&[Src::Device(dev_in.ptr())], &mut dsts, Some(0)).map_err(|e| format!("ordered on the default stream: {e}"))?;
+        drop(dsts);
+        gpu.context().synchronize().map_err(|e| format!("{e:?}"))?;
+        same(&format!("ordered on the default stream, round {round}"))?;
     }
     let mut mixed: Vec<Vec<u8>> = host.iter().map(|o| vec![0u8; o.len()]).collect();
     let mut dsts: Vec<Dst> = mixed.iter_mut().map(|o| Dst::Host(o)).collect();
-    s.run_io(&[Src::Device(dev_in.ptr())], &mut dsts).map_err(|e| format!("device in, host out: {e}"))?;
+    s.run_io(&[Src::Device(dev_in.ptr())], &mut dsts, None).map_err(|e| format!("device in, host out: {e}"))?;
     drop(dsts);
     if mixed != host {
         return Err("device in, host out: the outputs differ from the host run".into());
     }
     let mut dsts: Vec<Dst> = dev_out.iter().map(|b| Dst::Device(b.ptr())).collect();
-    let past = s.run_io(&[Src::Device(dev_in.ptr() + 64)], &mut dsts).err().map(|e| e.to_string()).unwrap_or_default();
+    let past = s.run_io(&[Src::Device(dev_in.ptr() + 64)], &mut dsts, None).err().map(|e| e.to_string()).unwrap_or_default();
     if !past.contains("allocation ends") || !past.contains("input") {
         return Err(format!("an input running 64 bytes past its allocation: expected a refusal, got `{past}`").into());
     }
     let mut bad: Vec<Dst> = host.iter().map(|_| Dst::Device(0x1000)).collect();
-    let bogus = s.run_io(&[Src::Host(&input)], &mut bad).err().map(|e| e.to_string()).unwrap_or_default();
+    let bogus = s.run_io(&[Src::Host(&input)], &mut bad, None).err().map(|e| e.to_string()).unwrap_or_default();
     if !bogus.contains("not memory of a CUDA device") || !bogus.contains("output") {
         return Err(format!("an output at 0x1000: expected a refusal, got `{bogus}`").into());
     }

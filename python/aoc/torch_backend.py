@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import operator
 import os
 import re
 import sys
@@ -149,7 +150,12 @@ class _Specialized:
         self.free = [i for i in range(self.n) if i not in self.fixed]
         # Baked-in tensors are checked on every call: changed weights (an
         # optimizer step, a load_state_dict in place) mean eager again.
-        self.versions = {i: (a._version, a.data_ptr()) for i, a in self.fixed.items() if isinstance(a, torch.Tensor)}
+        # Hundreds of them for a real model: compared as two lists.
+        baked = [i for i, a in self.fixed.items() if isinstance(a, torch.Tensor)]
+        # itemgetter of one index returns the item, not a tuple.
+        self.pick = operator.itemgetter(*baked) if len(baked) > 1 else (lambda args: [args[i] for i in baked])
+        self.versions = [args[i]._version for i in baked]
+        self.ptrs = [args[i].data_ptr() for i in baked]
 
         class Bound(torch.nn.Module):
             def __init__(inner) -> None:
@@ -170,11 +176,8 @@ class _Specialized:
         self.module = Bound()
 
     def still_valid(self, args: Sequence[Any]) -> bool:
-        for i, (version, ptr) in self.versions.items():
-            a = args[i]
-            if a._version != version or a.data_ptr() != ptr:
-                return False
-        return True
+        ts = self.pick(args)
+        return [t._version for t in ts] == self.versions and [t.data_ptr() for t in ts] == self.ptrs
 
 
 def _compile(gm: Any, args: Sequence[Any], state: Sequence[int], target: str, precision: str, threads: Any, quick: bool = False) -> Callable[..., Any]:
@@ -222,7 +225,10 @@ def _compile(gm: Any, args: Sequence[Any], state: Sequence[int], target: str, pr
         if device_io:
             feed = {name: call_args[i].detach().contiguous() for name, i in zip(sess.input_names, positions)}
             res = [torch.empty(shape, dtype=dt, device=d) for _, shape, dt, d in out_specs]
-            sess.run(feed, outputs={spec_[0]: r for spec_, r in zip(out_specs, res)})
+            # Ordered on PyTorch's current stream: the call may return
+            # before the GPU is done, as PyTorch's own kernels do.
+            stream = torch.cuda.current_stream(devices[0]).cuda_stream
+            sess.run(feed, outputs={spec_[0]: r for spec_, r in zip(out_specs, res)}, stream=stream)
         else:
             feed = {name: call_args[i].detach().cpu().contiguous().numpy() for name, i in zip(sess.input_names, positions)}
             outs = sess.run(None, feed)
@@ -281,10 +287,14 @@ def aoc_backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callab
     if options:
         print(f"aoc: ignoring unknown torch.compile options {sorted(options)}", file=sys.stderr)
     state = _state_positions(gm)
+    n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    others = [i for i in range(n_in) if i not in set(state)]
     cache: dict = {}
 
     def call(*args: Any) -> Any:
-        key = _key(args)
+        # Module state keeps its shapes (TorchDynamo guards them): the key
+        # is the other inputs'.
+        key = _key([args[i] for i in others] if len(args) == n_in else args)
         fn = cache.get(key)
         if fn is None:
             where = str(target) if target is not None else _default_target(args)

@@ -23,7 +23,7 @@ use aoc_runtime::cuda::{DeviceBuffer, Gpu};
 
 use numpy::npyffi::npy_intp;
 
-use crate::session::{OutputBuffer, into_array};
+use crate::session::{OutputBuffer, into_array, numpy_name};
 use crate::{Failure, Kind};
 
 /// DLPack's device type of CUDA memory.
@@ -149,7 +149,7 @@ pub(crate) fn cuda_address<'py>(v: &Bound<'py, PyAny>, stream: usize, ordinal: u
     }
     let dt = dl_dtype(want.dtype);
     if t.dtype != dt {
-        return Err(Failure::new(Kind::Input, format!("{what} `{name}` must be {} with shape {:?}, found {}", want.dtype.name(), want.shape, dl_dtype_name(t.dtype))).into());
+        return Err(Failure::new(Kind::Input, format!("{what} `{name}` must be {} with shape {:?}, found {}", numpy_name(want.dtype), want.shape, dl_dtype_name(t.dtype))).into());
     }
     let ndim = t.ndim.max(0) as usize;
     let (shape, strides) = unsafe {
@@ -159,7 +159,7 @@ pub(crate) fn cuda_address<'py>(v: &Bound<'py, PyAny>, stream: usize, ordinal: u
         )
     };
     if shape.len() != want.shape.len() || shape.iter().zip(want.shape).any(|(&a, &b)| a != b as i64) {
-        return Err(Failure::new(Kind::Input, format!("{what} `{name}` must have shape {:?} ({}), found {shape:?}", want.shape, want.dtype.name())).into());
+        return Err(Failure::new(Kind::Input, format!("{what} `{name}` must have shape {:?} ({}), found {shape:?}", want.shape, numpy_name(want.dtype))).into());
     }
     if let Some(strides) = strides {
         let mut expect = 1i64;
@@ -314,6 +314,6 @@ impl DeviceArray {
     }
 
     fn __repr__(&self) -> String {
-        format!("<aoc.DeviceArray {} {:?} on cuda:{}>", self.dtype.name(), self.shape, self.ordinal)
+        format!("<aoc.DeviceArray {} {:?} on cuda:{}>", numpy_name(self.dtype), self.shape, self.ordinal)
     }
 }

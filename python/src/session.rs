@@ -59,8 +59,9 @@ impl Backend {
         }
     }
 
-    fn run_io(&self, inputs: &[Src], outputs: &mut [Dst]) -> Result<(), String> {
+    fn run_io(&self, inputs: &[Src], outputs: &mut [Dst], after: Option<usize>) -> Result<(), String> {
         match self {
+            Backend::Cpu(_) if after.is_some() => Err("stream is for GPU sessions".to_string()),
             Backend::Cpu(s) => {
                 let ins: Vec<&[u8]> = inputs.iter().map(|x| if let Src::Host(x) = x { Ok(*x) } else { Err("a CPU session reads host memory only") }).collect::<Result<_, _>>()?;
                 let mut outs: Vec<&mut [u8]> = outputs
@@ -69,7 +70,7 @@ impl Backend {
                     .collect::<Result<_, _>>()?;
                 s.run_into(&ins, &mut outs)
             }
-            Backend::Gpu(s) => s.run_io(inputs, outputs),
+            Backend::Gpu(s) => s.run_io(inputs, outputs, after),
         }
         .map_err(|e| e.to_string())
     }
@@ -161,38 +162,40 @@ pub(crate) fn into_array<'py>(py: Python<'py>, buf: OutputBuffer, descr: &Bound<
     }
 }
 
+/// NumPy's name of a runtime dtype (bf16 and fp8 as `ml_dtypes` names them).
+pub(crate) fn numpy_name(d: DType) -> &'static str {
+    match d {
+        DType::F64 => "float64",
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::I64 => "int64",
+        DType::I32 => "int32",
+        DType::I16 => "int16",
+        DType::I8 => "int8",
+        DType::U64 => "uint64",
+        DType::U32 => "uint32",
+        DType::U16 => "uint16",
+        DType::U8 => "uint8",
+        DType::I1 => "bool",
+        DType::BF16 => "bfloat16",
+        DType::F8E4M3FN => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
+    }
+}
+
 /// The NumPy dtype of a runtime dtype (bf16 and fp8 through `ml_dtypes`).
 pub(crate) fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> Result<Bound<'py, PyArrayDescr>, Failure> {
-    let plain = match d {
-        DType::F64 => Some("float64"),
-        DType::F32 => Some("float32"),
-        DType::F16 => Some("float16"),
-        DType::I64 => Some("int64"),
-        DType::I32 => Some("int32"),
-        DType::I16 => Some("int16"),
-        DType::I8 => Some("int8"),
-        DType::U64 => Some("uint64"),
-        DType::U32 => Some("uint32"),
-        DType::U16 => Some("uint16"),
-        DType::U8 => Some("uint8"),
-        DType::I1 => Some("bool"),
-        DType::BF16 | DType::F8E4M3FN | DType::F8E5M2 => None,
-    };
     let err = |e: PyErr| Failure::new(Kind::Load, format!("no NumPy dtype for {}: {e}", d.name()));
-    match plain {
-        Some(n) => PyArrayDescr::new(py, n).map_err(err),
-        None => {
-            let name = match d {
-                DType::BF16 => "bfloat16",
-                DType::F8E4M3FN => "float8_e4m3fn",
-                _ => "float8_e5m2",
-            };
+    let name = numpy_name(d);
+    match d {
+        DType::BF16 | DType::F8E4M3FN | DType::F8E5M2 => {
             let m = py.import("ml_dtypes").map_err(|_| {
                 Failure::new(Kind::Load, format!("the artifact has a {} tensor; NumPy has no such dtype: install the ml_dtypes package", d.name()))
             })?;
             let t = m.getattr(name).map_err(err)?;
             PyArrayDescr::new(py, &t).map_err(err)
         }
+        _ => PyArrayDescr::new(py, name).map_err(err),
     }
 }
 
@@ -366,7 +369,7 @@ impl Session {
     /// tensors bound in `bound` (name -> CUDA tensor, written in place),
     /// else device arrays when an input came from the GPU, else NumPy
     /// arrays.
-    fn run_arrays<'py>(&self, py: Python<'py>, feed: &Bound<'py, PyAny>, bound: Option<&Bound<'py, PyAny>>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    fn run_arrays<'py>(&self, py: Python<'py>, feed: &Bound<'py, PyAny>, bound: Option<&Bound<'py, PyAny>>, stream: Option<usize>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let mut keep = Vec::with_capacity(self.inputs.len());
         let ins = self.bind(py, feed, &mut keep)?;
         let on_device = ins.iter().any(|x| matches!(x, Src::Device(_)));
@@ -419,7 +422,7 @@ impl Session {
             .collect();
         let backend = &self.backend;
         let name = &self.name;
-        py.detach(|| guarded(|| backend.run_io(&ins, &mut dsts).map_err(|m| Failure::new(Kind::Run, format!("{name}: {m}")))))?;
+        py.detach(|| guarded(|| backend.run_io(&ins, &mut dsts, stream).map_err(|m| Failure::new(Kind::Run, format!("{name}: {m}")))))?;
         drop(dsts);
         outs.into_iter()
             .zip(&self.outputs)
@@ -479,7 +482,11 @@ impl Session {
     /// (anything with `__dlpack__`) are read on the device; the outputs are
     /// then `aoc.DeviceArray`s (`torch.from_dlpack` views them), or
     /// `outputs` binds the caller's CUDA tensors, written in place.
-    #[pyo3(signature = (output_names_or_feed, feed=None, run_options=None, *, outputs=None))]
+    /// `stream` (a CUDA stream handle, e.g. PyTorch's
+    /// `current_stream().cuda_stream`): the run is ordered after the work
+    /// queued on it and it waits for the run; with device inputs and
+    /// outputs the call may then return before the run is done.
+    #[pyo3(signature = (output_names_or_feed, feed=None, run_options=None, *, outputs=None, stream=None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -487,10 +494,11 @@ impl Session {
         feed: Option<&Bound<'py, PyAny>>,
         run_options: Option<&Bound<'py, PyAny>>,
         outputs: Option<&Bound<'py, PyAny>>,
+        stream: Option<usize>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = run_options;
         let Some(feed) = feed else {
-            let arrays = self.run_arrays(py, output_names_or_feed, outputs)?;
+            let arrays = self.run_arrays(py, output_names_or_feed, outputs, stream)?;
             let d = PyDict::new(py);
             for (p, a) in self.outputs.iter().zip(arrays) {
                 d.set_item(&p.name, a)?;
@@ -514,7 +522,7 @@ impl Session {
                 picks.push(i);
             }
         }
-        let arrays = self.run_arrays(py, feed, outputs)?;
+        let arrays = self.run_arrays(py, feed, outputs, stream)?;
         let list = match names {
             None => PyList::new(py, arrays)?,
             Some(_) => PyList::new(py, picks.iter().map(|&i| arrays[i].clone()))?,

@@ -64,6 +64,13 @@ def test_cuda_tensors_in_and_out_through_dlpack(resnet):
     (got,) = sess.run(None, {"input": x}, outputs={"logits": dest})
     assert got is dest and dest.data_ptr() == ptr
     np.testing.assert_array_equal(dest.cpu().numpy(), t.cpu().numpy())
+    # Ordered on PyTorch's stream, the call may return before the run is
+    # done; what PyTorch queues next on that stream sees the outputs.
+    for _ in range(3):
+        late = torch.full(want.shape, float("nan"), device="cuda")
+        sess.run({"input": x}, outputs={"logits": late}, stream=torch.cuda.current_stream().cuda_stream)
+        seen = late.clone()
+        np.testing.assert_array_equal(seen.cpu().numpy(), t.cpu().numpy())
     # A CUDA input on a stream other than the default one is waited for.
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):

@@ -107,6 +107,38 @@ struct State {
     host_in: Vec<Pinned>,
     host_out: Vec<Pinned>,
     segments: Vec<Segment>,
+    /// Marks the caller's stream before a run and the session's after it
+    /// (runs ordered against a caller's stream: `run_io`'s `after`).
+    before: Event,
+    done: Event,
+}
+
+/// A driver event without timing, destroyed on drop.
+struct Event(sys::CUevent);
+
+impl Event {
+    fn new() -> Result<Event, RuntimeError> {
+        result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map(Event)
+            .map_err(drv("cannot create an event".into()))
+    }
+
+    /// Makes `waiter` wait for the work queued on `on` so far.
+    fn order(&self, on: sys::CUstream, waiter: sys::CUstream) -> Result<(), RuntimeError> {
+        // SAFETY: a live event and streams of the bound context.
+        unsafe {
+            result::event::record(self.0, on).map_err(drv("recording an event".into()))?;
+            result::stream::wait_event(waiter, self.0, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                .map_err(drv("ordering two streams".into()))
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once.
+        let _ = unsafe { result::event::destroy(self.0) };
+    }
 }
 
 // SAFETY: the raw pointers and graph handles are only used under the
@@ -122,6 +154,9 @@ pub struct GpuSession {
     _module: Arc<CudaModule>,
     input_bytes: Vec<u64>,
     output_bytes: Vec<u64>,
+    /// Whether a kernel may flag an out-of-range index in the status word
+    /// (then every run waits to read it).
+    checks_status: bool,
     state: Mutex<State>,
     #[cfg(feature = "reference")]
     host: crate::exec::reference::HostSteps,
@@ -274,6 +309,16 @@ impl Launcher {
 
 }
 
+impl Drop for GpuSession {
+    /// Waits for runs still queued (`run_io` with `after` returns before
+    /// its work is done) before their buffers are freed.
+    fn drop(&mut self) {
+        if self.gpu.context().bind_to_thread().is_ok() {
+            let _ = self.launcher.stream.synchronize();
+        }
+    }
+}
+
 impl GpuSession {
     /// Opens, validates and loads the GPU artifact at `path` on GPU 0.
     pub fn load(path: &std::path::Path) -> Result<GpuSession, RuntimeError> {
@@ -372,7 +417,10 @@ impl GpuSession {
             host_in,
             host_out,
             segments: Vec::new(),
+            before: Event::new()?,
+            done: Event::new()?,
         };
+        let checks_status = plan.items.iter().any(|it| matches!(it, GpuItem::Launch(l) if l.args.iter().any(|a| matches!(a, Arg::Status))));
         let launcher = Launcher { stream, funcs };
         state.segments = launcher.record(&plan, &state)?;
         Ok(GpuSession {
@@ -383,6 +431,7 @@ impl GpuSession {
             _module: module,
             input_bytes,
             output_bytes,
+            checks_status,
             state: Mutex::new(state),
             #[cfg(feature = "reference")]
             host,
@@ -475,7 +524,7 @@ impl GpuSession {
     pub fn run_into(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), RuntimeError> {
         let ins: Vec<Src> = inputs.iter().map(|x| Src::Host(x)).collect();
         let mut outs: Vec<Dst> = outputs.iter_mut().map(|o| Dst::Host(o)).collect();
-        self.run_io(&ins, &mut outs)
+        self.run_io(&ins, &mut outs, None)
     }
 
     /// The session's stream as a driver handle: a caller whose device
@@ -494,11 +543,19 @@ impl GpuSession {
     /// One inference with each input and output on the host or on this
     /// GPU. Device buffers are copied into and out of the session's own
     /// (the recorded graphs point there) on the session's stream, with no
-    /// host round trip; the call returns once the outputs are written, so
-    /// work the caller queues afterwards on any stream sees them. A device
-    /// address must lie, with its tensor's size, inside one allocation on
-    /// this GPU: anything else is refused before a copy is queued.
-    pub fn run_io(&self, inputs: &[Src], outputs: &mut [Dst]) -> Result<(), RuntimeError> {
+    /// host round trip. A device address must lie, with its tensor's size,
+    /// inside one allocation on this GPU: anything else is refused before
+    /// a copy is queued.
+    ///
+    /// Without `after`, the call returns once the outputs are written, so
+    /// work the caller queues afterwards on any stream sees them. With
+    /// `after` (a stream of this GPU's primary context, 0 for the legacy
+    /// default stream), the run first waits for the work queued on `after`
+    /// and `after` then waits for the run; when every input and output is
+    /// on the device and no kernel can flag an index out of range, the call
+    /// returns as soon as the work is queued (the host runs ahead, as
+    /// PyTorch's own kernels let it), else once it is done.
+    pub fn run_io(&self, inputs: &[Src], outputs: &mut [Dst], after: Option<usize>) -> Result<(), RuntimeError> {
         check_sizes("input", inputs.iter().map(Src::host_len), &self.input_bytes, self.inputs())?;
         check_sizes("output", outputs.iter().map(Dst::host_len), &self.output_bytes, self.outputs())?;
         let mut guard = self.state.lock().map_err(|_| RuntimeError::new("a previous run panicked"))?;
@@ -515,6 +572,10 @@ impl GpuSession {
             }
         }
         let cu = self.launcher.stream.cu_stream();
+        let after = after.map(|h| h as sys::CUstream);
+        if let Some(a) = after {
+            st.before.order(a, cu)?;
+        }
         for (i, x) in inputs.iter().enumerate() {
             match x {
                 Src::Host(x) => {
@@ -527,7 +588,9 @@ impl GpuSession {
             }
             .map_err(drv(format!("copying input {i} in")))?;
         }
-        unsafe { result::memset_d8_async(st.status.ptr, 0, 4, cu) }.map_err(drv("clearing the status word".into()))?;
+        if self.checks_status {
+            unsafe { result::memset_d8_async(st.status.ptr, 0, 4, cu) }.map_err(drv("clearing the status word".into()))?;
+        }
         self.replay(st)?;
         for (i, o) in outputs.iter().enumerate() {
             let src = st.outputs[i].ptr;
@@ -538,9 +601,18 @@ impl GpuSession {
             }
             .map_err(drv(format!("copying output {i} out")))?;
         }
+        if let Some(a) = after {
+            st.done.order(cu, a)?;
+            let all_device = inputs.iter().all(|x| matches!(x, Src::Device(_))) && outputs.iter().all(|o| matches!(o, Dst::Device(_)));
+            if all_device && !self.checks_status {
+                return Ok(());
+            }
+        }
         let mut status = [0u8; 4];
-        unsafe { result::memcpy_dtoh_async(&mut status[..], st.status.ptr, cu) }
-            .map_err(drv("reading the status word".into()))?;
+        if self.checks_status {
+            unsafe { result::memcpy_dtoh_async(&mut status[..], st.status.ptr, cu) }
+                .map_err(drv("reading the status word".into()))?;
+        }
         self.launcher.stream.synchronize().map_err(drv("running the plan".into()))?;
         if u32::from_le_bytes(status) != 0 {
             return Err(RuntimeError::new(
