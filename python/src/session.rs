@@ -61,7 +61,7 @@ impl Backend {
 
     fn run_io(&self, inputs: &[Src], outputs: &mut [Dst], after: Option<usize>) -> Result<(), String> {
         match self {
-            Backend::Cpu(_) if after.is_some() => Err("stream is for GPU sessions".to_string()),
+            Backend::Cpu(_) if after.is_some() => return Err("stream is for GPU sessions".to_string()),
             Backend::Cpu(s) => {
                 let ins: Vec<&[u8]> = inputs.iter().map(|x| if let Src::Host(x) = x { Ok(*x) } else { Err("a CPU session reads host memory only") }).collect::<Result<_, _>>()?;
                 let mut outs: Vec<&mut [u8]> = outputs
