@@ -100,6 +100,20 @@ def main():
             torch._dynamo.reset()
             ind = torch.compile(m)
             ind_ms = timed(ind, x, a.iters)
+        # The same artifact straight through aoc.Session on CUDA tensors
+        # (DLPack in, bound outputs, PyTorch's stream): the package's cost
+        # without TorchDynamo.
+        import aoc
+
+        sess = aoc.Session(arts[-1])
+        outs = {n: torch.empty(tuple(sh), dtype=got.dtype, device="cuda") for n, sh in zip(sess.output_names, sess.output_shapes)}
+        feed = dict(zip(sess.input_names, x))
+
+        def direct():
+            sess.run(feed, outputs=outs, stream=torch.cuda.current_stream().cuda_stream)
+
+        session_ms = timed(direct, (), a.iters)
+        del sess
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, f"{name}.aoc")
             arts[-1].save(path)
@@ -115,6 +129,7 @@ def main():
             "torch_compile_aoc_ms": round(aoc_ms, 3),
             "aoc_bench_device_p50_ms": round(dev, 3),
             "aoc_bench_p50_ms": round(bench["p50_ms"], 3),
+            "session_dlpack_ms": round(session_ms, 3),
             "ratio_backend_over_device": round(aoc_ms / dev, 3),
             "eager_ms": round(eager_ms, 3),
             "inductor_ms": None if ind_ms is None else round(ind_ms, 3),
