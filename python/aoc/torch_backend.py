@@ -137,6 +137,15 @@ def _state_positions(gm: Any) -> List[int]:
     return [i for i, n in enumerate(names) if "_parameters_" in n or "_buffers_" in n]
 
 
+def _wide(t: Any) -> Any:
+    """aoc compiles float32 graphs, at the precision asked for: a float16 or
+    bfloat16 model is exported and run in float32 (its tensors cast at the
+    artifact's edges), and fp16 precision brings the arithmetic back."""
+    import torch
+
+    return t.float() if isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 class _Specialized:
     """`gm` with its module state and scalar inputs fixed to this call's
     values: weights become ONNX initializers (aoc folds and packs them) and
@@ -163,7 +172,7 @@ class _Specialized:
                 inner.gm = gm
                 for i, a in self.fixed.items():
                     if isinstance(a, torch.Tensor):
-                        inner.register_buffer(f"fixed_{i}", a.detach(), persistent=False)
+                        inner.register_buffer(f"fixed_{i}", _wide(a.detach()), persistent=False)
 
             def forward(inner, *free: Any) -> Any:
                 full: List[Any] = [None] * self.n
@@ -196,7 +205,7 @@ def _compile(gm: Any, args: Sequence[Any], state: Sequence[int], target: str, pr
         raise _Fallback("the graph returns something other than tensors")
     with tempfile.TemporaryDirectory(prefix="aoc-torch-") as folder:
         with torch.no_grad():
-            model = _export(spec.module, free, len(eager), folder, quick)
+            model = _export(spec.module, [_wide(a) for a in free], len(eager), folder, quick)
         try:
             art = aoc.compile(model, target=target, precision=precision)
             sess = aoc.Session(art, threads=threads)
@@ -218,21 +227,23 @@ def _compile(gm: Any, args: Sequence[Any], state: Sequence[int], target: str, pr
         (name, tuple(shape), torch.from_numpy(np.empty(0, dtype)).dtype, d)
         for name, shape, dtype, d in zip(sess.output_names, sess.output_shapes, sess.output_dtypes, devices)
     ]
+    want_dtypes = [t.dtype for t in eager]
 
     def run(*call_args: Any) -> Any:
         if not spec.still_valid(call_args):
             return gm(*call_args)
         if device_io:
-            feed = {name: call_args[i].detach().contiguous() for name, i in zip(sess.input_names, positions)}
+            feed = {name: _wide(call_args[i].detach()).contiguous() for name, i in zip(sess.input_names, positions)}
             res = [torch.empty(shape, dtype=dt, device=d) for _, shape, dt, d in out_specs]
             # Ordered on PyTorch's current stream: the call may return
             # before the GPU is done, as PyTorch's own kernels do.
             stream = torch.cuda.current_stream(devices[0]).cuda_stream
             sess.run(feed, outputs={spec_[0]: r for spec_, r in zip(out_specs, res)}, stream=stream)
         else:
-            feed = {name: call_args[i].detach().cpu().contiguous().numpy() for name, i in zip(sess.input_names, positions)}
+            feed = {name: _wide(call_args[i].detach()).cpu().contiguous().numpy() for name, i in zip(sess.input_names, positions)}
             outs = sess.run(None, feed)
             res = [torch.from_numpy(o).to(d) for o, d in zip(outs, devices)]
+        res = [r if r.dtype == w else r.to(w) for r, w in zip(res, want_dtypes)]
         if seq_type is None:
             return res[0]
         return tuple(res) if issubclass(seq_type, tuple) else list(res)
@@ -240,6 +251,9 @@ def _compile(gm: Any, args: Sequence[Any], state: Sequence[int], target: str, pr
     with torch.no_grad():
         got = _flat(run(*args))
     tol = _TOLERANCE.get(precision, 1e-2)
+    if any(t.dtype in (torch.float16, torch.bfloat16) for t in eager):
+        # Eager itself rounds to 16 bits: that much is no mismatch.
+        tol = max(tol, _TOLERANCE["bf16" if any(t.dtype == torch.bfloat16 for t in eager) else "fp16"])
     run.artifact = art  # type: ignore[attr-defined]
     for k, (got_k, eager_k) in enumerate(zip(got, eager)):
         want = eager_k.detach().float().cpu().numpy()
@@ -405,7 +419,11 @@ class _Partitioned:
             setattr(fused, node.target, _aoc_part(sub, sub_state, target, precision, threads))
             self.compiled += 1
         self.eager_nodes = sum(1 for n in fused.graph.nodes if n.op in ("call_function", "call_method", "call_module") and not str(n.target).startswith("fused_") and not _is_plumbing(n))
-        self.why_eager = "; ".join(reasons) if reasons else "nothing"
+        # The first few distinct reasons, each shortened: a model whose
+        # every node fails would otherwise print a page per node.
+        shown = [r if len(r) < 300 else r[:297] + "..." for r in reasons[:3]]
+        more = f"; and {len(reasons) - 3} more reasons" if len(reasons) > 3 else ""
+        self.why_eager = ("; ".join(shown) + more) if reasons else "nothing"
         self.module = fused
 
     def __call__(self, *args: Any) -> Any:

@@ -62,6 +62,24 @@ def test_compiled_module_matches_eager(capsys):
     assert "eager PyTorch" not in capsys.readouterr().err
 
 
+def test_half_precision_module(capsys):
+    """A float16 model runs through aoc (computing in float32 between casts
+    at the artifact's edges) and gives back float16 like eager."""
+    torch = _torch()
+    import aoc.torch_backend as tb
+
+    before = tb.compiled_graphs
+    net = _net(torch).half()
+    x = torch.randn(2, 3, 16, 16).half()
+    with torch.no_grad():
+        got = torch.compile(net, backend="aoc")(x)
+        want = net(x)
+    assert got.dtype == torch.float16
+    np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), atol=1e-2, rtol=1e-2)
+    assert tb.compiled_graphs == before + 1, tb.fallbacks[-1:]
+    assert "eager PyTorch" not in capsys.readouterr().err
+
+
 def test_backend_by_name(capsys):
     torch = _torch()
     import aoc.torch_backend as tb
