@@ -122,6 +122,12 @@ class Session:
         a run with a CUDA input, `aoc.DeviceArray`s; `outputs` maps output
         names to CUDA tensors of the output's dtype and shape (contiguous)
         that the run writes in place and returns."""
+    def run_device(self, inputs: Sequence[int], outputs: Sequence[int], stream: int) -> None:
+        """One run on raw device addresses (one per port, in order), for
+        frameworks' integrations: each a contiguous buffer of exactly the
+        port's dtype and shape on the session's GPU (the caller vouches;
+        the runtime checks each lies inside one device allocation),
+        ordered on `stream` as `run(..., stream=)` is."""
     def bench(self, iters: int = 50, warmup: int = 5, inputs: Optional[_Feed] = None) -> Dict[str, Any]:
         """`aoc bench --json` on this session: p50_ms, p99_ms, mean_ms,
         throughput_per_s, peak_memory_bytes, iters, threads, load_ms (CPU);

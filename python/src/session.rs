@@ -530,6 +530,32 @@ impl Session {
         Ok(list.into_any())
     }
 
+    /// One run on raw device addresses, for frameworks' integrations (the
+    /// torch.compile backend): `inputs` and `outputs` hold one address per
+    /// port, in order, each of a contiguous buffer of exactly the port's
+    /// dtype and shape on the session's GPU (the caller vouches for dtype
+    /// and shape; the runtime checks each address range lies inside one
+    /// allocation of that GPU). Ordered on `stream` as `run`'s `stream`
+    /// is; returns once queued when no index check needs waiting for.
+    #[pyo3(signature = (inputs, outputs, stream))]
+    fn run_device(&self, py: Python<'_>, inputs: Vec<u64>, outputs: Vec<u64>, stream: usize) -> PyResult<()> {
+        let Backend::Gpu(g) = &self.backend else {
+            return Err(Failure::new(Kind::Input, format!("run_device is for GPU sessions; {} is a CPU artifact ({})", self.name, self.target)).into());
+        };
+        if inputs.len() != self.inputs.len() || outputs.len() != self.outputs.len() {
+            return Err(Failure::new(
+                Kind::Input,
+                format!("run_device takes {} input and {} output addresses, got {} and {}", self.inputs.len(), self.outputs.len(), inputs.len(), outputs.len()),
+            )
+            .into());
+        }
+        let ins: Vec<Src> = inputs.iter().zip(&self.inputs).map(|(&p, port)| if port.bytes == 0 { Src::Host(&[]) } else { Src::Device(p) }).collect();
+        let mut outs: Vec<Dst> = outputs.iter().zip(&self.outputs).map(|(&p, port)| if port.bytes == 0 { Dst::Host(&mut []) } else { Dst::Device(p) }).collect();
+        let name = &self.name;
+        py.detach(|| guarded(|| g.run_io(&ins, &mut outs, Some(stream)).map_err(|e| Failure::new(Kind::Run, format!("{name}: {e}")))))?;
+        Ok(())
+    }
+
     /// `aoc bench --json` on this session: latency percentiles and mean
     /// (ms), throughput (items/s), peak memory, over `iters` timed runs
     /// after `warmup` untimed ones, on `inputs` (a feed dict) or the
