@@ -755,6 +755,20 @@ mod tests {
                 qconv2d(&g, &q, &x, &w, Some(&packed), &comp, &scale, &shift, &mut fast).unwrap();
                 assert_eq!(fast, slow, "case {i} level {level}: {g:?}");
             }
+            // Scales that are not finite (a crafted plan) take the
+            // epilogue's NaN-masking form: NaN stores the zero point.
+            let mut odd = scale.clone();
+            odd[0] = f32::NAN;
+            if oc > 1 {
+                odd[1] = f32::INFINITY;
+            }
+            qconv2d_scalar(&g, &q, &x, &w, &comp, &odd, &shift, &mut slow).unwrap();
+            for &level in &levels {
+                let packed = pack_qconv_direct(&g, &w, level).unwrap();
+                let mut fast = vec![0u8; len];
+                qconv2d(&g, &q, &x, &w, Some(&packed), &comp, &odd, &shift, &mut fast).unwrap();
+                assert_eq!(fast, slow, "case {i} level {level}, scales not finite: {g:?}");
+            }
         }
     }
 

@@ -336,6 +336,9 @@ pub(super) struct Epilogue<'a> {
     hi: f32,
     zero: i32,
     oc: usize,
+    /// Every scale and shift is finite, so no sum requantizes to NaN and
+    /// the NaN lanes need no mask.
+    finite: bool,
 }
 
 impl<'a> Epilogue<'a> {
@@ -344,12 +347,74 @@ impl<'a> Epilogue<'a> {
     pub(super) fn new(p: &QuantConv, off: &'a [i32], scale: &'a [f32], shift: &'a [f32], oc: usize) -> Epilogue<'a> {
         let lo = (p.y_min as i64 - p.y_zero as i64) as f32;
         let hi = (p.y_max as i64 - p.y_zero as i64) as f32;
-        Epilogue { off, scale, shift, lo, hi, zero: p.y_zero, oc }
+        let finite = scale[..oc].iter().chain(&shift[..oc]).all(|v| v.is_finite());
+        Epilogue { off, scale, shift, lo, hi, zero: p.y_zero, oc, finite }
     }
+}
+
+/// One 16-channel group's requantization parameters in registers
+/// ([`Epilogue::channels`]), loaded once per block instead of per pixel.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(super) struct Channels {
+    off: std::arch::x86_64::__m512i,
+    scale: std::arch::x86_64::__m512,
+    shift: std::arch::x86_64::__m512,
+    /// The live channels (below `oc`).
+    mask: std::arch::x86_64::__mmask16,
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Epilogue<'_> {
+    /// The parameters of channels `o0..o0+16` (those below `oc`; `o0 <
+    /// oc`).
+    ///
+    /// # Safety
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    pub(super) unsafe fn channels(&self, o0: usize) -> Channels {
+        use std::arch::x86_64::*;
+        let live = (self.oc - o0).min(16);
+        let mask: __mmask16 = if live == 16 { 0xffff } else { (1u16 << live) - 1 };
+        // SAFETY: the masked loads touch channels below oc.
+        unsafe {
+            Channels {
+                off: _mm512_maskz_loadu_epi32(mask, self.off.as_ptr().add(o0)),
+                scale: _mm512_maskz_loadu_ps(mask, self.scale.as_ptr().add(o0)),
+                shift: _mm512_maskz_loadu_ps(mask, self.shift.as_ptr().add(o0)),
+                mask,
+            }
+        }
+    }
+
+    /// Stores the requantized sums `acc` of the channels `ch` of one pixel
+    /// at `out` (the group's first channel of that pixel).
+    ///
+    /// Clamping to the integer bounds before rounding gives what rounding
+    /// first does (rounding is monotone and keeps integers), so one
+    /// conversion with round-to-nearest-even does both.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL; `out` holds the live channels' bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    pub(super) unsafe fn store_with(&self, ch: &Channels, acc: std::arch::x86_64::__m512i, out: *mut u8) {
+        use std::arch::x86_64::*;
+        const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        let f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, ch.off)), ch.scale, ch.shift);
+        let cl = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(self.lo)), _mm512_set1_ps(self.hi));
+        // `as` makes NaN 0 in `requantize`: the ordered lanes only.
+        let v = if self.finite {
+            _mm512_cvt_roundps_epi32::<RNE>(cl)
+        } else {
+            _mm512_maskz_cvt_roundps_epi32::<RNE>(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(f, f), cl)
+        };
+        let v = _mm512_add_epi32(v, _mm512_set1_epi32(self.zero));
+        // SAFETY: the masked store touches the live channels only.
+        unsafe { _mm_mask_storeu_epi8(out.cast(), ch.mask, _mm512_cvtepi32_epi8(v)) };
+    }
+
     /// Stores channels `o0..o0+16` (those below `oc`) of one pixel from
     /// the sums `acc` at `out` (the pixel's first channel).
     ///
@@ -358,22 +423,10 @@ impl Epilogue<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     pub(super) unsafe fn store(&self, acc: std::arch::x86_64::__m512i, o0: usize, out: *mut u8) {
-        use std::arch::x86_64::*;
-        let live = (self.oc - o0).min(16);
-        let mask: __mmask16 = if live == 16 { 0xffff } else { (1u16 << live) - 1 };
-        // SAFETY: the masked loads and the store touch channels below oc.
+        // SAFETY: forwarded from the caller.
         unsafe {
-            let off = _mm512_maskz_loadu_epi32(mask, self.off.as_ptr().add(o0));
-            let scale = _mm512_maskz_loadu_ps(mask, self.scale.as_ptr().add(o0));
-            let shift = _mm512_maskz_loadu_ps(mask, self.shift.as_ptr().add(o0));
-            let f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, off)), scale, shift);
-            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(f);
-            // `clamp` keeps NaN and `as` makes it 0: the ordered lanes only.
-            let ord = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
-            let cl = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(self.lo)), _mm512_set1_ps(self.hi));
-            let v = _mm512_maskz_cvtps_epi32(ord, cl);
-            let v = _mm512_add_epi32(v, _mm512_set1_epi32(self.zero));
-            _mm_mask_storeu_epi8(out.add(o0).cast(), mask, _mm512_cvtepi32_epi8(v));
+            let ch = self.channels(o0);
+            self.store_with(&ch, acc, out.add(o0));
         }
     }
 }
@@ -466,9 +519,31 @@ unsafe fn vnni_tile<const NP: usize>(
     }
 }
 
+/// A block of the AMX kernel whose sums wait in a scratch buffer for
+/// their epilogue: two segments (first pixel, pixels stored) × `np`
+/// panels from panel `p`.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Pending {
+    segs: [(usize, usize); 2],
+    p: usize,
+    np: usize,
+}
+
+/// A 32 × 32 block of i32 sums as the tiles store it (rows of 128 bytes).
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Scratch([[i32; 32]; 32]);
+
 /// The AMX kernel: blocks of two 16-pixel segments (tmm4, tmm5) × two
 /// panels (tmm6, tmm7) into four i32 tiles (tmm0–3), stored to a scratch
-/// block and requantized with AVX-512.
+/// block and requantized with AVX-512. The epilogue of each block runs
+/// after the next block's tile products are issued (two scratch blocks in
+/// turn), so the vector units requantize while the tile unit multiplies;
+/// each block's channel parameters are loaded once, not per pixel. With
+/// one depth step (a 1×1 convolution on up to 64 channels) the A tiles
+/// serve every panel of a pixel pair and are loaded once.
 ///
 /// # Safety
 /// AMX int8 and AVX-512 F/BW/VL; see the call in [`run`].
@@ -484,14 +559,13 @@ unsafe fn amx_blocks(
     y: *mut u8,
 ) {
     use super::amx::{Asm, TileOps};
-    use std::arch::x86_64::*;
-    #[repr(C, align(64))]
-    struct Scratch([[i32; 32]; 32]);
-    let mut scratch = Scratch([[0; 32]; 32]);
-    static ZERO: Scratch = Scratch([[0; 32]; 32]);
+    let mut scratch = [Scratch([[0; 32]; 32]); 2];
     let stride = src.st[1] * src.cp;
     let steps_per_tap = src.cp / 64;
+    let single = src.taps.len() * steps_per_tap == 1;
     let ops = &mut Asm;
+    let mut pending: Option<(usize, Pending)> = None;
+    let mut slot = 0;
     // SAFETY: AMX is supported (checked by the caller); tile reads stay
     // inside xp (slack) and the packed B, tile stores inside scratch.
     unsafe {
@@ -506,20 +580,25 @@ unsafe fn amx_blocks(
                 None => (a0, pix0, 0),
             };
             let len0 = pair[0].2;
+            if single {
+                ops.load::<4>(a0.add(src.taps[0]), stride);
+                ops.load::<5>(a1.add(src.taps[0]), stride);
+            }
             for p in panels.clone().step_by(2) {
                 let two = p + 1 < panels.end;
-                let z = ZERO.0.as_ptr().cast::<u8>();
-                ops.load::<0>(z, 0);
-                ops.load::<2>(z, 0);
+                ops.zero::<0>();
+                ops.zero::<2>();
                 if two {
-                    ops.load::<1>(z, 0);
-                    ops.load::<3>(z, 0);
+                    ops.zero::<1>();
+                    ops.zero::<3>();
                 }
                 let mut brow = b.as_ptr().cast::<u8>().add(p * bstride);
                 for &toff in src.taps {
                     for s in 0..steps_per_tap {
-                        ops.load::<4>(a0.add(toff + 64 * s), stride);
-                        ops.load::<5>(a1.add(toff + 64 * s), stride);
+                        if !single {
+                            ops.load::<4>(a0.add(toff + 64 * s), stride);
+                            ops.load::<5>(a1.add(toff + 64 * s), stride);
+                        }
                         ops.load::<6>(brow, 64);
                         ops.dot::<false, 0, 4, 6>();
                         ops.dot::<false, 2, 5, 6>();
@@ -531,7 +610,10 @@ unsafe fn amx_blocks(
                         brow = brow.add(16 * 64);
                     }
                 }
-                let sc = scratch.0.as_mut_ptr().cast::<u8>();
+                if let Some((at, blk)) = pending.take() {
+                    amx_epilogue(&scratch[at], &blk, ep, y);
+                }
+                let sc = scratch[slot].0.as_mut_ptr().cast::<u8>();
                 ops.store::<0>(sc, 128);
                 ops.store::<2>(sc.add(16 * 128), 128);
                 if two {
@@ -539,18 +621,40 @@ unsafe fn amx_blocks(
                     ops.store::<3>(sc.add(16 * 128 + 64), 128);
                 }
                 let np = if two { 2 } else { 1 };
-                for (i, row) in scratch.0.iter().enumerate() {
-                    let (pix, live) = if i < 16 { (pix0 + i, i < len0) } else { (pix1 + i - 16, i - 16 < len1) };
-                    if !live {
-                        continue;
-                    }
-                    for j in 0..np {
-                        let v = _mm512_loadu_si512(row.as_ptr().add(16 * j).cast());
-                        ep.store(v, (p + j) * 16, y.add(pix * ep.oc));
-                    }
+                pending = Some((slot, Pending { segs: [(pix0, len0), (pix1, len1)], p, np }));
+                slot ^= 1;
+            }
+        }
+        if let Some((at, blk)) = pending {
+            amx_epilogue(&scratch[at], &blk, ep, y);
+        }
+        super::amx::end();
+    }
+}
+
+/// Requantizes and stores one block's sums.
+///
+/// # Safety
+/// AVX-512 F/BW/VL; the block's pixels and channels lie in `y`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn amx_epilogue(sc: &Scratch, blk: &Pending, ep: &Epilogue<'_>, y: *mut u8) {
+    use std::arch::x86_64::*;
+    // SAFETY: forwarded from the caller; the loads read the scratch block.
+    unsafe {
+        let o0 = blk.p * 16;
+        let ch0 = ep.channels(o0);
+        let ch1 = if blk.np == 2 { ep.channels(o0 + 16) } else { ch0 };
+        for (half, &(pix, len)) in blk.segs.iter().enumerate() {
+            for i in 0..len {
+                let row = &sc.0[16 * half + i];
+                let out = y.add((pix + i) * ep.oc + o0);
+                ep.store_with(&ch0, _mm512_loadu_si512(row.as_ptr().cast()), out);
+                if blk.np == 2 {
+                    ep.store_with(&ch1, _mm512_loadu_si512(row.as_ptr().add(16).cast()), out.add(16));
                 }
             }
         }
-        super::amx::end();
     }
 }
