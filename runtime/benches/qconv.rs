@@ -12,7 +12,7 @@ use common::best_of;
 
 use aoc_runtime::kernels::int8::Int8Level;
 use aoc_runtime::kernels::qconv::{pack_qconv, pack_qconv_direct, qconv2d};
-use aoc_runtime::kernels::qdirect;
+use aoc_runtime::kernels::{qdepthwise, qdirect};
 use aoc_runtime::plan::{ConvGeom, QuantConv};
 
 /// `(label, h, c, oc, k, stride, group)`: square maps, pads `k/2`.
@@ -101,6 +101,17 @@ fn main() {
                 runs.push((l.name().to_string(), pack_qconv_direct(&g, &w, l).expect("pack")));
             }
         } else {
+            let d = aoc_plan::pack::ConvDims::new(&g).expect("geometry");
+            let dw = qdepthwise::pack(&g, &w).expect("pack");
+            for k in qdepthwise::Kernel::ALL {
+                if !k.is_supported() || !qdepthwise::takes(k, &d, &q, &dw) {
+                    continue;
+                }
+                let t = pool.install(|| {
+                    best_of(|| qdepthwise::run_kernel(k, &d, &q, &x, &dw, &comp, &scale, &shift, &mut y).expect("depthwise"))
+                });
+                println!("{label:24} {:>10} {:9.3} {:9.0}", format!("dw-{k:?}"), t * 1e3, ops / t / 1e9);
+            }
             runs.push(("depthwise".to_string(), pack_qconv(&g, &w).expect("pack")));
         }
         for (name, packed) in &runs {
