@@ -181,8 +181,9 @@ pub(super) fn run(
         }
         Mode::Im2col => (oh, ow, [1, 1], vec![0]),
     };
-    // Slack after the image: a partial block reads whole tiles.
-    let slack = AMX_ROWS.max(VNNI_MR) * st[1] * cp + 64;
+    // Slack after the image: a partial block reads whole tiles (in wide
+    // rows, below, up to a padded row further).
+    let slack = (AMX_ROWS.max(VNNI_MR) * st[1] + wp) * cp + 64;
     with_padded(n * hp * wp * cp + slack, pad, |xp| {
     match dw.mode {
         Mode::Direct => {
@@ -224,7 +225,23 @@ pub(super) fn run(
     // instead of stopping at each row's end (a 7-pixel row would use 7 of
     // 16 AMX tile rows).
     let linear = dw.mode == Mode::Im2col || (taps.len() == 1 && st == [1, 1] && hp == oh && wp == ow);
-    let (rows, ow, oh, hp, wp) = if linear { (1, n * oh * ow, 1, 1, n * hp * wp) } else { (n * oh, ow, oh, hp, wp) };
+    // Stride 1 on AMX: output pixel (oy, ox) reads the padded image from
+    // `oy·wp + ox` on, so an image's output rows laid side by side at the
+    // padded width are one wide row whose blocks read `cp`-byte rows in
+    // order; the `wp − ow` positions between output rows are computed and
+    // dropped. Taken where it needs fewer blocks (a 7×7 map: 4 blocks of
+    // 16 for 63 positions instead of 7 blocks of 7 pixels).
+    let wide = !linear
+        && dw.level == Int8Level::Amx
+        && st == [1, 1]
+        && (oh * wp).div_ceil(seg_len) < oh * ow.div_ceil(seg_len);
+    let (rows, ow, oh, hp, wp, wide) = if linear {
+        (1, n * oh * ow, 1, 1, n * hp * wp, None)
+    } else if wide {
+        (n, oh * wp, 1, hp, wp, Some([ow, oh * ow]))
+    } else {
+        (n * oh, ow, oh, hp, wp, None)
+    };
     // Blocks: runs of up to seg_len output pixels of one row.
     let per_row = ow.div_ceil(seg_len);
     let segs: Vec<(usize, usize, usize)> = (0..rows)
@@ -239,6 +256,7 @@ pub(super) fn run(
         ow,
         st,
         taps: &taps,
+        wide,
     };
     let b = dw.b.data();
     let bstride = dw.b.k().div_ceil(4).next_multiple_of(16) * 64;
@@ -312,6 +330,9 @@ struct Source<'a> {
     st: [usize; 2],
     /// Byte offset of each tap from a pixel's window origin.
     taps: &'a [usize],
+    /// Rows are images laid out at the padded width (`run`'s wide rows):
+    /// the real output width and pixels per image.
+    wide: Option<[usize; 2]>,
 }
 
 impl Source<'_> {
@@ -322,6 +343,19 @@ impl Source<'_> {
         let at = ((img * self.hp + oy * self.st[0]) * self.wp + ox * self.st[1]) * self.cp;
         // SAFETY: `at` lies inside the image part of xp.
         (unsafe { self.xp.as_ptr().add(at) }, r * self.ow + ox)
+    }
+
+    /// The output pixel of position `i` of the block from `ox` in row
+    /// `r`, or `None` for a position between wide rows' output rows.
+    #[inline]
+    fn out_pixel(&self, r: usize, ox: usize, i: usize) -> Option<usize> {
+        match self.wide {
+            None => Some(r * self.ow + ox + i),
+            Some([ow, per_image]) => {
+                let (q, x) = ((ox + i) / self.wp, (ox + i) % self.wp);
+                (x < ow).then_some(r * per_image + q * ow + x)
+            }
+        }
     }
 }
 
@@ -520,12 +554,12 @@ unsafe fn vnni_tile<const NP: usize>(
 }
 
 /// A block of the AMX kernel whose sums wait in a scratch buffer for
-/// their epilogue: two segments (first pixel, pixels stored) × `np`
+/// their epilogue: two segments (row, first position, positions) × `np`
 /// panels from panel `p`.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 struct Pending {
-    segs: [(usize, usize); 2],
+    segs: [(usize, usize, usize); 2],
     p: usize,
     np: usize,
 }
@@ -571,15 +605,9 @@ unsafe fn amx_blocks(
     unsafe {
         super::amx::begin();
         for pair in segs.chunks(2) {
-            let (a0, pix0) = src.origin(pair[0].0, pair[0].1);
-            let (a1, pix1, len1) = match pair.get(1) {
-                Some(&(r, ox, len)) => {
-                    let (a, p) = src.origin(r, ox);
-                    (a, p, len)
-                }
-                None => (a0, pix0, 0),
-            };
-            let len0 = pair[0].2;
+            let (a0, _) = src.origin(pair[0].0, pair[0].1);
+            let seg1 = pair.get(1).copied().unwrap_or((pair[0].0, pair[0].1, 0));
+            let (a1, _) = src.origin(seg1.0, seg1.1);
             if single {
                 ops.load::<4>(a0.add(src.taps[0]), stride);
                 ops.load::<5>(a1.add(src.taps[0]), stride);
@@ -611,7 +639,7 @@ unsafe fn amx_blocks(
                     }
                 }
                 if let Some((at, blk)) = pending.take() {
-                    amx_epilogue(&scratch[at], &blk, ep, y);
+                    amx_epilogue(&scratch[at], &blk, src, ep, y);
                 }
                 let sc = scratch[slot].0.as_mut_ptr().cast::<u8>();
                 ops.store::<0>(sc, 128);
@@ -621,12 +649,12 @@ unsafe fn amx_blocks(
                     ops.store::<3>(sc.add(16 * 128 + 64), 128);
                 }
                 let np = if two { 2 } else { 1 };
-                pending = Some((slot, Pending { segs: [(pix0, len0), (pix1, len1)], p, np }));
+                pending = Some((slot, Pending { segs: [pair[0], seg1], p, np }));
                 slot ^= 1;
             }
         }
         if let Some((at, blk)) = pending {
-            amx_epilogue(&scratch[at], &blk, ep, y);
+            amx_epilogue(&scratch[at], &blk, src, ep, y);
         }
         super::amx::end();
     }
@@ -639,17 +667,18 @@ unsafe fn amx_blocks(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
-unsafe fn amx_epilogue(sc: &Scratch, blk: &Pending, ep: &Epilogue<'_>, y: *mut u8) {
+unsafe fn amx_epilogue(sc: &Scratch, blk: &Pending, src: &Source<'_>, ep: &Epilogue<'_>, y: *mut u8) {
     use std::arch::x86_64::*;
     // SAFETY: forwarded from the caller; the loads read the scratch block.
     unsafe {
         let o0 = blk.p * 16;
         let ch0 = ep.channels(o0);
         let ch1 = if blk.np == 2 { ep.channels(o0 + 16) } else { ch0 };
-        for (half, &(pix, len)) in blk.segs.iter().enumerate() {
+        for (half, &(r, ox, len)) in blk.segs.iter().enumerate() {
             for i in 0..len {
+                let Some(pix) = src.out_pixel(r, ox, i) else { continue };
                 let row = &sc.0[16 * half + i];
-                let out = y.add((pix + i) * ep.oc + o0);
+                let out = y.add(pix * ep.oc + o0);
                 ep.store_with(&ch0, _mm512_loadu_si512(row.as_ptr().cast()), out);
                 if blk.np == 2 {
                     ep.store_with(&ch1, _mm512_loadu_si512(row.as_ptr().add(16).cast()), out.add(16));
