@@ -743,6 +743,8 @@ mod tests {
             (geom(2, 12, 6, 9, 3, 2, 1, 1, 1), true, -128, true),
             (geom(1, 35, 16, 24, 1, 1, 0, 1, 1), false, 0, true),
             (geom(1, 20, 3, 40, 7, 2, 3, 1, 1), false, 255, false),
+            // A stem of i8 inputs over two images (32-byte window rows).
+            (geom(2, 11, 3, 20, 7, 2, 3, 1, 1), true, -7, true),
             (geom(1, 17, 70, 33, 3, 1, 2, 2, 1), true, 127, false),
             (geom(1, 5, 128, 20, 1, 2, 0, 1, 1), true, 5, true),
             (geom(2, 3, 8, 16, 3, 1, 1, 1, 1), false, 128, false),

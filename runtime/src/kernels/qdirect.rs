@@ -15,7 +15,8 @@
 //! Convolutions whose window is small and whose channels are few (a 7×7
 //! stem on 3 channels) would waste most of a padded tap; they gather
 //! im2col rows of `kh·kw·c` bytes instead and run as a 1×1 convolution on
-//! them ([`Mode::Im2col`]).
+//! them ([`Mode::Im2col`]), each window row one 32-byte copy from a padded
+//! copy of the input where its taps fit.
 //!
 //! The weights are packed once ([`pack`]) as a `k × oc` B of the int8 GEMM
 //! (`int8::pack_b_s8`, `k = taps·cp`), 16-channel panels whose 64-byte rows
@@ -203,6 +204,32 @@ pub(super) fn run(
                         }
                     }
                 });
+        }
+        Mode::Im2col if dwl == 1 && kw * c <= 32 && (kh - 1) * kw * c + 32 <= cp => {
+            // A window row's taps are `kw·c` consecutive bytes of a padded
+            // copy of the input, so each is one 32-byte copy (a 7×7 stem
+            // on 3 channels: 21 bytes); the excess is overwritten by the
+            // next window row's copy, or after the last meets B's zero
+            // rows.
+            let hi = (h + pt).max((oh - 1) * sh + (kh - 1) * dh + 1);
+            let wi = (w + pl).max((ow - 1) * sw + kw);
+            let mut xin = vec![pad; n * hi * wi * c + 32];
+            for (r, src) in x[..n * h * w * c].chunks_exact(w * c).enumerate() {
+                let (img, iy) = (r / h, r % h);
+                let dst = &mut xin[((img * hi + iy + pt) * wi + pl) * c..][..w * c];
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = v ^ flip;
+                }
+            }
+            xp[..n * oh * ow * cp].par_chunks_mut(ow * cp).enumerate().for_each(|(r, out)| {
+                let (img, oy) = (r / oh, r % oh);
+                for (ox, row) in out.chunks_exact_mut(cp).enumerate() {
+                    for ky in 0..kh {
+                        let at = ((img * hi + oy * sh + ky * dh) * wi + ox * sw) * c;
+                        row[ky * kw * c..][..32].copy_from_slice(&xin[at..at + 32]);
+                    }
+                }
+            });
         }
         Mode::Im2col => {
             let win = super::qconv::Window::new(g, [n, h, w, c, oh, ow, oc, kh, kw, 1]);
