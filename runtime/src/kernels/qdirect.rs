@@ -185,7 +185,13 @@ pub(super) fn run(
     // Slack after the image: a partial block reads whole tiles (in wide
     // rows, below, up to a padded row further).
     let slack = (AMX_ROWS.max(VNNI_MR) * st[1] + wp) * cp + 64;
-    with_padded(n * hp * wp * cp + slack, pad, |xp| {
+    // Where every position of the padded image is an input pixel (no
+    // spatial padding) or an im2col row, each byte the kernels read is
+    // either written below or multiplied by a zero weight row (padded
+    // channels, the slack of a partial block), so the buffer keeps what
+    // it held instead of being filled with the padding byte first.
+    let fill = dw.mode == Mode::Direct && (hp != h || wp != w);
+    with_padded(n * hp * wp * cp + slack, pad, fill, |xp| {
     match dw.mode {
         Mode::Direct => {
             xp[..n * hp * wp * cp]
@@ -196,8 +202,12 @@ pub(super) fn run(
                     let Some(iy) = yy.checked_sub(pt).filter(|&v| v < h) else {
                         return;
                     };
-                    for ix in 0..w {
-                        let src = &x[((img * h + iy) * w + ix) * c..][..c];
+                    let src = &x[(img * h + iy) * w * c..][..w * c];
+                    if cp == c && flip == 0 {
+                        dst[pl * cp..][..w * c].copy_from_slice(src);
+                        return;
+                    }
+                    for (ix, src) in src.chunks_exact(c).enumerate() {
                         let d = &mut dst[(ix + pl) * cp..][..c];
                         for (d, &s) in d.iter_mut().zip(src) {
                             *d = s ^ flip;
@@ -328,12 +338,15 @@ thread_local! {
     static PADDED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on `len` bytes all set to `pad`: the thread's buffer, or a
-/// fresh one when it is in use.
-fn with_padded(len: usize, pad: u8, f: impl FnOnce(&mut [u8])) {
+/// Runs `f` on `len` bytes: the thread's buffer, or a fresh one when it is
+/// in use; all set to `pad` when `fill`, else holding the buffer's earlier
+/// contents (new bytes set to `pad`).
+fn with_padded(len: usize, pad: u8, fill: bool, f: impl FnOnce(&mut [u8])) {
     PADDED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
-            buf.clear();
+            if fill {
+                buf.clear();
+            }
             buf.resize(len, pad);
             f(&mut buf[..]);
             // Do not keep more than 64 MiB alive between runs.
