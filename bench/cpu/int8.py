@@ -15,7 +15,8 @@ For each model of bench/models/build_models.py:
      ratios aoc int8 / ORT int8 and aoc int8 / aoc fp32. With --aoc-base
      OLD (another aoc binary, e.g. a build of an earlier commit), the same
      int8 artifact is also timed on OLD's runtime in each round, before
-     aoc int8: an A/B of two runtimes on the same bytes, in the same run.
+     and after aoc int8 in turn: an A/B of two runtimes on the same bytes,
+     in the same run.
 
     int8.py [MODEL ...] [--threads 1,2] [--rounds 3] [--iters N] [--target T] [--aoc-base OLD]
 
@@ -127,10 +128,18 @@ def bench(name, a):
     for t in a.threads:
         s8 = cpu.ort_session(qdq, t)
         rounds = []
-        for _ in range(a.rounds):
+        for i in range(a.rounds):
             o = ort_p50(s8, feeds, a.iters)
-            base = aoc_bench(a, art8, t, a.iters, a.aoc_base) if a.aoc_base else float("nan")
-            rounds.append((o, aoc_bench(a, art8, t, a.iters), aoc_bench(a, art32, t, a.iters), base))
+            # The two runtimes swap places every round: the run right after
+            # ONNX Runtime's (whose pool threads spin on for a while) is
+            # slower on a busy machine.
+            base = float("nan")
+            if a.aoc_base and i % 2 == 0:
+                base = aoc_bench(a, art8, t, a.iters, a.aoc_base)
+            c8 = aoc_bench(a, art8, t, a.iters)
+            if a.aoc_base and i % 2 == 1:
+                base = aoc_bench(a, art8, t, a.iters, a.aoc_base)
+            rounds.append((o, c8, aoc_bench(a, art32, t, a.iters), base))
         o8, c8, c32, cb = (float(np.median([r[i] for r in rounds])) for i in range(4))
         log(f"  threads {t}: ORT int8 {o8:.2f} ms, aoc int8 {c8:.2f} ms, aoc fp32 {c32:.2f} ms")
         row = [name, str(t), f"{o8:.2f}", f"{c8:.2f}", f"{c32:.2f}", f"{c8 / o8:.2f}",
