@@ -12,9 +12,13 @@ For each model of bench/models/build_models.py:
      aoc int8 (`aoc run`); output SQNR of each int8 result against it;
   5. for each thread count: ORT int8, aoc int8 (`aoc bench --json`), aoc
      fp32, alternating --rounds times; the table gives the medians and the
-     ratios aoc int8 / ORT int8 and aoc int8 / aoc fp32.
+     ratios aoc int8 / ORT int8 and aoc int8 / aoc fp32. With --aoc-base
+     OLD (another aoc binary, e.g. a build of an earlier commit), the same
+     int8 artifact is also timed on OLD's runtime in each round, before
+     and after aoc int8 in turn: an A/B of two runtimes on the same bytes,
+     in the same run.
 
-    int8.py [MODEL ...] [--threads 1,2] [--rounds 3] [--iters N] [--target T]
+    int8.py [MODEL ...] [--threads 1,2] [--rounds 3] [--iters N] [--target T] [--aoc-base OLD]
 
 Progress goes to stderr, the markdown table to stdout (first the command).
 """
@@ -76,8 +80,8 @@ def quantize(src, dst, feeds_list):
                     calibrate_method=CalibrationMethod.MinMax)
 
 
-def aoc_bench(a, art, threads, iters):
-    out = sh([a.aoc, "bench", art, "--threads", str(threads), "--warmup", "5",
+def aoc_bench(a, art, threads, iters, binary=None):
+    out = sh([binary or a.aoc, "bench", art, "--threads", str(threads), "--warmup", "5",
               "--iters", str(iters), "--json"])
     return float(cpu.parse_bench_json(out)["p50_ms"])
 
@@ -124,14 +128,26 @@ def bench(name, a):
     for t in a.threads:
         s8 = cpu.ort_session(qdq, t)
         rounds = []
-        for _ in range(a.rounds):
-            rounds.append((ort_p50(s8, feeds, a.iters), aoc_bench(a, art8, t, a.iters),
-                           aoc_bench(a, art32, t, a.iters)))
-        o8, c8, c32 = (float(np.median([r[i] for r in rounds])) for i in range(3))
+        for i in range(a.rounds):
+            o = ort_p50(s8, feeds, a.iters)
+            # The two runtimes swap places every round: the run right after
+            # ONNX Runtime's (whose pool threads spin on for a while) is
+            # slower on a busy machine.
+            base = float("nan")
+            if a.aoc_base and i % 2 == 0:
+                base = aoc_bench(a, art8, t, a.iters, a.aoc_base)
+            c8 = aoc_bench(a, art8, t, a.iters)
+            if a.aoc_base and i % 2 == 1:
+                base = aoc_bench(a, art8, t, a.iters, a.aoc_base)
+            rounds.append((o, c8, aoc_bench(a, art32, t, a.iters), base))
+        o8, c8, c32, cb = (float(np.median([r[i] for r in rounds])) for i in range(4))
         log(f"  threads {t}: ORT int8 {o8:.2f} ms, aoc int8 {c8:.2f} ms, aoc fp32 {c32:.2f} ms")
-        rows.append([name, str(t), f"{o8:.2f}", f"{c8:.2f}", f"{c32:.2f}", f"{c8 / o8:.2f}",
-                     f"{c8 / c32:.2f}", f"{sqnr_db(ref, ort8):.1f}", f"{sqnr_db(ref, aoc8):.1f}",
-                     "yes" if reference_steps else "no"])
+        row = [name, str(t), f"{o8:.2f}", f"{c8:.2f}", f"{c32:.2f}", f"{c8 / o8:.2f}",
+               f"{c8 / c32:.2f}", f"{sqnr_db(ref, ort8):.1f}", f"{sqnr_db(ref, aoc8):.1f}",
+               "yes" if reference_steps else "no"]
+        if a.aoc_base:
+            row += [f"{cb:.2f}", f"{c8 / cb:.2f}"]
+        rows.append(row)
     return rows
 
 
@@ -145,18 +161,22 @@ def main():
     ap.add_argument("--target", default="host")
     ap.add_argument("--aoc", default=os.path.join(ROOT, "target", "release", "aoc"))
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench-int8"))
+    ap.add_argument("--aoc-base", default=None,
+                    help="another aoc binary whose runtime also runs the int8 artifact (A/B)")
     a = ap.parse_args()
     a.threads = [int(t) for t in a.threads.split(",")]
     print("`" + " ".join(["bench/cpu/int8.py"] + sys.argv[1:]) + "`\n")
     head = ["model", "threads", "ORT int8 ms", "aoc int8 ms", "aoc fp32 ms", "aoc int8/ORT int8",
             "aoc int8/aoc fp32", "ORT SQNR dB", "aoc SQNR dB", "reference steps"]
+    if a.aoc_base:
+        head += ["aoc-base int8 ms", "aoc int8/aoc-base int8"]
     rows = []
     for m in a.models:
         try:
             rows += bench(m, a)
         except Exception as e:  # noqa: BLE001 - report and go on with the next model
             log(f"{m}: {e}")
-            rows.append([m, "-", "failed: " + str(e).splitlines()[0][:80]] + [""] * 7)
+            rows.append([m, "-", "failed: " + str(e).splitlines()[0][:80]] + [""] * (len(head) - 3))
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:

@@ -268,6 +268,11 @@ pub(super) trait TileOps {
     /// # Safety
     /// 16 rows of 64 bytes writable there.
     unsafe fn store<const T: usize>(&mut self, base: *mut u8, stride: usize);
+    /// `tilezero tmm{T}`.
+    ///
+    /// # Safety
+    /// The tiles were configured by [`begin`] (real tiles).
+    unsafe fn zero<const T: usize>(&mut self);
     /// `tdpbusd tmm{C}, tmm{A}, tmm{B}` (u8 A × s8 B → i32), or
     /// `tdpbf16ps` (bf16 pairs → f32) when `BF16`.
     ///
@@ -307,6 +312,10 @@ impl TileOps for Asm {
                 options(nostack),
             );
         }
+    }
+    unsafe fn zero<const T: usize>(&mut self) {
+        // SAFETY: forwarded from the caller.
+        unsafe { std::arch::asm!("tilezero tmm{t}", t = const T, options(nostack)) };
     }
     unsafe fn dot<const BF16: bool, const C: usize, const A: usize, const B: usize>(&mut self) {
         // SAFETY: forwarded from the caller. Intel operand order: the

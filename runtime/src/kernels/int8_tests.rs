@@ -665,6 +665,9 @@ mod emulated_amx {
                 unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), base.add(r * stride), 64) };
             }
         }
+        unsafe fn zero<const T: usize>(&mut self) {
+            self.0[T] = [[0; 64]; 16];
+        }
         unsafe fn dot<const BF16: bool, const C: usize, const A: usize, const B: usize>(&mut self) {
             assert!(C != A && C != B && A != B, "tiles must differ");
             let (a, b) = (self.0[A], self.0[B]);

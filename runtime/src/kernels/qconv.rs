@@ -680,6 +680,10 @@ mod tests {
             (geom(1, 11, 72, 72, 5, 2, 2, 1, 72), false, 255, true),
             (geom(1, 10, 8, 8, 3, 1, 2, 2, 8), true, 127, false),
             (geom(1, 6, 3, 3, 3, 1, 0, 1, 3), false, 0, false),
+            // 1×1 and 2×2 windows (unused taps of the VNNI kernel's 4),
+            // 40 channels (a 16-channel tail), no padding.
+            (geom(1, 7, 40, 40, 1, 1, 0, 1, 40), true, 0, false),
+            (geom(2, 9, 40, 40, 2, 1, 0, 1, 40), false, 200, true),
         ];
         for (i, (g, x_signed, x_zero, y_signed)) in cases.into_iter().enumerate() {
             assert!(qdepthwise::applies(&g), "case {i} is depthwise");
@@ -700,11 +704,20 @@ mod tests {
             qconv2d(&g, &q, &x, &w, None, &comp, &scale, &shift, &mut again).unwrap();
             assert_eq!(fast, slow, "case {i}: {g:?}");
             assert_eq!(again, slow, "case {i}: packing on the fly");
-            // The portable loops too, where the dispatcher picks AVX-512.
-            let mut portable = vec![3u8; len];
+            // Every kernel this CPU has, whichever the dispatcher picks.
             let d = crate::kernels::conv::Dims::new(&g).unwrap();
-            qdepthwise::run_portable(&d, &q, &x, packed.depthwise.as_ref().unwrap(), &comp, &scale, &shift, &mut portable);
-            assert_eq!(portable, slow, "case {i}: portable loops");
+            for k in qdepthwise::Kernel::ALL {
+                if !k.is_supported() {
+                    println!("depthwise int8 convolution: kernel {k:?} skipped: this cpu lacks it");
+                    continue;
+                }
+                if !qdepthwise::takes(k, &d, &q, packed.depthwise.as_ref().unwrap()) {
+                    continue;
+                }
+                let mut out = vec![3u8; len];
+                qdepthwise::run_kernel(k, &d, &q, &x, packed.depthwise.as_ref().unwrap(), &comp, &scale, &shift, &mut out).unwrap();
+                assert_eq!(out, slow, "case {i}: kernel {k:?}");
+            }
         }
     }
 
@@ -730,6 +743,8 @@ mod tests {
             (geom(2, 12, 6, 9, 3, 2, 1, 1, 1), true, -128, true),
             (geom(1, 35, 16, 24, 1, 1, 0, 1, 1), false, 0, true),
             (geom(1, 20, 3, 40, 7, 2, 3, 1, 1), false, 255, false),
+            // A stem of i8 inputs over two images (32-byte window rows).
+            (geom(2, 11, 3, 20, 7, 2, 3, 1, 1), true, -7, true),
             (geom(1, 17, 70, 33, 3, 1, 2, 2, 1), true, 127, false),
             (geom(1, 5, 128, 20, 1, 2, 0, 1, 1), true, 5, true),
             (geom(2, 3, 8, 16, 3, 1, 1, 1, 1), false, 128, false),
@@ -754,6 +769,20 @@ mod tests {
                 let mut fast = vec![0u8; len];
                 qconv2d(&g, &q, &x, &w, Some(&packed), &comp, &scale, &shift, &mut fast).unwrap();
                 assert_eq!(fast, slow, "case {i} level {level}: {g:?}");
+            }
+            // Scales that are not finite (a crafted plan) take the
+            // epilogue's NaN-masking form: NaN stores the zero point.
+            let mut odd = scale.clone();
+            odd[0] = f32::NAN;
+            if oc > 1 {
+                odd[1] = f32::INFINITY;
+            }
+            qconv2d_scalar(&g, &q, &x, &w, &comp, &odd, &shift, &mut slow).unwrap();
+            for &level in &levels {
+                let packed = pack_qconv_direct(&g, &w, level).unwrap();
+                let mut fast = vec![0u8; len];
+                qconv2d(&g, &q, &x, &w, Some(&packed), &comp, &odd, &shift, &mut fast).unwrap();
+                assert_eq!(fast, slow, "case {i} level {level}, scales not finite: {g:?}");
             }
         }
     }

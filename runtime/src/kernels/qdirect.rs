@@ -15,7 +15,8 @@
 //! Convolutions whose window is small and whose channels are few (a 7×7
 //! stem on 3 channels) would waste most of a padded tap; they gather
 //! im2col rows of `kh·kw·c` bytes instead and run as a 1×1 convolution on
-//! them ([`Mode::Im2col`]).
+//! them ([`Mode::Im2col`]), each window row one 32-byte copy from a padded
+//! copy of the input where its taps fit.
 //!
 //! The weights are packed once ([`pack`]) as a `k × oc` B of the int8 GEMM
 //! (`int8::pack_b_s8`, `k = taps·cp`), 16-channel panels whose 64-byte rows
@@ -181,9 +182,16 @@ pub(super) fn run(
         }
         Mode::Im2col => (oh, ow, [1, 1], vec![0]),
     };
-    // Slack after the image: a partial block reads whole tiles.
-    let slack = AMX_ROWS.max(VNNI_MR) * st[1] * cp + 64;
-    with_padded(n * hp * wp * cp + slack, pad, |xp| {
+    // Slack after the image: a partial block reads whole tiles (in wide
+    // rows, below, up to a padded row further).
+    let slack = (AMX_ROWS.max(VNNI_MR) * st[1] + wp) * cp + 64;
+    // Where every position of the padded image is an input pixel (no
+    // spatial padding) or an im2col row, each byte the kernels read is
+    // either written below or multiplied by a zero weight row (padded
+    // channels, the slack of a partial block), so the buffer keeps what
+    // it held instead of being filled with the padding byte first.
+    let fill = dw.mode == Mode::Direct && (hp != h || wp != w);
+    with_padded(n * hp * wp * cp + slack, pad, fill, |xp| {
     match dw.mode {
         Mode::Direct => {
             xp[..n * hp * wp * cp]
@@ -194,14 +202,44 @@ pub(super) fn run(
                     let Some(iy) = yy.checked_sub(pt).filter(|&v| v < h) else {
                         return;
                     };
-                    for ix in 0..w {
-                        let src = &x[((img * h + iy) * w + ix) * c..][..c];
+                    let src = &x[(img * h + iy) * w * c..][..w * c];
+                    if cp == c && flip == 0 {
+                        dst[pl * cp..][..w * c].copy_from_slice(src);
+                        return;
+                    }
+                    for (ix, src) in src.chunks_exact(c).enumerate() {
                         let d = &mut dst[(ix + pl) * cp..][..c];
                         for (d, &s) in d.iter_mut().zip(src) {
                             *d = s ^ flip;
                         }
                     }
                 });
+        }
+        Mode::Im2col if dwl == 1 && kw * c <= 32 && (kh - 1) * kw * c + 32 <= cp => {
+            // A window row's taps are `kw·c` consecutive bytes of a padded
+            // copy of the input, so each is one 32-byte copy (a 7×7 stem
+            // on 3 channels: 21 bytes); the excess is overwritten by the
+            // next window row's copy, or after the last meets B's zero
+            // rows.
+            let hi = (h + pt).max((oh - 1) * sh + (kh - 1) * dh + 1);
+            let wi = (w + pl).max((ow - 1) * sw + kw);
+            let mut xin = vec![pad; n * hi * wi * c + 32];
+            for (r, src) in x[..n * h * w * c].chunks_exact(w * c).enumerate() {
+                let (img, iy) = (r / h, r % h);
+                let dst = &mut xin[((img * hi + iy + pt) * wi + pl) * c..][..w * c];
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = v ^ flip;
+                }
+            }
+            xp[..n * oh * ow * cp].par_chunks_mut(ow * cp).enumerate().for_each(|(r, out)| {
+                let (img, oy) = (r / oh, r % oh);
+                for (ox, row) in out.chunks_exact_mut(cp).enumerate() {
+                    for ky in 0..kh {
+                        let at = ((img * hi + oy * sh + ky * dh) * wi + ox * sw) * c;
+                        row[ky * kw * c..][..32].copy_from_slice(&xin[at..at + 32]);
+                    }
+                }
+            });
         }
         Mode::Im2col => {
             let win = super::qconv::Window::new(g, [n, h, w, c, oh, ow, oc, kh, kw, 1]);
@@ -224,7 +262,23 @@ pub(super) fn run(
     // instead of stopping at each row's end (a 7-pixel row would use 7 of
     // 16 AMX tile rows).
     let linear = dw.mode == Mode::Im2col || (taps.len() == 1 && st == [1, 1] && hp == oh && wp == ow);
-    let (rows, ow, oh, hp, wp) = if linear { (1, n * oh * ow, 1, 1, n * hp * wp) } else { (n * oh, ow, oh, hp, wp) };
+    // Stride 1 on AMX: output pixel (oy, ox) reads the padded image from
+    // `oy·wp + ox` on, so an image's output rows laid side by side at the
+    // padded width are one wide row whose blocks read `cp`-byte rows in
+    // order; the `wp − ow` positions between output rows are computed and
+    // dropped. Taken where it needs fewer blocks (a 7×7 map: 4 blocks of
+    // 16 for 63 positions instead of 7 blocks of 7 pixels).
+    let wide = !linear
+        && dw.level == Int8Level::Amx
+        && st == [1, 1]
+        && (oh * wp).div_ceil(seg_len) < oh * ow.div_ceil(seg_len);
+    let (rows, ow, oh, hp, wp, wide) = if linear {
+        (1, n * oh * ow, 1, 1, n * hp * wp, None)
+    } else if wide {
+        (n, oh * wp, 1, hp, wp, Some([ow, oh * ow]))
+    } else {
+        (n * oh, ow, oh, hp, wp, None)
+    };
     // Blocks: runs of up to seg_len output pixels of one row.
     let per_row = ow.div_ceil(seg_len);
     let segs: Vec<(usize, usize, usize)> = (0..rows)
@@ -239,6 +293,7 @@ pub(super) fn run(
         ow,
         st,
         taps: &taps,
+        wide,
     };
     let b = dw.b.data();
     let bstride = dw.b.k().div_ceil(4).next_multiple_of(16) * 64;
@@ -283,12 +338,15 @@ thread_local! {
     static PADDED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on `len` bytes all set to `pad`: the thread's buffer, or a
-/// fresh one when it is in use.
-fn with_padded(len: usize, pad: u8, f: impl FnOnce(&mut [u8])) {
+/// Runs `f` on `len` bytes: the thread's buffer, or a fresh one when it is
+/// in use; all set to `pad` when `fill`, else holding the buffer's earlier
+/// contents (new bytes set to `pad`).
+fn with_padded(len: usize, pad: u8, fill: bool, f: impl FnOnce(&mut [u8])) {
     PADDED.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
-            buf.clear();
+            if fill {
+                buf.clear();
+            }
             buf.resize(len, pad);
             f(&mut buf[..]);
             // Do not keep more than 64 MiB alive between runs.
@@ -312,6 +370,9 @@ struct Source<'a> {
     st: [usize; 2],
     /// Byte offset of each tap from a pixel's window origin.
     taps: &'a [usize],
+    /// Rows are images laid out at the padded width (`run`'s wide rows):
+    /// the real output width and pixels per image.
+    wide: Option<[usize; 2]>,
 }
 
 impl Source<'_> {
@@ -322,6 +383,19 @@ impl Source<'_> {
         let at = ((img * self.hp + oy * self.st[0]) * self.wp + ox * self.st[1]) * self.cp;
         // SAFETY: `at` lies inside the image part of xp.
         (unsafe { self.xp.as_ptr().add(at) }, r * self.ow + ox)
+    }
+
+    /// The output pixel of position `i` of the block from `ox` in row
+    /// `r`, or `None` for a position between wide rows' output rows.
+    #[inline]
+    fn out_pixel(&self, r: usize, ox: usize, i: usize) -> Option<usize> {
+        match self.wide {
+            None => Some(r * self.ow + ox + i),
+            Some([ow, per_image]) => {
+                let (q, x) = ((ox + i) / self.wp, (ox + i) % self.wp);
+                (x < ow).then_some(r * per_image + q * ow + x)
+            }
+        }
     }
 }
 
@@ -336,6 +410,9 @@ pub(super) struct Epilogue<'a> {
     hi: f32,
     zero: i32,
     oc: usize,
+    /// Every scale and shift is finite, so no sum requantizes to NaN and
+    /// the NaN lanes need no mask.
+    finite: bool,
 }
 
 impl<'a> Epilogue<'a> {
@@ -344,12 +421,74 @@ impl<'a> Epilogue<'a> {
     pub(super) fn new(p: &QuantConv, off: &'a [i32], scale: &'a [f32], shift: &'a [f32], oc: usize) -> Epilogue<'a> {
         let lo = (p.y_min as i64 - p.y_zero as i64) as f32;
         let hi = (p.y_max as i64 - p.y_zero as i64) as f32;
-        Epilogue { off, scale, shift, lo, hi, zero: p.y_zero, oc }
+        let finite = scale[..oc].iter().chain(&shift[..oc]).all(|v| v.is_finite());
+        Epilogue { off, scale, shift, lo, hi, zero: p.y_zero, oc, finite }
     }
+}
+
+/// One 16-channel group's requantization parameters in registers
+/// ([`Epilogue::channels`]), loaded once per block instead of per pixel.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+pub(super) struct Channels {
+    off: std::arch::x86_64::__m512i,
+    scale: std::arch::x86_64::__m512,
+    shift: std::arch::x86_64::__m512,
+    /// The live channels (below `oc`).
+    mask: std::arch::x86_64::__mmask16,
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Epilogue<'_> {
+    /// The parameters of channels `o0..o0+16` (those below `oc`; `o0 <
+    /// oc`).
+    ///
+    /// # Safety
+    /// AVX-512 F.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    pub(super) unsafe fn channels(&self, o0: usize) -> Channels {
+        use std::arch::x86_64::*;
+        let live = (self.oc - o0).min(16);
+        let mask: __mmask16 = if live == 16 { 0xffff } else { (1u16 << live) - 1 };
+        // SAFETY: the masked loads touch channels below oc.
+        unsafe {
+            Channels {
+                off: _mm512_maskz_loadu_epi32(mask, self.off.as_ptr().add(o0)),
+                scale: _mm512_maskz_loadu_ps(mask, self.scale.as_ptr().add(o0)),
+                shift: _mm512_maskz_loadu_ps(mask, self.shift.as_ptr().add(o0)),
+                mask,
+            }
+        }
+    }
+
+    /// Stores the requantized sums `acc` of the channels `ch` of one pixel
+    /// at `out` (the group's first channel of that pixel).
+    ///
+    /// Clamping to the integer bounds before rounding gives what rounding
+    /// first does (rounding is monotone and keeps integers), so one
+    /// conversion with round-to-nearest-even does both.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW/VL; `out` holds the live channels' bytes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    #[inline]
+    pub(super) unsafe fn store_with(&self, ch: &Channels, acc: std::arch::x86_64::__m512i, out: *mut u8) {
+        use std::arch::x86_64::*;
+        const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        let f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, ch.off)), ch.scale, ch.shift);
+        let cl = _mm512_min_ps(_mm512_max_ps(f, _mm512_set1_ps(self.lo)), _mm512_set1_ps(self.hi));
+        // `as` makes NaN 0 in `requantize`: the ordered lanes only.
+        let v = if self.finite {
+            _mm512_cvt_roundps_epi32::<RNE>(cl)
+        } else {
+            _mm512_maskz_cvt_roundps_epi32::<RNE>(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(f, f), cl)
+        };
+        let v = _mm512_add_epi32(v, _mm512_set1_epi32(self.zero));
+        // SAFETY: the masked store touches the live channels only.
+        unsafe { _mm_mask_storeu_epi8(out.cast(), ch.mask, _mm512_cvtepi32_epi8(v)) };
+    }
+
     /// Stores channels `o0..o0+16` (those below `oc`) of one pixel from
     /// the sums `acc` at `out` (the pixel's first channel).
     ///
@@ -358,22 +497,10 @@ impl Epilogue<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
     pub(super) unsafe fn store(&self, acc: std::arch::x86_64::__m512i, o0: usize, out: *mut u8) {
-        use std::arch::x86_64::*;
-        let live = (self.oc - o0).min(16);
-        let mask: __mmask16 = if live == 16 { 0xffff } else { (1u16 << live) - 1 };
-        // SAFETY: the masked loads and the store touch channels below oc.
+        // SAFETY: forwarded from the caller.
         unsafe {
-            let off = _mm512_maskz_loadu_epi32(mask, self.off.as_ptr().add(o0));
-            let scale = _mm512_maskz_loadu_ps(mask, self.scale.as_ptr().add(o0));
-            let shift = _mm512_maskz_loadu_ps(mask, self.shift.as_ptr().add(o0));
-            let f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(acc, off)), scale, shift);
-            let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(f);
-            // `clamp` keeps NaN and `as` makes it 0: the ordered lanes only.
-            let ord = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(r, r);
-            let cl = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(self.lo)), _mm512_set1_ps(self.hi));
-            let v = _mm512_maskz_cvtps_epi32(ord, cl);
-            let v = _mm512_add_epi32(v, _mm512_set1_epi32(self.zero));
-            _mm_mask_storeu_epi8(out.add(o0).cast(), mask, _mm512_cvtepi32_epi8(v));
+            let ch = self.channels(o0);
+            self.store_with(&ch, acc, out.add(o0));
         }
     }
 }
@@ -466,9 +593,31 @@ unsafe fn vnni_tile<const NP: usize>(
     }
 }
 
+/// A block of the AMX kernel whose sums wait in a scratch buffer for
+/// their epilogue: two segments (row, first position, positions) × `np`
+/// panels from panel `p`.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Pending {
+    segs: [(usize, usize, usize); 2],
+    p: usize,
+    np: usize,
+}
+
+/// A 32 × 32 block of i32 sums as the tiles store it (rows of 128 bytes).
+#[cfg(target_arch = "x86_64")]
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Scratch([[i32; 32]; 32]);
+
 /// The AMX kernel: blocks of two 16-pixel segments (tmm4, tmm5) × two
 /// panels (tmm6, tmm7) into four i32 tiles (tmm0–3), stored to a scratch
-/// block and requantized with AVX-512.
+/// block and requantized with AVX-512. The epilogue of each block runs
+/// after the next block's tile products are issued (two scratch blocks in
+/// turn), so the vector units requantize while the tile unit multiplies;
+/// each block's channel parameters are loaded once, not per pixel. With
+/// one depth step (a 1×1 convolution on up to 64 channels) the A tiles
+/// serve every panel of a pixel pair and are loaded once.
 ///
 /// # Safety
 /// AMX int8 and AVX-512 F/BW/VL; see the call in [`run`].
@@ -484,42 +633,40 @@ unsafe fn amx_blocks(
     y: *mut u8,
 ) {
     use super::amx::{Asm, TileOps};
-    use std::arch::x86_64::*;
-    #[repr(C, align(64))]
-    struct Scratch([[i32; 32]; 32]);
-    let mut scratch = Scratch([[0; 32]; 32]);
-    static ZERO: Scratch = Scratch([[0; 32]; 32]);
+    let mut scratch = [Scratch([[0; 32]; 32]); 2];
     let stride = src.st[1] * src.cp;
     let steps_per_tap = src.cp / 64;
+    let single = src.taps.len() * steps_per_tap == 1;
     let ops = &mut Asm;
+    let mut pending: Option<(usize, Pending)> = None;
+    let mut slot = 0;
     // SAFETY: AMX is supported (checked by the caller); tile reads stay
     // inside xp (slack) and the packed B, tile stores inside scratch.
     unsafe {
         super::amx::begin();
         for pair in segs.chunks(2) {
-            let (a0, pix0) = src.origin(pair[0].0, pair[0].1);
-            let (a1, pix1, len1) = match pair.get(1) {
-                Some(&(r, ox, len)) => {
-                    let (a, p) = src.origin(r, ox);
-                    (a, p, len)
-                }
-                None => (a0, pix0, 0),
-            };
-            let len0 = pair[0].2;
+            let (a0, _) = src.origin(pair[0].0, pair[0].1);
+            let seg1 = pair.get(1).copied().unwrap_or((pair[0].0, pair[0].1, 0));
+            let (a1, _) = src.origin(seg1.0, seg1.1);
+            if single {
+                ops.load::<4>(a0.add(src.taps[0]), stride);
+                ops.load::<5>(a1.add(src.taps[0]), stride);
+            }
             for p in panels.clone().step_by(2) {
                 let two = p + 1 < panels.end;
-                let z = ZERO.0.as_ptr().cast::<u8>();
-                ops.load::<0>(z, 0);
-                ops.load::<2>(z, 0);
+                ops.zero::<0>();
+                ops.zero::<2>();
                 if two {
-                    ops.load::<1>(z, 0);
-                    ops.load::<3>(z, 0);
+                    ops.zero::<1>();
+                    ops.zero::<3>();
                 }
                 let mut brow = b.as_ptr().cast::<u8>().add(p * bstride);
                 for &toff in src.taps {
                     for s in 0..steps_per_tap {
-                        ops.load::<4>(a0.add(toff + 64 * s), stride);
-                        ops.load::<5>(a1.add(toff + 64 * s), stride);
+                        if !single {
+                            ops.load::<4>(a0.add(toff + 64 * s), stride);
+                            ops.load::<5>(a1.add(toff + 64 * s), stride);
+                        }
                         ops.load::<6>(brow, 64);
                         ops.dot::<false, 0, 4, 6>();
                         ops.dot::<false, 2, 5, 6>();
@@ -531,7 +678,10 @@ unsafe fn amx_blocks(
                         brow = brow.add(16 * 64);
                     }
                 }
-                let sc = scratch.0.as_mut_ptr().cast::<u8>();
+                if let Some((at, blk)) = pending.take() {
+                    amx_epilogue(&scratch[at], &blk, src, ep, y);
+                }
+                let sc = scratch[slot].0.as_mut_ptr().cast::<u8>();
                 ops.store::<0>(sc, 128);
                 ops.store::<2>(sc.add(16 * 128), 128);
                 if two {
@@ -539,18 +689,41 @@ unsafe fn amx_blocks(
                     ops.store::<3>(sc.add(16 * 128 + 64), 128);
                 }
                 let np = if two { 2 } else { 1 };
-                for (i, row) in scratch.0.iter().enumerate() {
-                    let (pix, live) = if i < 16 { (pix0 + i, i < len0) } else { (pix1 + i - 16, i - 16 < len1) };
-                    if !live {
-                        continue;
-                    }
-                    for j in 0..np {
-                        let v = _mm512_loadu_si512(row.as_ptr().add(16 * j).cast());
-                        ep.store(v, (p + j) * 16, y.add(pix * ep.oc));
-                    }
+                pending = Some((slot, Pending { segs: [pair[0], seg1], p, np }));
+                slot ^= 1;
+            }
+        }
+        if let Some((at, blk)) = pending {
+            amx_epilogue(&scratch[at], &blk, src, ep, y);
+        }
+        super::amx::end();
+    }
+}
+
+/// Requantizes and stores one block's sums.
+///
+/// # Safety
+/// AVX-512 F/BW/VL; the block's pixels and channels lie in `y`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn amx_epilogue(sc: &Scratch, blk: &Pending, src: &Source<'_>, ep: &Epilogue<'_>, y: *mut u8) {
+    use std::arch::x86_64::*;
+    // SAFETY: forwarded from the caller; the loads read the scratch block.
+    unsafe {
+        let o0 = blk.p * 16;
+        let ch0 = ep.channels(o0);
+        let ch1 = if blk.np == 2 { ep.channels(o0 + 16) } else { ch0 };
+        for (half, &(r, ox, len)) in blk.segs.iter().enumerate() {
+            for i in 0..len {
+                let Some(pix) = src.out_pixel(r, ox, i) else { continue };
+                let row = &sc.0[16 * half + i];
+                let out = y.add(pix * ep.oc + o0);
+                ep.store_with(&ch0, _mm512_loadu_si512(row.as_ptr().cast()), out);
+                if blk.np == 2 {
+                    ep.store_with(&ch1, _mm512_loadu_si512(row.as_ptr().add(16).cast()), out.add(16));
                 }
             }
         }
-        super::amx::end();
     }
 }
