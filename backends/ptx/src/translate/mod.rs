@@ -399,6 +399,13 @@ impl<'a> Tr<'a, '_> {
                 Err(format!("internal error: a {} step in a GPU plan (please report)", step.kind()))
             }
             Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
+            // The CUDA executor records launch runs into graphs; jumps
+            // between them (reading the condition back to the host) are
+            // not built yet.
+            Step::If { .. } | Step::Else { .. } | Step::EndIf {} | Step::Loop { .. } | Step::EndLoop { .. } => Err(format!(
+                "{origin}: control flow with a run-time condition (core.if, core.loop) runs on the CPU backend only for now; the GPU backend has no `{}` step yet",
+                step.kind()
+            )),
             Step::Reference { .. } => {
                 self.halves.host_step();
                 self.items.push(GpuItem::Host { step: step.clone() });
