@@ -521,11 +521,15 @@ fn import_region(
     let saved = cx.take_materialized();
     let start = cx.func.body.ops.len();
     let loc = cx.loc.clone();
+    let hint = cx.hint.clone();
+    let op_type = cx.op_type.clone();
     let mut result = (|| -> R<Vec<ValueId>> {
         for (index, n) in graph.node.iter().enumerate() {
             import_node(cx, &mut inner_env, &inner, n, index, opset)?;
         }
         cx.loc = loc.clone();
+        cx.hint = hint.clone();
+        cx.op_type = op_type.clone();
         let mut yields = vec![];
         for (i, o) in graph.output.iter().enumerate() {
             let key = o.name.as_deref().unwrap_or("");
@@ -539,6 +543,8 @@ fn import_region(
         Ok(yields)
     })();
     cx.loc = loc;
+    cx.hint = hint;
+    cx.op_type = op_type;
     cx.restore_materialized(saved);
     let ops: Vec<OpId> = cx.func.body.ops.drain(start..).collect();
     let mut yields = std::mem::take(result.as_mut().map_err(|e| e.clone())?);
