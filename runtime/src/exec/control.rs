@@ -13,6 +13,7 @@ use aoc_plan::plan::{Buf, Step};
 
 use super::steps::Spaces;
 
+
 /// The most iterations any loop may run, whatever its artifact says.
 const HARD_LIMIT: u64 = 1 << 31;
 
@@ -80,30 +81,48 @@ pub(crate) fn check_targets(steps: &[Step], i: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn read_i64(sp: &Spaces, b: &Buf) -> Result<i64, String> {
-    let bytes = sp.bytes(b);
+/// Where control steps read and write their buffers: the CPU executor's
+/// spaces, or device memory through the host (`cuda::exec`).
+pub(crate) trait Memory {
+    fn read(&self, b: &Buf) -> Result<Vec<u8>, String>;
+    /// Writes `bytes` at byte `at` of `b` (inside it: checked by callers).
+    fn write(&self, b: &Buf, at: u64, bytes: &[u8]) -> Result<(), String>;
+}
+
+impl Memory for Spaces {
+    fn read(&self, b: &Buf) -> Result<Vec<u8>, String> {
+        Ok(self.bytes(b).to_vec())
+    }
+    fn write(&self, b: &Buf, at: u64, bytes: &[u8]) -> Result<(), String> {
+        let out = self.bytes_mut(b);
+        let at = at as usize;
+        out.get_mut(at..at + bytes.len()).ok_or("a write past its buffer")?.copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+fn read_i64(m: &dyn Memory, b: &Buf) -> Result<i64, String> {
+    let bytes = m.read(b)?;
     let head: [u8; 8] = bytes.get(..8).and_then(|s| s.try_into().ok()).ok_or("an i64 buffer under 8 bytes")?;
     Ok(i64::from_le_bytes(head))
 }
 
-fn write_i64(sp: &Spaces, b: &Buf, v: i64) -> Result<(), String> {
-    let bytes = sp.bytes_mut(b);
-    bytes.get_mut(..8).ok_or("an i64 buffer under 8 bytes")?.copy_from_slice(&v.to_le_bytes());
-    Ok(())
+fn write_i64(m: &dyn Memory, b: &Buf, v: i64) -> Result<(), String> {
+    m.write(b, 0, &v.to_le_bytes())
 }
 
-fn flag(sp: &Spaces, b: &Buf) -> Result<bool, String> {
-    sp.bytes(b).first().map(|&c| c != 0).ok_or_else(|| "an empty condition buffer".to_string())
+fn flag(m: &dyn Memory, b: &Buf) -> Result<bool, String> {
+    m.read(b)?.first().map(|&c| c != 0).ok_or_else(|| "an empty condition buffer".to_string())
 }
 
-fn set_flag(sp: &Spaces, b: &Buf, v: bool) -> Result<(), String> {
-    *sp.bytes_mut(b).first_mut().ok_or("an empty condition buffer")? = v as u8;
-    Ok(())
+fn set_flag(m: &dyn Memory, b: &Buf, v: bool) -> Result<(), String> {
+    m.write(b, 0, &[v as u8])
 }
 
 /// Runs control step `i`, setting `pc` (already at the next step) where it
-/// jumps.
-pub(crate) fn run(step: &Step, i: usize, pc: &mut usize, loops: &mut LoopState, sp: &Spaces) -> Result<(), String> {
+/// jumps. Step indices are those of the list the step is in (plan steps on
+/// the CPU, plan items on the GPU).
+pub(crate) fn run(step: &Step, i: usize, pc: &mut usize, loops: &mut LoopState, sp: &dyn Memory) -> Result<(), String> {
     match step {
         Step::If { cond, else_at } => {
             if !flag(sp, cond)? {
@@ -135,17 +154,16 @@ pub(crate) fn run(step: &Step, i: usize, pc: &mut usize, loops: &mut LoopState, 
             let done = loops.0.get(&(*start_at as usize)).copied().ok_or("a loop end reached without its start")?;
             // Read every yield before writing anything: a yield may be a
             // carried value that another pair overwrites.
-            let staged: Vec<Vec<u8>> = carried.iter().chain(scans).map(|[from, _]| sp.bytes(from).to_vec()).collect();
+            let staged: Vec<Vec<u8>> = carried.iter().chain(scans).map(|[from, _]| sp.read(from)).collect::<Result<_, _>>()?;
             let (state, rows) = staged.split_at(carried.len());
             for ([_, to], bytes) in carried.iter().zip(state) {
-                sp.bytes_mut(to).copy_from_slice(bytes);
+                sp.write(to, 0, bytes)?;
             }
             for ([_, to], bytes) in scans.iter().zip(rows) {
-                let at = (done as usize).checked_mul(bytes.len()).ok_or("a scan row out of range")?;
-                let out = sp.bytes_mut(to);
-                out.get_mut(at..at + bytes.len())
-                    .ok_or_else(|| format!("the loop runs more than {} iterations, the rows its scan outputs are declared for", scan_rows.unwrap_or(0)))?
-                    .copy_from_slice(bytes);
+                let at = done.checked_mul(bytes.len() as u64).filter(|&at| at + bytes.len() as u64 <= to.len).ok_or_else(|| {
+                    format!("the loop runs more than {} iterations, the rows its scan outputs are declared for", scan_rows.unwrap_or(0))
+                })?;
+                sp.write(to, at, bytes)?;
             }
             let count = done + 1;
             loops.0.insert(*start_at as usize, count);

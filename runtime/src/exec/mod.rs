@@ -17,7 +17,7 @@
 
 #[cfg(feature = "reference")]
 pub(crate) mod reference;
-mod control;
+pub(crate) mod control;
 mod steps;
 
 use std::fmt;
