@@ -213,10 +213,14 @@ fn run_control(func: &Func, op: &OpData, c: Control, inputs: &[&Tensor], weights
             let captured: Vec<Tensor> = inputs[2 + carried..].iter().map(|t| (*t).clone()).collect();
             let scan_types: Vec<TensorType> = op.results[carried..].iter().map(|&r| func.ty(r).clone()).collect();
             let mut scans: Vec<Vec<Tensor>> = vec![vec![]; scan_types.len()];
+            let bound = match op.attrs.get("max_iterations") {
+                Some(crate::attr::Attr::Int(n)) => crate::ops::control::max_iterations(*n).map_err(err)?,
+                _ => MAX_LOOP_ITERATIONS,
+            };
             let mut i: i64 = 0;
             while i < max && cond {
-                if i >= MAX_LOOP_ITERATIONS {
-                    return Err(err(format!("the loop did not stop within {MAX_LOOP_ITERATIONS} iterations")));
+                if i >= bound {
+                    return Err(err(format!("the loop did not stop within {bound} iterations (`max_iterations`)")));
                 }
                 let mut args = vec![
                     Tensor::from_i64(TensorType::new(vec![], Scalar::I64), vec![i]),

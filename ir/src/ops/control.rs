@@ -24,8 +24,9 @@
 //! cannot see regions: the interpreter runs these ops itself
 //! (`interp::run_control`).
 //!
-//! Invariant: no loop runs more than [`MAX_LOOP_ITERATIONS`] iterations in
-//! the interpreter or the runtime; one that would is an error, never a hang.
+//! Invariant: no loop runs more than its `max_iterations` (at most
+//! [`MAX_LOOP_ITERATIONS`]) iterations in the interpreter or the runtime;
+//! one that would is an error, never a hang.
 
 use super::kind::Control;
 use super::{EvalCx, InferCx, Opcode};
@@ -35,7 +36,8 @@ use crate::tensor::Tensor;
 use crate::types::{Scalar, TensorType};
 
 /// The most iterations a `core.loop` may run (in the interpreter and the
-/// runtime); more is an error naming the loop.
+/// runtime), and its `max_iterations` default; more is an error naming the
+/// loop.
 pub const MAX_LOOP_ITERATIONS: i64 = 1 << 24;
 
 fn scalar(s: Scalar) -> TensorType {
@@ -64,6 +66,7 @@ pub fn infer_loop(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     check_flag(cx.operand(0), "the trip count `max_trip`", Scalar::I64)?;
     check_flag(cx.operand(1), "the condition", Scalar::I1)?;
     let carried = carried_count(cx.int("carried")?, cx.operands.len() - 2)?;
+    max_iterations(cx.int("max_iterations")?)?;
     let results = declared(cx)?;
     if results.len() < carried {
         return Err(format!("{carried} carried values need at least {carried} results, found {}", results.len()));
@@ -79,6 +82,15 @@ pub fn infer_loop(cx: &InferCx) -> Result<Vec<TensorType>, String> {
         }
     }
     Ok(results.to_vec())
+}
+
+/// The `max_iterations` attribute, checked.
+pub fn max_iterations(n: i64) -> Result<i64, String> {
+    if (1..=MAX_LOOP_ITERATIONS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("`max_iterations = {n}` must be between 1 and {MAX_LOOP_ITERATIONS}"))
+    }
 }
 
 /// The `carried` attribute as a count of the `inputs` operands.

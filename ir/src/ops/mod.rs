@@ -1293,7 +1293,10 @@ define_ops! {
         format: Generic,
         operands: [max_trip: One, cond: One, inputs: Many],
         results: [results],
-        attrs: [(carried, Int, Int(0), "how many inputs (the first) are loop-carried")],
+        attrs: [
+            (carried, Int, Int(0), "how many inputs (the first) are loop-carried"),
+            (max_iterations, Int, Int(control::MAX_LOOP_ITERATIONS), "more iterations than this is an error at run time, never a hang (1 to 2^24)"),
+        ],
         kind: OpKind::Control(Control::Loop),
         traits: [Pure, DeclaredResult],
         infer: control::infer_loop, eval: control::eval_by_interpreter,

@@ -191,7 +191,10 @@ impl Lower<'_> {
             carried: pairs,
             scans,
             scan_rows,
-            max_iterations: MAX_LOOP_ITERATIONS as u64,
+            max_iterations: match op.attrs.get("max_iterations") {
+                Some(Attr::Int(n)) => aoc_ir::ops::control::max_iterations(*n)? as u64,
+                _ => MAX_LOOP_ITERATIONS as u64,
+            },
         });
         if let Some(Step::Loop { end_at, .. }) = self.steps.get_mut(head) {
             *end_at = end;

@@ -191,3 +191,74 @@ pub(crate) fn run(step: &Step, i: usize, pc: &mut usize, loops: &mut LoopState, 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aoc_plan::plan::Space;
+
+    fn arena(offset: u64, len: u64) -> Buf {
+        Buf { space: Space::Arena, index: 0, offset, len }
+    }
+
+    fn endless(max_iterations: u64) -> Vec<Step> {
+        let (iter, cond) = (arena(0, 8), arena(8, 1));
+        vec![
+            Step::Loop { trip: None, cond: None, iter, cond_in: cond, end_at: 1, scan_rows: None },
+            Step::EndLoop {
+                start_at: 0,
+                trip: None,
+                iter,
+                cond_in: cond,
+                cond_out: cond,
+                carried: vec![],
+                scans: vec![],
+                scan_rows: None,
+                max_iterations,
+            },
+        ]
+    }
+
+    /// Runs `steps` over a 64-byte arena; the iterations and the error.
+    fn execute(steps: &[Step]) -> (i64, Result<(), String>) {
+        let mut mem = vec![0u64; 8];
+        let sp = Spaces { arena: mem.as_mut_ptr() as *mut u8, weights: std::ptr::null(), inputs: vec![], outputs: vec![] };
+        let mut loops = LoopState::default();
+        let mut pc = 0;
+        let mut result = Ok(());
+        while pc < steps.len() {
+            let i = pc;
+            pc += 1;
+            if let Err(e) = run(&steps[i], i, &mut pc, &mut loops, &sp) {
+                result = Err(e);
+                break;
+            }
+        }
+        (mem[0] as i64, result)
+    }
+
+    #[test]
+    fn a_loop_that_does_not_stop_is_an_error() {
+        let steps = endless(10);
+        for i in 0..steps.len() {
+            check_targets(&steps, i).unwrap();
+        }
+        let (iters, r) = execute(&steps);
+        assert_eq!(r.unwrap_err(), "the loop did not stop within 10 iterations");
+        assert_eq!(iters, 10);
+    }
+
+    #[test]
+    fn jumps_go_forward_except_to_their_own_loop() {
+        let mut steps = endless(10);
+        steps.push(Step::If { cond: arena(8, 1), else_at: 1 });
+        assert!(check_targets(&steps, 2).unwrap_err().contains("else target"));
+        steps[2] = Step::Else { end_at: 0 };
+        assert!(check_targets(&steps, 2).unwrap_err().contains("end target"));
+        if let Step::EndLoop { start_at, .. } = &mut steps[1] {
+            *start_at = 1;
+        }
+        assert!(check_targets(&steps, 1).unwrap_err().contains("not its Loop"));
+        assert!(check_targets(&steps, 0).unwrap_err().contains("not its EndLoop"));
+    }
+}
