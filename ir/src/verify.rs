@@ -151,7 +151,7 @@ fn verify_block(
     module: &Module,
     f: &Func,
     block: &Block,
-    defined: &mut Vec<bool>,
+    defined: &mut [bool],
     anywhere: &mut Vec<bool>,
     seen_ops: &mut HashSet<OpId>,
     diags: &mut Vec<Diagnostic>,

@@ -34,10 +34,8 @@ pub(crate) fn check_targets(steps: &[Step], i: usize) -> Result<(), String> {
                 return Err(format!("an else target {else_at} outside {}..={n}", i + 1));
             }
         }
-        Step::Else { end_at } => {
-            if *end_at <= i as u64 || *end_at >= n {
-                return Err(format!("an end target {end_at} outside {}..{n}", i + 1));
-            }
+        Step::Else { end_at } if *end_at <= i as u64 || *end_at >= n => {
+            return Err(format!("an end target {end_at} outside {}..{n}", i + 1));
         }
         Step::Loop { trip, cond, iter, cond_in, end_at, .. } => {
             at_least(iter, 8, "iteration")?;

@@ -517,11 +517,11 @@ fn jump_targets_to_items(items: &mut [GpuItem], item_of_step: &[Option<usize>]) 
         Ok(())
     };
     for item in items.iter_mut() {
-        if let GpuItem::Host { step } = item {
-            match step {
-                Step::If { else_at: t, .. } | Step::Else { end_at: t } | Step::Loop { end_at: t, .. } | Step::EndLoop { start_at: t, .. } => map(t)?,
-                _ => {}
-            }
+        if let GpuItem::Host {
+            step: Step::If { else_at: t, .. } | Step::Else { end_at: t } | Step::Loop { end_at: t, .. } | Step::EndLoop { start_at: t, .. },
+        } = item
+        {
+            map(t)?;
         }
     }
     Ok(())
