@@ -320,6 +320,40 @@ mod tests {
             }],
             origins: vec!["x".into()],
         };
-        assert!(p.validate(&sizes()).unwrap_err().ends_with("a host step that is not a reference step"));
+        assert!(p.validate(&sizes()).unwrap_err().ends_with("a host step that is neither a reference nor a control step"));
+    }
+
+    #[test]
+    fn control_items_jump_forward_or_back_to_their_own_loop() {
+        let (iter, cond) = (buf(Space::Arena, 0, 8), buf(Space::Arena, 8, 1));
+        let looped = |start_at: u64, end_at: u64| GpuPlan {
+            items: vec![
+                GpuItem::Host { step: Step::Loop { trip: None, cond: None, iter, cond_in: cond, end_at, scan_rows: None } },
+                GpuItem::Host {
+                    step: Step::EndLoop {
+                        start_at,
+                        trip: None,
+                        iter,
+                        cond_in: cond,
+                        cond_out: cond,
+                        carried: vec![],
+                        scans: vec![],
+                        scan_rows: None,
+                        max_iterations: 4,
+                    },
+                },
+            ],
+            origins: vec!["core.loop".into(), "core.loop".into()],
+        };
+        looped(0, 1).validate(&sizes()).unwrap();
+        let e = looped(1, 1).validate(&sizes()).unwrap_err();
+        assert!(e.contains("jump target or buffers are not valid"), "{e}");
+        let e = looped(0, 0).validate(&sizes()).unwrap_err();
+        assert!(e.starts_with("item 0 (loop"), "{e}");
+        let back = GpuPlan {
+            items: vec![GpuItem::Host { step: Step::EndIf {} }, GpuItem::Host { step: Step::Else { end_at: 0 } }],
+            origins: vec!["core.if".into(), "core.if".into()],
+        };
+        assert!(back.validate(&sizes()).unwrap_err().starts_with("item 1 (else"));
     }
 }
