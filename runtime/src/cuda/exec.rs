@@ -118,7 +118,7 @@ impl crate::exec::control::Memory for DeviceAccess<'_> {
         Ok(out)
     }
     fn write(&self, b: &Buf, at: u64, bytes: &[u8]) -> Result<(), String> {
-        if at + bytes.len() as u64 > b.len {
+        if at.checked_add(bytes.len() as u64).is_none_or(|end| end > b.len) {
             return Err("a write past its buffer".to_string());
         }
         self.stream.synchronize().map_err(|e| format!("waiting for the device: {e}"))?;

@@ -93,8 +93,9 @@ impl Memory for Spaces {
     }
     fn write(&self, b: &Buf, at: u64, bytes: &[u8]) -> Result<(), String> {
         let out = self.bytes_mut(b);
-        let at = at as usize;
-        out.get_mut(at..at + bytes.len()).ok_or("a write past its buffer")?.copy_from_slice(bytes);
+        let at = usize::try_from(at).map_err(|_| "a write past its buffer")?;
+        let end = at.checked_add(bytes.len()).ok_or("a write past its buffer")?;
+        out.get_mut(at..end).ok_or("a write past its buffer")?.copy_from_slice(bytes);
         Ok(())
     }
 }
@@ -158,7 +159,7 @@ pub(crate) fn run(step: &Step, i: usize, pc: &mut usize, loops: &mut LoopState, 
                 sp.write(to, 0, bytes)?;
             }
             for ([_, to], bytes) in scans.iter().zip(rows) {
-                let at = done.checked_mul(bytes.len() as u64).filter(|&at| at + bytes.len() as u64 <= to.len).ok_or_else(|| {
+                let at = done.checked_mul(bytes.len() as u64).filter(|&at| at.checked_add(bytes.len() as u64).is_some_and(|end| end <= to.len)).ok_or_else(|| {
                     format!("the loop runs more than {} iterations, the rows its scan outputs are declared for", scan_rows.unwrap_or(0))
                 })?;
                 sp.write(to, at, bytes)?;
