@@ -299,6 +299,12 @@ fn step_what(step: &aoc_runtime::plan::Step) -> String {
                 let op = air.lines().find_map(|l| l.split(" = ").nth(1)).and_then(|r| r.split_whitespace().next()).unwrap_or("?");
                 format!("reference {op}")
             }
+            Step::If { else_at, .. } => format!("if (else: step {else_at})"),
+            Step::Else { end_at } => format!("else (end: step {end_at})"),
+            Step::Loop { end_at, .. } => format!("loop (end: step {end_at})"),
+            Step::EndLoop { start_at, carried, scans, .. } => {
+                format!("end_loop (back to step {start_at}; {} carried, {} scanned)", carried.len(), scans.len())
+            }
             other => other.kind().to_string(),
         }
     }

@@ -155,7 +155,8 @@ pub fn layers(func: &Func, weights: &dyn WeightSource, m: usize) -> Result<Vec<L
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
             | OpKind::Resize
-            | OpKind::Recurrent(_) => None,
+            | OpKind::Recurrent(_)
+            | OpKind::Control(_) => None,
         };
         let Some(which) = which.filter(|_| d.operands.len() >= 2) else { continue };
         let result = d.results[0];

@@ -8,7 +8,11 @@
 use crate::attr::Attrs;
 use crate::diag::Diagnostic;
 use crate::entity::EntityId;
-use crate::module::Func;
+use crate::module::{Block, Func, OpData, ValueId};
+use crate::ops::control::{MAX_LOOP_ITERATIONS, control_of};
+use crate::ops::kind::Control;
+use crate::types::Scalar;
+use std::collections::HashMap;
 use crate::ops::fused::{self, Step};
 use crate::ops::{EvalCx, Opcode};
 use crate::tensor::Tensor;
@@ -136,10 +140,7 @@ pub fn run_observed(
                 })
             })
             .collect::<Result<_, _>>()?;
-        let result_types: Vec<TensorType> = op.results.iter().map(|r| func.ty(*r).clone()).collect();
-        let steps = fused::epilogue(func, op).map_err(|m| Diagnostic::error(m, op.loc.clone()))?;
-        let outputs = eval_op_with_epilogue(op.opcode, &inputs, &op.attrs, &result_types, weights, &steps)
-            .map_err(|m| Diagnostic::error(m, op.loc.clone()))?;
+        let outputs = eval_in_func(func, op, &inputs, weights)?;
         for (&r, t) in op.results.iter().zip(outputs) {
             env[r.index()] = Some(t);
         }
@@ -160,6 +161,100 @@ pub fn run_observed(
         .collect()
 }
 
+/// Evaluates one op of `func` on `inputs`: through the op table's hook, or,
+/// for a control op, by running its regions.
+fn eval_in_func(func: &Func, op: &OpData, inputs: &[&Tensor], weights: &dyn WeightSource) -> Result<Vec<Tensor>, Diagnostic> {
+    if let Some(c) = control_of(op.opcode) {
+        return run_control(func, op, c, inputs, weights);
+    }
+    let result_types: Vec<TensorType> = op.results.iter().map(|r| func.ty(*r).clone()).collect();
+    let steps = fused::epilogue(func, op).map_err(|m| Diagnostic::error(m, op.loc.clone()))?;
+    eval_op_with_epilogue(op.opcode, inputs, &op.attrs, &result_types, weights, &steps).map_err(|m| Diagnostic::error(m, op.loc.clone()))
+}
+
+/// Runs a region of `func` on its arguments and returns what it yields.
+fn run_region(func: &Func, block: &Block, args: Vec<Tensor>, weights: &dyn WeightSource) -> Result<Vec<Tensor>, Diagnostic> {
+    let mut env: HashMap<ValueId, Tensor> = block.args.iter().copied().zip(args).collect();
+    let get = |env: &HashMap<ValueId, Tensor>, v: ValueId, loc: &crate::diag::Location| -> Result<Tensor, Diagnostic> {
+        env.get(&v).cloned().ok_or_else(|| {
+            Diagnostic::error(format!("internal error: %{} has no value in its region (please report)", func.name_of(v)), loc.clone())
+        })
+    };
+    for &op_id in &block.ops {
+        let op = &func.ops[op_id];
+        let inputs: Vec<Tensor> = op.operands.iter().map(|&v| get(&env, v, &op.loc)).collect::<Result<_, _>>()?;
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let outputs = eval_in_func(func, op, &refs, weights)?;
+        env.extend(op.results.iter().copied().zip(outputs));
+    }
+    block.terminator.iter().map(|&v| get(&env, v, &block.terminator_loc)).collect()
+}
+
+/// `core.if` and `core.loop` (`ops/control.rs`): choose or repeat a region.
+fn run_control(func: &Func, op: &OpData, c: Control, inputs: &[&Tensor], weights: &dyn WeightSource) -> Result<Vec<Tensor>, Diagnostic> {
+    let name = op.opcode.name();
+    let err = |m: String| Diagnostic::error(format!("{name}: {m}"), op.loc.clone());
+    let flag = |i: usize| inputs.get(i).filter(|t| t.len() == 1).map(|t| t.get_f64(0) != 0.0);
+    match c {
+        Control::If => {
+            let cond = flag(0).ok_or_else(|| err("the condition must hold one element".into()))?;
+            let region = op.regions.get(if cond { 0 } else { 1 }).ok_or_else(|| err("a region is missing".into()))?;
+            run_region(func, region, inputs[1..].iter().map(|t| (*t).clone()).collect(), weights)
+        }
+        Control::Loop => {
+            let body = op.regions.first().ok_or_else(|| err("the body is missing".into()))?;
+            let max = inputs.first().filter(|t| t.len() == 1).map(|t| t.get_i64(0)).ok_or_else(|| err("the trip count must hold one element".into()))?;
+            let mut cond = flag(1).ok_or_else(|| err("the condition must hold one element".into()))?;
+            let carried = match op.attrs.get("carried") {
+                Some(crate::attr::Attr::Int(n)) => crate::ops::control::carried_count(*n, inputs.len() - 2).map_err(err)?,
+                _ => 0,
+            };
+            let mut values: Vec<Tensor> = inputs[2..2 + carried].iter().map(|t| (*t).clone()).collect();
+            let captured: Vec<Tensor> = inputs[2 + carried..].iter().map(|t| (*t).clone()).collect();
+            let scan_types: Vec<TensorType> = op.results[carried..].iter().map(|&r| func.ty(r).clone()).collect();
+            let mut scans: Vec<Vec<Tensor>> = vec![vec![]; scan_types.len()];
+            let bound = match op.attrs.get("max_iterations") {
+                Some(crate::attr::Attr::Int(n)) => crate::ops::control::max_iterations(*n).map_err(err)?,
+                _ => MAX_LOOP_ITERATIONS,
+            };
+            let mut i: i64 = 0;
+            while i < max && cond {
+                if i >= bound {
+                    return Err(err(format!("the loop did not stop within {bound} iterations (`max_iterations`)")));
+                }
+                let mut args = vec![
+                    Tensor::from_i64(TensorType::new(vec![], Scalar::I64), vec![i]),
+                    Tensor::from_i64(TensorType::new(vec![], Scalar::I1), vec![cond as i64]),
+                ];
+                args.extend(values.iter().cloned());
+                args.extend(captured.iter().cloned());
+                let mut out = run_region(func, body, args, weights)?.into_iter();
+                cond = out.next().is_some_and(|t| t.len() == 1 && t.get_f64(0) != 0.0);
+                values = out.by_ref().take(carried).collect();
+                for (s, t) in scans.iter_mut().zip(out) {
+                    s.push(t);
+                }
+                i += 1;
+            }
+            for (j, (ty, elems)) in scan_types.iter().zip(scans).enumerate() {
+                if ty.shape.first().copied() != Some(elems.len()) {
+                    return Err(err(format!(
+                        "the loop ran {} iterations, but scan output {j} is declared for {} ({ty}); shapes are static, so the count must match",
+                        elems.len(),
+                        ty.shape.first().copied().unwrap_or(0)
+                    )));
+                }
+                let stacked = if crate::tensor::holds_floats(&ty.elem) {
+                    Tensor::from_f64(ty.clone(), elems.iter().flat_map(|t| t.to_f64()).collect())
+                } else {
+                    Tensor::from_i64(ty.clone(), elems.iter().flat_map(|t| t.to_i64()).collect())
+                };
+                values.push(stacked);
+            }
+            Ok(values)
+        }
+    }
+}
 
 /// Weights held in memory, keyed by (weights-file name, tensor key). The
 /// ONNX importer produces these; tests use them.

@@ -298,6 +298,36 @@ impl Func {
         Ok(self.ops[op].results.clone())
     }
 
+    /// A value for an argument of a region being built (before the op that
+    /// will hold it exists): [`Func::push_region_op`] sets its definition.
+    pub fn new_region_arg(&mut self, hint: &str, ty: TensorType, loc: Location) -> ValueId {
+        let name = self.fresh_name(hint);
+        self.values.push(ValueData { name, ty, def: ValueDef::RegionArg { op: OpId::new(0), region: 0, index: 0 }, loc })
+    }
+
+    /// Appends an op holding `regions` (their arguments made with
+    /// [`Func::new_region_arg`], their ops already in the arena and in no
+    /// other block) to the body, with these result types; unchecked, like
+    /// [`Func::push_op_unchecked`] (the verifier checks it).
+    pub fn push_region_op(
+        &mut self,
+        opcode: Opcode,
+        operands: Vec<ValueId>,
+        attrs: Attrs,
+        result_types: Vec<(String, TensorType)>,
+        regions: Vec<Block>,
+        loc: Location,
+    ) -> OpId {
+        let op = self.push_op_unchecked(opcode, operands, attrs, result_types, loc);
+        for (region, block) in regions.iter().enumerate() {
+            for (index, &a) in block.args.iter().enumerate() {
+                self.values[a].def = ValueDef::RegionArg { op, region, index };
+            }
+        }
+        self.ops[op].regions = regions;
+        op
+    }
+
     /// Sets the values the function returns and its result types.
     pub fn set_return(&mut self, values: Vec<ValueId>) {
         self.result_types = values.iter().map(|v| self.ty(*v).clone()).collect();

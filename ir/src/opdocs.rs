@@ -39,6 +39,7 @@ pub fn ops_markdown() -> String {
                     Arity::One => format!("`{}`", o.name),
                     Arity::Optional => format!("`{}` (optional)", o.name),
                     Arity::Variadic => format!("`{}` (one or more)", o.name),
+                    Arity::Many => format!("`{}` (zero or more)", o.name),
                 })
                 .collect();
             let _ = writeln!(out, "Operands: {}.\n", list.join(", "));

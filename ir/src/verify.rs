@@ -8,7 +8,8 @@
 use crate::attr::{Attr, ConstValue};
 use crate::diag::Diagnostic;
 use crate::entity::EntityId;
-use crate::module::{Func, Module};
+use crate::module::{Block, Func, Module, OpId};
+use crate::ops::control::{check_regions, control_of};
 use crate::ops::fused::{check_epilogue, Step};
 use crate::ops::kind::{Form, OpKind};
 use crate::ops::{check_operand_count, InferCx, Opcode, Trait};
@@ -67,7 +68,8 @@ fn check_sparse_operands(opcode: Opcode, operands: &[TensorType]) -> Result<(), 
         | OpKind::Reduce(_)
         | OpKind::Movement(_)
         | OpKind::Resize
-        | OpKind::Recurrent(_) => false,
+        | OpKind::Recurrent(_)
+        | OpKind::Control(_) => false,
     };
     for (i, t) in operands.iter().enumerate() {
         if t.encoding.is_some() && !(sparse_op && i == 1) {
@@ -114,7 +116,47 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
         }
     }
     let mut seen_ops = HashSet::new();
-    for &op_id in &f.body.ops {
+    let mut anywhere = defined.clone();
+    verify_block(module, f, &f.body, &mut defined, &mut anywhere, &mut seen_ops, diags);
+    let rets = f.results();
+    for &v in rets {
+        if !defined[v.index()] {
+            diags.push(Diagnostic::error(
+                format!("return: %{} is not defined", f.name_of(v)),
+                f.body.terminator_loc.clone(),
+            ));
+        }
+    }
+    if rets.len() != f.result_types.len() {
+        diags.push(Diagnostic::error(
+            format!("return: @{} declares {} results, returns {}", f.name, f.result_types.len(), rets.len()),
+            f.body.terminator_loc.clone(),
+        ));
+    } else {
+        for (i, (&v, want)) in rets.iter().zip(&f.result_types).enumerate() {
+            if f.ty(v) != want {
+                diags.push(Diagnostic::error(
+                    format!("return: result {i} of @{} is declared {want}, returned value %{} is {}", f.name, f.name_of(v), f.ty(v)),
+                    f.body.terminator_loc.clone(),
+                ));
+            }
+        }
+    }
+}
+
+/// Verifies the ops of `block` in order. `defined` marks the values
+/// visible here (a control region sees only its own); `anywhere` marks
+/// every value defined so far, for a clearer message.
+fn verify_block(
+    module: &Module,
+    f: &Func,
+    block: &Block,
+    defined: &mut [bool],
+    anywhere: &mut Vec<bool>,
+    seen_ops: &mut HashSet<OpId>,
+    diags: &mut Vec<Diagnostic>,
+) {
+    for &op_id in &block.ops {
         let op = &f.ops[op_id];
         let name = op.opcode.name();
         if !seen_ops.insert(op_id) {
@@ -124,18 +166,43 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
         let mut ok = true;
         for &v in &op.operands {
             if !defined[v.index()] {
-                diags.push(Diagnostic::error(
-                    format!("{name}: operand %{} is used before its definition", f.name_of(v)),
-                    op.loc.clone(),
-                ));
+                let m = if anywhere[v.index()] {
+                    format!("{name}: operand %{} is defined outside this region; a region reads only its arguments and its own values (pass it to the op that holds the region)", f.name_of(v))
+                } else {
+                    format!("{name}: operand %{} is used before its definition", f.name_of(v))
+                };
+                diags.push(Diagnostic::error(m, op.loc.clone()));
                 ok = false;
+            }
+        }
+        let takes_epilogue = op.opcode.info().has_trait(Trait::Epilogue);
+        let control = control_of(op.opcode);
+        // Control regions are isolated: verified in a scope of their own
+        // arguments (module doc of `ops/control.rs`).
+        if control.is_some() {
+            for region in &op.regions {
+                let mut inner = vec![false; f.values.len()];
+                for &a in &region.args {
+                    inner[a.index()] = true;
+                    anywhere[a.index()] = true;
+                }
+                verify_block(module, f, region, &mut inner, anywhere, seen_ops, diags);
+                for &v in &region.terminator {
+                    if !inner[v.index()] {
+                        diags.push(Diagnostic::error(
+                            format!("yield: %{} is not defined in this region", f.name_of(v)),
+                            region.terminator_loc.clone(),
+                        ));
+                        ok = false;
+                    }
+                }
             }
         }
         for &r in &op.results {
             defined[r.index()] = true;
+            anywhere[r.index()] = true;
         }
-        let takes_epilogue = op.opcode.info().has_trait(Trait::Epilogue);
-        if !op.regions.is_empty() && !takes_epilogue {
+        if !op.regions.is_empty() && !takes_epilogue && control.is_none() {
             diags.push(Diagnostic::error(format!("{name}: this op takes no regions"), op.loc.clone()));
             ok = false;
         }
@@ -183,6 +250,11 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
         match infer_op_with_epilogue(op.opcode, &operand_types, &op.attrs, declared, &steps) {
             Err(m) => diags.push(Diagnostic::error(m, op.loc.clone())),
             Ok(inferred) => {
+                if let Some(c) = control
+                    && let Err((m, loc)) = check_regions(f, op, c)
+                {
+                    diags.push(Diagnostic::error(format!("{name}: {m}"), loc));
+                }
                 if inferred.len() != actual.len() {
                     diags.push(Diagnostic::error(
                         format!("{name}: expected {} results, found {}", inferred.len(), actual.len()),
@@ -198,30 +270,6 @@ fn verify_func(module: &Module, f: &Func, diags: &mut Vec<Diagnostic>) {
                         }
                     }
                 }
-            }
-        }
-    }
-    let rets = f.results();
-    for &v in rets {
-        if !defined[v.index()] {
-            diags.push(Diagnostic::error(
-                format!("return: %{} is not defined", f.name_of(v)),
-                f.body.terminator_loc.clone(),
-            ));
-        }
-    }
-    if rets.len() != f.result_types.len() {
-        diags.push(Diagnostic::error(
-            format!("return: @{} declares {} results, returns {}", f.name, f.result_types.len(), rets.len()),
-            f.body.terminator_loc.clone(),
-        ));
-    } else {
-        for (i, (&v, want)) in rets.iter().zip(&f.result_types).enumerate() {
-            if f.ty(v) != want {
-                diags.push(Diagnostic::error(
-                    format!("return: result {i} of @{} is declared {want}, returned value %{} is {}", f.name, f.name_of(v), f.ty(v)),
-                    f.body.terminator_loc.clone(),
-                ));
             }
         }
     }

@@ -67,7 +67,7 @@ fn seed() -> u64 {
 /// Ops whose operands random types rarely satisfy (the seeded mutations
 /// cover them).
 const NOT_REACHED: &[&str] =
-    &["core.batch_norm", "quant.conv2d", "quant.avg_pool2d", "core.winograd_conv2d", "quant.gemm", "core.gru", "core.lstm", "core.rnn"];
+    &["core.batch_norm", "quant.conv2d", "quant.avg_pool2d", "core.winograd_conv2d", "quant.gemm", "core.gru", "core.lstm", "core.rnn", "core.loop"];
 
 /// splitmix64.
 struct Rng(u64);

@@ -132,6 +132,35 @@ impl GpuItem {
 impl GpuPlan {
     /// Checks every item against the spaces' sizes and the launch limits;
     /// the error names the item and its origin.
+    /// The jump targets of control item `i` (item indices): forward,
+    /// except an `EndLoop`'s, which goes back to its own `Loop`; so a plan
+    /// cannot make the executor loop except through a bounded `EndLoop`.
+    fn check_jump(&self, i: usize) -> Result<(), String> {
+        let n = self.items.len() as u64;
+        let step = |j: u64| match self.items.get(j as usize) {
+            Some(GpuItem::Host { step }) => Some(step),
+            _ => None,
+        };
+        let GpuItem::Host { step: s } = &self.items[i] else { return Ok(()) };
+        let me = i as u64;
+        let ok = match s {
+            Step::If { cond, else_at } => cond.len >= 1 && *else_at > me && *else_at <= n,
+            Step::Else { end_at } => *end_at > me && *end_at < n,
+            Step::Loop { end_at, iter, cond_in, .. } => {
+                iter.len >= 8 && cond_in.len >= 1 && matches!(step(*end_at), Some(Step::EndLoop { start_at, .. }) if *start_at == me)
+            }
+            Step::EndLoop { start_at, iter, cond_in, cond_out, .. } => {
+                iter.len >= 8
+                    && cond_in.len >= 1
+                    && cond_out.len >= 1
+                    && *start_at < me
+                    && matches!(step(*start_at), Some(Step::Loop { end_at, .. }) if *end_at == me)
+            }
+            _ => true,
+        };
+        if ok { Ok(()) } else { Err(format!("a `{}` item whose jump target or buffers are not valid", s.kind())) }
+    }
+
     pub fn validate(&self, sizes: &SpaceSizes) -> Result<(), String> {
         if self.origins.len() != self.items.len() {
             return Err(format!(
@@ -165,9 +194,10 @@ impl GpuPlan {
                     }
                 }
                 GpuItem::Host { step } => {
-                    if !matches!(step, Step::Reference { .. }) {
-                        return Err(at("a host step that is not a reference step".to_string()));
+                    if !matches!(step, Step::Reference { .. }) && !step.is_control() {
+                        return Err(at("a host step that is neither a reference nor a control step".to_string()));
                     }
+                    self.check_jump(i).map_err(at)?;
                     let mut step = step.clone();
                     let mut err = Ok(());
                     step.visit_bufs(|b, written| {
@@ -290,6 +320,40 @@ mod tests {
             }],
             origins: vec!["x".into()],
         };
-        assert!(p.validate(&sizes()).unwrap_err().ends_with("a host step that is not a reference step"));
+        assert!(p.validate(&sizes()).unwrap_err().ends_with("a host step that is neither a reference nor a control step"));
+    }
+
+    #[test]
+    fn control_items_jump_forward_or_back_to_their_own_loop() {
+        let (iter, cond) = (buf(Space::Arena, 0, 8), buf(Space::Arena, 8, 1));
+        let looped = |start_at: u64, end_at: u64| GpuPlan {
+            items: vec![
+                GpuItem::Host { step: Step::Loop { trip: None, cond: None, iter, cond_in: cond, end_at, scan_rows: None } },
+                GpuItem::Host {
+                    step: Step::EndLoop {
+                        start_at,
+                        trip: None,
+                        iter,
+                        cond_in: cond,
+                        cond_out: cond,
+                        carried: vec![],
+                        scans: vec![],
+                        scan_rows: None,
+                        max_iterations: 4,
+                    },
+                },
+            ],
+            origins: vec!["core.loop".into(), "core.loop".into()],
+        };
+        looped(0, 1).validate(&sizes()).unwrap();
+        let e = looped(1, 1).validate(&sizes()).unwrap_err();
+        assert!(e.contains("jump target or buffers are not valid"), "{e}");
+        let e = looped(0, 0).validate(&sizes()).unwrap_err();
+        assert!(e.starts_with("item 0 (loop"), "{e}");
+        let back = GpuPlan {
+            items: vec![GpuItem::Host { step: Step::EndIf {} }, GpuItem::Host { step: Step::Else { end_at: 0 } }],
+            origins: vec!["core.if".into(), "core.if".into()],
+        };
+        assert!(back.validate(&sizes()).unwrap_err().starts_with("item 1 (else"));
     }
 }

@@ -481,6 +481,49 @@ pub enum Step {
         inputs: Vec<Buf>,
         outputs: Vec<Buf>,
     },
+    /// Control flow (`core.if`): when the byte at `cond` is 0 the executor
+    /// continues at step `else_at` (the first step of the else branch,
+    /// after this if's `Else`), else at the next step. The plan stays flat:
+    /// every step keeps its index, so kernels, origins and profiles are
+    /// per step as everywhere else.
+    If { cond: Buf, else_at: u64 },
+    /// The end of an if's then branch: continue at `end_at` (its `EndIf`).
+    Else { end_at: u64 },
+    /// Where an if's branches meet; does nothing.
+    EndIf {},
+    /// The head of a `core.loop`: the iteration number (i64 at `iter`)
+    /// becomes 0 and the body's condition (the byte at `cond_in`) that of
+    /// `cond` (true when absent); when `0 < trip` (an i64; no bound when
+    /// absent) and the condition holds the body (the next steps) runs,
+    /// else the executor continues after `end_at` (its `EndLoop`). A loop
+    /// with scan outputs must run `scan_rows` iterations.
+    Loop {
+        trip: Option<Buf>,
+        cond: Option<Buf>,
+        iter: Buf,
+        cond_in: Buf,
+        end_at: u64,
+        scan_rows: Option<u64>,
+    },
+    /// The end of a loop body: each carried value takes what the body
+    /// yielded (`carried[j] = [yielded, carried]`, staged so a yield may be
+    /// any carried value), each scan element is stored as row `iter` of
+    /// its output (`scans[j] = [element, output]`), the iteration number
+    /// grows by one and the condition becomes the byte at `cond_out`;
+    /// while `iter < trip` and the condition holds, the body runs again
+    /// (from step `start_at + 1`). More than `max_iterations` iterations is
+    /// an error, never a hang; so is a count other than `scan_rows`.
+    EndLoop {
+        start_at: u64,
+        trip: Option<Buf>,
+        iter: Buf,
+        cond_in: Buf,
+        cond_out: Buf,
+        carried: Vec<[Buf; 2]>,
+        scans: Vec<[Buf; 2]>,
+        scan_rows: Option<u64>,
+        max_iterations: u64,
+    },
 }
 
 /// The whole plan.
@@ -618,7 +661,36 @@ impl Step {
                     f(b, true);
                 }
             }
+            Step::If { cond, .. } => f(cond, false),
+            Step::Else { .. } | Step::EndIf {} => {}
+            Step::Loop { trip, cond, iter, cond_in, .. } => {
+                if let Some(t) = trip {
+                    f(t, false);
+                }
+                if let Some(c) = cond {
+                    f(c, false);
+                }
+                f(iter, true);
+                f(cond_in, true);
+            }
+            Step::EndLoop { trip, iter, cond_in, cond_out, carried, scans, .. } => {
+                if let Some(t) = trip {
+                    f(t, false);
+                }
+                f(iter, true);
+                f(cond_in, true);
+                f(cond_out, false);
+                for [from, to] in carried.iter_mut().chain(scans.iter_mut()) {
+                    f(from, false);
+                    f(to, true);
+                }
+            }
         }
+    }
+
+    /// Whether the step moves the executor's program counter (control flow).
+    pub fn is_control(&self) -> bool {
+        matches!(self, Step::If { .. } | Step::Else { .. } | Step::EndIf {} | Step::Loop { .. } | Step::EndLoop { .. })
     }
 
     /// The step's kind as written in the plan (`gemm`, `conv2d`, ...).
@@ -648,6 +720,11 @@ impl Step {
             Step::Dequantize { .. } => "dequantize",
             Step::Pointwise { .. } => "pointwise",
             Step::Reference { .. } => "reference",
+            Step::If { .. } => "if",
+            Step::Else { .. } => "else",
+            Step::EndIf {} => "end_if",
+            Step::Loop { .. } => "loop",
+            Step::EndLoop { .. } => "end_loop",
         }
     }
 }

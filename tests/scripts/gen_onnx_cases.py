@@ -457,6 +457,117 @@ def if_condition_from_shape():
     return model(13, nodes, [("x", [4, 3])], [("z", [4, 3])], inits), [rand(4, 3)]
 
 
+# ---------------------------------------------------------------- control flow at run time
+
+
+@case
+def if_runtime_condition():
+    # The condition depends on the input: core.if, both branches compiled;
+    # the then branch has its own initializer, the else branch reads x from
+    # the enclosing graph. Two inputs exercise both branches.
+    then, other = branches([2, 3])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+        helper.make_node("Add", ["y", "x"], ["z"]),
+    ]
+    x = rand(2, 3)
+    x = x if x.sum() > 0 else -x
+    return model(13, nodes, [("x", [2, 3])], [("z", [2, 3])], [init("zero", np.array(0.0, np.float32))]), [x]
+
+
+@case
+def if_runtime_condition_else():
+    then, other = branches([2, 3])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other),
+    ]
+    x = rand(2, 3)
+    x = -x if x.sum() > 0 else x
+    return model(13, nodes, [("x", [2, 3])], [("y", [2, 3])], [init("zero", np.array(0.0, np.float32))]), [x]
+
+
+def loop_body(nodes, carried, scans, inits=()):
+    inputs = [vi("i", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL)] + [vi(n, s) for n, s in carried]
+    outputs = [vi("cond_out", [], TensorProto.BOOL)] + [vi(*sc) for sc in scans]
+    return helper.make_graph(nodes, "body", inputs, outputs, list(inits))
+
+
+@case
+def loop_carried_and_scan():
+    # Four iterations (constant trip count): acc += x * w each time, the
+    # doubled running value and the iteration number are scanned.
+    body = loop_body(
+        [
+            helper.make_node("Mul", ["x", "w"], ["xw"]),
+            helper.make_node("Add", ["acc", "xw"], ["acc_next"]),
+            helper.make_node("Add", ["acc_next", "acc_next"], ["twice"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Identity", ["i"], ["i_out"]),
+        ],
+        [("acc", [2, 3])],
+        [("acc_next", [2, 3]), ("twice", [2, 3]), ("i_out", [], TensorProto.INT64)],
+    )
+    nodes = [helper.make_node("Loop", ["m", "", "a0"], ["acc_final", "twice_all", "is"], body=body)]
+    inits = [init("m", np.array(4, np.int64)), init("w", rand(2, 3))]
+    out = [("acc_final", [2, 3]), ("twice_all", [4, 2, 3]), ("is", [4])]
+    m = model(13, nodes, [("x", [2, 3]), ("a0", [2, 3])], [], inits)
+    m.graph.output.extend([vi("acc_final", [2, 3]), vi("twice_all", [4, 2, 3]), vi("is", [4], TensorProto.INT64)])
+    return m, [rand(2, 3), rand(2, 3)]
+
+
+@case
+def loop_stops_on_condition():
+    # A while loop: no trip count, runs until the sum passes a bound the
+    # input decides; two carried values, one swapped each iteration.
+    body = loop_body(
+        [
+            helper.make_node("Add", ["a", "one"], ["a_next"]),
+            helper.make_node("ReduceSum", ["a_next"], ["s"], keepdims=0),
+            helper.make_node("Less", ["s", "limit"], ["cond_out"]),
+        ],
+        [("a", [3]), ("b", [3])],
+        [("a_next", [3]), ("a", [3])],
+        [init("one", np.array(1.0, np.float32))],
+    )
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["limit0"], keepdims=0),
+        helper.make_node("Abs", ["limit0"], ["limit1"]),
+        helper.make_node("Add", ["limit1", "ten"], ["limit"]),
+        helper.make_node("Loop", ["", "t", "x", "x"], ["a_final", "b_final"], body=body),
+    ]
+    inits = [init("t", np.array(True)), init("ten", np.array(10.0, np.float32))]
+    return model(13, nodes, [("x", [3])], [("a_final", [3]), ("b_final", [3])], inits), [rand(3)]
+
+
+@case
+def loop_with_if_inside():
+    # An If inside a loop body on a carried float counter (the first two
+    # iterations add, the rest halve): nested regions, the If reading the
+    # body's values. (The iteration number is i64, and i64 pointwise math
+    # has no CPU kernel yet.)
+    then = helper.make_graph([helper.make_node("Add", ["acc", "x"], ["t_out"])], "then", [], [vi("t_out", [2])])
+    other = helper.make_graph([helper.make_node("Mul", ["acc", "half"], ["e_out"])], "else", [], [vi("e_out", [2])],
+                              [init("half", np.array(0.5, np.float32))])
+    body = loop_body(
+        [
+            helper.make_node("Less", ["k", "two"], ["early"]),
+            helper.make_node("If", ["early"], ["acc_next"], then_branch=then, else_branch=other),
+            helper.make_node("Add", ["k", "one"], ["k_next"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        [("acc", [2]), ("k", [])],
+        [("acc_next", [2]), ("k_next", [])],
+        [init("one", np.array(1.0, np.float32))],
+    )
+    nodes = [helper.make_node("Loop", ["m", "", "a0", "k0"], ["acc_final", "k_final"], body=body)]
+    inits = [init("m", np.array(5, np.int64)), init("two", np.array(1.5, np.float32)), init("k0", np.array(0.0, np.float32))]
+    return model(13, nodes, [("x", [2]), ("a0", [2])], [("acc_final", [2]), ("k_final", [])], inits), [rand(2), rand(2)]
+
+
 # ---------------------------------------------------------------- external names
 
 

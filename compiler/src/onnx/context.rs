@@ -169,6 +169,18 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// Forgets the constants materialized so far and returns them, for a
+    /// region: a constant it needs is materialized inside it (its regions
+    /// are isolated), and nothing it defines is reused outside
+    /// ([`Cx::restore_materialized`] after it).
+    pub fn take_materialized(&mut self) -> HashMap<usize, (Rc<Tensor>, ValueId)> {
+        std::mem::take(&mut self.materialized)
+    }
+
+    pub fn restore_materialized(&mut self, saved: HashMap<usize, (Rc<Tensor>, ValueId)>) {
+        self.materialized = saved;
+    }
+
     /// The name a constant was given (initializer or node output).
     pub fn const_name(&self, t: &Rc<Tensor>) -> Option<String> {
         self.const_names

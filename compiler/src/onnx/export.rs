@@ -229,6 +229,7 @@ impl Ex<'_> {
         let name = match op.opcode.kind() {
             OpKind::Constant => return unsupported("a constant is an initializer"),
             OpKind::Recurrent(_) => return unsupported("recurrent layers are not exported yet"),
+            OpKind::Control(_) => return unsupported("control flow is not exported yet"),
             OpKind::Unary(u) => {
                 let t = match u {
                     Unary::Neg => "Neg",

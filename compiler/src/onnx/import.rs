@@ -16,8 +16,9 @@ use super::proto::{GraphProto, ModelProto, NodeProto, attribute_type as at, type
 use super::tensors::scalar_of;
 use super::{ImportOptions, Imported};
 use aoc_ir::attr::Attrs;
-use aoc_ir::module::{ValueDef, WeightsDecl, fresh_name};
-use aoc_ir::{Diagnostic, Location, Module, Opcode, TensorType, ValueId};
+use aoc_ir::module::{OpId, ValueDef, WeightsDecl, fresh_name};
+use aoc_ir::types::Scalar;
+use aoc_ir::{Diagnostic, Location, Module, Opcode, Tensor, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
@@ -335,6 +336,9 @@ fn import_node(
     if op_type == "If" && matches!(domain, "" | "ai.onnx") {
         return import_if(cx, env, used, node, &name, opset);
     }
+    if op_type == "Loop" && matches!(domain, "" | "ai.onnx") {
+        return import_loop(cx, env, used, node, &name, opset);
+    }
     let handler = if matches!(domain, "" | "ai.onnx") {
         super::handler(op_type)
     } else {
@@ -428,11 +432,7 @@ fn import_if(
     let take_then = match cond {
         Some(V::C(t)) if t.len() == 1 => t.get_f64(0) != 0.0,
         Some(V::C(_)) => return Err(cx.err(format!("ONNX `If` (node `{name}`): the condition must hold one element"))),
-        Some(V::R(_)) => {
-            return Err(cx.err(format!(
-                "unsupported ONNX op `If` with a condition computed at run time (node `{name}`, opset {opset}); only an `If` whose condition is known at import time is imported (its branch inlined)"
-            )));
-        }
+        Some(V::R(c)) => return import_if_region(cx, env, used, node, name, opset, c),
         None => return Err(cx.err(format!("ONNX `If` (node `{name}`): the condition is missing or not defined before it"))),
     };
     let branch = if take_then { "then_branch" } else { "else_branch" };
@@ -470,5 +470,305 @@ fn import_if(
             env.insert(out.clone(), v);
         }
     }
+    Ok(())
+}
+
+/// A subgraph imported as a region: its ops (taken out of the function's
+/// body), the values it yields, its fixed arguments, and the outer values
+/// it reads paired with the arguments that stand for them (regions are
+/// isolated: `aoc_ir::ops::control`).
+struct Region {
+    ops: Vec<OpId>,
+    yields: Vec<ValueId>,
+    args: Vec<ValueId>,
+    captures: Vec<(ValueId, ValueId)>,
+}
+
+/// Imports `graph` (attribute `what` of node `name`) as a region whose
+/// first arguments are its graph inputs, of types `fixed`. `shape_yields`
+/// may rewrite each yielded value before the region closes.
+#[allow(clippy::too_many_arguments)]
+fn import_region(
+    cx: &mut Cx,
+    env: &HashMap<String, V>,
+    used: &HashSet<&str>,
+    graph: &GraphProto,
+    fixed: &[TensorType],
+    name: &str,
+    what: &str,
+    opset: i64,
+    shape_yields: &dyn Fn(&mut Cx, usize, V) -> R<V>,
+) -> R<Region> {
+    if graph.input.len() != fixed.len() {
+        return Err(cx.err(format!("ONNX node `{name}`: `{what}` takes {} inputs, expected {}", graph.input.len(), fixed.len())));
+    }
+    let mut inner_env = env.clone();
+    let mut args = vec![];
+    for (vi, ty) in graph.input.iter().zip(fixed) {
+        let key = vi.name.clone().unwrap_or_default();
+        let a = cx.func.new_region_arg(&key, ty.clone(), Location::named(key.clone()));
+        inner_env.insert(key, V::R(a));
+        args.push(a);
+    }
+    for init in &graph.initializer {
+        let key = init.name.clone().unwrap_or_default();
+        let t = Rc::new(tensor_attr(init, &format!("initializer `{key}`"), &Location::named(key.clone()))?);
+        inner_env.insert(key, V::C(t));
+    }
+    let mut inner: HashSet<&str> = used.clone();
+    inner.extend(graph.node.iter().flat_map(|n| n.input.iter().map(|s| s.as_str())));
+    inner.extend(graph.output.iter().filter_map(|o| o.name.as_deref()));
+    let saved = cx.take_materialized();
+    let start = cx.func.body.ops.len();
+    let loc = cx.loc.clone();
+    let hint = cx.hint.clone();
+    let op_type = cx.op_type.clone();
+    let mut result = (|| -> R<Vec<ValueId>> {
+        for (index, n) in graph.node.iter().enumerate() {
+            import_node(cx, &mut inner_env, &inner, n, index, opset)?;
+        }
+        cx.loc = loc.clone();
+        cx.hint = hint.clone();
+        cx.op_type = op_type.clone();
+        let mut yields = vec![];
+        for (i, o) in graph.output.iter().enumerate() {
+            let key = o.name.as_deref().unwrap_or("");
+            let v = inner_env
+                .get(key)
+                .cloned()
+                .ok_or_else(|| cx.err(format!("ONNX node `{name}`: `{what}` output `{key}` is never computed")))?;
+            let v = shape_yields(cx, i, v)?;
+            yields.push(cx.val(&v)?);
+        }
+        Ok(yields)
+    })();
+    cx.loc = loc;
+    cx.hint = hint;
+    cx.op_type = op_type;
+    cx.restore_materialized(saved);
+    let ops: Vec<OpId> = cx.func.body.ops.drain(start..).collect();
+    let mut yields = std::mem::take(result.as_mut().map_err(|e| e.clone())?);
+    // Outer values the region reads become arguments.
+    let mut defined: HashSet<ValueId> = args.iter().copied().collect();
+    let mut captures: Vec<(ValueId, ValueId)> = vec![];
+    let mut capture = |cx: &mut Cx, v: ValueId, defined: &HashSet<ValueId>| -> ValueId {
+        if defined.contains(&v) {
+            return v;
+        }
+        if let Some(&(_, a)) = captures.iter().find(|(o, _)| *o == v) {
+            return a;
+        }
+        let ty = cx.func.ty(v).clone();
+        let hint = cx.func.name_of(v).to_string();
+        let a = cx.func.new_region_arg(&hint, ty, cx.func.values[v].loc.clone());
+        captures.push((v, a));
+        a
+    };
+    for &op in &ops {
+        let operands = cx.func.ops[op].operands.clone();
+        let mapped: Vec<ValueId> = operands.iter().map(|&v| capture(cx, v, &defined)).collect();
+        cx.func.ops[op].operands = mapped;
+        defined.extend(cx.func.ops[op].results.iter().copied());
+    }
+    for y in yields.iter_mut() {
+        *y = capture(cx, *y, &defined);
+    }
+    Ok(Region { ops, yields, args, captures })
+}
+
+/// The region's block, its arguments being its fixed ones and then one per
+/// value of `captures` (an argument it does not read where it captured
+/// nothing).
+fn region_block(cx: &mut Cx, r: Region, captures: &[ValueId], loc: &Location) -> aoc_ir::module::Block {
+    let mut args = r.args;
+    for &c in captures {
+        let a = match r.captures.iter().find(|(o, _)| *o == c) {
+            Some(&(_, a)) => a,
+            None => {
+                let hint = cx.func.name_of(c).to_string();
+                let ty = cx.func.ty(c).clone();
+                cx.func.new_region_arg(&hint, ty, loc.clone())
+            }
+        };
+        args.push(a);
+    }
+    aoc_ir::module::Block { args, ops: r.ops, terminator: r.yields, terminator_loc: loc.clone() }
+}
+
+fn graph_attr<'n>(cx: &Cx, node: &'n NodeProto, op: &str, name: &str, key: &str) -> R<&'n GraphProto> {
+    node.attribute
+        .iter()
+        .find(|a| a.name.as_deref() == Some(key))
+        .and_then(|a| a.g.as_ref())
+        .ok_or_else(|| cx.err(format!("ONNX `{op}` (node `{name}`): attribute `{key}` (a graph) is missing")))
+}
+
+/// Binds the node's outputs to the op's results.
+fn bind_outputs(cx: &Cx, env: &mut HashMap<String, V>, node: &NodeProto, op: OpId) {
+    for (out, &r) in node.output.iter().zip(&cx.func.ops[op].results) {
+        if !out.is_empty() {
+            env.insert(out.clone(), V::R(r));
+        }
+    }
+}
+
+fn result_names(node: &NodeProto, types: Vec<TensorType>) -> Vec<(String, TensorType)> {
+    types
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| (node.output.get(i).filter(|o| !o.is_empty()).cloned().unwrap_or_else(|| format!("out{i}")), t))
+        .collect()
+}
+
+/// `If` with a condition computed at run time: `core.if`, the branches as
+/// its regions.
+#[allow(clippy::too_many_arguments)]
+fn import_if_region(
+    cx: &mut Cx,
+    env: &mut HashMap<String, V>,
+    used: &HashSet<&str>,
+    node: &NodeProto,
+    name: &str,
+    opset: i64,
+    cond: ValueId,
+) -> R<()> {
+    let loc = cx.loc.clone();
+    let keep = |_: &mut Cx, _: usize, v: V| Ok(v);
+    let then_g = graph_attr(cx, node, "If", name, "then_branch")?;
+    let else_g = graph_attr(cx, node, "If", name, "else_branch")?;
+    let then = import_region(cx, env, used, then_g, &[], name, "then_branch", opset, &keep)?;
+    let other = import_region(cx, env, used, else_g, &[], name, "else_branch", opset, &keep)?;
+    if then.yields.len() != node.output.len() || other.yields.len() != node.output.len() {
+        return Err(cx.err(format!(
+            "ONNX `If` (node `{name}`): the branches yield {} and {} values, the node has {} outputs",
+            then.yields.len(),
+            other.yields.len(),
+            node.output.len()
+        )));
+    }
+    let mut types = vec![];
+    for (i, (&a, &b)) in then.yields.iter().zip(&other.yields).enumerate() {
+        let (ta, tb) = (cx.func.ty(a).clone(), cx.func.ty(b).clone());
+        if ta != tb {
+            return Err(cx.err(format!(
+                "ONNX `If` (node `{name}`): output {i} is {ta} in then_branch and {tb} in else_branch; aoc needs one static type"
+            )));
+        }
+        types.push(ta);
+    }
+    let mut captures: Vec<ValueId> = then.captures.iter().map(|c| c.0).collect();
+    for (c, _) in &other.captures {
+        if !captures.contains(c) {
+            captures.push(*c);
+        }
+    }
+    let then_block = region_block(cx, then, &captures, &loc);
+    let else_block = region_block(cx, other, &captures, &loc);
+    let mut operands = vec![cond];
+    operands.extend(&captures);
+    let named = result_names(node, types);
+    let op = cx.func.push_region_op(Opcode::If, operands, Attrs::new(), named, vec![then_block, else_block], loc);
+    bind_outputs(cx, env, node, op);
+    Ok(())
+}
+
+/// `Loop`: `core.loop`, the body as its region; an absent trip count is no
+/// bound, an absent condition is true. Scan outputs need a trip count known
+/// at import time (their first dimension).
+fn import_loop(
+    cx: &mut Cx,
+    env: &mut HashMap<String, V>,
+    used: &HashSet<&str>,
+    node: &NodeProto,
+    name: &str,
+    opset: i64,
+) -> R<()> {
+    let loc = cx.loc.clone();
+    let input = |i: usize| -> R<Option<V>> {
+        match node.input.get(i).map(String::as_str) {
+            None | Some("") => Ok(None),
+            Some(k) => env
+                .get(k)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| cx.err(format!("input `{k}` of node `{name}` is not defined before it"))),
+        }
+    };
+    let max_trip = input(0)?;
+    let cond = input(1)?;
+    let mut init = vec![];
+    for i in 2..node.input.len().max(2) {
+        init.push(input(i)?.ok_or_else(|| cx.err(format!("ONNX `Loop` (node `{name}`): loop-carried input {} is missing", i - 2)))?);
+    }
+    let scalar = |s: Scalar| TensorType::new(vec![], s);
+    let one = |cx: &mut Cx, v: Option<V>, s: Scalar, default: Tensor, what: &str| -> R<V> {
+        let v = v.unwrap_or_else(|| V::konst(default));
+        let ty = cx.ty(&v);
+        if ty.num_elements() != 1 || ty.elem.storage() != s {
+            return Err(cx.err(format!("ONNX `Loop` (node `{name}`): {what} must be one {} element, found {ty}", s.name())));
+        }
+        cx.reshape(&v, &[])
+    };
+    let trip = one(cx, max_trip, Scalar::I64, Tensor::from_i64(scalar(Scalar::I64), vec![i64::MAX]), "the trip count M")?;
+    let cond = one(cx, cond, Scalar::I1, Tensor::from_i64(scalar(Scalar::I1), vec![1]), "the condition")?;
+    let body_g = graph_attr(cx, node, "Loop", name, "body")?;
+    let carried_types: Vec<TensorType> = init.iter().map(|v| cx.ty(v)).collect();
+    let mut fixed = vec![scalar(Scalar::I64), scalar(Scalar::I1)];
+    fixed.extend(carried_types.iter().cloned());
+    let n = init.len();
+    let check = |cx: &mut Cx, i: usize, v: V| -> R<V> {
+        let ty = cx.ty(&v);
+        if i == 0 {
+            if ty.num_elements() != 1 {
+                return Err(cx.err(format!("ONNX `Loop` (node `{name}`): the body's condition output must hold one element, found {ty}")));
+            }
+            return cx.reshape(&v, &[]);
+        }
+        if i <= n && ty != carried_types[i - 1] {
+            return Err(cx.err(format!(
+                "ONNX `Loop` (node `{name}`): loop-carried value {} starts as {} and the body yields {ty}; aoc needs one static type",
+                i - 1,
+                carried_types[i - 1]
+            )));
+        }
+        Ok(v)
+    };
+    let body = import_region(cx, env, used, body_g, &fixed, name, "body", opset, &check)?;
+    if body.yields.len() < 1 + n || node.output.len() != body.yields.len() - 1 {
+        return Err(cx.err(format!(
+            "ONNX `Loop` (node `{name}`): the body yields {} values, expected the condition, {n} carried values and one per scan output ({} outputs)",
+            body.yields.len(),
+            node.output.len()
+        )));
+    }
+    let scans: Vec<TensorType> = body.yields[1 + n..].iter().map(|&y| cx.func.ty(y).clone()).collect();
+    let mut types = carried_types.clone();
+    if !scans.is_empty() {
+        let rows = match &trip {
+            V::C(t) if t.get_i64(0) != i64::MAX && t.get_i64(0) >= 0 => t.get_i64(0) as usize,
+            _ => {
+                return Err(cx.err(format!(
+                    "ONNX `Loop` (node `{name}`, opset {opset}): scan outputs need a trip count known at import time (their first dimension; shapes are static)"
+                )));
+            }
+        };
+        for s in scans {
+            let mut shape = vec![rows];
+            shape.extend(&s.shape);
+            types.push(TensorType { shape, ..s });
+        }
+    }
+    let captures: Vec<ValueId> = body.captures.iter().map(|c| c.0).collect();
+    let block = region_block(cx, body, &captures, &loc);
+    let mut operands = vec![cx.val(&trip)?, cx.val(&cond)?];
+    for v in &init {
+        operands.push(cx.val(v)?);
+    }
+    operands.extend(&captures);
+    let attrs = Attrs::new().with("carried", aoc_ir::attr::Attr::Int(n as i64));
+    let attrs = Opcode::Loop.info().complete_attrs(attrs).map_err(|m| cx.err(m))?;
+    let named = result_names(node, types);
+    let op = cx.func.push_region_op(Opcode::Loop, operands, attrs, named, vec![block], loc);
+    bind_outputs(cx, env, node, op);
     Ok(())
 }

@@ -248,8 +248,12 @@ fn handler(op_type: &str) -> Option<Handler> {
         .map(|(_, h)| *h)
 }
 
+/// The op types the graph walk imports itself (their subgraphs become
+/// regions), besides [`HANDLERS`].
+const CONTROL_OPS: &[&str] = &["If", "Loop"];
+
 /// The ONNX op types (default domain) the importer maps.
 pub fn supported_op_types() -> &'static [&'static str] {
     static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    NAMES.get_or_init(|| HANDLERS.iter().map(|(n, _)| *n).collect())
+    NAMES.get_or_init(|| HANDLERS.iter().map(|(n, _)| *n).chain(CONTROL_OPS.iter().copied()).collect())
 }

@@ -532,12 +532,14 @@ fn duplicate_outputs_are_refused_and_wrong_declared_shapes_warned() {
     }
 }
 
-/// An `If` whose condition is a graph input needs control flow at run
-/// time: refused with the op, node and opset named.
+/// An `If` whose condition is a graph input becomes `core.if`: the
+/// branches are regions that take the enclosing graph's `x` as an operand;
+/// both run in the interpreter. Branches that disagree in type are an
+/// error naming the node.
 #[test]
-fn if_with_a_run_time_condition_is_named() {
-    let branch = |out: &str| GraphProto {
-        node: vec![node("Relu", &format!("{out}_relu"), &["x"], &[out], vec![])],
+fn if_with_a_run_time_condition_is_a_region_op() {
+    let branch = |out: &str, op: &str, attrs: Vec<AttributeProto>| GraphProto {
+        node: vec![node(op, &format!("{out}_{}", op.to_lowercase()), &["x"], &[out], attrs)],
         output: vec![f32_input(out, &[2])],
         ..Default::default()
     };
@@ -547,21 +549,33 @@ fn if_with_a_run_time_condition_is_named() {
         g: Some(g),
         ..Default::default()
     };
-    let g = GraphProto {
+    let graph = |other: GraphProto| GraphProto {
         node: vec![node(
             "If",
             "choose",
             &["c"],
             &["y"],
-            vec![attr("then_branch", branch("a")), attr("else_branch", branch("b"))],
+            vec![attr("then_branch", branch("a", "Relu", vec![])), attr("else_branch", other)],
         )],
         input: vec![f32_input("x", &[2]), tensor_info("c", data_type::BOOL, &[])],
         output: vec![f32_input("y", &[2])],
         ..Default::default()
     };
-    let e = import_model(&model(13, g), &ImportOptions::default()).unwrap_err();
+    let m = import_model(&model(13, graph(branch("b", "Neg", vec![]))), &ImportOptions::default()).unwrap();
+    assert!(aoc_ir::verify::verify_module(&m.module).is_empty());
+    let f = &m.module.funcs[0];
+    let op = &f.ops[f.body.ops[0]];
+    assert_eq!((op.opcode, op.operands.len(), op.regions.len()), (Opcode::If, 2, 2));
+    let x = Tensor::from_f64(TensorType::new(vec![2], Scalar::F32), vec![-1.0, 2.0]);
+    for (c, want) in [(1, [0.0, 2.0]), (0, [1.0, -2.0])] {
+        let c = Tensor::from_i64(TensorType::new(vec![], Scalar::I1), vec![c]);
+        let y = aoc_ir::interp::run(f, vec![x.clone(), c], &aoc_ir::interp::NoWeights).unwrap();
+        assert_eq!(y[0].to_f64(), want);
+    }
+    let to_f16 = AttributeProto { name: Some("to".into()), r#type: Some(attribute_type::INT), i: Some(10), ..Default::default() };
+    let e = import_model(&model(13, graph(branch("b", "Cast", vec![to_f16]))), &ImportOptions::default()).unwrap_err();
     assert!(
-        e.message.contains("`If`") && e.message.contains("node `choose`") && e.message.contains("opset 13"),
+        e.message.contains("`If` (node `choose`)") && e.message.contains("tensor<2xf32> in then_branch and tensor<2xf16> in else_branch"),
         "{}",
         e.message
     );

@@ -184,6 +184,19 @@ pub enum OpKind {
     /// A recurrent layer over a sequence (`ops/recurrent.rs`); the
     /// lowering expands it into matrix products and pointwise steps.
     Recurrent(Cell),
+    /// Control flow: an op holding regions of ordinary ops
+    /// (`ops/control.rs`), run by choosing or repeating a region.
+    Control(Control),
+}
+
+/// The control-flow ops (`ops/control.rs`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Control {
+    /// Runs one of two regions (ONNX `If`, MLIR `scf.if`).
+    If,
+    /// Runs a region while a trip count and a condition allow (ONNX `Loop`,
+    /// MLIR `scf.while`).
+    Loop,
 }
 
 /// The cells of recurrent layers.
@@ -231,7 +244,8 @@ impl OpKind {
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
             | OpKind::Resize
-            | OpKind::Recurrent(_) => None,
+            | OpKind::Recurrent(_)
+            | OpKind::Control(_) => None,
         }
     }
 
@@ -266,6 +280,9 @@ impl OpKind {
                 2.0 * out * k.map_or(1.0, |&k| k as f64) * rate(form)
             }
             OpKind::Movement(_) => 0.0,
+            // The bodies are costed on their own (an opaque op to the
+            // e-graph); the op itself moves its results.
+            OpKind::Control(_) => out,
             // y is [seq, dirs, batch, hidden]: per element, a product with
             // the gate rows of w (k = input) and of r (k = hidden).
             OpKind::Recurrent(cell) => {
@@ -307,7 +324,8 @@ impl OpKind {
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
             | OpKind::Resize
-            | OpKind::Recurrent(_) => None,
+            | OpKind::Recurrent(_)
+            | OpKind::Control(_) => None,
         }
     }
 }

@@ -18,6 +18,7 @@ use crate::types::{Scalar, TensorType};
 pub use kind::OpKind;
 
 pub mod constant;
+pub mod control;
 pub mod elementwise;
 pub mod fused;
 pub mod kind;
@@ -39,6 +40,8 @@ pub enum Arity {
     Optional,
     /// Any number (at least one); only the last slot is variadic.
     Variadic,
+    /// Any number, none included; only the last slot.
+    Many,
 }
 
 #[derive(Copy, Clone, Debug)]
@@ -232,8 +235,8 @@ impl OpInfo {
 
     /// The accepted operand counts (min, max); `max` is `None` when variadic.
     pub fn operand_range(&self) -> (usize, Option<usize>) {
-        let min = self.operands.iter().filter(|o| o.arity != Arity::Optional).count();
-        let variadic = self.operands.iter().any(|o| o.arity == Arity::Variadic);
+        let min = self.operands.iter().filter(|o| matches!(o.arity, Arity::One | Arity::Variadic)).count();
+        let variadic = self.operands.iter().any(|o| matches!(o.arity, Arity::Variadic | Arity::Many));
         (min, if variadic { None } else { Some(self.operands.len()) })
     }
 
@@ -1271,6 +1274,32 @@ define_ops! {
         kind: OpKind::Recurrent(Cell::Lstm),
         traits: [Pure],
         infer: recurrent::infer_recurrent, eval: recurrent::eval_recurrent,
+    },
+    // ---- control flow (regions of ordinary ops; see ops/control.rs) ----
+    If = "core.if" {
+        summary: "Runs the `then` region (the first) when `cond` (one `i1` element) is true, else the `else` region; each region takes one argument per input (regions are isolated: they read only their arguments) and yields the results (ONNX `If`, MLIR `scf.if`).",
+        example: "%y = core.if %c, %x ({\n^bb0(%a: tensor<4xf32>):\n  %r = core.relu %a : tensor<4xf32>\n  yield %r : tensor<4xf32>\n}, {\n^bb0(%b: tensor<4xf32>):\n  %n = core.neg %b : tensor<4xf32>\n  yield %n : tensor<4xf32>\n}) : tensor<4xf32>",
+        format: Generic,
+        operands: [cond: One, inputs: Many],
+        results: [results],
+        attrs: [],
+        kind: OpKind::Control(Control::If),
+        traits: [Pure, DeclaredResult],
+        infer: control::infer_if, eval: control::eval_by_interpreter,
+    },
+    Loop = "core.loop" {
+        summary: "ONNX's `Loop`: while `iter < max_trip` and `cond`, runs its region on (iter: `tensor<i64>`, cond: `tensor<i1>`, the carried values, the captured inputs), which yields (the next cond, the next carried values, scan elements). Inputs: the first `carried` are the carried values' initial values, the rest are read by every iteration. Results: the carried values' last values, then each scan element stacked along a new first axis, whose declared size is the number of iterations the loop must run (a different count is an error at run time).",
+        example: "%s = core.loop %n, %t, %x {carried = 1} ({\n^bb0(%i: tensor<i64>, %c: tensor<i1>, %a: tensor<4xf32>):\n  %b = core.add %a, %a : tensor<4xf32>\n  yield %c, %b : tensor<i1>, tensor<4xf32>\n}) : tensor<4xf32>",
+        format: Generic,
+        operands: [max_trip: One, cond: One, inputs: Many],
+        results: [results],
+        attrs: [
+            (carried, Int, Int(0), "how many inputs (the first) are loop-carried"),
+            (max_iterations, Int, Int(control::MAX_LOOP_ITERATIONS), "more iterations than this is an error at run time, never a hang (1 to 2^24)"),
+        ],
+        kind: OpKind::Control(Control::Loop),
+        traits: [Pure, DeclaredResult],
+        infer: control::infer_loop, eval: control::eval_by_interpreter,
     },
     // ---- Winograd convolution (the `winograd` pass makes it; see ops/winograd.rs) ----
     WinogradConv2d = "core.winograd_conv2d" {

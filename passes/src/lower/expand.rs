@@ -98,6 +98,12 @@ pub(crate) fn expand(func: &Func, which: &HashSet<OpId>) -> Result<Func, String>
             None => None,
         };
         let Some(float) = float else {
+            if aoc_ir::ops::control::control_of(op.opcode).is_some() {
+                return Err(format!(
+                    "{}: a function with control flow whose quantized ops need expanding into float ops is not supported yet",
+                    op.opcode.name()
+                ));
+            }
             let results = op.results.iter().map(|&r| (func.name_of(r).to_string(), func.ty(r).clone())).collect();
             let new = f.push_op_unchecked(op.opcode, operands, op.attrs.clone(), results, op.loc.clone());
             if !op.regions.is_empty() {

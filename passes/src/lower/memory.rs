@@ -79,6 +79,7 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String]) -> Result<
             }
         });
     }
+    extend_over_loops(steps, &mut first, &mut last);
     let origin = |step: usize| origins.get(step).map_or("", String::as_str);
     if let Some((i, id, offset, len, size)) = overrun {
         return Err(format!(
@@ -112,6 +113,39 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String]) -> Result<
         place[b] = o;
     }
     Ok((place, arena_bytes))
+}
+
+/// A loop body runs its steps again after its `EndLoop`: a buffer used
+/// both inside a loop and outside it (what the body reads from before the
+/// loop, the carried state, the scan outputs) must stay live over the whole
+/// loop, or a body buffer placed over it would clobber it between
+/// iterations. Buffers used only inside the body keep their lifetimes: each
+/// iteration writes them before reading them. Inner loops first, so an
+/// extension that reaches past an outer loop's bounds is extended again.
+fn extend_over_loops(steps: &[Step], first: &mut [usize], last: &mut [usize]) {
+    let mut loops: Vec<(usize, usize)> = steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Step::EndLoop { start_at, .. } => Some((*start_at as usize, i)),
+            _ => None,
+        })
+        .collect();
+    loops.sort_by_key(|&(s, e)| e - s);
+    for (s, e) in loops {
+        for b in 0..first.len() {
+            let (f, l) = (first[b], last[b]);
+            if f == usize::MAX {
+                continue;
+            }
+            let inside = f <= e && l >= s;
+            let outside = f < s || l > e;
+            if inside && outside {
+                first[b] = f.min(s);
+                last[b] = l.max(e);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

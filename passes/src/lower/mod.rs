@@ -29,6 +29,7 @@
 //! `aoc compile` can say so.
 
 mod attention;
+mod control;
 mod expand;
 mod memory;
 mod nn;
@@ -248,14 +249,7 @@ fn lower_once(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> R
         current: None,
         to_expand: HashSet::new(),
     };
-    for &op in &func.body.ops {
-        for &v in &func.ops[op].operands {
-            *lw.uses.entry(v).or_default() += 1;
-        }
-    }
-    for &v in func.results() {
-        *lw.uses.entry(v).or_default() += 1;
-    }
+    count_uses(func, &func.body, &mut lw.uses);
     let mut inputs = Vec::new();
     for (i, &p) in func.params().iter().enumerate() {
         let ty = func.ty(p);
@@ -294,6 +288,29 @@ fn lower_once(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> R
         outputs.push(io_spec(func.result_name(i), &ty));
     }
     memory::finish(lw, inputs, outputs).map(Ok).map_err(|m| Diagnostic::error(m, func.loc.clone()))
+}
+
+/// Counts the uses of values in `block` and the regions below it. A
+/// control region's arguments stand for the op's operands (or a loop's
+/// state): they count no uses, so no peephole writes into them in place.
+fn count_uses(func: &Func, block: &aoc_ir::module::Block, uses: &mut HashMap<ValueId, usize>) {
+    for &op in &block.ops {
+        let data = &func.ops[op];
+        for &v in &data.operands {
+            *uses.entry(v).or_default() += 1;
+        }
+        if aoc_ir::ops::control::control_of(data.opcode).is_some() {
+            for region in &data.regions {
+                count_uses(func, region, uses);
+                for &a in &region.args {
+                    uses.remove(&a);
+                }
+            }
+        }
+    }
+    for &v in &block.terminator {
+        *uses.entry(v).or_default() += 1;
+    }
 }
 
 /// A type in few words for messages: shape and storage, `(quantized)` for
@@ -528,6 +545,7 @@ impl<'a> Lower<'a> {
         let consts: Option<Vec<Arc<Tensor>>> = op.operands.iter().map(|&v| self.constant(v)).collect();
         if let Some(consts) = consts
             && !op.operands.is_empty()
+            && aoc_ir::ops::control::control_of(op.opcode).is_none()
         {
             let refs: Vec<&Tensor> = consts.iter().map(|t| t.as_ref()).collect();
             let tys: Vec<TensorType> = op.results.iter().map(|&r| self.ty(r).clone()).collect();
@@ -570,6 +588,7 @@ impl<'a> Lower<'a> {
             OpKind::Resize => self.lower_resize(op)?,
             // Expanded into GEMMs and pointwise ops (`recurrent.rs`).
             OpKind::Recurrent(_) => false,
+            OpKind::Control(c) => self.lower_control(op, c)?,
             // No kernels yet for these forms: the reference path (the
             // integer kernels arrive with the quantization work).
             OpKind::Conv(Conv::Transposed | Conv::Winograd, Form::Fused | Form::Quant | Form::Sparse)

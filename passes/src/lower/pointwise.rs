@@ -343,7 +343,8 @@ impl Lower<'_> {
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
             | OpKind::Resize
-            | OpKind::Recurrent(_) => {
+            | OpKind::Recurrent(_)
+            | OpKind::Control(_) => {
                 let x = self.load(&mut kb, op.operands[0])?;
                 let y = match op.operands.get(1) {
                     Some(&v) => Some(self.load(&mut kb, v)?),

@@ -89,6 +89,43 @@ impl Drop for Pinned {
     }
 }
 
+/// The segment that starts at item `item` (`segments.len()` at the end).
+fn segment_at(segments: &[Segment], item: usize, items: usize) -> Result<usize, RuntimeError> {
+    if item >= items {
+        return Ok(segments.len());
+    }
+    segments
+        .iter()
+        .position(|s| match s {
+            Segment::Graph { items, .. } => items.start == item,
+            Segment::Host(i) => *i == item,
+        })
+        .ok_or_else(|| RuntimeError::new(format!("internal error: a jump to item {item}, inside a graph (please report)")))
+}
+
+/// Device memory as control items see it: every read waits for the work
+/// before it, every write is synchronous.
+struct DeviceAccess<'a> {
+    st: &'a State,
+    stream: &'a cudarc::driver::CudaStream,
+}
+
+impl crate::exec::control::Memory for DeviceAccess<'_> {
+    fn read(&self, b: &Buf) -> Result<Vec<u8>, String> {
+        self.stream.synchronize().map_err(|e| format!("waiting for the device: {e}"))?;
+        let mut out = vec![0u8; b.len as usize];
+        unsafe { result::memcpy_dtoh_sync(out.as_mut_slice(), ptr(self.st, b)) }.map_err(|e| format!("reading a condition or loop value: {e}"))?;
+        Ok(out)
+    }
+    fn write(&self, b: &Buf, at: u64, bytes: &[u8]) -> Result<(), String> {
+        if at.checked_add(bytes.len() as u64).is_none_or(|end| end > b.len) {
+            return Err("a write past its buffer".to_string());
+        }
+        self.stream.synchronize().map_err(|e| format!("waiting for the device: {e}"))?;
+        unsafe { result::memcpy_htod_sync(ptr(self.st, b) + at, bytes) }.map_err(|e| format!("writing a loop value: {e}"))
+    }
+}
+
 /// What one inference replays, in order.
 enum Segment {
     /// Items `items` recorded as one graph.
@@ -351,7 +388,7 @@ impl GpuSession {
         };
         plan.validate(&sizes).map_err(|e| RuntimeError::new(format!("{file}: {e}")))?;
         #[cfg(not(feature = "reference"))]
-        if let Some(i) = plan.items.iter().position(|it| matches!(it, GpuItem::Host { .. })) {
+        if let Some(i) = plan.items.iter().position(|it| matches!(it, GpuItem::Host { step } if !step.is_control())) {
             return Err(RuntimeError::new(format!(
                 "{file}: item {i} ({}) runs on the reference interpreter, and this runtime was built without the `reference` feature",
                 plan.origins[i]
@@ -467,15 +504,30 @@ impl GpuSession {
             + self.output_bytes.iter().sum::<u64>()
     }
 
-    /// Replays the segments (no input or output copies).
+    /// Replays the segments (no input or output copies). Control items
+    /// (`If`, `Loop`, ...) are host segments that read their condition back
+    /// and move to the segment starting at the item they jump to; every
+    /// jump target starts a segment, since a control item precedes it.
     fn replay(&self, st: &State) -> Result<(), RuntimeError> {
-        for seg in &st.segments {
-            match seg {
+        let mut seg = 0;
+        let mut loops = crate::exec::control::LoopState::default();
+        while let Some(s) = st.segments.get(seg) {
+            seg += 1;
+            match s {
                 Segment::Graph { graph, items } => graph.launch().map_err(drv(format!(
                     "replaying items {}..{} ({})",
                     items.start, items.end, self.plan.origins[items.start]
                 )))?,
-                Segment::Host(i) => self.run_host(st, *i)?,
+                Segment::Host(i) => match &self.plan.items[*i] {
+                    GpuItem::Host { step } if step.is_control() => {
+                        let mut next = *i + 1;
+                        let mem = DeviceAccess { st, stream: &self.launcher.stream };
+                        crate::exec::control::run(step, *i, &mut next, &mut loops, &mem)
+                            .map_err(|e| RuntimeError::new(format!("item {i} ({}, {}): {e}", step.kind(), self.plan.origins[*i])))?;
+                        seg = segment_at(&st.segments, next, self.plan.items.len())?;
+                    }
+                    _ => self.run_host(st, *i)?,
+                },
             }
         }
         Ok(())
@@ -654,6 +706,9 @@ impl GpuSession {
         let ctx = self.gpu.context();
         let start = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
         let end = ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(drv("cannot create an event".into()))?;
+        if self.plan.items.iter().any(|it| matches!(it, GpuItem::Host { step } if step.is_control())) {
+            return Err(RuntimeError::new("profiling item by item is not available for plans with control flow (core.if, core.loop)"));
+        }
         let mut times = Vec::new();
         for (i, item) in self.plan.items.iter().enumerate() {
             start.record(&self.launcher.stream).map_err(drv("recording an event".into()))?;

@@ -17,6 +17,7 @@
 
 #[cfg(feature = "reference")]
 pub(crate) mod reference;
+pub(crate) mod control;
 mod steps;
 
 use std::fmt;
@@ -203,6 +204,9 @@ impl Session {
             });
             if err.is_none() {
                 err = steps::check_disjoint(step).err();
+            }
+            if err.is_none() {
+                err = control::check_targets(&plan.steps, i).err();
             }
             if let Some(e) = err {
                 return Err(RuntimeError::new(format!(
@@ -447,13 +451,21 @@ impl Session {
             outputs: out_ptrs,
         };
         let result = self.pool.install(|| -> Result<(), RuntimeError> {
-            for (i, step) in self.plan.steps.iter().enumerate() {
+            // The program counter: control steps (`control.rs`) move it.
+            let mut pc = 0;
+            let mut loops = control::LoopState::default();
+            while pc < self.plan.steps.len() {
+                let i = pc;
+                let step = &self.plan.steps[i];
                 let run = self.shared_a[i];
+                pc += run.max(1);
                 if run == 0 {
                     continue;
                 }
                 let t0 = profile.as_ref().map(|_| Instant::now());
-                let done = if run > 1 {
+                let done = if step.is_control() {
+                    control::run(step, i, &mut pc, &mut loops, &spaces)
+                } else if run > 1 {
                     steps::gemm_shared_a(&self.plan.steps[i..i + run], &spaces)
                 } else {
                     self.run_step(i, step, &spaces)

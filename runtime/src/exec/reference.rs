@@ -89,7 +89,9 @@ impl HostSteps {
         let mut origins = Vec::new();
         let mut index = Vec::new();
         for (item, origin) in plan.items.iter().zip(&plan.origins) {
-            if let crate::gpu_plan::GpuItem::Host { step } = item {
+            if let crate::gpu_plan::GpuItem::Host { step } = item
+                && !step.is_control()
+            {
                 index.push(Some(steps.len()));
                 steps.push(step.clone());
                 origins.push(origin.clone());

@@ -43,7 +43,9 @@ impl Spaces {
 
 /// Errors if a non-pointwise step writes bytes it also reads.
 pub(crate) fn check_disjoint(step: &mut Step) -> Result<(), String> {
-    if matches!(step, Step::Pointwise { .. }) {
+    // A pointwise kernel may write in place; `EndLoop` stages what it
+    // copies (a yield may be any carried value).
+    if matches!(step, Step::Pointwise { .. }) || step.is_control() {
         return Ok(());
     }
     let mut all: Vec<(Buf, bool)> = Vec::new();
@@ -336,7 +338,13 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             let (w, comp, scale, shift) = (i8s(sp, w), i32s(sp, comp)?, f32s(sp, scale)?, f32s(sp, shift)?);
             kernels::qconv::qconv2d(geom, q, bytes(sp, x), w, None, comp, scale, shift, bytes_mut(sp, y)).map_err(e)
         }
-        Step::Pointwise { .. } | Step::Reference { .. } => Err("internal error: dispatched to the wrong runner".to_string()),
+        Step::Pointwise { .. }
+        | Step::Reference { .. }
+        | Step::If { .. }
+        | Step::Else { .. }
+        | Step::EndIf {}
+        | Step::Loop { .. }
+        | Step::EndLoop { .. } => Err("internal error: dispatched to the wrong runner".to_string()),
     }
 }
 

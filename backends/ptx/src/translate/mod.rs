@@ -399,6 +399,15 @@ impl<'a> Tr<'a, '_> {
                 Err(format!("internal error: a {} step in a GPU plan (please report)", step.kind()))
             }
             Step::Pointwise { code, args, .. } => self.pointwise(code, args, origin),
+            // Control flow: a host item between the recorded graphs (the
+            // executor reads the condition back and jumps); its targets are
+            // step indices until `jump_targets_to_items` maps them.
+            Step::If { .. } | Step::Else { .. } | Step::EndIf {} | Step::Loop { .. } | Step::EndLoop { .. } => {
+                self.halves.host_step();
+                self.items.push(GpuItem::Host { step: step.clone() });
+                self.origins.push(origin.to_string());
+                Ok(())
+            }
             Step::Reference { .. } => {
                 self.halves.host_step();
                 self.items.push(GpuItem::Host { step: step.clone() });
@@ -494,6 +503,30 @@ impl<'a> Tr<'a, '_> {
 
 /// Translates `lowered` for `sm` at `precision`. Half-precision weight
 /// copies are appended to `lowered.weights`.
+/// Rewrites the step indices control items jump to as item indices. A
+/// target is a control step or the step after one, so it starts its items
+/// (nothing fuses across a control step).
+fn jump_targets_to_items(items: &mut [GpuItem], item_of_step: &[Option<usize>]) -> Result<(), String> {
+    let map = |t: &mut u64| -> Result<(), String> {
+        let item = item_of_step
+            .get(*t as usize)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("internal error: a jump to step {t}, which has no item of its own (please report)"))?;
+        *t = item as u64;
+        Ok(())
+    };
+    for item in items.iter_mut() {
+        if let GpuItem::Host {
+            step: Step::If { else_at: t, .. } | Step::Else { end_at: t } | Step::Loop { end_at: t, .. } | Step::EndLoop { start_at: t, .. },
+        } = item
+        {
+            map(t)?;
+        }
+    }
+    Ok(())
+}
+
 pub fn translate(lowered: &mut Lowered, sm: Sm, precision: Precision) -> Result<Translated, String> {
     translate_tuned(lowered, sm, precision, None)
 }
@@ -530,8 +563,12 @@ pub fn translate_tuned(
         halves: HalfCopies::new(&steps, scratch_at),
     };
     let mut i = 0;
+    // The first item of each step (`None` for a step fused into the one
+    // before it), for control items' targets.
+    let mut item_of_step: Vec<Option<usize>> = vec![None; steps.len() + 1];
     while i < steps.len() {
         let (step, origin) = (&steps[i], &origins[i]);
+        item_of_step[i] = Some(tr.items.len());
         tr.halves.at_step(i);
         if let Step::QConv2d { x, w, comp, scale, shift, y, geom, q } = step {
             // A wgmma int8 convolution takes the next pointwise step (a
@@ -552,6 +589,8 @@ pub fn translate_tuned(
         tr.step(step, origin, fused.as_ref()).map_err(|e| format!("{origin}: {e}"))?;
         i += if fused.is_some() { 2 } else { 1 };
     }
+    item_of_step[steps.len()] = Some(tr.items.len());
+    jump_targets_to_items(&mut tr.items, &item_of_step)?;
     tr.drop_unread_f32()?;
     // Kernels a launch stopped naming (a producer remade with a half copy).
     let used: std::collections::HashSet<String> = tr

@@ -554,6 +554,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                 None => return unsupported("this resize mode; tosa.resize takes 2-D nearest (asymmetric/floor, half-pixel) and linear (half-pixel, asymmetric, align-corners) with scales equal to the size ratios"),
             },
             OpKind::Recurrent(_) => return unsupported("TOSA has no recurrent layer; a loop of matmuls is not exported yet"),
+            OpKind::Control(_) => return unsupported("control flow (scf.if/scf.while) is not exported yet"),
         };
         if result.t.shape != out.shape {
             return Err(internal(format!("{}: exported shape {:?}, expected {:?}", at, result.t.shape, out.shape)));
