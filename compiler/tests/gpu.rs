@@ -937,6 +937,58 @@ fn device_buffers_in_and_out() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A gather with an index out of range fails its run; run ordered on a
+/// caller's stream with device I/O returns before the check can be made,
+/// so the session's next run reports it (naming the earlier run), and the
+/// run after that is clean again.
+fn late_index_errors_are_reported() -> Result<(), Failed> {
+    use aoc_runtime::cuda::{DeviceBuffer, Dst, GpuSession, Src};
+    let d = scratch("late_index");
+    let table = (0..8).map(|r| format!("[{}]", (0..4).map(|c| format!("{}.0", r * 4 + c)).collect::<Vec<_>>().join(", "))).collect::<Vec<_>>().join(", ");
+    let air = d.join("gather.air");
+    std::fs::write(
+        &air,
+        format!(
+            "func @main(%idx: tensor<3xi64>) -> tensor<3x4xf32> {{\n  %t = const dense<[{table}]> : tensor<8x4xf32>\n  %y = core.gather %t, %idx : tensor<3x4xf32>\n  return %y : tensor<3x4xf32>\n}}\n"
+        ),
+    )?;
+    let art = d.join("gather.aoc");
+    run(&["compile", &air.display().to_string(), "--target", "sm_86", "-o", &art.display().to_string()])?;
+    if let Some(why) = no_gpu() {
+        println!("skipped: {why}");
+        return Ok(());
+    }
+    let s = GpuSession::load(&art).map_err(|e| e.to_string())?;
+    let idx = |v: [i64; 3]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let good = idx([0, 7, 2]);
+    let bad = idx([0, 9, 2]);
+    let out = s.run(&[&good]).map_err(|e| e.to_string())?;
+    let row7: Vec<u8> = (28..32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    if out[0][16..32] != row7[..] {
+        return Err("gather of row 7 read the wrong values".into());
+    }
+    let now = s.run(&[&bad]).err().map(|e| e.to_string()).unwrap_or_default();
+    if !now.contains("out of range") {
+        return Err(format!("a waited-for run with index 9 of 8: expected an error, got `{now}`").into());
+    }
+    let gpu = s.gpu();
+    let dev_in = DeviceBuffer::new(gpu, bad.len()).map_err(|e| e.to_string())?;
+    dev_in.copy_from_host(&bad).map_err(|e| e.to_string())?;
+    let dev_out = DeviceBuffer::new(gpu, out[0].len()).map_err(|e| e.to_string())?;
+    s.run_io(&[Src::Device(dev_in.ptr())], &mut [Dst::Device(dev_out.ptr())], Some(0))
+        .map_err(|e| format!("the queued run itself cannot know yet: {e}"))?;
+    let late = s.run(&[&good]).err().map(|e| e.to_string()).unwrap_or_default();
+    if !late.contains("previous run") || !late.contains("out of range") {
+        return Err(format!("the run after a queued bad one: expected the late report, got `{late}`").into());
+    }
+    let again = s.run(&[&good]).map_err(|e| format!("the run after the report: {e}"))?;
+    if again != out {
+        return Err("the run after the report gave different outputs".into());
+    }
+    println!("waited-for: {now} | queued, reported late: {late}");
+    Ok(())
+}
+
 /// GPU artifacts through the C API (`aoc_runtime.h`): `aoc_session_load`
 /// of an sm_86 artifact describes its ports from the manifest and
 /// `aoc_session_run` (two threads at once on one session) matches the
@@ -1204,6 +1256,7 @@ fn main() {
     trials.push(Trial::test("no_gpu_is_a_clear_error", no_gpu_is_a_clear_error));
     trials.push(Trial::test("gpu_c_api_runs_gpu_artifacts", c_api_runs_gpu_artifacts));
     trials.push(Trial::test("gpu_device_buffers_in_and_out", device_buffers_in_and_out));
+    trials.push(Trial::test("gpu_late_index_errors_are_reported", late_index_errors_are_reported));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     trials.push(Trial::test("gpu_quantized_for_sm_90_runs_int8_and_fp16", quantized_for_the_gpu));
     libtest_mimic::run(&args, trials).exit();

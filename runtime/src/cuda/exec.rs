@@ -148,6 +148,10 @@ struct State {
     /// (runs ordered against a caller's stream: `run_io`'s `after`).
     before: Event,
     done: Event,
+    /// The status word of a run that returned before it finished, copied
+    /// here on the stream; checked when the next run starts.
+    late_status: Pinned,
+    late_pending: bool,
 }
 
 /// A driver event without timing, destroyed on drop.
@@ -456,6 +460,8 @@ impl GpuSession {
             segments: Vec::new(),
             before: Event::new()?,
             done: Event::new()?,
+            late_status: Pinned::new(4)?,
+            late_pending: false,
         };
         let checks_status = plan.items.iter().any(|it| matches!(it, GpuItem::Launch(l) if l.args.iter().any(|a| matches!(a, Arg::Status))));
         let launcher = Launcher { stream, funcs };
@@ -604,9 +610,11 @@ impl GpuSession {
     /// `after` (a stream of this GPU's primary context, 0 for the legacy
     /// default stream), the run first waits for the work queued on `after`
     /// and `after` then waits for the run; when every input and output is
-    /// on the device and no kernel can flag an index out of range, the call
-    /// returns as soon as the work is queued (the host runs ahead, as
-    /// PyTorch's own kernels let it), else once it is done.
+    /// on the device, the call returns as soon as the work is queued (the
+    /// host runs ahead, as PyTorch's own kernels let it), else once it is
+    /// done. An index out of range in such a run (a gather's status word)
+    /// is reported by the session's next run, as CUDA reports a kernel's
+    /// fault at a later call: that run fails, naming the earlier one.
     pub fn run_io(&self, inputs: &[Src], outputs: &mut [Dst], after: Option<usize>) -> Result<(), RuntimeError> {
         check_sizes("input", inputs.iter().map(Src::host_len), &self.input_bytes, self.inputs())?;
         check_sizes("output", outputs.iter().map(Dst::host_len), &self.output_bytes, self.outputs())?;
@@ -624,6 +632,15 @@ impl GpuSession {
             }
         }
         let cu = self.launcher.stream.cu_stream();
+        if st.late_pending {
+            st.late_pending = false;
+            self.launcher.stream.synchronize().map_err(drv("waiting for the previous run".into()))?;
+            if st.late_status.as_slice() != [0u8; 4] {
+                return Err(RuntimeError::new(
+                    "the previous run (which returned before it finished) had an index input out of range (a gather read past its axis); its outputs were not valid",
+                ));
+            }
+        }
         let after = after.map(|h| h as sys::CUstream);
         if let Some(a) = after {
             st.before.order(a, cu)?;
@@ -656,7 +673,14 @@ impl GpuSession {
         if let Some(a) = after {
             st.done.order(cu, a)?;
             let all_device = inputs.iter().all(|x| matches!(x, Src::Device(_))) && outputs.iter().all(|o| matches!(o, Dst::Device(_)));
-            if all_device && !self.checks_status {
+            if all_device {
+                if self.checks_status {
+                    // SAFETY: 4 pinned bytes the session owns, read only
+                    // after the stream has passed this copy.
+                    unsafe { result::memcpy_dtoh_async(st.late_status.as_mut_slice(), st.status.ptr, cu) }
+                        .map_err(drv("reading the status word".into()))?;
+                    st.late_pending = true;
+                }
                 return Ok(());
             }
         }
