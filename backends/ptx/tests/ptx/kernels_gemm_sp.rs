@@ -210,6 +210,12 @@ fn gemm_sp_tiled_assembles_without_spills() {
                 names.push((name, s, t));
             }
         }
+        // A fused epilogue (not in the manifest: the GPU check passes no
+        // epilogue operands).
+        let (_, ffn) = tiled_specs().into_iter().find(|(w, _)| *w == "ffn").unwrap();
+        let t = choose_sp_tile(&ffn);
+        gemm_sp_tiled(&mut m, "sptiled_epi_0", &ffn, t, sm, Some(&host::residual_relu(&ffn))).unwrap();
+        names.push(("sptiled_epi_0".to_string(), ffn, t));
         let ptx = ir_to_ptx(&m.finish(), sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
         if let (Some(dir), Sm::Sm80 | Sm::Sm90) = (&dump, sm) {
             std::fs::create_dir_all(dir).unwrap();
@@ -371,25 +377,13 @@ fn gemm_sp_pack_weight_layout() {
 /// k tails, pitches, bias and relu, several k-tiles through the ring.
 #[test]
 fn gemm_sp_tiled_runs_on_the_host_to_the_dense_product() {
-    let s = |m, n, k, bias, relu| SpGemmSpec {
-        m,
-        n,
-        k,
-        lda: k,
-        ldc: n,
-        bias,
-        relu,
-    };
-    host::check_tiled(s(64, 64, 64, false, false), SpTile::ALL[2], 1);
-    host::check_tiled(
-        SpGemmSpec {
-            lda: 104,
-            ldc: 50,
-            ..s(37, 45, 96, true, false)
-        },
-        SpTile::ALL[2],
-        2,
-    );
-    host::check_tiled(s(70, 33, 288, true, true), SpTile::ALL[1], 3);
-    host::check_tiled(s(130, 140, 256, false, false), SpTile::ALL[0], 4);
+    let s = |m, n, k, bias, relu| SpGemmSpec { m, n, k, lda: k, ldc: n, bias, relu };
+    let pitched = SpGemmSpec { lda: 104, ldc: 50, ..s(37, 45, 96, true, false) };
+    host::check_tiled(s(64, 64, 64, false, false), SpTile::ALL[2], 1, false);
+    host::check_tiled(pitched, SpTile::ALL[2], 2, false);
+    host::check_tiled(s(70, 33, 288, true, true), SpTile::ALL[1], 3, false);
+    host::check_tiled(s(130, 140, 256, false, false), SpTile::ALL[0], 4, false);
+    // A fused epilogue (a residual add and relu, as the translation fuses
+    // a following pointwise step), after the bias, at output pitch 50.
+    host::check_tiled(pitched, SpTile::ALL[2], 5, true);
 }

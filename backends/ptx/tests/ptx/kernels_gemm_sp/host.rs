@@ -14,6 +14,8 @@
 //! metadata selection, k loop, bounds and stores against those layouts.
 
 use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpTile, SparseGemmSpec, gemm_sp_f16, gemm_sp_tiled, pack_weight};
+use aoc_backend_ptx::expr::{Binary, Expr, Unary};
+use aoc_backend_ptx::kernels::GemmEpilogue;
 use aoc_backend_ptx::{ModuleText, Sm};
 use aoc_ir::ops::sparse;
 use aoc_ir::{Scalar, Tensor, TensorType};
@@ -270,10 +272,22 @@ fn emulated_tiled(ir: &str) -> String {
     text
 }
 
+/// The epilogue `relu(v + r)` with `r` laid out as the output (`m ×
+/// ldc`).
+pub fn residual_relu(s: &SpGemmSpec) -> GemmEpilogue {
+    let st: &[u64] = &[s.ldc, 1];
+    let exprs = [Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Add, 0, 1), Expr::Unary(Unary::Relu, 2)];
+    GemmEpilogue {
+        kernel: super::super::kernel("", &[s.m, s.n], &[(Scalar::F32, st), (Scalar::F32, st)], &exprs, Scalar::F32),
+        strides: vec![[0, s.ldc, 1]],
+    }
+}
+
 /// The tiled kernel (`gemm_sp_tiled`) on the host against the exact
-/// dense product of the pruned weight, with bias and relu when asked:
-/// activation rows at pitch `lda`, output at pitch `ldc`, ragged edges.
-pub fn check_tiled(s: SpGemmSpec, tile: SpTile, seed: u64) {
+/// dense product of the pruned weight, with bias and relu when asked and,
+/// with `residual`, the epilogue `relu(v + r)`: activation rows at pitch
+/// `lda`, output at pitch `ldc`, ragged edges.
+pub fn check_tiled(s: SpGemmSpec, tile: SpTile, seed: u64, residual: bool) {
     let (rows, n, k, lda, ldc) = (
         s.m as usize,
         s.n as usize,
@@ -282,7 +296,8 @@ pub fn check_tiled(s: SpGemmSpec, tile: SpTile, seed: u64) {
         s.ldc as usize,
     );
     let mut mt = ModuleText::new();
-    let geo = gemm_sp_tiled(&mut mt, "k", &s, tile, Sm::Sm86, None).unwrap();
+    let epi = residual.then(|| residual_relu(&s));
+    let geo = gemm_sp_tiled(&mut mt, "k", &s, tile, Sm::Sm86, epi.as_ref()).unwrap();
     let ir = emulated_tiled(&mt.finish());
     let x = ints(rows * lda, seed);
     let dense = Tensor::from_f64(
@@ -294,6 +309,7 @@ pub fn check_tiled(s: SpGemmSpec, tile: SpTile, seed: u64) {
     let bits = |v: f64| half::f16::from_f64(v).to_bits();
     let packed = pack_weight(s.n, s.k, &tile, |j, kk| bits(wv[(j * s.k + kk) as usize])).unwrap();
     let bias: Vec<f32> = ints(n, seed + 2).iter().map(|&b| b as f32).collect();
+    let res: Vec<f32> = ints(rows * ldc, seed + 3).iter().map(|&b| b as f32).collect();
     let want: Vec<f32> = (0..rows * ldc)
         .map(|i| {
             let (r, j) = (i / ldc, i % ldc);
@@ -306,7 +322,8 @@ pub fn check_tiled(s: SpGemmSpec, tile: SpTile, seed: u64) {
             if s.bias {
                 y += bias[j];
             }
-            if s.relu { y.max(0.0) } else { y }
+            let y = if s.relu { y.max(0.0) } else { y };
+            if residual { (y + res[i]).max(0.0) } else { y }
         })
         .collect();
     let words: Vec<u8> = packed.meta.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -320,11 +337,15 @@ pub fn check_tiled(s: SpGemmSpec, tile: SpTile, seed: u64) {
         bufs.push(Mem::from_f32s(&bias));
     }
     bufs.push(Mem::new(&vec![0xA5; rows * ldc * 4], 0));
+    let y = bufs.len() - 1;
+    if residual {
+        bufs.push(Mem::from_f32s(&res));
+    }
     with_jit(&ir, |run| {
         let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
         run("k", geo, &mut refs);
     });
-    let got = bufs.last().unwrap().to_f32s();
+    let got = bufs[y].to_f32s();
     // Exact (small integers); ±0 compare equal.
     if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
         let bad = (0..want.len()).filter(|&i| got[i] != want[i]).count();
