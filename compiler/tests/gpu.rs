@@ -1090,7 +1090,7 @@ fn sparse_explain_says_why() -> Result<(), Failed> {
         compile(&m, target, precision, &art)?;
         let text = explain(&art)?;
         let notes: Vec<&str> = text.lines().filter(|l| l.contains(": sparse: ") || l.contains(": dense: ")).collect();
-        if !text.contains("sparse layers (2:4") || notes.len() < 5 || notes.iter().any(|l| !l.contains("sparse.conv2d")) {
+        if !text.contains("sparse layers (2:4") || notes.len() < 6 || notes.iter().any(|l| !l.contains("  sparse.")) {
             return Err(format!("{target} {precision}: explain does not give each sparse layer's kernel:\n{text}").into());
         }
         let why = if precision == "fp32" { "--precision fp32 has no sparse" } else { "(kh, kw, c)" };
