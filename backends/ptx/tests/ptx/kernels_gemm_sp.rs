@@ -185,8 +185,8 @@ fn gemm_sp_tiled_assembles_without_spills() {
         let mut names = vec![];
         for (what, s) in tiled_specs() {
             let mut tiles = vec![choose_sp_tile(&s)];
-            if what == "square" || what == "bench8192" {
-                tiles = SpTile::ALL.to_vec();
+            if what == "square" || what.starts_with("bench") {
+                tiles = SpTile::ALL.iter().chain(&SpTile::CANDIDATES).copied().filter(|t| t.check(sm).is_ok()).collect();
             }
             for (ti, t) in tiles.into_iter().enumerate() {
                 let name = format!("sptiled_{what}_{ti}");
@@ -340,10 +340,15 @@ fn gemm_sp_tiled_refuses_what_it_cannot_run() {
     )
     .unwrap();
     assert_eq!(g.grid, [1, 1, 1]);
-    // Every tile's shared memory fits 99 KiB.
+    // Every default tile fits 99 KiB (sm_86); the candidates fit Hopper,
+    // and the 4-stage 128×128×64 one only Hopper.
     for t in SpTile::ALL {
-        t.check().unwrap();
+        t.check(Sm::Sm86).unwrap();
     }
+    for t in SpTile::CANDIDATES {
+        t.check(Sm::Sm90a).unwrap();
+    }
+    assert!(SpTile::CANDIDATES[0].check(Sm::Sm86).unwrap_err().contains("99 KiB on sm_86"));
 }
 
 /// The packed weight: a weight with three non-zeros in a group is not

@@ -107,6 +107,14 @@ impl SpTile {
         tile(64, 64, 64, 2, 2, 3),
     ];
 
+    /// More tiles the GPU benchmarks time against [`SpTile::ALL`] (a
+    /// deeper ring, shorter k steps), to pick the default by measurement.
+    pub const CANDIDATES: [SpTile; 3] = [
+        tile(128, 128, 64, 2, 4, 4),
+        tile(128, 128, 32, 2, 4, 4),
+        tile(128, 128, 32, 2, 4, 6),
+    ];
+
     pub fn threads(&self) -> u32 {
         32 * self.warps_m * self.warps_n
     }
@@ -152,8 +160,10 @@ impl SpTile {
         k.next_multiple_of(self.bk as u64)
     }
 
-    /// Checks the tile is one the generator handles.
-    pub fn check(&self) -> Result<(), String> {
+    /// Checks the tile is one the generator handles on `sm`: shared
+    /// memory within 99 KiB (what sm_86 and sm_89 give a block, so sm_80
+    /// code runs there too), or 227 KiB on Hopper.
+    pub fn check(&self, sm: Sm) -> Result<(), String> {
         let t = *self;
         let ok = (1..=8).contains(&(t.warps_m * t.warps_n))
             && t.bm > 0
@@ -166,10 +176,15 @@ impl SpTile {
         if !ok {
             return Err(format!("unsupported sparse tile {t:?}"));
         }
-        if t.smem_bytes() > 99 * 1024 {
+        let limit = match sm {
+            Sm::Sm90 | Sm::Sm90a => sm.max_shared_per_block(),
+            _ => 99 * 1024,
+        };
+        if t.smem_bytes() > limit {
             return Err(format!(
-                "sparse tile {t:?} needs {} bytes of shared memory, more than 99 KiB",
-                t.smem_bytes()
+                "sparse tile {t:?} needs {} bytes of shared memory, more than {} KiB on {sm}",
+                t.smem_bytes(),
+                limit / 1024
             ));
         }
         Ok(())
@@ -274,7 +289,7 @@ pub fn gemm_sp_tiled(
             sm.name()
         ));
     }
-    tile.check()?;
+    tile.check(sm)?;
     let s = *spec;
     if s.k == 0 || !s.k.is_multiple_of(32) {
         return Err(format!(
