@@ -73,7 +73,7 @@ def aoc_kernel_ms(ptx_dir, sm, n, iters):
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         run = lambda: fn((int(s["grid"]), 1, 1), (int(s["block"]), 1, 1), (dx, dv, dm, dy), shared_mem=smem)  # noqa: E731
-        out[f"{s['bm']}x{s['bn']}x{s['bk']}s{s['stages']}"] = cuda_median_ms(run, iters)
+        out[f"{s['name']} {s['bm']}x{s['bn']}x{s['bk']}s{s['stages']}b{s.get('minblocks', '1')}"] = cuda_median_ms(run, iters)
         rows = rng.choice(n, 8, replace=False)
         want = x[rows].astype(np.float32) @ w.astype(np.float32).T
         err = float(np.max(np.abs(dy.get()[rows] - want)) / (np.max(np.abs(want)) + 1e-6))

@@ -131,7 +131,7 @@ impl Tr<'_, '_> {
             return dense("an empty or unaligned product");
         }
         let sp = SpGemmSpec { m: spec.m, n: spec.n, k: spec.k, lda: spec.k, ldc: spec.c_strides[1], bias: spec.bias.is_some(), relu: spec.relu };
-        let tile = choose_sp_tile(&sp);
+        let tile = choose_sp_tile(&sp, self.sm);
         let flops = 2.0 * (spec.m * spec.n * spec.k) as f64;
         let fill = |blocks: u64| (blocks as f64 / ENOUGH_BLOCKS as f64).min(1.0);
         // A's half copy: the sparse kernel needs one; the dense wgmma needs
@@ -188,11 +188,12 @@ impl Tr<'_, '_> {
         self.launch(kern, args, origin);
         let flops = 2.0 * (spec.m * spec.n * spec.k) as f64;
         self.note(format!(
-            "sparse: 2:4 mma.sp, {}x{}x{} tiles in {} stages ({:.2} dense GFLOP)",
+            "sparse: 2:4 mma.sp, {}x{}x{} tiles in {} stages{} ({:.2} dense GFLOP)",
             tile.bm,
             tile.bn,
             tile.bk,
             tile.stages,
+            if tile.min_blocks > 1 { format!(", {} blocks per SM", tile.min_blocks) } else { String::new() },
             flops / 1e9
         ));
         Ok(())

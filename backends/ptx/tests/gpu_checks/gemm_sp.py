@@ -13,7 +13,7 @@ Two kernel families:
   described below;
 - the tiled kernel the compiler uses (`gemm_sp_tiled`):
   `gemm_sp_tiled_sm_{80,90}.{ptx,txt}`, manifest keys m n k lda ldc bias
-  relu bm bn bk stages grid block smem. x is m × lda f16 whose columns
+  relu bm bn bk stages minblocks grid block smem. x is m × lda f16 whose columns
   past k hold NaN (a read of them poisons the result); the weight is
   packed as `gemm_sp::tiled::pack_weight` documents (values n_pad × k_pad/2,
   metadata per 16 features and 32 of k the 64 bytes the instruction's
@@ -197,7 +197,7 @@ def run_tiled(cp, path, lines, rng, timing):
         scale = np.maximum(np.sqrt((want ** 2).mean(axis=1, keepdims=True)), 1e-6) * np.sqrt(k / 64)
         err = np.abs(g - want) / scale
         ok = guards_ok and bool(np.all(np.isfinite(g))) and bool(np.all(err < 1e-3))
-        detail = f"bm={bm} bn={f['bn']} stages={f['stages']}"
+        detail = f"bm={bm} bn={f['bn']} bk={bk} stages={f['stages']} minblocks={f.get('minblocks', '1')}"
         if not ok:
             i = np.unravel_index(np.nanargmax(np.where(np.isfinite(err), err, np.inf)), err.shape)
             detail += f"  max rel err {np.nanmax(err):.3g} at row {rows[i[0]]} feature {i[1]}: got {g[i]} want {want[i]}; guards {'ok' if guards_ok else 'TOUCHED'}"

@@ -184,9 +184,12 @@ fn gemm_sp_tiled_assembles_without_spills() {
         let mut manifest = vec![];
         let mut names = vec![];
         for (what, s) in tiled_specs() {
-            let mut tiles = vec![choose_sp_tile(&s)];
+            let mut tiles = vec![choose_sp_tile(&s, sm)];
             if what == "square" || what.starts_with("bench") {
-                tiles = SpTile::ALL.iter().chain(&SpTile::CANDIDATES).copied().filter(|t| t.check(sm).is_ok()).collect();
+                // The chosen tile first (`_0`), then every other.
+                let all = SpTile::ALL.iter().chain(&SpTile::CANDIDATES).copied();
+                let first = tiles[0];
+                tiles.extend(all.filter(|t| t.check(sm).is_ok() && *t != first));
             }
             for (ti, t) in tiles.into_iter().enumerate() {
                 let name = format!("sptiled_{what}_{ti}");
@@ -204,8 +207,8 @@ fn gemm_sp_tiled_assembles_without_spills() {
                 );
                 assert_eq!(g.smem, t.smem_bytes());
                 manifest.push(format!(
-                    "name={name} m={} n={} k={} lda={} ldc={} bias={} relu={} bm={} bn={} bk={} stages={} grid={} block={} smem={}",
-                    s.m, s.n, s.k, s.lda, s.ldc, s.bias as u8, s.relu as u8, t.bm, t.bn, t.bk, t.stages, g.grid[0], g.block[0], g.smem
+                    "name={name} m={} n={} k={} lda={} ldc={} bias={} relu={} bm={} bn={} bk={} stages={} minblocks={} grid={} block={} smem={}",
+                    s.m, s.n, s.k, s.lda, s.ldc, s.bias as u8, s.relu as u8, t.bm, t.bn, t.bk, t.stages, t.min_blocks, g.grid[0], g.block[0], g.smem
                 ));
                 names.push((name, s, t));
             }
@@ -213,7 +216,7 @@ fn gemm_sp_tiled_assembles_without_spills() {
         // A fused epilogue (not in the manifest: the GPU check passes no
         // epilogue operands).
         let (_, ffn) = tiled_specs().into_iter().find(|(w, _)| *w == "ffn").unwrap();
-        let t = choose_sp_tile(&ffn);
+        let t = choose_sp_tile(&ffn, sm);
         gemm_sp_tiled(&mut m, "sptiled_epi_0", &ffn, t, sm, Some(&host::residual_relu(&ffn))).unwrap();
         names.push(("sptiled_epi_0".to_string(), ffn, t));
         let ptx = ir_to_ptx(&m.finish(), sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
@@ -348,7 +351,7 @@ fn gemm_sp_tiled_refuses_what_it_cannot_run() {
     for t in SpTile::CANDIDATES {
         t.check(Sm::Sm90a).unwrap();
     }
-    assert!(SpTile::CANDIDATES[0].check(Sm::Sm86).unwrap_err().contains("99 KiB on sm_86"));
+    assert!(SpTile::CANDIDATES[1].check(Sm::Sm86).unwrap_err().contains("99 KiB on sm_86"));
 }
 
 /// The packed weight: a weight with three non-zeros in a group is not

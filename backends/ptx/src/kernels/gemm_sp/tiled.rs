@@ -81,6 +81,11 @@ pub struct SpTile {
     pub warps_m: u32,
     pub warps_n: u32,
     pub stages: u32,
+    /// Blocks per multiprocessor the kernel is built for
+    /// (`.minnctapersm`): 2 caps a 256-thread block at 128 registers so
+    /// two share a Hopper multiprocessor (the 128×128 tile takes 158
+    /// registers otherwise, without spills either way).
+    pub min_blocks: u32,
 }
 
 const fn tile(bm: u32, bn: u32, bk: u32, warps_m: u32, warps_n: u32, stages: u32) -> SpTile {
@@ -91,7 +96,12 @@ const fn tile(bm: u32, bn: u32, bk: u32, warps_m: u32, warps_n: u32, stages: u32
         warps_m,
         warps_n,
         stages,
+        min_blocks: 1,
     }
+}
+
+const fn two_per_sm(t: SpTile) -> SpTile {
+    SpTile { min_blocks: 2, ..t }
 }
 
 /// Blocks that fill a large GPU once (an H200 has 132 multiprocessors).
@@ -107,11 +117,18 @@ impl SpTile {
         tile(64, 64, 64, 2, 2, 3),
     ];
 
-    /// More tiles the GPU benchmarks time against [`SpTile::ALL`] (a
-    /// deeper ring, shorter k steps), to pick the default by measurement.
-    pub const CANDIDATES: [SpTile; 3] = [
+    /// Hopper's 128×128 tile: [`SpTile::ALL`]'s first, two blocks per
+    /// multiprocessor (2 × 87 KiB of its 228).
+    pub const HOPPER: SpTile = two_per_sm(tile(128, 128, 64, 2, 4, 3));
+
+    /// More tiles the GPU benchmarks time against [`SpTile::ALL`] (one
+    /// block per multiprocessor, a deeper ring, shorter k steps), to pick
+    /// the defaults by measurement.
+    pub const CANDIDATES: [SpTile; 5] = [
+        SpTile::HOPPER,
         tile(128, 128, 64, 2, 4, 4),
         tile(128, 128, 32, 2, 4, 4),
+        two_per_sm(tile(128, 128, 32, 2, 4, 4)),
         tile(128, 128, 32, 2, 4, 6),
     ];
 
@@ -172,7 +189,8 @@ impl SpTile {
             && t.bn.is_multiple_of(8 * t.warps_n)
             && t.bk > 0
             && t.bk.is_multiple_of(32)
-            && (2..=6).contains(&t.stages);
+            && (2..=6).contains(&t.stages)
+            && (1..=2).contains(&t.min_blocks);
         if !ok {
             return Err(format!("unsupported sparse tile {t:?}"));
         }
@@ -196,14 +214,16 @@ impl SpTile {
     }
 }
 
-/// The tile [`gemm_sp_tiled`] uses: the first of [`SpTile::ALL`] that still
-/// gives a block per multiprocessor, else the smallest.
-pub fn choose_sp_tile(spec: &SpGemmSpec) -> SpTile {
+/// The tile [`gemm_sp_tiled`] uses on `sm`: the first of [`SpTile::ALL`]
+/// that still gives a block per multiprocessor, else the smallest; on
+/// Hopper the 128×128 tile is [`SpTile::HOPPER`].
+pub fn choose_sp_tile(spec: &SpGemmSpec, sm: Sm) -> SpTile {
     let (small, big) = SpTile::ALL.split_last().unwrap();
-    big.iter()
-        .copied()
-        .find(|t| t.blocks(spec) >= ENOUGH_BLOCKS)
-        .unwrap_or(*small)
+    let t = big.iter().copied().find(|t| t.blocks(spec) >= ENOUGH_BLOCKS).unwrap_or(*small);
+    match sm {
+        Sm::Sm90 | Sm::Sm90a if t == SpTile::ALL[0] => SpTile::HOPPER,
+        _ => t,
+    }
 }
 
 /// The metadata word of a group of four with no non-zero value: indices
@@ -371,8 +391,9 @@ pub fn gemm_sp_tiled(
     };
     g.kernel();
     m.func(format!(
-        "define ptx_kernel void @{name}({}) \"nvvm.maxntid\"=\"{threads}\" {{\nentry:\n{}}}\n",
+        "define ptx_kernel void @{name}({}) \"nvvm.maxntid\"=\"{threads}\"{} {{\nentry:\n{}}}\n",
         sig.join(", "),
+        if tile.min_blocks > 1 { format!(" \"nvvm.minctasm\"=\"{}\"", tile.min_blocks) } else { String::new() },
         g.b.into_text()
     ));
     Ok(Geometry {
