@@ -81,7 +81,7 @@ impl Tr<'_, '_> {
     /// possible and the cost model says it is faster, else on the dense
     /// kernels ([`Tr::gemm`]); either way the GEMM launch gets a note.
     pub(super) fn sparse_gemm(&mut self, spec: GemmSpec, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
-        let choice = self.sparse_choice(&spec, &bufs.b, &bufs.c, bufs.bias.as_ref());
+        let choice = self.sparse_choice(&spec, &bufs);
         match choice {
             Choice::Sparse(tile) => match self.weights.sparse_packed(&bufs.b, spec.n, spec.k, &tile) {
                 Ok((values, meta)) => self.launch_sparse(spec, tile, bufs, values, meta, origin, epi),
@@ -106,7 +106,8 @@ impl Tr<'_, '_> {
     /// The rules, then the cost model: the sparse kernel's estimated time
     /// (its tile's fill of the GPU, the conversion of A to half) against
     /// the dense kernel the step would run on.
-    fn sparse_choice(&self, spec: &GemmSpec, b: &Buf, c: &Buf, bias: Option<&Buf>) -> Choice {
+    fn sparse_choice(&self, spec: &GemmSpec, GemmBufs { a, b, c, bias }: &GemmBufs) -> Choice {
+        let bias = bias.as_ref();
         let dense = |why: &str| Choice::Dense(why.to_string());
         match self.precision {
             Precision::Fp16 => {}
@@ -116,11 +117,11 @@ impl Tr<'_, '_> {
         if !self.sm.has_mma_f16() {
             return Choice::Dense(format!("{} has no sparse tensor cores (mma.sp needs sm_80)", self.sm));
         }
-        if plain_a(spec).is_none() {
+        let Some(lda) = plain_a(spec) else {
             return dense(
                 "a k×k or strided convolution: its 2:4 groups run along (c, kh, kw) while the NHWC implicit GEMM walks k as (kh, kw, c); only 1×1 convolutions and matmuls run sparse",
             );
-        }
+        };
         if spec.batch != 1 || spec.c_strides[2] != 1 || spec.b_strides[2] != 1 || spec.b_strides[1] != spec.n {
             return dense("its output or weight is strided");
         }
@@ -135,8 +136,10 @@ impl Tr<'_, '_> {
         let flops = 2.0 * (spec.m * spec.n * spec.k) as f64;
         let fill = |blocks: u64| (blocks as f64 / ENOUGH_BLOCKS as f64).min(1.0);
         // A's half copy: the sparse kernel needs one; the dense wgmma needs
-        // the same one, gemm_tc reads f32 A.
-        let convert = LAUNCH_S + 6.0 * (spec.m * spec.k) as f64 / CONVERT_BYTES_PER_S;
+        // the same one, gemm_tc reads f32 A. It is free when a slot holds
+        // it or A's producer can write it.
+        let free = self.half_copy_is_free((*a, lda, spec.m, spec.k, Scalar::F16));
+        let convert = if free { 0.0 } else { LAUNCH_S + 6.0 * (spec.m * spec.k) as f64 / CONVERT_BYTES_PER_S };
         let sparse_s = LAUNCH_S + flops / (SPARSE_MMA_TFLOPS * 1e12 * fill(tile.blocks(&sp)));
         let wgmma = self.wgmma_form(spec, TcPrecision::F16, c, bias).is_some();
         let (dense_s, sparse_s, kernel) = if wgmma {
