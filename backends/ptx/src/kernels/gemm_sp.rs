@@ -2,7 +2,7 @@
 //! - [`tiled::gemm_sp_tiled`] (re-exported here): the kernel the compiler
 //!   uses, tiled and pipelined like the dense `gemm_tc` (cp.async stages,
 //!   `ldmatrix`, metadata loaded once per k-tile in the instruction's
-//!   layout), on the weight packed by [`tiled::pack_weight`];
+//!   layout), on the weight packed by [`pack_weight`] (`pack.rs`);
 //! - [`gemm_sp_f16`] (below): the correctness-first reference kernel on
 //!   aoc's stored form, fragments straight from global memory. It pins the
 //!   fragment and metadata layouts the tiled kernel also follows (both
@@ -46,9 +46,11 @@
 //! 2^31 (feature indices in i32); offsets in i64; the kernel never reads
 //! outside its tensors (an empty product is a kernel that returns at once).
 
+mod pack;
 pub mod tiled;
 
-pub use tiled::{PackedSparse, SpGemmSpec, SpTile, choose_sp_tile, gemm_sp_tiled, pack_weight};
+pub use pack::{EMPTY_META, PackedSparse, pack_weight};
+pub use tiled::{SpGemmSpec, SpTile, choose_sp_tile, gemm_sp_tiled};
 
 use super::Geometry;
 use crate::irtext::{Body, ModuleText, check_entry_name};
@@ -67,10 +69,6 @@ const WARPS: u32 = 4;
 /// Tiles of 8 activation rows per warp: each k-step's A fragment and
 /// metadata feed NT products.
 const NT: u32 = 4;
-
-/// The metadata word a missing feature row passes: indices 0 and 1 in
-/// every group (a valid 2:4 pattern over zero values).
-const EMPTY_META: u32 = 0x4444_4444;
 
 /// Writes the kernel `name` for `spec` on `sm`; returns its launch.
 pub fn gemm_sp_f16(m: &mut ModuleText, name: &str, spec: &SparseGemmSpec, sm: Sm) -> Result<Geometry, String> {

@@ -8,7 +8,8 @@
 //! Kernel ABI: parameters `x, values, meta, [bias], y, [e1 … ek]`.
 //! - `x`: f16, `m × k` at row pitch `lda` elements (a half copy of the
 //!   activation), 16-byte aligned, `lda` a multiple of 8.
-//! - `values`, `meta`: the weight packed for the tile by [`pack_weight`]:
+//! - `values`, `meta`: the weight packed for the tile by [`pack_weight`](super::pack_weight)
+//!   (`pack.rs`):
 //!   `values` is `n_pad × k_pad/2` f16 (each feature's kept values in k
 //!   order, padding zero), `meta` per 16-feature tile and k-tile of 32 the
 //!   64 bytes the instruction's metadata operand takes, word `2q + p` for
@@ -224,70 +225,6 @@ pub fn choose_sp_tile(spec: &SpGemmSpec, sm: Sm) -> SpTile {
         Sm::Sm90 | Sm::Sm90a if t == SpTile::ALL[0] => SpTile::HOPPER,
         _ => t,
     }
-}
-
-/// The metadata word of a group of four with no non-zero value: indices
-/// 0 and 1 (a valid pattern over zeros), for every group of a word.
-pub const EMPTY_META: u32 = 0x4444_4444;
-
-/// A 2:4 weight in the kernel's form: `values` (f16 bits, `n_pad ×
-/// k_pad/2`) and `meta` (u32 words, see the module doc).
-#[derive(Clone, Debug, PartialEq)]
-pub struct PackedSparse {
-    pub values: Vec<u16>,
-    pub meta: Vec<u32>,
-}
-
-/// Packs the weight `w(j, kk)` (feature `j < n`, `kk < k`, f16 bits) for
-/// `tile`; `None` when some group of four along k holds more than two
-/// non-zero values (the weight is not 2:4). A group with fewer keeps its
-/// non-zeros and zeros in ascending index order (the instruction wants
-/// the two indices ascending).
-pub fn pack_weight(
-    n: u64,
-    k: u64,
-    tile: &SpTile,
-    w: impl Fn(u64, u64) -> u16,
-) -> Option<PackedSparse> {
-    let (n_pad, k_pad) = (tile.n_pad(n), tile.k_pad(k));
-    let kt32 = k_pad / 32;
-    let mut values = vec![0u16; (n_pad * k_pad / 2) as usize];
-    // Each feature's metadata word per k-tile of 32 (as aoc's stored form).
-    let mut words = vec![EMPTY_META; (n_pad * kt32) as usize];
-    for j in 0..n {
-        for g in 0..k / 4 {
-            let vals: [u16; 4] = std::array::from_fn(|i| w(j, 4 * g + i as u64));
-            // Non-zero bits (a negative zero is zero).
-            let nz: Vec<usize> = (0..4).filter(|&i| vals[i] & 0x7fff != 0).collect();
-            let pair = match nz[..] {
-                [] => [0, 1],
-                [a] if a == 3 => [2, 3],
-                [a] => [a, a + 1],
-                [a, b] => [a, b],
-                _ => return None,
-            };
-            let at = (j * k_pad / 2 + 2 * g) as usize;
-            values[at] = vals[pair[0]];
-            values[at + 1] = vals[pair[1]];
-            let (t, c) = ((g / 8) as usize, (g % 8) as u32);
-            let word = &mut words[j as usize * kt32 as usize + t];
-            let nibble = pair[0] as u32 | (pair[1] as u32) << 2;
-            *word = (*word & !(0xf << (4 * c))) | nibble << (4 * c);
-        }
-    }
-    let mut meta = Vec::with_capacity((n_pad / 16 * kt32 * 16) as usize);
-    for f in 0..n_pad / 16 {
-        for t in 0..kt32 {
-            for q in 0..8 {
-                let lo = words[((16 * f + q) * kt32 + t) as usize];
-                let hi = words[((16 * f + q + 8) * kt32 + t) as usize];
-                for p in 0..2 {
-                    meta.push((lo >> (16 * p)) & 0xffff | ((hi >> (16 * p)) & 0xffff) << 16);
-                }
-            }
-        }
-    }
-    Some(PackedSparse { values, meta })
 }
 
 const I31: u64 = i32::MAX as u64;
