@@ -33,13 +33,14 @@ use crate::kernels::{AMode, GemmEpilogue, GemmSpec};
 use crate::target::Sm;
 
 /// Dense-equivalent rates (TFLOP/s, 2·m·n·k per second) of the kernels
-/// the choice weighs, on a full GPU. Measured on an H200 (docs/performance.md):
-/// `gemm_tc` f16 at 4096³ 240, `wgmma` f16 at 8192³ 577. The sparse
-/// kernel's rate is assumed twice `gemm_tc`'s (the instruction does twice
-/// the work per issue at the same tiling) until measured.
+/// the choice weighs, on a full GPU, measured on an H200
+/// (docs/performance.md): `gemm_tc` f16 at 4096³ 240, `wgmma` f16 at
+/// 8192³ 577, the tiled `mma.sp` kernel (sm_90 PTX, 128×128×64 tiles) at
+/// 4096³ and 8192³ 415 (cuBLAS dense 701–744 in that run). The same
+/// ratios are assumed on sm_80/sm_86.
 const DENSE_MMA_TFLOPS: f64 = 240.0;
 const DENSE_WGMMA_TFLOPS: f64 = 577.0;
-const SPARSE_MMA_TFLOPS: f64 = 480.0;
+const SPARSE_MMA_TFLOPS: f64 = 415.0;
 
 /// Bytes per second of the conversion launch that writes A's half copy
 /// (about 6 bytes per element: f32 read, f16 written), and one launch's
