@@ -134,13 +134,13 @@ impl Tr<'_, '_> {
         }
         let sp = SpGemmSpec { m: spec.m, n: spec.n, k: spec.k, lda: spec.k, ldc: spec.c_strides[1], bias: spec.bias.is_some(), relu: spec.relu };
         let tile = choose_sp_tile(&sp, self.sm);
-        let flops = 2.0 * (spec.m * spec.n * spec.k) as f64;
+        let flops = 2.0 * spec.m as f64 * spec.n as f64 * spec.k as f64;
         let fill = |blocks: u64| (blocks as f64 / ENOUGH_BLOCKS as f64).min(1.0);
         // A's half copy: the sparse kernel needs one; the dense wgmma needs
         // the same one, gemm_tc reads f32 A. It is free when a slot holds
         // it or A's producer can write it.
         let free = self.half_copy_is_free((*a, lda, spec.m, spec.k, Scalar::F16));
-        let convert = if free { 0.0 } else { LAUNCH_S + 6.0 * (spec.m * spec.k) as f64 / CONVERT_BYTES_PER_S };
+        let convert = if free { 0.0 } else { LAUNCH_S + 6.0 * spec.m as f64 * spec.k as f64 / CONVERT_BYTES_PER_S };
         let sparse_s = LAUNCH_S + flops / (SPARSE_MMA_TFLOPS * 1e12 * fill(tile.blocks(&sp)));
         let wgmma = self.wgmma_form(spec, TcPrecision::F16, c, bias).is_some();
         let (dense_s, sparse_s, kernel) = if wgmma {
@@ -190,7 +190,7 @@ impl Tr<'_, '_> {
             args.extend(extra.iter().map(|b| Arg::In(*b)));
         }
         self.launch(kern, args, origin);
-        let flops = 2.0 * (spec.m * spec.n * spec.k) as f64;
+        let flops = 2.0 * spec.m as f64 * spec.n as f64 * spec.k as f64;
         self.note(format!(
             "sparse: 2:4 mma.sp, {}x{}x{} tiles in {} stages{} ({:.2} dense GFLOP)",
             tile.bm,
