@@ -5,19 +5,21 @@
   `aoc compile --target SM --precision fp16`, `aoc bench --json` (device
   time of the CUDA-graph replay);
 - aoc 2:4 through the compiler: the same model after `aoc sparsify
-  --pattern 2:4`, compiled and benched the same way (today the GPU
-  lowering runs sparse.matmul on the dense kernels, so this should equal
-  the dense figure: the row says so if it does not);
-- aoc's `mma.sp` kernel (`kernels::gemm_sp`, not yet used by the
-  compiler): its PTX for these shapes, written by the PTX tests with
-  AOC_PTX_DUMP_DIR (gemm_sp_bench_SM.ptx), launched with CuPy on a 2:4
-  weight in aoc's compressed form, timed with CUDA events;
+  --pattern 2:4`, compiled and benched the same way (`aoc explain` of
+  it says whether the layer ran sparse or dense, and why);
+- aoc's tiled `mma.sp` kernel (`kernels::gemm_sp::gemm_sp_tiled`, what the
+  compiler runs sparse layers on where its cost model picks sparse): its
+  PTX for these shapes in every tile, written by the PTX tests with
+  AOC_PTX_DUMP_DIR (gemm_sp_tiled_SM.ptx, kernels `sptiled_benchN_T`),
+  launched with CuPy on a 2:4 weight packed as the kernel reads it, timed
+  with CUDA events (f16 activations: the compiled model converts them in
+  its own launch, which the aoc_sparsified row includes);
 - PyTorch: torch.matmul (cuBLAS) dense, and F.linear on
   torch.sparse.to_sparse_semi_structured(W) (cuSPARSELt / CUTLASS).
 
 Usage (on the GPU machine):
 
-    AOC_PTX_DUMP_DIR=/tmp/ptx cargo test --release -p aoc-backend-ptx --test ptx gemm_sp
+    AOC_PTX_DUMP_DIR=/tmp/ptx cargo test --release -p aoc-backend-ptx --test ptx gemm_sp_tiled
     python3 bench/gpu/sparse_gemm.py --aoc build/device/aoc --ptx /tmp/ptx [--sm sm_90a] [--sizes 4096,8192]
 
 Prints one JSON row per size: milliseconds (median over --iters after
@@ -39,57 +41,44 @@ sys.path.insert(0, HERE)
 from run import aoc_bench, cuda_median_ms, gemm_model, sh  # noqa: E402
 
 
-def prune_2_4(w):
-    n, k = w.shape
-    g = w.reshape(n, k // 4, 4)
-    keep = np.sort(np.argsort(-np.abs(g), axis=2, kind="stable")[:, :, :2], axis=2)
-    values = np.take_along_axis(g, keep, axis=2).reshape(n, k // 2)
-    idx = keep.reshape(-1).astype(np.uint32)
-    bits = np.zeros(idx.size * 2, np.uint8)
-    bits[0::2] = idx & 1
-    bits[1::2] = (idx >> 1) & 1
-    mask = np.zeros_like(g, dtype=bool)
-    np.put_along_axis(mask, keep, True, axis=2)
-    return np.where(mask, g, 0).reshape(n, k), values, np.packbits(bits, bitorder="little")
+sys.path.insert(0, os.path.join(ROOT, "backends/ptx/tests/gpu_checks"))
+from gemm_sp import pack_tiled, prune_2_4 as prune_keep  # noqa: E402
 
 
 def aoc_kernel_ms(ptx_dir, sm, n, iters):
+    """Times every `gemm_sp_tiled` kernel of n³ in the dump (the tile the
+    compiler picks is `_0`); returns {tile: ms} and a note."""
     import cupy as cp
 
-    path = os.path.join(ptx_dir, f"gemm_sp_bench_{sm}.ptx")
+    path = os.path.join(ptx_dir, f"gemm_sp_tiled_{sm}.ptx")
     if not os.path.exists(path):
-        return None, f"no {path} (run the PTX tests with AOC_PTX_DUMP_DIR)"
+        return {}, f"no {path} (run the PTX tests with AOC_PTX_DUMP_DIR)"
     mod = cp.RawModule(path=path)
     with open(path[:-4] + ".txt") as fh:
-        spec = [dict(kv.split("=", 1) for kv in ln.split()) for ln in fh if ln.strip()]
-    s = next((s for s in spec if int(s["m"]) == n and int(s["n"]) == n and int(s["k"]) == n), None)
-    if s is None:
-        return None, f"no {n}³ kernel in {path}"
+        specs = [dict(kv.split("=", 1) for kv in ln.split()) for ln in fh if ln.strip()]
+    specs = [s for s in specs if s["name"].startswith("sptiled_bench") and int(s["m"]) == n and int(s["n"]) == n and int(s["k"]) == n]
+    if not specs:
+        return {}, f"no {n}³ kernel in {path}"
     rng = np.random.default_rng(n)
     x = rng.standard_normal((n, n)).astype(np.float16)
-    w, values, meta = prune_2_4(rng.standard_normal((n, n)).astype(np.float16))
-    dx, dv, dm = cp.asarray(x), cp.asarray(values), cp.asarray(meta)
+    w, keep = prune_keep(rng.standard_normal((n, n)).astype(np.float16))
+    dx = cp.asarray(x)
     dy = cp.empty((n, n), dtype=cp.float32)
-    fn = mod.get_function(s["name"])
-    grid = tuple(int(v) for v in s["grid"].split(":"))
-    block = (int(s["block"]), 1, 1)
-    run = lambda: fn(grid, block, (dx, dv, dm, dy))  # noqa: E731
-    for _ in range(5):
-        run()
-    cp.cuda.runtime.deviceSynchronize()
-    times = []
-    for _ in range(iters):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        run()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    # Spot check against the dense product of the same f16 values.
-    rows = rng.choice(n, 8, replace=False)
-    want = x[rows].astype(np.float32) @ w.astype(np.float32).T
-    err = float(np.max(np.abs(dy.get()[rows] - want)) / (np.max(np.abs(want)) + 1e-6))
-    return float(np.median(times)), f"max rel err on 8 rows {err:.2e}"
+    out, notes = {}, []
+    for s in specs:
+        bm, bk, smem = int(s["bm"]), int(s["bk"]), int(s["smem"])
+        values, meta = pack_tiled(w, keep, bm, bk)
+        dv, dm = cp.asarray(values), cp.asarray(meta)
+        fn = mod.get_function(s["name"])
+        if smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        run = lambda: fn((int(s["grid"]), 1, 1), (int(s["block"]), 1, 1), (dx, dv, dm, dy), shared_mem=smem)  # noqa: E731
+        out[f"{s['name']} {s['bm']}x{s['bn']}x{s['bk']}s{s['stages']}b{s.get('minblocks', '1')}"] = cuda_median_ms(run, iters)
+        rows = rng.choice(n, 8, replace=False)
+        want = x[rows].astype(np.float32) @ w.astype(np.float32).T
+        err = float(np.max(np.abs(dy.get()[rows] - want)) / (np.max(np.abs(want)) + 1e-6))
+        notes.append(f"{s['name']}: max rel err on 8 rows {err:.2e}")
+    return out, "; ".join(notes)
 
 
 def main():
@@ -121,8 +110,10 @@ def main():
             row["aoc_sparsified_error"] = str(e)[-1000:]
         if a.ptx:
             sm_dump = "sm_90" if a.sm.startswith("sm_90") else "sm_80"
-            ms, note = aoc_kernel_ms(a.ptx, sm_dump, n, a.iters)
-            row["aoc_mma_sp_kernel_ms"], row["aoc_mma_sp_kernel_note"] = ms, note
+            tiles, note = aoc_kernel_ms(a.ptx, sm_dump, n, a.iters)
+            row["aoc_mma_sp_tiles_ms"], row["aoc_mma_sp_kernel_note"] = tiles, note
+            if tiles:
+                row["aoc_mma_sp_kernel_ms"] = min(tiles.values())
         x = torch.randn(n, n, device="cuda", dtype=torch.float16)
         w = torch.randn(n, n, device="cuda", dtype=torch.float16)
         mask = torch.tensor([0, 0, 1, 1], device="cuda", dtype=torch.bool).tile((n, n // 4))

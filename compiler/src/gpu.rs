@@ -328,21 +328,14 @@ pub fn explain_gpu(path: &Path, a: &Artifact) -> Result<String, String> {
         };
         out.push_str(&format!("  {i:>4}  {what:<52} <- {origin}\n"));
     }
-    // Sparse layers: the dense GEMM and convolution kernels (the mma.sp
-    // kernel is not wired into the lowering yet), on the decompressed weight.
-    let sparse: Vec<String> = plan
-        .items
-        .iter()
-        .zip(&plan.origins)
-        .enumerate()
-        .filter(|(_, (item, o))| o.starts_with("sparse.") && matches!(item, GpuItem::Launch(l) if l.kernel.contains("gemm") || l.kernel.contains("conv")))
-        .map(|(i, (_, o))| format!("  {i:>4}  {o}\n"))
-        .collect();
-    if !sparse.is_empty() {
-        out.push_str(
-            "  sparse layers run dense: their N:M weights are decompressed at compile time and run on the dense tensor-core kernels; the mma.sp kernel is not used by the lowering yet (docs/sparsity.md):\n",
-        );
-        out.extend(sparse);
+    // The translation's notes: each 2:4 sparse layer's kernel (mma.sp, or
+    // dense and why).
+    if !plan.notes.is_empty() {
+        out.push_str("  sparse layers (2:4 weights: sparse on mma.sp, or dense and why; docs/sparsity.md):\n");
+        for n in &plan.notes {
+            let origin = plan.origins.get(n.item).map_or("", |o| o.as_str());
+            out.push_str(&format!("  {:>4}  {origin}: {}\n", n.item, n.note));
+        }
     }
     Ok(out)
 }
@@ -359,9 +352,15 @@ pub fn explain_gpu_json(path: &Path, a: &Artifact) -> Result<serde_json::Value, 
         .zip(&plan.origins)
         .enumerate()
         .map(|(i, (item, origin))| match item {
-            GpuItem::Launch(l) => serde_json::json!({
-                "index": i, "kind": "launch", "kernel": l.kernel, "grid": l.grid, "block": l.block, "origin": origin,
-            }),
+            GpuItem::Launch(l) => {
+                let mut v = serde_json::json!({
+                    "index": i, "kind": "launch", "kernel": l.kernel, "grid": l.grid, "block": l.block, "origin": origin,
+                });
+                if let Some(n) = plan.notes.iter().find(|n| n.item == i) {
+                    v["note"] = serde_json::Value::String(n.note.clone());
+                }
+                v
+            }
             GpuItem::Host { step } => serde_json::json!({"index": i, "kind": "host", "step": step.kind(), "origin": origin}),
         })
         .collect();

@@ -83,6 +83,21 @@ pub struct GpuPlan {
     /// Human-readable origin of each item (the IR op it came from); same
     /// length as `items`.
     pub origins: Vec<String>,
+    /// Decisions the compiler explains (`aoc explain`): which kernel a
+    /// layer ran on where it had a choice, and why. Absent in plans
+    /// without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<ItemNote>,
+}
+
+/// A note on one item of a [`GpuPlan`]: e.g. that a 2:4 sparse layer runs
+/// on the sparse `mma.sp` kernel, or on the dense kernels and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ItemNote {
+    /// Index into `items`.
+    pub item: usize,
+    pub note: String,
 }
 
 /// The sizes of the four spaces, for validation.
@@ -168,6 +183,9 @@ impl GpuPlan {
                 self.items.len(),
                 self.origins.len()
             ));
+        }
+        if let Some(n) = self.notes.iter().find(|n| n.item >= self.items.len()) {
+            return Err(format!("a note names item {} of {}", n.item, self.items.len()));
         }
         for (i, item) in self.items.iter().enumerate() {
             let at = |e: String| format!("item {i} ({}, {}) has {e}", item.kind(), self.origins[i]);
@@ -258,6 +276,7 @@ mod tests {
 
     fn plan(args: Vec<Arg>, grid: [u32; 3]) -> GpuPlan {
         GpuPlan {
+            notes: vec![],
             items: vec![GpuItem::Launch(Launch {
                 kernel: "k".into(),
                 grid,
@@ -314,7 +333,13 @@ mod tests {
         let mut p = plan(vec![], [1, 1, 1]);
         p.origins.clear();
         assert!(p.validate(&sizes()).unwrap_err().contains("1 items and 0 origins"));
+        let mut p = plan(vec![], [1, 1, 1]);
+        p.notes.push(ItemNote { item: 1, note: "sparse".into() });
+        assert!(p.validate(&sizes()).unwrap_err().contains("a note names item 1 of 1"));
+        p.notes[0].item = 0;
+        p.validate(&sizes()).unwrap();
         let p = GpuPlan {
+            notes: vec![],
             items: vec![GpuItem::Host {
                 step: Step::Fill { dst: buf(Space::Arena, 0, 4), elem_size: 4, bits: 0 },
             }],

@@ -1,5 +1,15 @@
-//! 2:4 sparse tensor-core GEMM (`sparse.matmul` on sm_80+): [`gemm_sp_f16`]
-//! writes one kernel computing `y = x @ wᵀ` with
+//! 2:4 sparse tensor-core GEMMs on `mma.sp` (sm_80+). Two generators:
+//! - [`tiled::gemm_sp_tiled`] (re-exported here): the kernel the compiler
+//!   uses, tiled and pipelined like the dense `gemm_tc` (cp.async stages,
+//!   `ldmatrix`, metadata loaded once per k-tile in the instruction's
+//!   layout), on the weight packed by [`pack_weight`] (`pack.rs`);
+//! - [`gemm_sp_f16`] (below): the correctness-first reference kernel on
+//!   aoc's stored form, fragments straight from global memory. It pins the
+//!   fragment and metadata layouts the tiled kernel also follows (both
+//!   run on the host with `mma.sp` emulated, and on a GPU through
+//!   `tests/gpu_checks/gemm_sp.py`).
+//!
+//! [`gemm_sp_f16`] writes one kernel computing `y = x @ wᵀ` with
 //! `mma.sp.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32`, the 2:4 weight
 //! as the sparse operand A.
 //!
@@ -29,12 +39,18 @@
 //! the instruction reads, four `mma.sp` per k-tile of 32 (one A and
 //! metadata load for them), no shared memory, no pipelining; rows past `m` and features past `n` load zeros (their
 //! metadata a valid pattern) and are not stored. It is the sparse operand's
-//! layout and metadata checked end to end; the tiled, pipelined kernel on
-//! the same fragments is the next step (docs/sparsity.md).
+//! layout and metadata checked end to end; [`tiled`] is the fast kernel on
+//! the same fragments.
 //!
 //! Invariants: sm_80 and newer; `k` a positive multiple of 32, `n` below
 //! 2^31 (feature indices in i32); offsets in i64; the kernel never reads
 //! outside its tensors (an empty product is a kernel that returns at once).
+
+mod pack;
+pub mod tiled;
+
+pub use pack::{EMPTY_META, PackedSparse, pack_weight};
+pub use tiled::{SpGemmSpec, SpTile, choose_sp_tile, gemm_sp_tiled};
 
 use super::Geometry;
 use crate::irtext::{Body, ModuleText, check_entry_name};
@@ -53,10 +69,6 @@ const WARPS: u32 = 4;
 /// Tiles of 8 activation rows per warp: each k-step's A fragment and
 /// metadata feed NT products.
 const NT: u32 = 4;
-
-/// The metadata word a missing feature row passes: indices 0 and 1 in
-/// every group (a valid 2:4 pattern over zero values).
-const EMPTY_META: u32 = 0x4444_4444;
 
 /// Writes the kernel `name` for `spec` on `sm`; returns its launch.
 pub fn gemm_sp_f16(m: &mut ModuleText, name: &str, spec: &SparseGemmSpec, sm: Sm) -> Result<Geometry, String> {

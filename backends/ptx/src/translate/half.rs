@@ -267,6 +267,17 @@ impl Tr<'_, '_> {
         })
     }
 
+    /// Whether [`Tr::half_copy`] of `key` would cost no launch of its own:
+    /// a slot holds the copy, or a remembered producer wrote exactly that
+    /// dense activation and can be remade to write the copy too (as the
+    /// cost model of sparse layers asks; whether a slot is free for it is
+    /// not checked).
+    pub(super) fn half_copy_is_free(&self, key: HalfKey) -> bool {
+        let (a, lda, rows, cols, _) = key;
+        self.halves.slots.iter().any(|h| h.is_some_and(|(k, _)| k == key))
+            || (lda == cols && a.len == rows * cols * 4 && self.halves.producers.iter().any(|p| p.out == a))
+    }
+
     /// Makes a remembered producer of exactly `a` (dense, `a.len` bytes of
     /// f32) also write its half copy into one of `slots` (best first) that
     /// no launch since it has read or written; the slot it did, if any.

@@ -24,7 +24,9 @@
 //!   producer kernel or a conversion launch;
 //! - `weights`: the weights section and the blobs derived from its
 //!   weights (half copies, packed layouts, `WeightSection`);
-//! - `epilogue`: which pointwise step fuses into the GEMM before it.
+//! - `epilogue`: which pointwise step fuses into the GEMM before it;
+//! - `sparse`: 2:4 sparse layers on `mma.sp` or the dense kernels, by a
+//!   cost model per layer, with the reason in the plan's notes.
 //!
 //! Invariants:
 //! - The launch list runs the steps in plan order; buffers are the plan's.
@@ -36,6 +38,7 @@
 mod epilogue;
 mod gemm;
 mod half;
+mod sparse;
 mod weights;
 mod wgmma;
 
@@ -43,7 +46,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 
 use aoc_passes::lower::Lowered;
-use aoc_plan::gpu_plan::{Arg, GpuItem, GpuPlan, Launch};
+use aoc_plan::gpu_plan::{Arg, GpuItem, GpuPlan, ItemNote, Launch};
 use aoc_plan::plan::{Buf, Space, Step};
 
 use crate::expr::PointwiseKernel;
@@ -136,6 +139,8 @@ struct Tr<'a, 't> {
     weights: WeightSection<'a>,
     items: Vec<GpuItem>,
     origins: Vec<String>,
+    /// Notes on items for `aoc explain` (sparse or dense, and why).
+    notes: Vec<ItemNote>,
     scratch: Scratch,
     /// The half copies of activations in the scratch, and the launches
     /// that can write them.
@@ -227,7 +232,11 @@ impl<'a> Tr<'a, '_> {
                     relu: *relu,
                     aligned16: false,
                 };
-                self.gemm(spec, GemmBufs { a: *a, b: *b, bias: *bias, c: *c }, true, origin, epi)
+                let bufs = GemmBufs { a: *a, b: *b, bias: *bias, c: *c };
+                if sparse::is_sparse(origin) {
+                    return self.sparse_gemm(spec, bufs, origin, epi);
+                }
+                self.gemm(spec, bufs, true, origin, epi)
             }
             Step::MatMul { a, b, c, batch, m, n, k, a_strides, b_strides, c_strides } => {
                 let spec = GemmSpec {
@@ -260,7 +269,11 @@ impl<'a> Tr<'a, '_> {
                     relu: *relu,
                     aligned16: false,
                 };
-                self.gemm(spec, GemmBufs { a: *x, b: *w, bias: *bias, c: *y }, true, origin, epi)
+                let bufs = GemmBufs { a: *x, b: *w, bias: *bias, c: *y };
+                if sparse::is_sparse(origin) {
+                    return self.sparse_gemm(spec, bufs, origin, epi);
+                }
+                self.gemm(spec, bufs, true, origin, epi)
             }
             Step::WinogradConv2d { .. } => {
                 Err("internal error: the GPU lowering produced a Winograd step".to_string())
@@ -559,6 +572,7 @@ pub fn translate_tuned(
         weights: WeightSection::new(&mut lowered.weights),
         items: Vec::new(),
         origins: Vec::new(),
+        notes: Vec::new(),
         scratch: Scratch { at: scratch_at, len: 0 },
         halves: HalfCopies::new(&steps, scratch_at),
     };
@@ -606,7 +620,7 @@ pub fn translate_tuned(
     if tr.scratch.len > 0 {
         lowered.arena_bytes = tr.scratch.at + tr.scratch.len;
     }
-    let plan = GpuPlan { items: tr.items, origins: tr.origins };
+    let plan = GpuPlan { items: tr.items, origins: tr.origins, notes: tr.notes };
     let llvm_parts = tr.m.split(CODEGEN_PARTS);
     let llvm = tr.m.finish();
     lowered.kernels = kernels;

@@ -1,7 +1,8 @@
 //! The weights section as the translation grows it: blobs derived from the
 //! lowering's constant weights in the forms the kernels read — half copies
 //! for the tensor-core GEMMs, B packed per `wgmma` tile (with a stem's
-//! padded channels), int8 convolution weights packed for `gemm_s8`.
+//! padded channels), int8 convolution weights packed for `gemm_s8`, 2:4
+//! weights packed for `mma.sp`.
 //!
 //! Invariants:
 //! - Each derivation of a blob is made once (keyed by the source's offset
@@ -19,6 +20,7 @@ use aoc_plan::plan::{Buf, Space};
 use super::Precision;
 use crate::kernels::GemmSpec;
 use crate::kernels::gemm_s8::{self, QConvSpec};
+use crate::kernels::gemm_sp::{SpTile, pack_weight};
 use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, pack_b, pack_weights_wg};
 
 /// The weight blobs, their offsets in the section, and the derived ones
@@ -110,6 +112,43 @@ impl<'a> WeightSection<'a> {
             let ohwi: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
             pack_weights_wg(spec, tile, &ohwi).into_iter().map(|v| v as u8).collect()
         })
+    }
+
+    /// The f32 `k × n` B at `b` of a sparse layer, rounded to f16 and
+    /// packed for the `mma.sp` kernel's `tile` (`gemm_sp::pack_weight`):
+    /// one blob, the values then the metadata words, returned as their two
+    /// buffers; an error says why not (the rounded weight is not 2:4
+    /// along k), and the layer then runs dense.
+    pub(super) fn sparse_packed(&mut self, b: &Buf, n: u64, k: u64, tile: &SpTile) -> Result<(Buf, Buf), String> {
+        let suffix = format!("sp{}x{}", tile.bm, tile.bk);
+        let key = (b.offset, suffix.clone());
+        let split = |h: Buf, values: u64| {
+            (Buf { len: values, ..h }, Buf { offset: h.offset + values, len: h.len - values, ..h })
+        };
+        let values_bytes = tile.n_pad(n) * tile.k_pad(k);
+        if let Some(h) = self.derived.get(&key) {
+            return Ok(split(*h, values_bytes));
+        }
+        let src = self.source(b)?;
+        if src.len() as u64 != n * k * 4 {
+            return Err(format!("its weight holds {} bytes, not the {k}x{n} f32 the GEMM reads", src.len()));
+        }
+        let bits = half_bits(src, false);
+        let p = pack_weight(n, k, tile, |j, kk| bits[(kk * n + j) as usize]).ok_or("its f16 weight is not 2:4 along the GEMM's k")?;
+        let mut bytes: Vec<u8> = p.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        bytes.extend(p.meta.iter().flat_map(|w| w.to_le_bytes()));
+        let h = self.derived(b, &suffix, Scalar::U8, |_| bytes)?;
+        Ok(split(h, values_bytes))
+    }
+
+    /// The bytes of the weight blob starting at `b`.
+    fn source(&self, b: &Buf) -> Result<&[u8], String> {
+        let i = self
+            .offsets
+            .iter()
+            .position(|&o| o == b.offset && b.space == Space::Weights)
+            .ok_or("internal error: a weight operand does not start a weight blob")?;
+        Ok(&self.blobs[i].bytes)
     }
 
     /// A new weight blob made from the one starting at `b` by `make` (once

@@ -4,8 +4,24 @@ GPU and compares them with a NumPy reference.
 
 Usage (on a machine with a GPU, CuPy and NumPy):
 
-    AOC_PTX_DUMP_DIR=/tmp/ptx cargo test -p aoc-backend-ptx --test ptx gemm_sp_assembles
-    python3 backends/ptx/tests/gpu_checks/gemm_sp.py /tmp/ptx
+    AOC_PTX_DUMP_DIR=/tmp/ptx cargo test --release -p aoc-backend-ptx --test ptx gemm_sp
+    python3 backends/ptx/tests/gpu_checks/gemm_sp.py /tmp/ptx [--time]
+
+Two kernel families:
+
+- the reference kernel (`gemm_sp_f16`): `gemm_sp_sm_{80,90}.{ptx,txt}`,
+  described below;
+- the tiled kernel the compiler uses (`gemm_sp_tiled`):
+  `gemm_sp_tiled_sm_{80,90}.{ptx,txt}`, manifest keys m n k lda ldc bias
+  relu bm bn bk stages minblocks grid block smem. x is m × lda f16 whose columns
+  past k hold NaN (a read of them poisons the result); the weight is
+  packed as `gemm_sp::tiled::pack_weight` documents (values n_pad × k_pad/2,
+  metadata per 16 features and 32 of k the 64 bytes the instruction's
+  lanes read); y is m × ldc f32 whose columns past n, and guard words
+  around it, must stay untouched; bias and relu as the manifest says.
+  With `--time`, every tiled kernel of 2·m·n·k ≥ 2^34 is timed (CUDA
+  events, median of 20) against cuBLAS's dense f16 matmul (CuPy) of the
+  same shape, in TFLOP/s counted as dense.
 
 The test writes `gemm_sp_sm_80.{ptx,txt}` and `gemm_sp_sm_90.{ptx,txt}`:
 the module and one manifest line per kernel (m, n, k, grid, block). For
@@ -93,13 +109,125 @@ def run(cp, path, lines, rng):
         check(f"{tag} {name} {m}x{n}x{k}", ok, detail)
 
 
+def pack_tiled(w, keep, bm, bk):
+    """(values n_pad × k_pad/2 f16, metadata u32) as
+    gemm_sp::tiled::pack_weight lays them out, from the pruned weight and
+    its kept indices (ascending, two per group of four)."""
+    n, k = w.shape
+    n_pad, k_pad = -(-n // bm) * bm, -(-k // bk) * bk
+    g = w.reshape(n, k // 4, 4)
+    kp = np.tile(np.array([0, 1], np.int64), (n_pad, k_pad // 4, 1))
+    kp[:n, : k // 4] = keep
+    values = np.zeros((n_pad, k_pad // 2), np.float16)
+    values[:n, : k // 2] = np.take_along_axis(g, keep, axis=2).reshape(n, k // 2)
+    kt32 = k_pad // 32
+    idx = kp.reshape(n_pad, kt32, 16).astype(np.uint64)
+    words = (idx << (2 * np.arange(16, dtype=np.uint64))).sum(axis=2).astype(np.uint32)
+    f = words.reshape(n_pad // 16, 16, kt32)
+    lo = f[:, :8, :].transpose(0, 2, 1)
+    hi = f[:, 8:, :].transpose(0, 2, 1)
+    meta = np.empty((n_pad // 16, kt32, 8, 2), np.uint32)
+    for p in range(2):
+        meta[..., p] = ((lo >> (16 * p)) & 0xFFFF) | (((hi >> (16 * p)) & 0xFFFF) << 16)
+    return values, meta.reshape(-1)
+
+
+def time_ms(cp, fn, iters=20):
+    for _ in range(3):
+        fn()
+    cp.cuda.runtime.deviceSynchronize()
+    times = []
+    for _ in range(iters):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    return float(np.median(times))
+
+
+def run_tiled(cp, path, lines, rng, timing):
+    mod = cp.RawModule(path=path)
+    tag = os.path.basename(path)
+    guard = 64
+    sentinel = np.float32(1234.5)
+    cache = {}
+    for line in lines:
+        f = dict(kv.split("=", 1) for kv in line.split())
+        name = f["name"]
+        m, n, k, lda, ldc = (int(f[x]) for x in ("m", "n", "k", "lda", "ldc"))
+        bias, relu = f["bias"] == "1", f["relu"] == "1"
+        bm, bk, smem, grid, block = int(f["bm"]), int(f["bk"]), int(f["smem"]), int(f["grid"]), int(f["block"])
+        big = m * n * k > 2 ** 30
+        # One problem per shape, shared by its tiles (8192² weights take
+        # seconds to prune).
+        key = (m, n, k, lda)
+        if key not in cache:
+            x = np.full((m, lda), np.nan, np.float16)
+            x[:, :k] = rng.standard_normal((m, k)).astype(np.float16)
+            w, keep = prune_2_4(rng.standard_normal((n, k)).astype(np.float16))
+            cache.clear()
+            cache[key] = (x, w, keep, rng.standard_normal(n).astype(np.float32))
+        x, w, keep, b = cache[key]
+        values, meta = pack_tiled(w, keep, bm, bk)
+        fn = mod.get_function(name)
+        if smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        ybuf = cp.full(m * ldc + 2 * guard, sentinel, dtype=cp.float32)
+        dy = ybuf[guard:guard + m * ldc]
+        args = [cp.asarray(x.reshape(-1)), cp.asarray(values.reshape(-1)), cp.asarray(meta)]
+        if bias:
+            args.append(cp.asarray(b))
+        args.append(dy)
+        launch = lambda: fn((grid, 1, 1), (block, 1, 1), tuple(args), shared_mem=smem)  # noqa: E731
+        launch()
+        cp.cuda.runtime.deviceSynchronize()
+        got_all = ybuf.get()
+        got = got_all[guard:guard + m * ldc].reshape(m, ldc)
+        guards_ok = bool(np.all(got_all[:guard] == sentinel) and np.all(got_all[guard + m * ldc:] == sentinel) and np.all(got[:, n:] == sentinel))
+        # Big products: 64 sampled rows (the float64 reference of 8192³ is slow).
+        rows = np.sort(rng.choice(m, 64, replace=False)) if big else np.arange(m)
+        want = x[rows, :k].astype(np.float64) @ w.astype(np.float64).T
+        if bias:
+            want = want + b
+        if relu:
+            want = np.maximum(want, 0)
+        g = got[rows, :n]
+        scale = np.maximum(np.sqrt((want ** 2).mean(axis=1, keepdims=True)), 1e-6) * np.sqrt(k / 64)
+        err = np.abs(g - want) / scale
+        ok = guards_ok and bool(np.all(np.isfinite(g))) and bool(np.all(err < 1e-3))
+        detail = f"bm={bm} bn={f['bn']} bk={bk} stages={f['stages']} minblocks={f.get('minblocks', '1')}"
+        if not ok:
+            i = np.unravel_index(np.nanargmax(np.where(np.isfinite(err), err, np.inf)), err.shape)
+            detail += f"  max rel err {np.nanmax(err):.3g} at row {rows[i[0]]} feature {i[1]}: got {g[i]} want {want[i]}; guards {'ok' if guards_ok else 'TOUCHED'}"
+        if ok and timing and 2 * m * n * k >= 2 ** 34:
+            ms = time_ms(cp, launch)
+            xd = cp.asarray(x[:, :k].copy())
+            wd = cp.asarray(w)
+            dense = time_ms(cp, lambda: cp.matmul(xd, wd.T))
+            fl = 2 * m * n * k
+            detail += f"  {ms:.3f} ms {fl / ms / 1e9:.0f} TFLOP/s; cuBLAS dense f16 {dense:.3f} ms {fl / dense / 1e9:.0f} TFLOP/s; sparse/dense speedup {dense / ms:.2f}x"
+        check(f"{tag} {name} {m}x{n}x{k}", ok, detail)
+
+
 def main():
-    if len(sys.argv) != 2:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    timing = "--time" in sys.argv
+    if len(args) != 1:
         sys.exit(__doc__)
     import cupy as cp
 
-    d = sys.argv[1]
+    d = args[0]
     found = False
+    for sm in ("sm_80", "sm_90"):
+        ptx = os.path.join(d, f"gemm_sp_tiled_{sm}.ptx")
+        if not os.path.exists(ptx):
+            continue
+        found = True
+        with open(os.path.join(d, f"gemm_sp_tiled_{sm}.txt")) as fh:
+            lines = [ln for ln in fh.read().splitlines() if ln.strip()]
+        run_tiled(cp, ptx, lines, np.random.default_rng(21), timing)
     for sm in ("sm_80", "sm_90"):
         ptx = os.path.join(d, f"gemm_sp_{sm}.ptx")
         if not os.path.exists(ptx):

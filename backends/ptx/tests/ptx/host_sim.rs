@@ -60,7 +60,7 @@ fn host_ir(ir: &str) -> String {
         .join("\n")
         .replace(
             "@aoc_smem = external addrspace(3) global [0 x i8]",
-            "@aoc_smem = global [49152 x i8] zeroinitializer",
+            "@aoc_smem = global [131072 x i8] zeroinitializer",
         )
         .replace("ptx_kernel ", "")
         .replace("internal addrspace(3) global", "global")

@@ -13,7 +13,9 @@
 //! the reference exactly: this checks the kernel's fragment addressing,
 //! metadata selection, k loop, bounds and stores against those layouts.
 
-use aoc_backend_ptx::kernels::gemm_sp::{SparseGemmSpec, gemm_sp_f16};
+use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpTile, SparseGemmSpec, gemm_sp_f16, gemm_sp_tiled, pack_weight};
+use aoc_backend_ptx::expr::{Binary, Expr, Unary};
+use aoc_backend_ptx::kernels::GemmEpilogue;
 use aoc_backend_ptx::{ModuleText, Sm};
 use aoc_ir::ops::sparse;
 use aoc_ir::{Scalar, Tensor, TensorType};
@@ -186,5 +188,174 @@ pub fn check(s: SparseGemmSpec, seed: u64) {
     if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
         let bad = (0..want.len()).filter(|&i| got[i] != want[i]).count();
         panic!("{s:?}: {bad} of {} values differ; first at row {}, feature {}: got {} want {}", want.len(), i / n, i % n, got[i], want[i]);
+    }
+}
+
+/// `ldmatrix.x4` and `cp.async` emulated as `kernels_gemm_s8/host.rs` does
+/// (matrix `i`'s row `r` addressed by lane `8i + r`, lane `l` receiving
+/// bytes `4·(l%4)` … of row `l/4`; a copy of 16 bytes, or zeros for a
+/// source size of 0, at once; commit and wait do nothing).
+const COPIES: &str = "
+@emu.sp.p = global [1024 x ptr] zeroinitializer
+
+define internal void @emu.sp.commit() {
+  ret void
+}
+
+define internal void @emu.sp.wait(i32 %n) {
+  ret void
+}
+
+define internal void @emu.sp.cp(ptr %dst, ptr %src, i32 %n) {
+  %some = icmp ne i32 %n, 0
+  br i1 %some, label %copy, label %zero
+copy:
+  %x = load <16 x i8>, ptr %src, align 1
+  store <16 x i8> %x, ptr %dst, align 16
+  ret void
+zero:
+  store <16 x i8> zeroinitializer, ptr %dst, align 16
+  ret void
+}
+";
+
+fn ldmatrix_function() -> String {
+    let mut s =
+        String::from("\ndefine internal { i32, i32, i32, i32 } @emu.sp.ldmatrix(ptr %p) {\n");
+    s.push_str(HEAD);
+    s.push_str("  %slot = getelementptr [1024 x ptr], ptr @emu.sp.p, i32 0, i32 %tid\n  store ptr %p, ptr %slot\n");
+    s.push_str(BAR);
+    s.push_str(
+        "  %qb = shl i32 %q, 2\n  %r0 = insertvalue { i32, i32, i32, i32 } poison, i32 0, 0\n",
+    );
+    for i in 0..4 {
+        s.push_str(&format!(
+            "  %l{i} = add i32 %wb, {}
+  %l{i}g = add i32 %l{i}, %g
+  %s{i} = getelementptr [1024 x ptr], ptr @emu.sp.p, i32 0, i32 %l{i}g
+  %b{i} = load ptr, ptr %s{i}
+  %e{i} = getelementptr i8, ptr %b{i}, i32 %qb
+  %x{i} = load i32, ptr %e{i}, align 4
+  %r{} = insertvalue {{ i32, i32, i32, i32 }} %r{i}, i32 %x{i}, {i}
+",
+            8 * i,
+            i + 1
+        ));
+    }
+    s.push_str(BAR);
+    s.push_str("  ret { i32, i32, i32, i32 } %r4\n}\n");
+    s
+}
+
+/// [`emulated`] plus `ldmatrix` and `cp.async`.
+fn emulated_tiled(ir: &str) -> String {
+    let renames = [
+        (
+            "@llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16",
+            "@emu.sp.ldmatrix",
+        ),
+        ("@llvm.nvvm.cp.async.cg.shared.global.16.s", "@emu.sp.cp"),
+        ("@llvm.nvvm.cp.async.commit.group", "@emu.sp.commit"),
+        ("@llvm.nvvm.cp.async.wait.group", "@emu.sp.wait"),
+    ];
+    let mut text: String = ir
+        .lines()
+        .filter(|l| !(l.starts_with("declare") && renames.iter().any(|(from, _)| l.contains(from))))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (from, to) in renames {
+        text = text.replace(&format!("{from}("), &format!("{to}("));
+    }
+    let mut text = emulated(&text);
+    text.push_str(COPIES);
+    text.push_str(&ldmatrix_function());
+    text
+}
+
+/// The epilogue `relu(v + r)` with `r` laid out as the output (`m ×
+/// ldc`).
+pub fn residual_relu(s: &SpGemmSpec) -> GemmEpilogue {
+    let st: &[u64] = &[s.ldc, 1];
+    let exprs = [Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Add, 0, 1), Expr::Unary(Unary::Relu, 2)];
+    GemmEpilogue {
+        kernel: super::super::kernel("", &[s.m, s.n], &[(Scalar::F32, st), (Scalar::F32, st)], &exprs, Scalar::F32),
+        strides: vec![[0, s.ldc, 1]],
+    }
+}
+
+/// The tiled kernel (`gemm_sp_tiled`) on the host against the exact
+/// dense product of the pruned weight, with bias and relu when asked and,
+/// with `residual`, the epilogue `relu(v + r)`: activation rows at pitch
+/// `lda`, output at pitch `ldc`, ragged edges.
+pub fn check_tiled(s: SpGemmSpec, tile: SpTile, seed: u64, residual: bool) {
+    let (rows, n, k, lda, ldc) = (
+        s.m as usize,
+        s.n as usize,
+        s.k as usize,
+        s.lda as usize,
+        s.ldc as usize,
+    );
+    let mut mt = ModuleText::new();
+    let epi = residual.then(|| residual_relu(&s));
+    let geo = gemm_sp_tiled(&mut mt, "k", &s, tile, Sm::Sm86, epi.as_ref()).unwrap();
+    let ir = emulated_tiled(&mt.finish());
+    let x = ints(rows * lda, seed);
+    let dense = Tensor::from_f64(
+        TensorType::new(vec![n, k], Scalar::F16),
+        ints(n * k, seed + 1),
+    );
+    let w = sparse::prune(&dense, 2, 4).unwrap();
+    let wv = w.to_f64();
+    let bits = |v: f64| half::f16::from_f64(v).to_bits();
+    let packed = pack_weight(s.n, s.k, &tile, |j, kk| bits(wv[(j * s.k + kk) as usize])).unwrap();
+    let bias: Vec<f32> = ints(n, seed + 2).iter().map(|&b| b as f32).collect();
+    let res: Vec<f32> = ints(rows * ldc, seed + 3).iter().map(|&b| b as f32).collect();
+    let want: Vec<f32> = (0..rows * ldc)
+        .map(|i| {
+            let (r, j) = (i / ldc, i % ldc);
+            if j >= n {
+                return f32::from_bits(0xA5A5_A5A5);
+            }
+            let mut y = (0..k)
+                .map(|kk| x[r * lda + kk] * wv[j * k + kk])
+                .sum::<f64>() as f32;
+            if s.bias {
+                y += bias[j];
+            }
+            let y = if s.relu { y.max(0.0) } else { y };
+            if residual { (y + res[i]).max(0.0) } else { y }
+        })
+        .collect();
+    let words: Vec<u8> = packed.meta.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let vals: Vec<u8> = packed.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut bufs = vec![
+        Mem::new(&f16_bits(&x), 0),
+        Mem::new(&vals, 0),
+        Mem::new(&words, 0),
+    ];
+    if s.bias {
+        bufs.push(Mem::from_f32s(&bias));
+    }
+    bufs.push(Mem::new(&vec![0xA5; rows * ldc * 4], 0));
+    let y = bufs.len() - 1;
+    if residual {
+        bufs.push(Mem::from_f32s(&res));
+    }
+    with_jit(&ir, |run| {
+        let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
+        run("k", geo, &mut refs);
+    });
+    let got = bufs[y].to_f32s();
+    // Exact (small integers); ±0 compare equal.
+    if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+        let bad = (0..want.len()).filter(|&i| got[i] != want[i]).count();
+        panic!(
+            "{s:?} {tile:?}: {bad} of {} values differ; first at row {}, column {}: got {} want {}",
+            want.len(),
+            i / ldc,
+            i % ldc,
+            got[i],
+            want[i]
+        );
     }
 }

@@ -1,0 +1,205 @@
+//! 2:4 sparse layers (`sparse.matmul`, `sparse.conv2d`) → the sparse
+//! `mma.sp` kernel (`kernels::gemm_sp::tiled`) or the dense kernels, per
+//! layer: [`Tr::sparse_gemm`] decides by the rules and the cost model
+//! below, launches the sparse kernel when it wins, and records in the
+//! plan's notes which way the layer went and why (`aoc explain` prints
+//! them).
+//!
+//! The lowering hands a sparse layer over as the dense GEMM-shaped step on
+//! the decompressed weight (B is `k × n` f32 in the weights), so the
+//! sparse form is derived here: the weight rounded to f16 is checked to
+//! be 2:4 along the GEMM's k and packed for the tile
+//! (`gemm_sp::pack_weight`); A is read through a half copy (`half.rs`),
+//! as `wgmma` reads it.
+//!
+//! Invariants:
+//! - A layer runs sparse only at `--precision fp16` (the kernel's
+//!   operands are f16), on a plain row-major A (a matmul, a 1×1
+//!   stride-1 unpadded convolution), with k a multiple of 32 and the
+//!   weight 2:4 in the GEMM's k order; otherwise it runs dense, with the
+//!   reason in its note. The result is the dense kernel's up to the order
+//!   of f32 sums.
+//! - Every GEMM launch of a `sparse.*` op carries a note.
+
+use aoc_ir::types::Scalar;
+use aoc_plan::gpu_plan::{Arg, ItemNote};
+use aoc_plan::plan::Buf;
+
+use super::gemm::GemmBufs;
+use super::{Precision, Tr, aligned16};
+use crate::kernels::gemm_sp::{SpGemmSpec, SpTile, choose_sp_tile, gemm_sp_tiled};
+use crate::kernels::gemm_tc::{ENOUGH_BLOCKS, TcPrecision, choose_tile};
+use crate::kernels::{AMode, GemmEpilogue, GemmSpec};
+use crate::target::Sm;
+
+/// Dense-equivalent rates (TFLOP/s, 2·m·n·k per second) of the kernels
+/// the choice weighs, on a full GPU, measured on an H200
+/// (docs/performance.md): `gemm_tc` f16 at 4096³ 240, `wgmma` f16 at
+/// 8192³ 577, the tiled `mma.sp` kernel (sm_90 PTX, 128×128×64 tiles) at
+/// 4096³ and 8192³ 415 (cuBLAS dense 701–744 in that run). The same
+/// ratios are assumed on sm_80/sm_86.
+const DENSE_MMA_TFLOPS: f64 = 240.0;
+const DENSE_WGMMA_TFLOPS: f64 = 577.0;
+const SPARSE_MMA_TFLOPS: f64 = 415.0;
+
+/// Bytes per second of the conversion launch that writes A's half copy
+/// (about 6 bytes per element: f32 read, f16 written), and one launch's
+/// overhead inside a CUDA graph.
+const CONVERT_BYTES_PER_S: f64 = 3.0e12;
+const LAUNCH_S: f64 = 3.0e-6;
+
+/// How a sparse layer runs.
+enum Choice {
+    Sparse(SpTile),
+    Dense(String),
+}
+
+/// Whether a step came from a sparse op (the lowering's origin names it).
+pub(super) fn is_sparse(origin: &str) -> bool {
+    origin.starts_with("sparse.")
+}
+
+/// The row stride of A when the GEMM reads a plain row-major A: a strided
+/// A with unit column stride, or a 1×1, stride-1, unpadded, ungrouped
+/// convolution's NHWC input.
+fn plain_a(spec: &GemmSpec) -> Option<u64> {
+    match spec.a {
+        AMode::Strided { row, col: 1, .. } => Some(row),
+        AMode::Conv(g) if g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pads == [0; 4] && g.group == 1 && g.dilation == [1, 1] => {
+            Some(g.c)
+        }
+        _ => None,
+    }
+}
+
+/// Microseconds, for the notes.
+fn us(s: f64) -> String {
+    format!("{:.1} µs", s * 1e6)
+}
+
+impl Tr<'_, '_> {
+    /// A GEMM-shaped step of a `sparse.*` op: on `mma.sp` when that is
+    /// possible and the cost model says it is faster, else on the dense
+    /// kernels ([`Tr::gemm`]); either way the GEMM launch gets a note.
+    pub(super) fn sparse_gemm(&mut self, spec: GemmSpec, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
+        let choice = self.sparse_choice(&spec, &bufs);
+        match choice {
+            Choice::Sparse(tile) => match self.weights.sparse_packed(&bufs.b, spec.n, spec.k, &tile) {
+                Ok((values, meta)) => self.launch_sparse(spec, tile, bufs, values, meta, origin, epi),
+                Err(why) => self.dense_with_note(spec, bufs, origin, epi, format!("dense: {why}")),
+            },
+            Choice::Dense(why) => self.dense_with_note(spec, bufs, origin, epi, format!("dense: {why}")),
+        }
+    }
+
+    fn dense_with_note(&mut self, spec: GemmSpec, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>, note: String) -> Result<(), String> {
+        self.gemm(spec, bufs, true, origin, epi)?;
+        self.note(note);
+        Ok(())
+    }
+
+    /// Notes the last launch.
+    fn note(&mut self, note: String) {
+        let item = self.items.len() - 1;
+        self.notes.push(ItemNote { item, note });
+    }
+
+    /// The rules, then the cost model: the sparse kernel's estimated time
+    /// (its tile's fill of the GPU, the conversion of A to half) against
+    /// the dense kernel the step would run on.
+    fn sparse_choice(&self, spec: &GemmSpec, GemmBufs { a, b, c, bias }: &GemmBufs) -> Choice {
+        let bias = bias.as_ref();
+        let dense = |why: &str| Choice::Dense(why.to_string());
+        match self.precision {
+            Precision::Fp16 => {}
+            Precision::Bf16 => return dense("the mma.sp kernel runs f16; there is no bf16 form yet (compile with --precision fp16)"),
+            p => return Choice::Dense(format!("--precision {} has no sparse tensor-core kernel (compile with --precision fp16)", p.name())),
+        }
+        if !self.sm.has_mma_f16() {
+            return Choice::Dense(format!("{} has no sparse tensor cores (mma.sp needs sm_80)", self.sm));
+        }
+        let Some(lda) = plain_a(spec) else {
+            return dense(
+                "a k×k or strided convolution: its 2:4 groups run along (c, kh, kw) while the NHWC implicit GEMM walks k as (kh, kw, c); only 1×1 convolutions and matmuls run sparse",
+            );
+        };
+        if spec.batch != 1 || spec.c_strides[2] != 1 || spec.b_strides[2] != 1 || spec.b_strides[1] != spec.n {
+            return dense("its output or weight is strided");
+        }
+        if spec.k == 0 || !spec.k.is_multiple_of(32) {
+            return Choice::Dense(format!("its reduction length {} is not a multiple of 32 (the mma.sp k-tile)", spec.k));
+        }
+        if spec.m == 0 || spec.n == 0 || !aligned16(&[c, b].into_iter().chain(bias).collect::<Vec<_>>()) {
+            return dense("an empty or unaligned product");
+        }
+        let sp = SpGemmSpec { m: spec.m, n: spec.n, k: spec.k, lda: spec.k, ldc: spec.c_strides[1], bias: spec.bias.is_some(), relu: spec.relu };
+        let tile = choose_sp_tile(&sp, self.sm);
+        let flops = 2.0 * spec.m as f64 * spec.n as f64 * spec.k as f64;
+        let fill = |blocks: u64| (blocks as f64 / ENOUGH_BLOCKS as f64).min(1.0);
+        // A's half copy: the sparse kernel needs one; the dense wgmma needs
+        // the same one, gemm_tc reads f32 A. It is free when a slot holds
+        // it or A's producer can write it.
+        let free = self.half_copy_is_free((*a, lda, spec.m, spec.k, Scalar::F16));
+        let convert = if free { 0.0 } else { LAUNCH_S + 6.0 * spec.m as f64 * spec.k as f64 / CONVERT_BYTES_PER_S };
+        let sparse_s = LAUNCH_S + flops / (SPARSE_MMA_TFLOPS * 1e12 * fill(tile.blocks(&sp)));
+        let wgmma = self.wgmma_form(spec, TcPrecision::F16, c, bias).is_some();
+        let (dense_s, sparse_s, kernel) = if wgmma {
+            (LAUNCH_S + flops / (DENSE_WGMMA_TFLOPS * 1e12 * fill(spec.m.div_ceil(128) * spec.n.div_ceil(128))), sparse_s, "wgmma")
+        } else {
+            let t = choose_tile(spec);
+            let blocks = spec.m.div_ceil(t.bm as u64) * spec.n.div_ceil(t.bn as u64);
+            (LAUNCH_S + flops / (DENSE_MMA_TFLOPS * 1e12 * fill(blocks)), sparse_s + convert, "mma.sync")
+        };
+        let tile_name = format!("{}x{}x{}", tile.bm, tile.bn, tile.bk);
+        if sparse_s < dense_s {
+            Choice::Sparse(tile)
+        } else {
+            let sm90 = matches!(self.sm, Sm::Sm90a) && wgmma;
+            let extra = if sm90 { "; no wgmma.sp kernel yet" } else { "" };
+            Choice::Dense(format!(
+                "the cost model estimates dense {kernel} at {} and mma.sp ({tile_name} tiles) at {}{extra}",
+                us(dense_s),
+                us(sparse_s)
+            ))
+        }
+    }
+
+    /// The sparse launch: A's half copy, the packed weight, the kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_sparse(
+        &mut self,
+        spec: GemmSpec,
+        tile: SpTile,
+        bufs: GemmBufs,
+        values: Buf,
+        meta: Buf,
+        origin: &str,
+        epi: Option<&(GemmEpilogue, Vec<Buf>)>,
+    ) -> Result<(), String> {
+        let GemmBufs { a, bias, c, .. } = bufs;
+        let lda = plain_a(&spec).ok_or("internal error: mma.sp on an A it cannot read")?;
+        let x = self.half_copy((a, lda, spec.m, spec.k, Scalar::F16), origin)?;
+        let sp = SpGemmSpec { m: spec.m, n: spec.n, k: spec.k, lda: spec.k, ldc: spec.c_strides[1], bias: bias.is_some(), relu: spec.relu };
+        let sm = self.sm;
+        let e = epi.map(|(e, _)| e);
+        let kern = self.kernel("gemm_sp", (&sp, tile, e), |m, n| gemm_sp_tiled(m, n, &sp, tile, sm, e))?;
+        let mut args = vec![Arg::In(x), Arg::In(values), Arg::In(meta)];
+        args.extend(bias.map(Arg::In));
+        args.push(Arg::Out(c));
+        if let Some((_, extra)) = epi {
+            args.extend(extra.iter().map(|b| Arg::In(*b)));
+        }
+        self.launch(kern, args, origin);
+        let flops = 2.0 * spec.m as f64 * spec.n as f64 * spec.k as f64;
+        self.note(format!(
+            "sparse: 2:4 mma.sp, {}x{}x{} tiles in {} stages{} ({:.2} dense GFLOP)",
+            tile.bm,
+            tile.bn,
+            tile.bk,
+            tile.stages,
+            if tile.min_blocks > 1 { format!(", {} blocks per SM", tile.min_blocks) } else { String::new() },
+            flops / 1e9
+        ));
+        Ok(())
+    }
+}
