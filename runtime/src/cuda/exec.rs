@@ -188,6 +188,11 @@ unsafe impl Send for State {}
 
 /// A loaded GPU artifact, ready to run.
 pub struct GpuSession {
+    /// First, so that it is dropped first: its memory, graphs and events
+    /// go while the context (held by the stream, module and `gpu` below)
+    /// is still alive; destroying an event of a released context crashes
+    /// inside the driver.
+    state: Mutex<State>,
     gpu: Gpu,
     launcher: Launcher,
     artifact: Artifact,
@@ -196,9 +201,8 @@ pub struct GpuSession {
     input_bytes: Vec<u64>,
     output_bytes: Vec<u64>,
     /// Whether a kernel may flag an out-of-range index in the status word
-    /// (then every run waits to read it).
+    /// (then a run waits to read it, or the next run checks it).
     checks_status: bool,
-    state: Mutex<State>,
     #[cfg(feature = "reference")]
     host: crate::exec::reference::HostSteps,
 }
