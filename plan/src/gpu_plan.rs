@@ -369,6 +369,7 @@ mod tests {
                 },
             ],
             origins: vec!["core.loop".into(), "core.loop".into()],
+            notes: vec![],
         };
         looped(0, 1).validate(&sizes()).unwrap();
         let e = looped(1, 1).validate(&sizes()).unwrap_err();
@@ -378,6 +379,7 @@ mod tests {
         let back = GpuPlan {
             items: vec![GpuItem::Host { step: Step::EndIf {} }, GpuItem::Host { step: Step::Else { end_at: 0 } }],
             origins: vec!["core.if".into(), "core.if".into()],
+            notes: vec![],
         };
         assert!(back.validate(&sizes()).unwrap_err().starts_with("item 1 (else"));
     }
