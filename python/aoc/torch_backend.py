@@ -320,19 +320,26 @@ def aoc_backend(gm: Any, example_inputs: Sequence[Any], **kwargs: Any) -> Callab
     return call
 
 
+def _try_compile(gm: Any, args: Sequence[Any], state: Sequence[int], target: str, precision: str, threads: Any) -> Any:
+    """(aoc's run of `gm`, counted and its artifact kept, None) or (None,
+    why not): whatever goes wrong, eager is right."""
+    global compiled_graphs
+    try:
+        run = _compile(gm, args, state, target, precision, threads)
+    except Exception as e:
+        return None, str(e) if isinstance(e, _Fallback) else f"{type(e).__name__}: {e}"
+    compiled_graphs += 1
+    artifacts.append(run.artifact)  # type: ignore[attr-defined]
+    return run, None
+
+
 def _compile_or_eager(gm: Any, args: Sequence[Any], state: Sequence[int], target: str, precision: str, threads: Any) -> Callable[..., Any]:
     """aoc's version of the whole graph; else the graph split between aoc
     and eager PyTorch; else eager PyTorch."""
-    global compiled_graphs, partitioned_graphs
-    try:
-        run = _compile(gm, args, state, target, precision, threads)
-        compiled_graphs += 1
-        artifacts.append(run.artifact)  # type: ignore[attr-defined]
+    global partitioned_graphs
+    run, reason = _try_compile(gm, args, state, target, precision, threads)
+    if run is not None:
         return run
-    except _Fallback as e:
-        reason = str(e)
-    except Exception as e:  # whatever else goes wrong, eager is right
-        reason = f"{type(e).__name__}: {e}"
     try:
         split = _Partitioned(gm, args, state, target, precision, threads)
     except Exception as e:  # splitting is best effort; eager is right
@@ -454,14 +461,9 @@ def _aoc_part(sub: Any, state: Sequence[int], target: str, precision: str, threa
 
 
 def _part_or_eager(sub: Any, args: Sequence[Any], state: Sequence[int], target: str, precision: str, threads: Any) -> Callable[..., Any]:
-    global compiled_graphs
-    try:
-        run = _compile(sub, args, state, target, precision, threads)
-        compiled_graphs += 1
-        artifacts.append(run.artifact)  # type: ignore[attr-defined]
+    run, reason = _try_compile(sub, args, state, target, precision, threads)
+    if run is not None:
         return run
-    except Exception as e:  # this partition runs in eager; the rest is unaffected
-        reason = str(e) if isinstance(e, _Fallback) else f"{type(e).__name__}: {e}"
     fallbacks.append(reason)
     print(f"aoc: running a partition in eager PyTorch: {reason}", file=sys.stderr)
     return sub.forward
