@@ -114,28 +114,27 @@ pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &H
     as_epilogue(k, ins, me, m, n)
 }
 
-
-/// The pointwise step `next` right after an int8 convolution `conv`
-/// (`x` in, 8-bit `y` of `m × n` out, `y` signed when `y_signed`) becomes
-/// that convolution's epilogue when it reads `y` at the element it writes
-/// (as 8-bit, the way it was stored), its other operands are affine in
-/// (row, column), it stores 8-bit integers or f32 densely, and the fusion
-/// changes nothing another step could see: `y` is `next`'s output or read
-/// by no later step (`later`), no other operand of `next` reads it, and `next`'s output
-/// overlaps neither the convolution's input (other blocks still read it
-/// while one stores) nor another operand unless it is that operand itself
-/// (an in-place residual add reads each element before writing it), and
-/// its other operands start 16-byte aligned. Returns the epilogue, its extra buffers, and `next`'s output, which the
-/// fused kernel writes instead of `y`.
-pub(super) fn fusable_q_epilogue(
+/// Pointwise kernel `k` on `args` (its output last), the step right after
+/// an int8 convolution (or the merged chain of steps after it: see
+/// `merge::epilogue_chains`; `x` in, 8-bit `y` of `m × n` out, `y` signed
+/// when `y_signed`) becomes that convolution's epilogue when it reads `y`
+/// at the element it writes (as 8-bit, the way it was stored), its other
+/// operands are affine in (row, column), it stores 8-bit integers or f32
+/// densely, and the fusion changes nothing another step could see: the
+/// output covers `y` or no later step (`later`) reads `y`, no other
+/// operand reads `y`, and the output overlaps neither the convolution's
+/// input (other blocks still read it while one stores) nor another operand
+/// unless it is that operand itself (an in-place residual add reads each
+/// element before writing it), and the other operands start 16-byte
+/// aligned. Returns the epilogue, its extra buffers, and the output, which
+/// the fused kernel writes instead of `y`.
+pub(super) fn q_epilogue(
     (x, y, y_signed): (&Buf, &Buf, bool),
     (m, n): (u64, u64),
-    next: &Step,
+    k: &PointwiseKernel,
+    args: &[Buf],
     later: &[Step],
-    kernels: &HashMap<&str, &PointwiseKernel>,
 ) -> Option<(GemmEpilogue, Vec<Buf>, Buf)> {
-    let Step::Pointwise { code, args, .. } = next else { return None };
-    let k = kernels.get(code.as_str())?;
     let (out, ins) = args.split_last()?;
     let own = if y_signed { Scalar::I8 } else { Scalar::U8 };
     if crate::kernels::gemm_wgmma::stored_type(k.out_dtype).is_none() || ins.len() != k.operands.len() {
@@ -149,8 +148,10 @@ pub(super) fn fusable_q_epilogue(
     if overlaps(out, x) || ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, out) && b != out) {
         return None;
     }
-    // Written in place (out is y), later readers read the finished values.
-    let read_later = out != y && read_before_written(y, later);
+    // Where `out` covers y (in place, or a wider output over it), later
+    // readers of those bytes read the finished values.
+    let covered = out.space == y.space && out.index == y.index && out.offset <= y.offset && y.offset + y.len <= out.offset + out.len;
+    let read_later = !covered && read_before_written(y, later);
     if read_later {
         return None;
     }
@@ -165,7 +166,7 @@ pub(super) fn fusable_q_epilogue(
 /// Whether the first of `steps` that touches the bytes of `buf` reads
 /// them: the arena reuses memory only after a buffer's last reader, so a
 /// later buffer over the same bytes is written before it is read.
-fn read_before_written(buf: &Buf, steps: &[Step]) -> bool {
+pub(super) fn read_before_written<'a>(buf: &Buf, steps: impl IntoIterator<Item = &'a Step>) -> bool {
     for s in steps {
         let (mut reads, mut writes) = (false, false);
         s.clone().visit_bufs(|b, w| {
@@ -181,7 +182,7 @@ fn read_before_written(buf: &Buf, steps: &[Step]) -> bool {
 }
 
 /// Row-major element strides of `dims`.
-fn row_major(dims: &[u64]) -> Vec<u64> {
+pub(super) fn row_major(dims: &[u64]) -> Vec<u64> {
     let mut strides = vec![0u64; dims.len()];
     let mut acc = 1;
     for (d, &e) in dims.iter().enumerate().rev() {

@@ -38,6 +38,7 @@
 mod epilogue;
 mod gemm;
 mod half;
+mod merge;
 mod sparse;
 mod weights;
 mod wgmma;
@@ -59,7 +60,7 @@ use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
 pub use epilogue::affine_over;
-use epilogue::{fusable_epilogue, fusable_q_epilogue, gemm_output};
+use epilogue::{fusable_epilogue, gemm_output, q_epilogue};
 use gemm::GemmBufs;
 use half::{HalfCopies, Remake};
 use weights::WeightSection;
@@ -433,7 +434,7 @@ impl<'a> Tr<'a, '_> {
     /// An int8 convolution `spec` on buffers `[x, w, comp, scale, shift, y]`
     /// (the plan step's), with an epilogue that stores its result in the
     /// last buffer of `epi` instead of `y` (wgmma only: see
-    /// [`epilogue::fusable_q_epilogue`]).
+    /// [`epilogue::q_epilogue`]).
     fn qconv2d(&mut self, spec: QConvSpec, [x, w, comp, scale, shift, y]: [&Buf; 6], origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>, Buf)>) -> Result<(), String> {
         let geom = &spec.geom;
         let need = geom.oc * geom.kh * geom.kw * geom.c.checked_div(geom.group).unwrap_or(0);
@@ -558,9 +559,10 @@ pub fn translate_tuned(
             precision.name()
         ));
     }
-    let kernels = std::mem::take(&mut lowered.kernels);
-    let steps = lowered.plan.steps.clone();
-    let origins = lowered.plan.origins.clone();
+    let mut kernels = std::mem::take(&mut lowered.kernels);
+    let mut steps = lowered.plan.steps.clone();
+    let mut origins = lowered.plan.origins.clone();
+    merge::merge_pointwise(&mut steps, &mut origins, &mut kernels);
     let scratch_at = lowered.arena_bytes.div_ceil(256) * 256;
     let mut tr = Tr {
         sm,
@@ -589,12 +591,16 @@ pub fn translate_tuned(
             // quantized residual add, a dequantize) as its epilogue.
             let spec = QConvSpec { geom: *geom, q: *q };
             let mn = (geom.n * geom.oh * geom.ow, geom.oc);
+            // The chain of pointwise steps after it, merged, longest first.
             let fused = gemm_wgmma::supports(&spec, sm)
-                .then(|| steps.get(i + 1))
-                .flatten()
-                .and_then(|next| fusable_q_epilogue((x, y, q.y_signed), mn, next, &steps[i + 2..], &tr.pointwise));
-            tr.qconv2d(spec, [x, w, comp, scale, shift, y], origin, fused.as_ref()).map_err(|e| format!("{origin}: {e}"))?;
-            i += if fused.is_some() { 2 } else { 1 };
+                .then(|| {
+                    merge::epilogue_chains(&steps[i + 1..], &[], y, &tr.pointwise).into_iter().find_map(|(k, args, len)| {
+                        q_epilogue((x, y, q.y_signed), mn, &k, &args, &steps[i + 1 + len..]).map(|e| (e, len))
+                    })
+                })
+                .flatten();
+            tr.qconv2d(spec, [x, w, comp, scale, shift, y], origin, fused.as_ref().map(|(e, _)| e)).map_err(|e| format!("{origin}: {e}"))?;
+            i += 1 + fused.map_or(0, |(_, len)| len);
             continue;
         }
         let fused = gemm_output(step)

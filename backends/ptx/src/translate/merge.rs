@@ -1,0 +1,409 @@
+//! Pointwise chains: two pointwise steps in a row, where the second reads
+//! the first's output at the element it writes and nothing later reads
+//! that output, become one kernel. A quantized graph's float glue
+//! (dequantize → bias add → quantize → quantized residual add →
+//! dequantize) is a chain of such steps; merged, it is one pass over memory,
+//! and the whole chain can then be a GEMM's epilogue (`epilogue.rs`).
+//!
+//! Exactness: the merged kernel computes the same expressions in the same
+//! order. Where the first kernel stored an integer or boolean, the value the
+//! second kernel would have loaded back is rebuilt explicitly (truncated,
+//! saturated, NaN to 0, as the store converts), so nothing rounds
+//! differently.
+//!
+//! Invariants the merge checks (otherwise the steps stay two launches):
+//! - the first step's output `t` is an arena buffer that no later step reads
+//!   (or the second step writes it in place);
+//! - the second step reads `t` through exactly one operand, densely, as the
+//!   type it was stored;
+//! - no operand of the merged kernel overlaps its output unless it is that
+//!   output read densely at the element written (the in-place case);
+//! - the plan has no control steps (a loop could read `t` again).
+
+use std::collections::HashMap;
+
+use aoc_ir::types::Scalar;
+use aoc_plan::plan::{Buf, Space, Step};
+
+use super::epilogue::{read_before_written, row_major};
+use super::overlaps;
+use crate::expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
+
+/// The most operands a merged kernel may take.
+const MAX_OPERANDS: usize = 8;
+
+/// Merges chains of pointwise steps in `steps` (with `origins`), adding the
+/// merged kernels to `kernels`. Returns the number of steps removed.
+pub fn merge_pointwise(steps: &mut Vec<Step>, origins: &mut Vec<String>, kernels: &mut Vec<PointwiseKernel>) -> usize {
+    if steps.iter().any(Step::is_control) {
+        return 0;
+    }
+    // A pair refused for a hazard may merge once the second step has merged
+    // with its successors (their output sits elsewhere): repeat until
+    // nothing changes.
+    let before = steps.len();
+    while merge_pass(steps, origins, kernels) > 0 {}
+    before - steps.len()
+}
+
+/// One left-to-right pass of [`merge_pointwise`].
+fn merge_pass(steps: &mut Vec<Step>, origins: &mut Vec<String>, kernels: &mut Vec<PointwiseKernel>) -> usize {
+    let mut by_name: HashMap<String, usize> = kernels.iter().enumerate().map(|(i, k)| (k.name.clone(), i)).collect();
+    let before = steps.len();
+    let mut out: Vec<Step> = Vec::with_capacity(steps.len());
+    let mut out_origins: Vec<String> = Vec::with_capacity(steps.len());
+    for (i, (step, origin)) in steps.iter().zip(origins.iter()).enumerate() {
+        let merged = out.last().and_then(|prev| {
+            let (Step::Pointwise { code: c1, args: a1, .. }, Step::Pointwise { code: c2, args: a2, .. }) = (prev, step) else {
+                return None;
+            };
+            let k1 = &kernels[*by_name.get(c1)?];
+            let k2 = &kernels[*by_name.get(c2)?];
+            merge_two((k1, a1), (k2, a2), [&steps[i + 1..], &[]], None)
+        });
+        match merged {
+            Some((mut k, args)) => {
+                k.name = format!("pwm_{:016x}", fingerprint(&k));
+                let rows = k.rows();
+                let code = k.name.clone();
+                match by_name.get(&code) {
+                    Some(&j) if kernels[j] == k => {}
+                    Some(_) => return 0, // a fingerprint collision: leave the plan as it was
+                    None => {
+                        by_name.insert(code.clone(), kernels.len());
+                        kernels.push(k);
+                    }
+                }
+                *out.last_mut().unwrap() = Step::Pointwise { code, args, rows };
+                let o = out_origins.last_mut().unwrap();
+                o.push_str(" + ");
+                o.push_str(origin);
+            }
+            None => {
+                out.push(step.clone());
+                out_origins.push(origin.clone());
+            }
+        }
+    }
+    *steps = out;
+    *origins = out_origins;
+    before - steps.len()
+}
+
+/// The pointwise steps from `steps[0]` on merged into one kernel for a
+/// GEMM's epilogue, longest chain first: each candidate is the kernel, its
+/// buffers (output last) and how many steps it covers. `y` is the GEMM's
+/// output, which the epilogue consumes from registers: an operand reading
+/// it may sit under the chain's output. `later` are the steps after
+/// `steps`.
+pub fn epilogue_chains(steps: &[Step], later: &[Step], y: &Buf, kernels: &HashMap<&str, &PointwiseKernel>) -> Vec<(PointwiseKernel, Vec<Buf>, usize)> {
+    let mut chains: Vec<(PointwiseKernel, Vec<Buf>)> = Vec::new();
+    let Some(Step::Pointwise { code, args, .. }) = steps.first() else { return Vec::new() };
+    let Some(k) = kernels.get(code.as_str()) else { return Vec::new() };
+    let mut cur = ((*k).clone(), args.clone());
+    let mut n = 1;
+    while let Some(Step::Pointwise { code, args, .. }) = steps.get(n) {
+        let Some(k2) = kernels.get(code.as_str()) else { break };
+        let Some(next) = merge_two((&cur.0, &cur.1), (k2, args), [&steps[n + 1..], later], Some(y)) else { break };
+        chains.push(cur);
+        cur = next;
+        n += 1;
+    }
+    chains.push(cur);
+    chains.into_iter().enumerate().map(|(i, (k, b))| (k, b, i + 1)).rev().collect()
+}
+
+/// The merged kernel of `k1` (buffers `a1`, output last) followed by `k2`
+/// (`a2`), with its buffers; `later` are the steps after the second.
+/// `exempt`, a buffer no launch will write (a GEMM's output consumed in
+/// its epilogue), may overlap the output.
+fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, &[Buf]), later: [&[Step]; 2], exempt: Option<&Buf>) -> Option<(PointwiseKernel, Vec<Buf>)> {
+    let (t, ins1) = a1.split_last()?;
+    let (u, ins2) = a2.split_last()?;
+    if ins1.len() != k1.operands.len() || ins2.len() != k2.operands.len() {
+        return None;
+    }
+    let count = |k: &PointwiseKernel| k.dims.iter().product::<u64>();
+    if count(k1) != count(k2) {
+        return None;
+    }
+    // The second kernel reads t through one operand, densely, as stored.
+    let dense2 = row_major(&k2.dims);
+    let readers: Vec<usize> = ins2.iter().enumerate().filter(|(_, b)| overlaps(b, t)).map(|(j, _)| j).collect();
+    let [me] = readers[..] else { return None };
+    if ins2[me] != *t || k2.operands[me].strides != dense2 || k2.operands[me].dtype != k1.out_dtype {
+        return None;
+    }
+    // t must be dead after the pair unless the second step writes it in place.
+    if u != t {
+        if t.space != Space::Arena || overlaps(u, t) || read_before_written(t, later[0].iter().chain(later[1])) {
+            return None;
+        }
+    }
+    let dims = refine(&k1.dims, &k2.dims)?;
+    let mut operands: Vec<Operand> = Vec::new();
+    let mut bufs: Vec<Buf> = Vec::new();
+    let mut exprs: Vec<Expr> = Vec::new();
+    // The first kernel as it is, over the common dims.
+    let mut load1 = Vec::new();
+    for (op, b) in k1.operands.iter().zip(ins1) {
+        load1.push(add_operand(&mut operands, &mut bufs, op.dtype, restride(&k1.dims, &op.strides, &dims)?, *b));
+    }
+    let mut at1 = Vec::with_capacity(k1.exprs.len());
+    for e in &k1.exprs {
+        let e = match *e {
+            Expr::Load(j) => Expr::Load(load1[j]),
+            e => e,
+        };
+        at1.push(push(&mut exprs, e));
+    }
+    let stored = reload(&mut exprs, at1[k1.result], k1.out_dtype)?;
+    // The second, its load of t replaced by the first's stored value.
+    let mut load2 = Vec::new();
+    for (j, (op, b)) in k2.operands.iter().zip(ins2).enumerate() {
+        load2.push(if j == me { None } else { Some(add_operand(&mut operands, &mut bufs, op.dtype, restride(&k2.dims, &op.strides, &dims)?, *b)) });
+    }
+    let mut at2: Vec<usize> = Vec::with_capacity(k2.exprs.len());
+    for e in &k2.exprs {
+        let idx = match *e {
+            Expr::Load(j) if j == me => stored,
+            Expr::Load(j) => push(&mut exprs, Expr::Load(load2[j]?)),
+            Expr::Const(c) => push(&mut exprs, Expr::Const(c)),
+            Expr::Unary(f, a) => push(&mut exprs, Expr::Unary(f, at2[a])),
+            Expr::Binary(f, a, b) => push(&mut exprs, Expr::Binary(f, at2[a], at2[b])),
+            Expr::Select(c, a, b) => push(&mut exprs, Expr::Select(at2[c], at2[a], at2[b])),
+        };
+        at2.push(idx);
+    }
+    if operands.len() > MAX_OPERANDS {
+        return None;
+    }
+    // Hazards: an operand over the output must be the output itself, read
+    // densely as the type it is written.
+    let dense = row_major(&dims);
+    for (op, b) in operands.iter().zip(&bufs) {
+        if overlaps(b, u) && Some(b) != exempt && (b != u || op.strides != dense || op.dtype != k2.out_dtype) {
+            return None;
+        }
+    }
+    bufs.push(*u);
+    let k = PointwiseKernel { name: String::new(), dims, operands, exprs, result: at2[k2.result], out_dtype: k2.out_dtype };
+    k.live_exprs().ok()?;
+    Some((k, bufs))
+}
+
+fn push(exprs: &mut Vec<Expr>, e: Expr) -> usize {
+    exprs.push(e);
+    exprs.len() - 1
+}
+
+/// Adds an operand (reusing an equal one) and returns its index.
+fn add_operand(operands: &mut Vec<Operand>, bufs: &mut Vec<Buf>, dtype: Scalar, strides: Vec<u64>, b: Buf) -> usize {
+    let op = Operand { dtype, strides };
+    if let Some(j) = operands.iter().zip(bufs.iter()).position(|(o, c)| *o == op && *c == b) {
+        return j;
+    }
+    operands.push(op);
+    bufs.push(b);
+    operands.len() - 1
+}
+
+/// The value a kernel loading what a store of `v` as `dtype` wrote would
+/// see: f32 unchanged; integers truncated toward zero, saturated, NaN to 0;
+/// booleans 1 or 0. `None` for a type kernels do not store.
+fn reload(exprs: &mut Vec<Expr>, v: usize, dtype: Scalar) -> Option<usize> {
+    let range = match dtype {
+        Scalar::F32 => return Some(v),
+        Scalar::I1 => {
+            let (one, zero) = (push(exprs, Expr::Const(1.0)), push(exprs, Expr::Const(0.0)));
+            return Some(push(exprs, Expr::Select(v, one, zero)));
+        }
+        Scalar::I8 => (-128.0, 127.0),
+        Scalar::U8 => (0.0, 255.0),
+        Scalar::I32 => (-2147483648.0, 2147483647.0),
+        _ => return None,
+    };
+    let t = push(exprs, Expr::Unary(Unary::Trunc, v));
+    let lo = push(exprs, Expr::Const(range.0));
+    let hi = push(exprs, Expr::Const(range.1));
+    let t = push(exprs, Expr::Binary(Binary::Max, t, lo));
+    let t = push(exprs, Expr::Binary(Binary::Min, t, hi));
+    let is_num = push(exprs, Expr::Binary(Binary::Equal, v, v));
+    let zero = push(exprs, Expr::Const(0.0));
+    Some(push(exprs, Expr::Select(is_num, t, zero)))
+}
+
+/// The coarsest dims that both `a` and `b` (row-major shapes of the same
+/// element count) split into: the union of their inner products. `None`
+/// when one's boundary does not divide the other's.
+fn refine(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
+    let inner = |d: &[u64]| -> Vec<u64> {
+        let mut acc = 1u64;
+        let mut v: Vec<u64> = d.iter().rev().map(|&e| { acc *= e; acc }).collect();
+        v.dedup();
+        v
+    };
+    let mut cuts: Vec<u64> = inner(a).into_iter().chain(inner(b)).filter(|&c| c > 1).collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut dims = Vec::new();
+    let mut prev = 1u64;
+    for c in cuts {
+        if c % prev != 0 {
+            return None;
+        }
+        dims.push(c / prev);
+        prev = c;
+    }
+    dims.reverse();
+    if dims.is_empty() {
+        dims.push(1);
+    }
+    Some(dims)
+}
+
+/// `strides` over `dims` as strides over `fine`, a refinement of `dims`.
+fn restride(dims: &[u64], strides: &[u64], fine: &[u64]) -> Option<Vec<u64>> {
+    let mut out = vec![0u64; fine.len()];
+    let mut f = fine.len();
+    for (&d, &s) in dims.iter().zip(strides).rev() {
+        let mut covered = 1u64;
+        while covered < d {
+            f = f.checked_sub(1)?;
+            out[f] = s * covered;
+            covered *= fine[f];
+        }
+        if covered != d {
+            return None;
+        }
+    }
+    // Leading unit dims of `fine` (a scalar) read element 0.
+    Some(out)
+}
+
+/// A stable hash of a kernel's contents (its name excluded).
+fn fingerprint(k: &PointwiseKernel) -> u64 {
+    let text = format!("{:?}|{:?}|{:?}|{}|{:?}", k.dims, k.operands, k.exprs, k.result, k.out_dtype);
+    super::fnv(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refine_takes_every_boundary() {
+        assert_eq!(refine(&[4096, 768], &[3145728]), Some(vec![4096, 768]));
+        assert_eq!(refine(&[8, 6], &[4, 12]), Some(vec![4, 2, 6]));
+        assert_eq!(refine(&[1, 4, 1, 3], &[12]), Some(vec![4, 3]));
+        assert_eq!(refine(&[1], &[1]), Some(vec![1]));
+        // 6 = 3·2 against 6 = 2·3: the inner 3 does not divide by 2's boundary.
+        assert_eq!(refine(&[3, 2], &[2, 3]), None);
+    }
+
+    #[test]
+    fn restride_splits_dims() {
+        // A dense [3145728] operand over [4096, 768].
+        assert_eq!(restride(&[3145728], &[1], &[4096, 768]), Some(vec![768, 1]));
+        // A bias broadcast over rows.
+        assert_eq!(restride(&[4096, 768], &[0, 1], &[4096, 768]), Some(vec![0, 1]));
+        // [8, 6] with strides [6, 1] over [4, 2, 6].
+        assert_eq!(restride(&[8, 6], &[6, 1], &[4, 2, 6]), Some(vec![12, 6, 1]));
+        // Unit dims vanish; a transposed operand keeps its strides.
+        assert_eq!(restride(&[1, 4, 1, 3], &[0, 1, 0, 4], &[4, 3]), Some(vec![1, 4]));
+    }
+
+    fn arena(offset: u64, len: u64) -> Buf {
+        Buf { space: Space::Arena, index: 0, offset, len }
+    }
+
+    fn kernel(name: &str, dims: &[u64], operands: &[(Scalar, Vec<u64>)], exprs: Vec<Expr>, out: Scalar) -> PointwiseKernel {
+        let result = exprs.len() - 1;
+        PointwiseKernel {
+            name: name.into(),
+            dims: dims.to_vec(),
+            operands: operands.iter().map(|(d, s)| Operand { dtype: *d, strides: s.clone() }).collect(),
+            exprs,
+            result,
+            out_dtype: out,
+        }
+    }
+
+    /// Runs a kernel on f32-valued operands the way the backends do (loads
+    /// as f32, the store converting to the output type).
+    fn run(k: &PointwiseKernel, ins: &[Vec<f32>]) -> Vec<f32> {
+        let total: u64 = k.dims.iter().product();
+        (0..total)
+            .map(|flat| {
+                let mut idx = vec![0u64; k.dims.len()];
+                let mut r = flat;
+                for d in (0..k.dims.len()).rev() {
+                    idx[d] = r % k.dims[d];
+                    r /= k.dims[d];
+                }
+                let mut v: Vec<f32> = Vec::new();
+                for e in &k.exprs {
+                    let x = match *e {
+                        Expr::Load(j) => ins[j][idx.iter().zip(&k.operands[j].strides).map(|(i, s)| i * s).sum::<u64>() as usize],
+                        Expr::Const(c) => c,
+                        Expr::Unary(f, a) => f.eval(v[a] as f64) as f32,
+                        Expr::Binary(f, a, b) => f.eval(v[a] as f64, v[b] as f64) as f32,
+                        Expr::Select(c, a, b) => if v[c] != 0.0 { v[a] } else { v[b] },
+                    };
+                    v.push(x);
+                }
+                let y = v[k.result];
+                match k.out_dtype {
+                    Scalar::U8 => if y.is_nan() { 0.0 } else { y.trunc().clamp(0.0, 255.0) },
+                    _ => y,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn quantize_then_dequantize_merges_exactly() {
+        // t = quantize(x + bias) as u8 (scale 0.5, no rounding step, so the
+        // store's truncation matters); y = t · 0.25.
+        let q = kernel(
+            "q",
+            &[2, 4],
+            &[(Scalar::F32, vec![4, 1]), (Scalar::F32, vec![0, 1])],
+            vec![Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Add, 0, 1), Expr::Const(0.5), Expr::Binary(Binary::Div, 2, 3)],
+            Scalar::U8,
+        );
+        let d = kernel("d", &[8], &[(Scalar::U8, vec![1])], vec![Expr::Load(0), Expr::Const(0.25), Expr::Binary(Binary::Mul, 0, 1)], Scalar::F32);
+        let (x, bias, t, y) = (arena(0, 32), arena(32, 16), arena(64, 8), arena(128, 32));
+        let (m, bufs) = merge_two((&q, &[x, bias, t]), (&d, &[t, y]), [&[], &[]], None).expect("merges");
+        assert_eq!(bufs, vec![x, bias, y]);
+        assert_eq!(m.dims, vec![2, 4]);
+        let xs = vec![-3.0, 0.2, 1.3, 50.7, 200.0, f32::NAN, 7.9, 0.0];
+        let bs = vec![0.5, 0.0, -0.1, 1.0];
+        let tq = run(&q, &[xs.clone(), bs.clone()]);
+        let want = run(&d, &[tq]);
+        let got = run(&m, &[xs, bs]);
+        assert_eq!(format!("{want:?}"), format!("{got:?}"));
+    }
+
+    #[test]
+    fn live_or_shared_intermediates_stay_apart() {
+        let a = kernel("a", &[8], &[(Scalar::F32, vec![1])], vec![Expr::Load(0), Expr::Unary(Unary::Relu, 0)], Scalar::F32);
+        let b = kernel("b", &[8], &[(Scalar::F32, vec![1]), (Scalar::F32, vec![1])], vec![Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Add, 0, 1)], Scalar::F32);
+        let (x, t, r, y) = (arena(0, 32), arena(32, 32), arena(64, 32), arena(96, 32));
+        // t read again later: no merge.
+        let later = [Step::Pointwise { code: "a".into(), args: vec![t, r], rows: 1 }];
+        assert!(merge_two((&a, &[x, t]), (&b, &[t, r, y]), [&later, &[]], None).is_none());
+        // t written first later: merge.
+        let later = [Step::Pointwise { code: "a".into(), args: vec![r, t], rows: 1 }];
+        assert!(merge_two((&a, &[x, t]), (&b, &[t, r, y]), [&later, &[]], None).is_some());
+        // t read twice by the second kernel: no merge.
+        assert!(merge_two((&a, &[x, t]), (&b, &[t, t, y]), [&[], &[]], None).is_none());
+        // The output over the first kernel's input, in place: merge.
+        assert!(merge_two((&a, &[x, t]), (&b, &[t, r, x]), [&[], &[]], None).is_some());
+        // The output over part of an operand: no merge.
+        assert!(merge_two((&a, &[x, t]), (&b, &[t, r, arena(16, 32)]), [&[], &[]], None).is_none());
+        // An output buffer as the intermediate: no merge.
+        let out = Buf { space: Space::Output, index: 0, offset: 0, len: 32 };
+        assert!(merge_two((&a, &[x, out]), (&b, &[out, r, y]), [&[], &[]], None).is_none());
+    }
+}
