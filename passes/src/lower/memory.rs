@@ -23,7 +23,10 @@ use aoc_plan::plan::{Plan, Space};
 use super::{Home, IoSpec, Lower, Lowered, Step, VirtualBuf};
 
 pub(crate) fn finish(mut lw: Lower<'_>, inputs: Vec<IoSpec>, outputs: Vec<IoSpec>) -> Result<Lowered, String> {
-    let (place, arena_bytes) = place(&lw.bufs, &mut lw.steps, &lw.origins)?;
+    // The GPU lowering (no 8-bit pointwise steps) fuses the pointwise steps
+    // after an int8 convolution into it: its input must outlive them.
+    let epilogues = !lw.opts.int8_elementwise;
+    let (place, arena_bytes) = place(&lw.bufs, &mut lw.steps, &lw.origins, epilogues)?;
     for step in lw.steps.iter_mut() {
         step.visit_bufs(|b, _| {
             let id = b.index as usize;
@@ -61,8 +64,9 @@ pub(crate) fn finish(mut lw: Lower<'_>, inputs: Vec<IoSpec>, outputs: Vec<IoSpec
 
 /// The arena offset of each virtual buffer (0 for the others) and the
 /// arena's size, for `steps` over `bufs`; checked (module doc). `origins`
-/// name the steps in errors.
-fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String]) -> Result<(Vec<u64>, u64), String> {
+/// name the steps in errors. With `epilogues`, an int8 convolution's input
+/// stays live over the pointwise steps right after it ([`extend_over_epilogues`]).
+fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String], epilogues: bool) -> Result<(Vec<u64>, u64), String> {
     let n = bufs.len();
     let mut first = vec![usize::MAX; n];
     let mut last = vec![0usize; n];
@@ -78,6 +82,9 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String]) -> Result<
                 overrun = Some((i, id, b.offset, b.len, size));
             }
         });
+    }
+    if epilogues {
+        extend_over_epilogues(steps, &mut last);
     }
     extend_over_loops(steps, &mut first, &mut last);
     let origin = |step: usize| origins.get(step).map_or("", String::as_str);
@@ -113,6 +120,19 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String]) -> Result<
         place[b] = o;
     }
     Ok((place, arena_bytes))
+}
+
+/// The GPU backend may run the pointwise steps after an int8 convolution
+/// as that convolution's epilogue, writing their output while other blocks
+/// of the convolution still read its input: the input (virtual buffer) stays
+/// live until the last of those steps, so their outputs never land on it.
+fn extend_over_epilogues(steps: &[Step], last: &mut [usize]) {
+    for (i, s) in steps.iter().enumerate() {
+        let Step::QConv2d { x, .. } = s else { continue };
+        let run = steps[i + 1..].iter().take_while(|s| matches!(s, Step::Pointwise { .. })).count();
+        let id = x.index as usize;
+        last[id] = last[id].max(i + run);
+    }
 }
 
 /// A loop body runs its steps again after its `EndLoop`: a buffer used

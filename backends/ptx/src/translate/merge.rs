@@ -140,14 +140,16 @@ fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, 
             return None;
         }
     }
-    let dims = refine(&k1.dims, &k2.dims)?;
+    let (d1, s1) = grouped(k1);
+    let (d2, s2) = grouped(k2);
+    let dims = refine(&d1, &d2)?;
     let mut operands: Vec<Operand> = Vec::new();
     let mut bufs: Vec<Buf> = Vec::new();
     let mut exprs: Vec<Expr> = Vec::new();
     // The first kernel as it is, over the common dims.
     let mut load1 = Vec::new();
-    for (op, b) in k1.operands.iter().zip(ins1) {
-        load1.push(add_operand(&mut operands, &mut bufs, op.dtype, restride(&k1.dims, &op.strides, &dims)?, *b));
+    for ((op, st), b) in k1.operands.iter().zip(&s1).zip(ins1) {
+        load1.push(add_operand(&mut operands, &mut bufs, op.dtype, restride(&d1, st, &dims)?, *b));
     }
     let mut at1 = Vec::with_capacity(k1.exprs.len());
     for e in &k1.exprs {
@@ -160,8 +162,8 @@ fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, 
     let stored = reload(&mut exprs, at1[k1.result], k1.out_dtype)?;
     // The second, its load of t replaced by the first's stored value.
     let mut load2 = Vec::new();
-    for (j, (op, b)) in k2.operands.iter().zip(ins2).enumerate() {
-        load2.push(if j == me { None } else { Some(add_operand(&mut operands, &mut bufs, op.dtype, restride(&k2.dims, &op.strides, &dims)?, *b)) });
+    for (j, ((op, st), b)) in k2.operands.iter().zip(&s2).zip(ins2).enumerate() {
+        load2.push(if j == me { None } else { Some(add_operand(&mut operands, &mut bufs, op.dtype, restride(&d2, st, &dims)?, *b)) });
     }
     let mut at2: Vec<usize> = Vec::with_capacity(k2.exprs.len());
     for e in &k2.exprs {
@@ -233,6 +235,35 @@ fn reload(exprs: &mut Vec<Expr>, v: usize, dtype: Scalar) -> Option<usize> {
     Some(push(exprs, Expr::Select(is_num, t, zero)))
 }
 
+/// Kernel `k`'s dims with every pair of neighbours that all its operands
+/// walk contiguously (and unit dims) merged, and each operand's strides
+/// over them: the lowering cuts dims for its own reasons (a vector width),
+/// and two kernels over the same elements may cut them differently.
+fn grouped(k: &PointwiseKernel) -> (Vec<u64>, Vec<Vec<u64>>) {
+    let keep: Vec<usize> = (0..k.dims.len()).filter(|&d| k.dims[d] != 1).collect();
+    let mut dims: Vec<u64> = Vec::new();
+    let mut strides: Vec<Vec<u64>> = vec![Vec::new(); k.operands.len()];
+    for &d in &keep {
+        let joins = !dims.is_empty() && k.operands.iter().zip(&strides).all(|(op, s)| *s.last().unwrap() == op.strides[d] * k.dims[d]);
+        if joins {
+            *dims.last_mut().unwrap() *= k.dims[d];
+            for (op, s) in k.operands.iter().zip(&mut strides) {
+                *s.last_mut().unwrap() = op.strides[d];
+            }
+        } else {
+            dims.push(k.dims[d]);
+            for (op, s) in k.operands.iter().zip(&mut strides) {
+                s.push(op.strides[d]);
+            }
+        }
+    }
+    if dims.is_empty() {
+        dims.push(1);
+        strides.iter_mut().for_each(|s| s.push(0));
+    }
+    (dims, strides)
+}
+
 /// The coarsest dims that both `a` and `b` (row-major shapes of the same
 /// element count) split into: the union of their inner products. `None`
 /// when one's boundary does not divide the other's.
@@ -299,6 +330,24 @@ mod tests {
         assert_eq!(refine(&[1], &[1]), Some(vec![1]));
         // 6 = 3·2 against 6 = 2·3: the inner 3 does not divide by 2's boundary.
         assert_eq!(refine(&[3, 2], &[2, 3]), None);
+    }
+
+    #[test]
+    fn grouping_undoes_arbitrary_cuts() {
+        // A dense kernel cut as [8, 4096] and a bias kernel over [256, 128]:
+        // the first regroups to [32768], so the two meet at [256, 128].
+        let dense = kernel("d", &[8, 4096], &[(Scalar::U8, vec![4096, 1])], vec![Expr::Load(0)], Scalar::F32);
+        let bias = kernel("b", &[256, 128], &[(Scalar::F32, vec![128, 1]), (Scalar::F32, vec![0, 1])], vec![Expr::Load(0)], Scalar::F32);
+        let (d1, s1) = grouped(&dense);
+        assert_eq!((d1.clone(), s1.clone()), (vec![32768], vec![vec![1]]));
+        let (d2, s2) = grouped(&bias);
+        assert_eq!((d2.clone(), s2), (vec![256, 128], vec![vec![128, 1], vec![0, 1]]));
+        let fine = refine(&d1, &d2).unwrap();
+        assert_eq!(fine, vec![256, 128]);
+        assert_eq!(restride(&d1, &s1[0], &fine), Some(vec![128, 1]));
+        // Unit dims go; a transposed operand keeps its cut.
+        let t = kernel("t", &[1, 4, 1, 3], &[(Scalar::F32, vec![0, 1, 0, 4])], vec![Expr::Load(0)], Scalar::F32);
+        assert_eq!(grouped(&t), (vec![4, 3], vec![vec![1, 4]]));
     }
 
     #[test]
