@@ -412,10 +412,22 @@ def export(fn, outdir):
     with torch.no_grad():
         torch.onnx.export(model, args, path, input_names=[s["name"] for s in specs], opset_version=OPSET, dynamo=False,
                           do_constant_folding=True)
+    import numpy as np
     import onnx
+    import onnxruntime as ort
 
     m = onnx.load(path)
     outputs = [o.name for o in m.graph.output]
+    # the export is faithful: ONNX Runtime against PyTorch on the example input
+    with torch.no_grad():
+        want = model(*args)
+    want = want if isinstance(want, tuple) else (want,)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = sess.run(None, {s["name"]: a.numpy() for s, a in zip(specs, args)})
+    for w, g in zip(want, got):
+        err = float(np.max(np.abs(w.numpy() - g))) / max(1.0, float(np.max(np.abs(w.numpy()))))
+        if not err <= 1e-4:
+            raise RuntimeError(f"ONNX Runtime differs from PyTorch by {err:.2e}")
     return {"file": f"{fn.__name__}.onnx", "inputs": specs, "outputs": outputs}
 
 
