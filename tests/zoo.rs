@@ -168,6 +168,10 @@ fn close(what: &str, want: &[Tensor], got: &[Tensor]) -> Result<f64, Failed> {
         let (wv, gv) = (w.to_f64(), g.to_f64());
         let scale = wv.iter().fold(1.0f64, |m, v| m.max(v.abs()));
         let e = wv.iter().zip(&gv).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max) / scale;
+        // f64::max skips NaN: a NaN where ONNX Runtime has a number is an error of its own
+        if wv.iter().zip(&gv).any(|(a, b)| b.is_nan() != a.is_nan()) {
+            return Err(format!("{what}: output {i} has NaN where ONNX Runtime does not (or the reverse)").into());
+        }
         if e.is_nan() || e > TOLERANCE {
             return Err(format!("{what}: output {i} differs by {e:.3e} (tolerance {TOLERANCE:.0e})").into());
         }
