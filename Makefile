@@ -215,7 +215,7 @@ $(STAMPS)/bench-models: $(VENV_STAMP) bench/models/build_models.py
 
 # --- GPU ------------------------------------------------------------------------
 # `make gpu-test` on a machine with an NVIDIA GPU and driver: with cargo it
-# builds and runs compiler/tests/gpu.rs (every example and OCR model compiled
+# builds and runs compiler/tests/gpu.rs (every example, OCR and zoo model compiled
 # for sm_86 and sm_90a, fp32 and fp16, run on the GPU against the
 # interpreter) and the runtime's CUDA tests. A GPU machine without cargo
 # runs the binaries `make device-bins` built elsewhere: carry build/device

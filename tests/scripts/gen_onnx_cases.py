@@ -399,6 +399,22 @@ def argmax_argmin():
 
 
 @case
+def int_mask_argmax_cumsum():
+    """What exporters write for token ids and masks: `(ids == eos).int()
+    .argmax(-1)` and position ids as `mask.cumsum(1) * mask` (int32)."""
+    ids = np.array([[5, 2, 7, 2, 0, 0], [1, 1, 3, 9, 2, 4]], np.int32)
+    i32, i64 = TensorProto.INT32, TensorProto.INT64
+    nodes = [
+        helper.make_node("ArgMax", ["ids"], ["a"], axis=1, keepdims=0),
+        helper.make_node("ArgMin", ["ids"], ["b"], axis=-1, select_last_index=1),
+        helper.make_node("CumSum", ["ids", "ax"], ["c"]),
+        helper.make_node("CumSum", ["ids", "ax"], ["d"], exclusive=1, reverse=1),
+    ]
+    out = [("a", [2], i64), ("b", [2, 1], i64), ("c", [2, 6], i32), ("d", [2, 6], i32)]
+    return model(14, nodes, [("ids", [2, 6], i32)], out, [init("ax", np.array(1, np.int64))]), [ids]
+
+
+@case
 def one_hot():
     n = helper.make_node("OneHot", ["i", "depth", "v"], ["y"], axis=1)
     inits = [init("depth", np.array(5, np.int64)), init("v", np.array([-1.0, 2.5], np.float32))]

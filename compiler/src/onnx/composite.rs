@@ -35,6 +35,21 @@ impl Cx<'_> {
             _ => Err(self.bad(format!("input must be a float tensor, found {}", self.ty(v)))),
         }
     }
+    /// `v` as floats: itself, or an integer (or bool) tensor cast to f32,
+    /// with the integer type to cast a result back to. Exporters feed
+    /// ArgMax and CumSum integer masks (`(ids == eos).int().argmax()`,
+    /// `mask.cumsum()` for position ids) and the integer reductions have
+    /// no kernels; f32 holds every integer up to 2^24 exactly.
+    fn as_float(&mut self, v: &V) -> R<(V, Scalar, Option<Scalar>)> {
+        match self.ty(v).elem.scalar() {
+            Some(s) if s.is_float() => Ok((v.clone(), s, None)),
+            Some(s) => {
+                let f = self.op1(Opcode::Cast, std::slice::from_ref(v), Attrs::new().with("to", Attr::Type(Scalar::F32)))?;
+                Ok((f, Scalar::F32, Some(s)))
+            }
+            None => Err(self.bad(format!("input must be a float or integer tensor, found {}", self.ty(v)))),
+        }
+    }
 }
 
 /// `DepthToSpace` and `SpaceToDepth` (modes DCR and CRD) on NCHW.
@@ -121,11 +136,13 @@ pub fn instance_group_norm(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     Ok(vec![cx.reshape(&shifted, &shape)?])
 }
 
-/// `CumSum` on floats: `x · T` along the axis, `T[i][j] = 1` where element
-/// `i` counts toward result `j`.
+/// `CumSum`: `x · T` along the axis, `T[i][j] = 1` where element `i`
+/// counts toward result `j`. Integers are summed in f32 and cast back:
+/// exact while every partial sum stays within ±2^24 (position ids from a
+/// mask; larger sums round).
 pub fn cumsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.need(n, 0)?.clone();
-    let elem = cx.float_elem(&x)?;
+    let (x, elem, int) = cx.as_float(&x)?;
     let shape = cx.shape(&x);
     let axis = cx.const_input(n, 1, "axis")?;
     if axis.len() != 1 {
@@ -148,13 +165,19 @@ pub fn cumsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     perm.swap(axis, last);
     let moved = if axis == last { x } else { cx.transpose(&x, &perm)? };
     let summed = cx.binary(Opcode::MatMul, &moved, &tri)?;
-    Ok(vec![if axis == last { summed } else { cx.transpose(&summed, &perm)? }])
+    let out = if axis == last { summed } else { cx.transpose(&summed, &perm)? };
+    Ok(vec![match int {
+        Some(s) => cx.op1(Opcode::Cast, &[out], Attrs::new().with("to", Attr::Type(s)))?,
+        None => out,
+    }])
 }
 
-/// `ArgMax`/`ArgMin` (int64 result).
+/// `ArgMax`/`ArgMin` (int64 result). Integers are compared in f32: exact
+/// for values within ±2^24 (masks and ids; larger values that round
+/// together tie).
 pub fn arg_extreme(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.need(n, 0)?.clone();
-    let elem = cx.float_elem(&x)?;
+    let (x, elem, _) = cx.as_float(&x)?;
     let shape = cx.shape(&x);
     let axis = normalize_axis(n.int("axis", 0), shape.len()).map_err(|m| cx.bad(m))?;
     let last = n.int("select_last_index", 0) != 0;
