@@ -1212,7 +1212,8 @@ fn nan_through_epilogues() -> Result<(), Failed> {
 /// `aoc quantize --target sm_90` of the encoder layer, compiled with
 /// `--precision fp16` for sm_90a: its int8 matmuls are s8 `mma.sync`
 /// launches, the attention's products (no integer GPU kernel) run in fp16,
-/// and on a GPU the artifact gives the quantized model's interpreter
+/// the float glue between integer steps is merged (no lone dequantize or
+/// quantized add launch), and on a GPU the artifact gives the quantized model's interpreter
 /// outputs to within one quantization step.
 fn quantized_for_the_gpu() -> Result<(), Failed> {
     let d = scratch("quantized_for_sm_90");
@@ -1249,6 +1250,17 @@ fn quantized_for_the_gpu() -> Result<(), Failed> {
     let summary = compile(&m, "sm_90a", "fp16", &d.join("build.aoc"))?;
     if !summary.contains("qconv_wgmma") {
         return Err(format!("no integer wgmma launch in:\n{summary}").into());
+    }
+    // The float glue after each integer GEMM (dequantize, bias, quantize,
+    // quantized residual add) is merged into one kernel, most often the
+    // GEMM's epilogue: no launch runs one of those ops alone.
+    let explain = run(&["explain", &d.join("build.aoc").display().to_string()])?;
+    let alone: Vec<&str> = explain
+        .lines()
+        .filter(|l| l.split_once("<- ").is_some_and(|(_, o)| !o.contains(" + ") && (o.starts_with("quant.add") || o.starts_with("quant.dequantize"))))
+        .collect();
+    if !alone.is_empty() {
+        return Err(format!("quantized glue launched alone:\n{}", alone.join("\n")).into());
     }
     check_on_gpu(&m, "sm_90a", "fp16")
 }

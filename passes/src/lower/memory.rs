@@ -189,7 +189,7 @@ mod tests {
         // bytes, 2 sits above 0.
         let mut steps = vec![fill(0, 0, 100), fill(2, 0, 64), fill(0, 64, 36), fill(3, 0, 100), fill(3, 0, 8), fill(1, 0, 16)];
         let origins: Vec<String> = (0..steps.len()).map(|i| format!("op {i}")).collect();
-        let (place, arena) = place(&bufs, &mut steps, &origins).unwrap();
+        let (place, arena) = place(&bufs, &mut steps, &origins, false).unwrap();
         assert_eq!((place[0], place[2], place[3]), (0, 128, 0));
         assert_eq!(place[1], 0, "not in the arena");
         assert_eq!(arena, 128 + 64);
@@ -199,14 +199,46 @@ mod tests {
     fn a_step_past_its_buffer_is_an_internal_error() {
         let bufs = [VirtualBuf { home: Home::Arena, size: 100 }, VirtualBuf { home: Home::Weights(0), size: 8 }];
         let origins = vec!["core.relu %a".to_string(), "core.add %b".to_string()];
-        let e = place(&bufs, &mut [fill(0, 0, 100), fill(0, 64, 40)], &origins).unwrap_err();
+        let e = place(&bufs, &mut [fill(0, 0, 100), fill(0, 64, 40)], &origins, false).unwrap_err();
         assert_eq!(
             e,
             "internal error: the memory plan is unsafe: step 1 (core.add %b) uses bytes 64..104 of buffer 0, which has 100 (please report)"
         );
-        let e = place(&bufs, &mut [fill(1, 4, 8)], &origins).unwrap_err();
+        let e = place(&bufs, &mut [fill(1, 4, 8)], &origins, false).unwrap_err();
         assert!(e.contains("step 0 (core.relu %a) uses bytes 4..12 of buffer 1, which has 8"), "{e}");
-        let e = place(&bufs, &mut [fill(0, u64::MAX, 2)], &origins).unwrap_err();
+        let e = place(&bufs, &mut [fill(0, u64::MAX, 2)], &origins, false).unwrap_err();
         assert!(e.contains("uses bytes 18446744073709551615..18446744073709551615 of buffer 0"), "{e}");
+    }
+
+    #[test]
+    fn an_int8_convolutions_input_outlives_the_pointwise_steps_after_it() {
+        use aoc_plan::plan::{ConvGeom, QuantConv};
+        let geom = ConvGeom { n: 1, h: 4, w: 4, c: 16, oh: 4, ow: 4, oc: 16, kh: 1, kw: 1, stride: [1, 1], dilation: [1, 1], pads: [0; 4], group: 1 };
+        let q = QuantConv { x_signed: false, x_zero: 0, y_signed: false, y_zero: 0, y_min: 0, y_max: 255 };
+        let w = |id| vbuf(id, 0, 256);
+        // 0: the input (bytes), 1: the convolution's output, 2: the
+        // pointwise step's f32 output, 3..=5: weights.
+        let bufs = [
+            VirtualBuf { home: Home::Arena, size: 256 },
+            VirtualBuf { home: Home::Arena, size: 256 },
+            VirtualBuf { home: Home::Arena, size: 1024 },
+            VirtualBuf { home: Home::Weights(0), size: 256 },
+            VirtualBuf { home: Home::Weights(256), size: 256 },
+            VirtualBuf { home: Home::Weights(512), size: 256 },
+        ];
+        let steps = || {
+            vec![
+                fill(0, 0, 256),
+                Step::QConv2d { x: w(0), w: w(3), comp: w(4), scale: w(5), shift: w(5), y: w(1), geom, q },
+                Step::Pointwise { code: "pw0".into(), args: vec![w(1), vbuf(2, 0, 1024)], rows: 1 },
+            ]
+        };
+        let origins: Vec<String> = (0..3).map(|i| format!("op {i}")).collect();
+        // Without epilogues the output may take the input's dead bytes...
+        let (place0, _) = place(&bufs, &mut steps(), &origins, false).unwrap();
+        assert_eq!(place0[2], 0, "{place0:?}");
+        // ...with them it may not: the fused kernel writes it while reading x.
+        let (place1, _) = place(&bufs, &mut steps(), &origins, true).unwrap();
+        assert!(place1[2] >= 256 || place1[0] >= 1024, "{place1:?}");
     }
 }
