@@ -6,9 +6,14 @@
 //! the launch geometry, and the refusals. There is no host emulation of
 //! `wgmma`: `AOC_PTX_DUMP_DIR=dir` writes the module and a manifest
 //! (`gemm_sp_wgmma_sm_90a.{ptx,txt}`) for `tests/gpu_checks/gemm_sp.py`,
-//! which runs every kernel on an H200 against NumPy.
+//! which runs every kernel on an H200 against NumPy; the module also holds
+//! aoc's dense `gemm_wgmma` kernel for each benchmark shape (listed in
+//! `gemm_sp_wgmma_dense_sm_90a.txt`), which the script times in the same
+//! run.
 
 use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpWgTile, choose_sp_wg_tile, gemm_sp_wgmma};
+use aoc_backend_ptx::kernels::gemm_wgmma::{WgPrecision, choose_wg_tile, gemm_wgmma};
+use aoc_backend_ptx::kernels::{AMode, GemmSpec};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 
 #[test]
@@ -59,15 +64,36 @@ fn gemm_sp_wgmma_assembles_without_spills() {
     )
     .unwrap();
     names.push(("spwg_epi_0".to_string(), t));
+    // aoc's dense wgmma kernel of each benchmark shape (no bias), the
+    // tile the compiler would choose: `y = x · b`, b packed by `pack_b`.
+    let mut dense = vec![];
+    for (what, s) in super::tiled_specs().into_iter().filter(|(w, _)| w.starts_with("bench")) {
+        let g = GemmSpec {
+            batch: 1,
+            m: s.m,
+            n: s.n,
+            k: s.k,
+            a: AMode::Strided { batch: 0, row: s.lda, col: 1 },
+            b_strides: [0, s.n, 1],
+            c_strides: [0, s.ldc, 1],
+            bias: None,
+            relu: false,
+            aligned16: true,
+        };
+        let t = choose_wg_tile(&g);
+        let name = format!("wgdense_{what}");
+        let geo = gemm_wgmma(&mut m, &name, &g, WgPrecision::F16, None, sm).unwrap();
+        dense.push(format!(
+            "name={name} m={} n={} k={} bn={} stages={} grid={} block={} smem={}",
+            s.m, s.n, s.k, t.bn, t.stages, geo.grid[0], geo.block[0], geo.smem
+        ));
+    }
     let ptx = ir_to_ptx(&m.finish(), sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
     if let Some(dir) = &dump {
         std::fs::create_dir_all(dir).unwrap();
         std::fs::write(dir.join("gemm_sp_wgmma_sm_90a.ptx"), &ptx).unwrap();
-        std::fs::write(
-            dir.join("gemm_sp_wgmma_sm_90a.txt"),
-            manifest.join("\n") + "\n",
-        )
-        .unwrap();
+        std::fs::write(dir.join("gemm_sp_wgmma_sm_90a.txt"), manifest.join("\n") + "\n").unwrap();
+        std::fs::write(dir.join("gemm_sp_wgmma_dense_sm_90a.txt"), dense.join("\n") + "\n").unwrap();
     }
     for (name, t) in &names {
         let body = super::super::entry(&ptx, name);
@@ -117,7 +143,7 @@ fn gemm_sp_wgmma_assembles_without_spills() {
     }
     assert_eq!(
         report.matches("spill stores").count(),
-        names.len(),
+        names.len() + dense.len(),
         "{report}"
     );
 }
