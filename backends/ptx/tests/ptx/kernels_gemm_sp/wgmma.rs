@@ -3,8 +3,10 @@
 //! without spills and without serializing the `wgmma` pipeline, with the
 //! instruction mix the module doc promises (four `wgmma.sp` m64n{bn}k32
 //! per k-tile of 128, `cp.async` into the ring, the async-proxy fence),
-//! the launch geometry, and the refusals. There is no host emulation of
-//! `wgmma`: `AOC_PTX_DUMP_DIR=dir` writes the module and a manifest
+//! the launch geometry, and the refusals; runs the kernel on the host with
+//! `wgmma` emulated (`wgmma_host.rs`) against the dense product, exactly
+//! (the emulation assumes the metadata layout the kernel assumes: only a
+//! GPU confirms it). `AOC_PTX_DUMP_DIR=dir` writes the module and a manifest
 //! (`gemm_sp_wgmma_sm_90a.{ptx,txt}`) for `tests/gpu_checks/gemm_sp.py`,
 //! which runs every kernel on an H200 against NumPy; the module also holds
 //! aoc's dense `gemm_wgmma` kernel for each benchmark shape (listed in
@@ -146,6 +148,27 @@ fn gemm_sp_wgmma_assembles_without_spills() {
         names.len() + dense.len(),
         "{report}"
     );
+}
+
+/// The kernel on the host with `wgmma` emulated (`wgmma_host.rs`),
+/// exactly against the dense product: ragged edges and strides, a k tail
+/// past whole k-tiles, several blocks, every tile width, a ring that
+/// wraps, bias, relu and a residual epilogue. One test: the emulation's
+/// metadata exchange is one static.
+#[test]
+fn gemm_sp_wgmma_runs_on_the_host_to_the_dense_product() {
+    let s = |m, n, k, lda, ldc, bias, relu| SpGemmSpec { m, n, k, lda, ldc, bias, relu };
+    let t = |bn, stages| SpWgTile { bn, stages };
+    let cases = [
+        (s(37, 45, 96, 104, 50, true, false), t(64, 6), false),
+        (s(150, 200, 288, 288, 200, true, true), t(128, 4), false),
+        (s(70, 130, 160, 168, 131, false, false), t(192, 3), true),
+        (s(64, 128, 1024, 1024, 128, false, false), t(128, 3), false),
+        (s(300, 64, 64, 64, 64, false, true), t(64, 3), false),
+    ];
+    for (i, (spec, tile, residual)) in cases.into_iter().enumerate() {
+        super::wgmma_host::check_wgmma(spec, tile, 40 + i as u64, residual);
+    }
 }
 
 #[test]
