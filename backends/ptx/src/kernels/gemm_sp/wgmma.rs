@@ -95,7 +95,11 @@ impl SpWgTile {
     pub const WIDE: SpWgTile = SpWgTile { bn: 128, stages: 4 };
     /// 128×64, six stages (205 KiB): for products with few 128×128 tiles.
     pub const NARROW: SpWgTile = SpWgTile { bn: 64, stages: 6 };
-    /// Tiles the GPU check times (to pick the defaults by measurement).
+    /// Tiles the GPU check times (to pick the defaults by measurement):
+    /// besides the two above, 128×128 and 128×192 in three stages. (128×64
+    /// in three stages, two blocks per multiprocessor, is left out: ptxas
+    /// serializes its wgmmas, the next k-tile's metadata loads landing in
+    /// the registers of the group still in flight.)
     pub const CANDIDATES: [SpWgTile; 4] = [
         SpWgTile::WIDE,
         SpWgTile::NARROW,
@@ -585,16 +589,29 @@ impl Gen {
                 self.v(format!("load i32, ptr addrspace(3) {ptr}, align 4"))
             })
             .collect();
-        let mut accs = self.load_acc();
-        accs = self.tied("wgmma.fence.sync.aligned;", &accs, &[]);
-        for (s, e) in metas.iter().enumerate() {
-            let s = s as u32;
+        // Every step's descriptors, computed here and pinned with the
+        // metadata through one empty assembly statement before the fence:
+        // no instruction between the fence and the wgmmas defines one of
+        // their inputs (ptxas serializes the wgmmas otherwise).
+        let mut ins: Vec<(&str, String)> = Vec::new();
+        for s in 0..BK / 32 {
             // Values: 32 bytes per k32 step (>> 4 = 2). Activations: half
             // s / 2 (bn rows of 128 bytes further), 64 bytes in for odd s.
             let a = self.v(format!("add i64 {da}, {}", 2 * s));
             let boff = (s / 2) * t.bn * 128 / 16 + 4 * (s % 2);
             let b = self.v(format!("add i64 {db}, {boff}"));
-            accs = self.wgmma_sp(&accs, &a, &b, e);
+            ins.push(("l", a));
+            ins.push(("l", b));
+        }
+        ins.extend(metas.iter().map(|e| ("r", e.clone())));
+        // Scale-d 1 (D = A·B + D), a register the wgmma's predicate is set from.
+        ins.push(("r", "1".to_string()));
+        let pinned = self.pin(&ins);
+        let mut accs = self.load_acc();
+        accs = self.tied("wgmma.fence.sync.aligned;", &accs, &[]);
+        for s in 0..(BK / 32) as usize {
+            let (a, b, e) = (&pinned[2 * s], &pinned[2 * s + 1], &pinned[8 + s]);
+            accs = self.wgmma_sp(&accs, a, b, e, &pinned[12]);
         }
         self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
         accs = self.tied("wgmma.wait_group.sync.aligned 1;", &accs, &[]);
@@ -607,6 +624,19 @@ impl Gen {
         let accs = self.load_acc();
         let accs = self.tied("wgmma.wait_group.sync.aligned 0;", &accs, &[]);
         self.store_acc(&accs);
+    }
+
+    /// `values` (constraint `l` for i64, `r` for i32, and the value)
+    /// through an empty assembly statement: the same values, defined by
+    /// it, so their computation stays before it.
+    fn pin(&mut self, values: &[(&str, String)]) -> Vec<String> {
+        let ty_of = |c: &str| if c == "l" { "i64" } else { "i32" };
+        let ty = format!("{{ {} }}", values.iter().map(|(c, _)| ty_of(c)).collect::<Vec<_>>().join(", "));
+        let mut cons: Vec<String> = values.iter().map(|(c, _)| format!("={c}")).collect();
+        cons.extend((0..values.len()).map(|i| i.to_string()));
+        let args: Vec<String> = values.iter().map(|(c, v)| format!("{} {v}", ty_of(c))).collect();
+        let r = self.v(format!("call {ty} asm sideeffect \"\", \"{}\"({}) convergent", cons.join(","), args.join(", ")));
+        (0..values.len()).map(|i| self.v(format!("extractvalue {ty} {r}, {i}"))).collect()
     }
 
     fn load_acc(&mut self) -> Vec<String> {
@@ -651,8 +681,8 @@ impl Gen {
     }
 
     /// One `wgmma.mma_async.sp` m64n{bn}k32 (sparsity selector 0, scale-d
-    /// 1: D = A·B + D) accumulating into `accs`.
-    fn wgmma_sp(&mut self, accs: &[String], da: &str, db: &str, e: &str) -> Vec<String> {
+    /// from the i32 `one`: 1 for D = A·B + D) accumulating into `accs`.
+    fn wgmma_sp(&mut self, accs: &[String], da: &str, db: &str, e: &str, one: &str) -> Vec<String> {
         let n = accs.len();
         let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
         let text = format!(
@@ -668,7 +698,7 @@ impl Gen {
             ("l", format!("i64 {da}")),
             ("l", format!("i64 {db}")),
             ("r", format!("i32 {e}")),
-            ("r", "i32 1".to_string()),
+            ("r", format!("i32 {one}")),
         ];
         self.tied(&text, accs, &extra)
     }

@@ -1,6 +1,6 @@
 //! The `wgmma.sp` kernel runs on the host (`host_sim`) with the `wgmma`
 //! instructions emulated: `cp.async` copies at once (`host.rs`'s copies),
-//! the fences, commits and waits are identities, and each
+//! the fences, commits, waits and the operands' pin are identities, and each
 //! `wgmma.mma_async.sp` is a host function (`sim_wgmma_sp`) that reads
 //! both operands from the emulated shared memory through their matrix
 //! descriptors as the hardware addresses them (start address, stride byte
@@ -106,6 +106,8 @@ fn emulated(ir: &str, nacc: u32) -> String {
             "@emu.wgsp"
         } else if asm.contains("wgmma.fence") || asm.contains("wgmma.wait_group") {
             "@emu.id"
+        } else if asm.starts_with("asm sideeffect \"\",") {
+            "@emu.pin"
         } else {
             panic!("unexpected inline assembly {asm}")
         };
@@ -136,6 +138,17 @@ fn emulated(ir: &str, nacc: u32) -> String {
         f.push_str(&format!("  %r{i} = load float, ptr %p{i}\n"));
     }
     build(&mut f, &|i| format!("%r{i}"));
+    // The pin of the descriptors, metadata and scale-d (four steps: 8
+    // i64, 5 i32).
+    let pty = format!("{{ {}, {} }}", vec!["i64"; 8].join(", "), vec!["i32"; 5].join(", "));
+    let pparams: Vec<String> = (0..13).map(|i| format!("{} %v{i}", if i < 8 { "i64" } else { "i32" })).collect();
+    f.push_str(&format!("\ndefine internal {pty} @emu.pin({}) {{\n", pparams.join(", ")));
+    let mut prev = "poison".to_string();
+    for (i, p) in pparams.iter().enumerate() {
+        f.push_str(&format!("  %q{i} = insertvalue {pty} {prev}, {p}, {i}\n"));
+        prev = format!("%q{i}");
+    }
+    f.push_str(&format!("  ret {pty} {prev}\n}}\n"));
     text.push_str(&f);
     text.push_str(super::host::COPIES);
     text
