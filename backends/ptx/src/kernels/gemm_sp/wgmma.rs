@@ -44,7 +44,11 @@
 //! per k-tile committed as one group, `wgmma.wait_group 1` so the tile's
 //! products run while the next one is waited for and copied. Each
 //! thread's metadata word of a k32 step is read from shared memory
-//! before `wgmma.fence`.
+//! before `wgmma.fence`; the four steps' descriptors, metadata words and
+//! scale-d pass through one empty assembly statement before the fence,
+//! so no instruction between the fence and the wgmmas defines one of
+//! their inputs (ptxas would serialize the wgmmas; the PTX tests check
+//! it does not).
 //!
 //! The epilogue: accumulator register `4j + 2h + e` of lane `l` of warp
 //! `w` in warpgroup `g` is feature `f0 + 64g + 16w + l/4 + 8h`, row `r0 +
