@@ -14,12 +14,16 @@
   launched with CuPy on a 2:4 weight packed as the kernel reads it, timed
   with CUDA events (f16 activations: the compiled model converts them in
   its own launch, which the aoc_sparsified row includes);
+- aoc's `wgmma.sp` kernel (`kernels::gemm_sp::gemm_sp_wgmma`, sm_90a
+  only, what the compiler runs large sparse layers on at sm_90a): the
+  same, from gemm_sp_wgmma_sm_90a.ptx (kernels `spwg_benchN_T`);
 - PyTorch: torch.matmul (cuBLAS) dense, and F.linear on
   torch.sparse.to_sparse_semi_structured(W) (cuSPARSELt / CUTLASS).
 
 Usage (on the GPU machine):
 
-    AOC_PTX_DUMP_DIR=/tmp/ptx cargo test --release -p aoc-backend-ptx --test ptx gemm_sp_tiled
+    AOC_PTX_DUMP_DIR=/tmp/ptx build/device/ptx_tests gemm_sp
+    (or: AOC_PTX_DUMP_DIR=/tmp/ptx cargo test --release -p aoc-backend-ptx --test ptx gemm_sp)
     python3 bench/gpu/sparse_gemm.py --aoc build/device/aoc --ptx /tmp/ptx [--sm sm_90a] [--sizes 4096,8192]
 
 Prints one JSON row per size: milliseconds (median over --iters after
@@ -45,18 +49,19 @@ sys.path.insert(0, os.path.join(ROOT, "backends/ptx/tests/gpu_checks"))
 from gemm_sp import pack_tiled, prune_2_4 as prune_keep  # noqa: E402
 
 
-def aoc_kernel_ms(ptx_dir, sm, n, iters):
-    """Times every `gemm_sp_tiled` kernel of n³ in the dump (the tile the
-    compiler picks is `_0`); returns {tile: ms} and a note."""
+def aoc_kernel_ms(ptx_dir, sm, n, iters, family="gemm_sp_tiled", prefix="sptiled_bench"):
+    """Times every `family` kernel (`gemm_sp_tiled`, or `gemm_sp_wgmma`
+    for sm_90a) of n³ in the dump (the tile the compiler picks is `_0`);
+    returns {tile: ms} and a note."""
     import cupy as cp
 
-    path = os.path.join(ptx_dir, f"gemm_sp_tiled_{sm}.ptx")
+    path = os.path.join(ptx_dir, f"{family}_{sm}.ptx")
     if not os.path.exists(path):
         return {}, f"no {path} (run the PTX tests with AOC_PTX_DUMP_DIR)"
     mod = cp.RawModule(path=path)
     with open(path[:-4] + ".txt") as fh:
         specs = [dict(kv.split("=", 1) for kv in ln.split()) for ln in fh if ln.strip()]
-    specs = [s for s in specs if s["name"].startswith("sptiled_bench") and int(s["m"]) == n and int(s["n"]) == n and int(s["k"]) == n]
+    specs = [s for s in specs if s["name"].startswith(prefix) and int(s["m"]) == n and int(s["n"]) == n and int(s["k"]) == n]
     if not specs:
         return {}, f"no {n}³ kernel in {path}"
     rng = np.random.default_rng(n)
@@ -114,6 +119,11 @@ def main():
             row["aoc_mma_sp_tiles_ms"], row["aoc_mma_sp_kernel_note"] = tiles, note
             if tiles:
                 row["aoc_mma_sp_kernel_ms"] = min(tiles.values())
+            if a.sm == "sm_90a":
+                tiles, note = aoc_kernel_ms(a.ptx, "sm_90a", n, a.iters, "gemm_sp_wgmma", "spwg_bench")
+                row["aoc_wgmma_sp_tiles_ms"], row["aoc_wgmma_sp_kernel_note"] = tiles, note
+                if tiles:
+                    row["aoc_wgmma_sp_kernel_ms"] = min(tiles.values())
         x = torch.randn(n, n, device="cuda", dtype=torch.float16)
         w = torch.randn(n, n, device="cuda", dtype=torch.float16)
         mask = torch.tensor([0, 0, 1, 1], device="cuda", dtype=torch.bool).tile((n, n // 4))
@@ -126,7 +136,8 @@ def main():
             row["torch_semi_structured_error"] = str(e)[-1000:]
         for key in [k for k in list(row) if k.endswith("_ms") and row[k]]:
             row[key.replace("_ms", "_tflops")] = flops / row[key] / 1e9
-        best_sparse = row.get("aoc_mma_sp_kernel_ms")
+        kernels = [row[k] for k in ("aoc_mma_sp_kernel_ms", "aoc_wgmma_sp_kernel_ms") if row.get(k)]
+        best_sparse = min(kernels) if kernels else None
         if best_sparse and row.get("aoc_dense_ms"):
             row["speedup_2_4_vs_aoc_dense"] = row["aoc_dense_ms"] / best_sparse  # target >= 1.5 at 8192
         if best_sparse and row.get("torch_semi_structured_ms"):

@@ -2,8 +2,11 @@
 """Builds the binaries the GPU machine runs (it has no cargo) and copies
 them, stripped, to build/device/: the release `aoc`, the runtime's unit
 tests (with the `cuda` feature: AVX-512/AMX kernels and GPU tests), the
-GPU end-to-end tests (compiler/tests/gpu.rs), the x86 backend's
-generated-code tests, and the GEMM benchmarks (`--gpu-only`: the first three).
+GPU end-to-end tests (compiler/tests/gpu.rs), the PTX backend's tests
+(`ptx_tests`: with AOC_PTX_DUMP_DIR they write the kernels the
+`backends/ptx/tests/gpu_checks/*.py` scripts and `bench/gpu/sparse_gemm.py`
+run), the x86 backend's generated-code tests, and the GEMM benchmarks
+(`--gpu-only`: the first four).
 
     python3 tests/scripts/device_bins.py [OUT_DIR] [--gpu-only]
 
@@ -65,8 +68,11 @@ def main():
     for name, kind, path in executables(["test", "--release", "-p", "aoc", "--test", "gpu", "--no-run"]):
         if name == "gpu":
             copy(path, "gpu_tests")
+    for name, kind, path in executables(["test", "--release", "-p", "aoc-backend-ptx", "--test", "ptx", "--no-run"]):
+        if name == "ptx":
+            copy(path, "ptx_tests")
     if "--gpu-only" in sys.argv:
-        pack(["aoc", "gpu_tests", "runtime_tests"])
+        pack(["aoc", "gpu_tests", "runtime_tests", "ptx_tests"])
         return
     for name, kind, path in executables(["test", "--release", "-p", "aoc-backend-x86", "--no-run"]):
         if name in ("pointwise", "pointwise_math"):

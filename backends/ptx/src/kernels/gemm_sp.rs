@@ -3,6 +3,10 @@
 //!   uses, tiled and pipelined like the dense `gemm_tc` (cp.async stages,
 //!   `ldmatrix`, metadata loaded once per k-tile in the instruction's
 //!   layout), on the weight packed by [`pack_weight`] (`pack.rs`);
+//! - [`wgmma::gemm_sp_wgmma`] (re-exported here): the sm_90a kernel on
+//!   `wgmma.mma_async.sp`, the dense `gemm_wgmma` pipeline with the
+//!   compressed weight as the sparse A operand, on the same packing
+//!   ([`pack_weight`]) padded to its tile;
 //! - [`gemm_sp_f16`] (below): the correctness-first reference kernel on
 //!   aoc's stored form, fragments straight from global memory. It pins the
 //!   fragment and metadata layouts the tiled kernel also follows (both
@@ -48,9 +52,11 @@
 
 mod pack;
 pub mod tiled;
+pub mod wgmma;
 
-pub use pack::{EMPTY_META, PackedSparse, pack_weight};
+pub use pack::{EMPTY_META, PackedSparse, SparsePadding, pack_weight};
 pub use tiled::{SpGemmSpec, SpTile, choose_sp_tile, gemm_sp_tiled};
+pub use wgmma::{SpWgTile, choose_sp_wg_tile, gemm_sp_wgmma};
 
 use super::Geometry;
 use crate::irtext::{Body, ModuleText, check_entry_name};

@@ -1,6 +1,7 @@
-//! 2:4 sparse layers (`sparse.matmul`, `sparse.conv2d`) → the sparse
-//! `mma.sp` kernel (`kernels::gemm_sp::tiled`) or the dense kernels, per
-//! layer: [`Tr::sparse_gemm`] decides by the rules and the cost model
+//! 2:4 sparse layers (`sparse.matmul`, `sparse.conv2d`) → a sparse
+//! kernel (`mma.sp`, `kernels::gemm_sp::tiled`; on sm_90a also
+//! `wgmma.mma_async.sp`, `kernels::gemm_sp::wgmma`) or the dense kernels,
+//! per layer: [`Tr::sparse_gemm`] decides by the rules and the cost model
 //! below, launches the sparse kernel when it wins, and records in the
 //! plan's notes which way the layer went and why (`aoc explain` prints
 //! them).
@@ -8,8 +9,8 @@
 //! The lowering hands a sparse layer over as the dense GEMM-shaped step on
 //! the decompressed weight (B is `k × n` f32 in the weights), so the
 //! sparse form is derived here: the weight rounded to f16 is checked to
-//! be 2:4 along the GEMM's k and packed for the tile
-//! (`gemm_sp::pack_weight`); A is read through a half copy (`half.rs`),
+//! be 2:4 along the GEMM's k and packed for the chosen kernel's tile
+//! (`gemm_sp::pack_weight`, padded to that tile); A is read through a half copy (`half.rs`),
 //! as `wgmma` reads it.
 //!
 //! Invariants:
@@ -27,7 +28,8 @@ use aoc_plan::plan::Buf;
 
 use super::gemm::GemmBufs;
 use super::{Precision, Tr, aligned16};
-use crate::kernels::gemm_sp::{SpGemmSpec, SpTile, choose_sp_tile, gemm_sp_tiled};
+use crate::kernels::gemm_sp::wgmma as wgsp;
+use crate::kernels::gemm_sp::{SpGemmSpec, SpTile, SpWgTile, choose_sp_tile, choose_sp_wg_tile, gemm_sp_tiled, gemm_sp_wgmma};
 use crate::kernels::gemm_tc::{ENOUGH_BLOCKS, TcPrecision, choose_tile};
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec};
 use crate::target::Sm;
@@ -42,15 +44,42 @@ const DENSE_MMA_TFLOPS: f64 = 240.0;
 const DENSE_WGMMA_TFLOPS: f64 = 577.0;
 const SPARSE_MMA_TFLOPS: f64 = 415.0;
 
+/// The `wgmma.sp` kernel (`gemm_sp::wgmma`, sm_90a, 128×128×128 tiles in
+/// four stages): AN ESTIMATE, NOT A MEASUREMENT. The kernel has only been
+/// assembled (ptxas), not yet run on an H200; 800 assumes it reaches
+/// about 1.4× the dense `wgmma` kernel it is built on (the instruction's
+/// peak is 2×). Replace it with the rate `gemm_sp.py --time` measures at
+/// 4096³ and 8192³ (docs/performance.md).
+const SPARSE_WGMMA_TFLOPS: f64 = 800.0;
+
 /// Bytes per second of the conversion launch that writes A's half copy
 /// (about 6 bytes per element: f32 read, f16 written), and one launch's
 /// overhead inside a CUDA graph.
 const CONVERT_BYTES_PER_S: f64 = 3.0e12;
 const LAUNCH_S: f64 = 3.0e-6;
 
+/// A sparse kernel and its tile.
+#[derive(Clone, Copy, Debug)]
+enum SparseKernel {
+    /// `mma.sp` (`gemm_sp::tiled`), sm_80+.
+    Mma(SpTile),
+    /// `wgmma.mma_async.sp` (`gemm_sp::wgmma`), sm_90a.
+    Wgmma(SpWgTile),
+}
+
+impl SparseKernel {
+    /// The instruction and the tile, for the notes.
+    fn describe(&self) -> String {
+        match self {
+            SparseKernel::Mma(t) => format!("mma.sp ({}x{}x{} tiles)", t.bm, t.bn, t.bk),
+            SparseKernel::Wgmma(t) => format!("wgmma.sp ({}x{}x{} tiles)", wgsp::BM, t.bn, wgsp::BK),
+        }
+    }
+}
+
 /// How a sparse layer runs.
 enum Choice {
-    Sparse(SpTile),
+    Sparse(SparseKernel),
     Dense(String),
 }
 
@@ -84,10 +113,16 @@ impl Tr<'_, '_> {
     pub(super) fn sparse_gemm(&mut self, spec: GemmSpec, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>) -> Result<(), String> {
         let choice = self.sparse_choice(&spec, &bufs);
         match choice {
-            Choice::Sparse(tile) => match self.weights.sparse_packed(&bufs.b, spec.n, spec.k, &tile) {
-                Ok((values, meta)) => self.launch_sparse(spec, tile, bufs, values, meta, origin, epi),
-                Err(why) => self.dense_with_note(spec, bufs, origin, epi, format!("dense: {why}")),
-            },
+            Choice::Sparse(kernel) => {
+                let packed = match kernel {
+                    SparseKernel::Mma(t) => self.weights.sparse_packed(&bufs.b, spec.n, spec.k, &t),
+                    SparseKernel::Wgmma(t) => self.weights.sparse_packed(&bufs.b, spec.n, spec.k, &t),
+                };
+                match packed {
+                    Ok((values, meta)) => self.launch_sparse(spec, kernel, bufs, values, meta, origin, epi),
+                    Err(why) => self.dense_with_note(spec, bufs, origin, epi, format!("dense: {why}")),
+                }
+            }
             Choice::Dense(why) => self.dense_with_note(spec, bufs, origin, epi, format!("dense: {why}")),
         }
     }
@@ -141,24 +176,31 @@ impl Tr<'_, '_> {
         // it or A's producer can write it.
         let free = self.half_copy_is_free((*a, lda, spec.m, spec.k, Scalar::F16));
         let convert = if free { 0.0 } else { LAUNCH_S + 6.0 * spec.m as f64 * spec.k as f64 / CONVERT_BYTES_PER_S };
-        let sparse_s = LAUNCH_S + flops / (SPARSE_MMA_TFLOPS * 1e12 * fill(tile.blocks(&sp)));
+        let mma_s = LAUNCH_S + flops / (SPARSE_MMA_TFLOPS * 1e12 * fill(tile.blocks(&sp)));
+        // On sm_90a also wgmma.sp; the faster of the two sparse kernels.
+        let (kernel, sparse_s) = match self.sm {
+            Sm::Sm90a => {
+                let wt = choose_sp_wg_tile(&sp);
+                let wg_s = LAUNCH_S + flops / (SPARSE_WGMMA_TFLOPS * 1e12 * fill(wt.blocks(&sp)));
+                if wg_s < mma_s { (SparseKernel::Wgmma(wt), wg_s) } else { (SparseKernel::Mma(tile), mma_s) }
+            }
+            _ => (SparseKernel::Mma(tile), mma_s),
+        };
         let wgmma = self.wgmma_form(spec, TcPrecision::F16, c, bias).is_some();
-        let (dense_s, sparse_s, kernel) = if wgmma {
+        let (dense_s, sparse_s, dense_kernel) = if wgmma {
             (LAUNCH_S + flops / (DENSE_WGMMA_TFLOPS * 1e12 * fill(spec.m.div_ceil(128) * spec.n.div_ceil(128))), sparse_s, "wgmma")
         } else {
             let t = choose_tile(spec);
             let blocks = spec.m.div_ceil(t.bm as u64) * spec.n.div_ceil(t.bn as u64);
             (LAUNCH_S + flops / (DENSE_MMA_TFLOPS * 1e12 * fill(blocks)), sparse_s + convert, "mma.sync")
         };
-        let tile_name = format!("{}x{}x{}", tile.bm, tile.bn, tile.bk);
         if sparse_s < dense_s {
-            Choice::Sparse(tile)
+            Choice::Sparse(kernel)
         } else {
-            let sm90 = matches!(self.sm, Sm::Sm90a) && wgmma;
-            let extra = if sm90 { "; no wgmma.sp kernel yet" } else { "" };
             Choice::Dense(format!(
-                "the cost model estimates dense {kernel} at {} and mma.sp ({tile_name} tiles) at {}{extra}",
+                "the cost model estimates dense {dense_kernel} at {} and {} at {}",
                 us(dense_s),
+                kernel.describe(),
                 us(sparse_s)
             ))
         }
@@ -169,7 +211,7 @@ impl Tr<'_, '_> {
     fn launch_sparse(
         &mut self,
         spec: GemmSpec,
-        tile: SpTile,
+        kernel: SparseKernel,
         bufs: GemmBufs,
         values: Buf,
         meta: Buf,
@@ -182,7 +224,10 @@ impl Tr<'_, '_> {
         let sp = SpGemmSpec { m: spec.m, n: spec.n, k: spec.k, lda: spec.k, ldc: spec.c_strides[1], bias: bias.is_some(), relu: spec.relu };
         let sm = self.sm;
         let e = epi.map(|(e, _)| e);
-        let kern = self.kernel("gemm_sp", (&sp, tile, e), |m, n| gemm_sp_tiled(m, n, &sp, tile, sm, e))?;
+        let kern = match kernel {
+            SparseKernel::Mma(tile) => self.kernel("gemm_sp", (&sp, tile, e), |m, n| gemm_sp_tiled(m, n, &sp, tile, sm, e))?,
+            SparseKernel::Wgmma(tile) => self.kernel("gemm_sp_wgmma", (&sp, tile, e), |m, n| gemm_sp_wgmma(m, n, &sp, tile, sm, e))?,
+        };
         let mut args = vec![Arg::In(x), Arg::In(values), Arg::In(meta)];
         args.extend(bias.map(Arg::In));
         args.push(Arg::Out(c));
@@ -191,15 +236,18 @@ impl Tr<'_, '_> {
         }
         self.launch(kern, args, origin);
         let flops = 2.0 * spec.m as f64 * spec.n as f64 * spec.k as f64;
-        self.note(format!(
-            "sparse: 2:4 mma.sp, {}x{}x{} tiles in {} stages{} ({:.2} dense GFLOP)",
-            tile.bm,
-            tile.bn,
-            tile.bk,
-            tile.stages,
-            if tile.min_blocks > 1 { format!(", {} blocks per SM", tile.min_blocks) } else { String::new() },
-            flops / 1e9
-        ));
+        let how = match kernel {
+            SparseKernel::Mma(tile) => format!(
+                "mma.sp, {}x{}x{} tiles in {} stages{}",
+                tile.bm,
+                tile.bn,
+                tile.bk,
+                tile.stages,
+                if tile.min_blocks > 1 { format!(", {} blocks per SM", tile.min_blocks) } else { String::new() },
+            ),
+            SparseKernel::Wgmma(tile) => format!("wgmma.sp, {}x{}x{} tiles in {} stages", wgsp::BM, tile.bn, wgsp::BK, tile.stages),
+        };
+        self.note(format!("sparse: 2:4 {how} ({:.2} dense GFLOP)", flops / 1e9));
         Ok(())
     }
 }

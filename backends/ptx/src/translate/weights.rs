@@ -2,7 +2,7 @@
 //! lowering's constant weights in the forms the kernels read — half copies
 //! for the tensor-core GEMMs, B packed per `wgmma` tile (with a stem's
 //! padded channels), int8 convolution weights packed for `gemm_s8`, 2:4
-//! weights packed for `mma.sp`.
+//! weights packed for `mma.sp` and `wgmma.sp`.
 //!
 //! Invariants:
 //! - Each derivation of a blob is made once (keyed by the source's offset
@@ -20,7 +20,7 @@ use aoc_plan::plan::{Buf, Space};
 use super::Precision;
 use crate::kernels::GemmSpec;
 use crate::kernels::gemm_s8::{self, QConvSpec};
-use crate::kernels::gemm_sp::{SpTile, pack_weight};
+use crate::kernels::gemm_sp::{SparsePadding, pack_weight};
 use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, pack_b, pack_weights_wg};
 
 /// The weight blobs, their offsets in the section, and the derived ones
@@ -115,12 +115,13 @@ impl<'a> WeightSection<'a> {
     }
 
     /// The f32 `k × n` B at `b` of a sparse layer, rounded to f16 and
-    /// packed for the `mma.sp` kernel's `tile` (`gemm_sp::pack_weight`):
+    /// packed for a sparse kernel's `tile` (`gemm_sp::pack_weight`, padded
+    /// to an `mma.sp` or `wgmma.sp` tile):
     /// one blob, the values then the metadata words, returned as their two
     /// buffers; an error says why not (the rounded weight is not 2:4
     /// along k), and the layer then runs dense.
-    pub(super) fn sparse_packed(&mut self, b: &Buf, n: u64, k: u64, tile: &SpTile) -> Result<(Buf, Buf), String> {
-        let suffix = format!("sp{}x{}", tile.bm, tile.bk);
+    pub(super) fn sparse_packed(&mut self, b: &Buf, n: u64, k: u64, tile: &impl SparsePadding) -> Result<(Buf, Buf), String> {
+        let suffix = format!("sp{}x{}", tile.n_pad(1), tile.k_pad(1));
         let key = (b.offset, suffix.clone());
         let split = |h: Buf, values: u64| {
             (Buf { len: values, ..h }, Buf { offset: h.offset + values, len: h.len - values, ..h })

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Runs the 2:4 sparse GEMM kernels of `kernels::gemm_sp` (`mma.sp`) on a
-GPU and compares them with a NumPy reference.
+"""Runs the 2:4 sparse GEMM kernels of `kernels::gemm_sp` (`mma.sp`,
+`wgmma.sp`) on a GPU and compares them with a NumPy reference.
 
 Usage (on a machine with a GPU, CuPy and NumPy):
 
     AOC_PTX_DUMP_DIR=/tmp/ptx cargo test --release -p aoc-backend-ptx --test ptx gemm_sp
-    python3 backends/ptx/tests/gpu_checks/gemm_sp.py /tmp/ptx [--time]
+    python3 backends/ptx/tests/gpu_checks/gemm_sp.py /tmp/ptx [--time] [--wgmma]
 
-Two kernel families:
+`--wgmma` runs only the sm_90a `wgmma.sp` kernels (H100/H200).
+
+Three kernel families:
 
 - the reference kernel (`gemm_sp_f16`): `gemm_sp_sm_{80,90}.{ptx,txt}`,
   described below;
@@ -22,6 +24,14 @@ Two kernel families:
   With `--time`, every tiled kernel of 2·m·n·k ≥ 2^34 is timed (CUDA
   events, median of 20) against cuBLAS's dense f16 matmul (CuPy) of the
   same shape, in TFLOP/s counted as dense.
+- the sm_90a kernel on `wgmma.mma_async.sp` (`gemm_sp_wgmma`), run only on
+  an sm_90 GPU: `gemm_sp_wgmma_sm_90a.{ptx,txt}`, the same manifest keys,
+  ABI and checks as the tiled kernel (the weight packed the same way,
+  padded to 128 features and 128 of k). The module also holds aoc's dense
+  `gemm_wgmma` kernel of each benchmark shape
+  (`gemm_sp_wgmma_dense_sm_90a.txt`); with `--time` each timed sparse
+  kernel is also compared with it (x · wᵀ with wᵀ packed as
+  `gemm_wgmma::pack_b` lays it out, as `gemm_wgmma.py` does), same run.
 
 The test writes `gemm_sp_sm_80.{ptx,txt}` and `gemm_sp_sm_90.{ptx,txt}`:
 the module and one manifest line per kernel (m, n, k, grid, block). For
@@ -147,7 +157,25 @@ def time_ms(cp, fn, iters=20):
     return float(np.median(times))
 
 
-def run_tiled(cp, path, lines, rng, timing):
+def aoc_dense_ms(cp, mod, f, x, w):
+    """Milliseconds of aoc's dense wgmma kernel `f` (a manifest line's
+    fields) on x (m × k f16) and wᵀ, packed for its tile."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gemm_wgmma import pack_b  # noqa: E402 - needs cupy, only on the GPU machine
+
+    m, n, k, bn = (int(f[key]) for key in ("m", "n", "k", "bn"))
+    a = cp.asarray(np.ascontiguousarray(x[:, :k]))
+    bbits = cp.asarray(np.ascontiguousarray(w.T)).view(cp.uint16)
+    packed = pack_b(bbits, k, n, bn, cp)
+    c = cp.empty((m, n), cp.float32)
+    fn = mod.get_function(f["name"])
+    smem = int(f["smem"])
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    return time_ms(cp, lambda: fn((int(f["grid"]), 1, 1), (int(f["block"]), 1, 1), (a, packed, c), shared_mem=smem))
+
+
+def run_tiled(cp, path, lines, rng, timing, dense_aoc=None):
     mod = cp.RawModule(path=path)
     tag = os.path.basename(path)
     guard = 64
@@ -208,6 +236,10 @@ def run_tiled(cp, path, lines, rng, timing):
             dense = time_ms(cp, lambda: cp.matmul(xd, wd.T))
             fl = 2 * m * n * k
             detail += f"  {ms:.3f} ms {fl / ms / 1e9:.0f} TFLOP/s; cuBLAS dense f16 {dense:.3f} ms {fl / dense / 1e9:.0f} TFLOP/s; sparse/dense speedup {dense / ms:.2f}x"
+            d = (dense_aoc or {}).get((m, n, k))
+            if d is not None:
+                ad = aoc_dense_ms(cp, mod, d, x, w)
+                detail += f"; aoc dense wgmma {ad:.3f} ms {fl / ad / 1e9:.0f} TFLOP/s; sparse/aoc-dense speedup {ad / ms:.2f}x"
         check(f"{tag} {name} {m}x{n}x{k}", ok, detail)
 
 
@@ -220,6 +252,28 @@ def main():
 
     d = args[0]
     found = False
+    wg = os.path.join(d, "gemm_sp_wgmma_sm_90a.ptx")
+    if os.path.exists(wg):
+        cc = cp.cuda.Device().compute_capability
+        if cc != "90":
+            print(f"skipping {wg}: wgmma.sp needs an sm_90 GPU (H100/H200), found compute capability {cc}")
+        else:
+            found = True
+            with open(os.path.join(d, "gemm_sp_wgmma_sm_90a.txt")) as fh:
+                lines = [ln for ln in fh.read().splitlines() if ln.strip()]
+            dense = {}
+            dpath = os.path.join(d, "gemm_sp_wgmma_dense_sm_90a.txt")
+            if os.path.exists(dpath):
+                for ln in open(dpath).read().splitlines():
+                    if ln.strip():
+                        f = dict(kv.split("=", 1) for kv in ln.split())
+                        dense[(int(f["m"]), int(f["n"]), int(f["k"]))] = f
+            run_tiled(cp, wg, lines, np.random.default_rng(22), timing, dense)
+    if "--wgmma" in sys.argv:
+        if not found:
+            sys.exit(f"no runnable gemm_sp_wgmma_sm_90a.ptx in {d}")
+        print(f"{len(FAILS)} failed" if FAILS else "all passed")
+        sys.exit(1 if FAILS else 0)
     for sm in ("sm_80", "sm_90"):
         ptx = os.path.join(d, f"gemm_sp_tiled_{sm}.ptx")
         if not os.path.exists(ptx):

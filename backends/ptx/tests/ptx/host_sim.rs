@@ -45,6 +45,18 @@ extern "C" fn sim_barrier(_: i32) {
     b.expect("a barrier outside a block run").wait();
 }
 
+/// The calling thread's index in its block (for host functions that
+/// emulate collective instructions, given with [`with_jit_hooks`]).
+pub fn thread_index() -> u32 {
+    sim_tid()
+}
+
+/// The block barrier, for host functions that emulate collective
+/// instructions.
+pub fn block_barrier() {
+    sim_barrier(0)
+}
+
 /// The module rewritten for the host: no target triple, generic address
 /// spaces, host hooks for the GPU's registers, barrier and `fma`; shared
 /// memory (static arrays, and the dynamic `@aoc_smem`) as external-linkage
@@ -166,6 +178,13 @@ pub fn f32_bytes(x: &[f32]) -> Vec<u8> {
 /// every block (grid x and z; y and the block's y/z must be 1) and asserts
 /// that no buffer was written out of bounds.
 pub fn with_jit(ir: &str, f: impl FnOnce(&dyn Fn(&str, Geometry, &mut [&mut Mem]))) {
+    with_jit_hooks(ir, &[], f)
+}
+
+/// [`with_jit`] with more host functions: `(name, address)` of an
+/// `extern "C"` function each, bound to the module's declaration of
+/// `name` (an emulated instruction too large to write in IR).
+pub fn with_jit_hooks(ir: &str, extra: &[(&str, usize)], f: impl FnOnce(&dyn Fn(&str, Geometry, &mut [&mut Mem]))) {
     static NATIVE: Once = Once::new();
     NATIVE.call_once(|| Target::initialize_native(&InitializationConfig::default()).unwrap());
     let context = Context::create();
@@ -206,7 +225,7 @@ pub fn with_jit(ir: &str, f: impl FnOnce(&dyn Fn(&str, Geometry, &mut [&mut Mem]
         ("sim.ctaid.z", sim_ctaid_z as *const () as usize),
         ("sim.barrier", sim_barrier as *const () as usize),
     ];
-    for (name, addr) in hooks {
+    for &(name, addr) in hooks.iter().chain(extra) {
         if let Some(func) = module.get_function(name) {
             ee.add_global_mapping(&func, addr);
         }

@@ -10,6 +10,10 @@
 
 #[path = "kernels_gemm_sp/host.rs"]
 mod host;
+#[path = "kernels_gemm_sp/wgmma.rs"]
+mod wgmma;
+#[path = "kernels_gemm_sp/wgmma_host.rs"]
+mod wgmma_host;
 
 use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpTile, SparseGemmSpec, choose_sp_tile, gemm_sp_f16, gemm_sp_tiled, pack_weight};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};

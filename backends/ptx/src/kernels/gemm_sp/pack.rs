@@ -6,6 +6,35 @@
 //! same rules.
 
 use super::tiled::SpTile;
+use super::wgmma::SpWgTile;
+
+/// How a kernel pads the weight it reads: features up to a multiple of
+/// its block's features, k up to a multiple of its k-tile (so its copies
+/// need no bounds checks on the weight).
+pub trait SparsePadding {
+    /// Features of the padded weight for `n` features.
+    fn n_pad(&self, n: u64) -> u64;
+    /// k of the padded weight for reduction length `k`.
+    fn k_pad(&self, k: u64) -> u64;
+}
+
+impl SparsePadding for SpTile {
+    fn n_pad(&self, n: u64) -> u64 {
+        SpTile::n_pad(self, n)
+    }
+    fn k_pad(&self, k: u64) -> u64 {
+        SpTile::k_pad(self, k)
+    }
+}
+
+impl SparsePadding for SpWgTile {
+    fn n_pad(&self, n: u64) -> u64 {
+        SpWgTile::n_pad(self, n)
+    }
+    fn k_pad(&self, k: u64) -> u64 {
+        SpWgTile::k_pad(self, k)
+    }
+}
 
 /// The metadata word of a group of four with no non-zero value: indices
 /// 0 and 1 (a valid pattern over zeros), for every group of a word.
@@ -20,14 +49,15 @@ pub struct PackedSparse {
 }
 
 /// Packs the weight `w(j, kk)` (feature `j < n`, `kk < k`, f16 bits) for
-/// `tile`; `None` when some group of four along k holds more than two
+/// `tile` (an `mma.sp` [`SpTile`] or a `wgmma.sp` [`SpWgTile`]: the same
+/// layout, padded to each kernel's tile); `None` when some group of four along k holds more than two
 /// non-zero values (the weight is not 2:4). A group with fewer keeps its
 /// non-zeros and zeros in ascending index order (the instruction wants
 /// the two indices ascending).
 pub fn pack_weight(
     n: u64,
     k: u64,
-    tile: &SpTile,
+    tile: &impl SparsePadding,
     w: impl Fn(u64, u64) -> u16,
 ) -> Option<PackedSparse> {
     let (n_pad, k_pad) = (tile.n_pad(n), tile.k_pad(k));

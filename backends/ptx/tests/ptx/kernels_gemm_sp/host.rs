@@ -142,12 +142,12 @@ fn emulated(ir: &str) -> String {
     text.replacen("entry:\n", "entry:\n  ; the emulation calls @llvm.nvvm.barrier.cta.sync.aligned.all(\n", 1)
 }
 
-fn f16_bits(v: &[f64]) -> Vec<u8> {
+pub fn f16_bits(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|&x| half::f16::from_f64(x).to_bits().to_le_bytes()).collect()
 }
 
 /// Small integers in [-3, 3] (a small LCG): every product and sum exact.
-fn ints(n: usize, seed: u64) -> Vec<f64> {
+pub fn ints(n: usize, seed: u64) -> Vec<f64> {
     let mut s = seed;
     (0..n)
         .map(|_| {
@@ -195,7 +195,7 @@ pub fn check(s: SparseGemmSpec, seed: u64) {
 /// (matrix `i`'s row `r` addressed by lane `8i + r`, lane `l` receiving
 /// bytes `4·(l%4)` … of row `l/4`; a copy of 16 bytes, or zeros for a
 /// source size of 0, at once; commit and wait do nothing).
-const COPIES: &str = "
+pub const COPIES: &str = "
 @emu.sp.p = global [1024 x ptr] zeroinitializer
 
 define internal void @emu.sp.commit() {
