@@ -677,6 +677,94 @@ def int_pointwise():
     return model(13, nodes, ins, outs), [a, b, c, d]
 
 
+@case
+def gather_elements():
+    # Along the last axis with negative indices (i64), along axis 0 of a
+    # 3-D tensor with i32 indices smaller than data off the axis.
+    nodes = [
+        helper.make_node("GatherElements", ["x", "i"], ["y"], axis=-1),
+        helper.make_node("GatherElements", ["z", "j"], ["w"], axis=0),
+    ]
+    i = np.array([[0, -1], [3, 1], [-4, 2]], np.int64)
+    j = np.array([[[1, 0, 2]], [[2, 2, -3]]], np.int32)
+    ins = [("x", [3, 4]), ("i", [3, 2], TensorProto.INT64), ("z", [3, 2, 3]), ("j", [2, 1, 3], TensorProto.INT32)]
+    return model(13, nodes, ins, [("y", [3, 2]), ("w", [2, 1, 3])]), [rand(3, 4), i, rand(3, 2, 3), j]
+
+
+@case
+def scatter_elements():
+    # Constant indices (negative ones too) into run-time data and updates:
+    # plain writes along the last axis; along axis 0, where two updates
+    # land on one element, each reduction (add, mul, max, min).
+    nodes = [
+        helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["s"], axis=0, reduction="add"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["p"], axis=0, reduction="mul"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["hi"], axis=0, reduction="max"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["lo"], axis=0, reduction="min"),
+    ]
+    inits = [
+        init("i", np.array([[0, -1], [2, 1], [-4, 3]], np.int64)),
+        init("j", np.array([[1, 0, 2, 2], [1, 2, 0, -1]], np.int64)),
+    ]
+    ins = [("x", [3, 4]), ("u", [3, 2]), ("v", [2, 4])]
+    outs = [("y", [3, 4]), ("s", [3, 4]), ("p", [3, 4]), ("hi", [3, 4]), ("lo", [3, 4])]
+    return model(18, nodes, ins, outs, inits), [rand(3, 4), rand(3, 2), rand(2, 4)]
+
+
+@case
+def scatter_nd():
+    # Rows of a 3-D tensor replaced by constant index pairs; whole slices
+    # added, one slice twice.
+    nodes = [
+        helper.make_node("ScatterND", ["x", "i", "u"], ["y"]),
+        helper.make_node("ScatterND", ["x", "j", "v"], ["s"], reduction="add"),
+    ]
+    inits = [
+        init("i", np.array([[0, 1], [2, 0], [1, 2]], np.int64)),
+        init("j", np.array([[1], [0], [1]], np.int64)),
+    ]
+    ins = [("x", [3, 3, 4]), ("u", [3, 4]), ("v", [3, 3, 4])]
+    outs = [("y", [3, 3, 4]), ("s", [3, 3, 4])]
+    return model(16, nodes, ins, outs, inits), [rand(3, 3, 4), rand(3, 4), rand(3, 3, 4)]
+
+
+@case
+def top_k():
+    # Largest 3 along the last axis with a tie (the lower index first),
+    # smallest 2 along axis 0 unsorted, k from a constant input.
+    x = rand(3, 5)
+    x[1, 3] = x[1, 1]
+    x[1, 1] = x[1, 3] = x[1].max() + 1.0
+    nodes = [
+        helper.make_node("TopK", ["x", "k3"], ["v", "i"]),
+        helper.make_node("TopK", ["x", "k2"], ["w", "j"], axis=0, largest=0, sorted=1),
+    ]
+    inits = [init("k3", np.array([3], np.int64)), init("k2", np.array([2], np.int64))]
+    outs = [("v", [3, 3]), ("i", [3, 3], TensorProto.INT64), ("w", [2, 5]), ("j", [2, 5], TensorProto.INT64)]
+    return model(11, nodes, [("x", [3, 5])], outs, inits), [x]
+
+
+@case
+def scatter_run_time_indices():
+    # Indices as graph inputs: ScatterElements (none, add, max; negative
+    # and repeated indices) and ScatterND (none, add).
+    nodes = [
+        helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["s"], axis=0, reduction="add"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["hi"], axis=0, reduction="max"),
+        helper.make_node("ScatterND", ["z", "k", "w"], ["t"]),
+        helper.make_node("ScatterND", ["z", "k", "w"], ["ta"], reduction="add"),
+    ]
+    i = np.array([[0, -1], [2, 1], [-4, 3]], np.int64)
+    j = np.array([[1, 0, 2, 2], [1, 2, 0, -1]], np.int64)
+    k = np.array([[0, 1], [2, -3], [1, 2]], np.int64)
+    ins = [("x", [3, 4]), ("i", [3, 2], TensorProto.INT64), ("u", [3, 2]), ("j", [2, 4], TensorProto.INT64), ("v", [2, 4]),
+           ("z", [3, 3, 4]), ("k", [3, 2], TensorProto.INT64), ("w", [3, 4])]
+    outs = [("y", [3, 4]), ("s", [3, 4]), ("hi", [3, 4]), ("t", [3, 3, 4]), ("ta", [3, 3, 4])]
+    return model(18, nodes, ins, outs), [rand(3, 4), i, rand(3, 2), j, rand(2, 4), rand(3, 3, 4), k, rand(3, 4)]
+
+
 # ---------------------------------------------------------------- external names
 
 
