@@ -9,7 +9,8 @@
 //! test passes with a printed reason. Each case is imported, run in the
 //! reference interpreter (tolerance 1e-4 of max(1, max|expected|)), then
 //! optimized with the CPU pipeline, compiled for baseline x86-64 with no
-//! reference fallback, and run by the runtime (tolerance 1e-3).
+//! reference fallback, and run by the runtime (tolerance 1e-3; integer
+//! and bool outputs exactly).
 
 use aoc_backend_x86::compile::compile;
 use aoc_backend_x86::pointwise::X86Level;
@@ -74,6 +75,14 @@ fn close(what: &str, want: &[Tensor], got: &[Tensor], tol: f64) -> Result<(), Fa
     for (i, (w, g)) in want.iter().zip(got).enumerate() {
         if w.ty.shape != g.ty.shape {
             return Err(format!("{what}: output {i} has shape {:?}, expected {:?}", g.ty.shape, w.ty.shape).into());
+        }
+        // Integers and bools must match exactly (an f64 view would hide
+        // an error in the low bits of a large i64).
+        if !w.ty.elem.storage().is_float() {
+            if let Some(j) = (0..w.len()).find(|&j| w.get_i64(j) != g.get_i64(j)) {
+                return Err(format!("{what}: output {i} element {j} is {}, expected {}", g.get_i64(j), w.get_i64(j)).into());
+            }
+            continue;
         }
         let (wv, gv) = (w.to_f64(), g.to_f64());
         let scale = wv.iter().fold(1.0f64, |m, v| m.max(v.abs()));

@@ -19,6 +19,18 @@
 //!   IR rounds);
 //! - comparisons give 1.0 or 0.0; `Select(c, a, b)` is `c != 0 ? a : b`.
 //!
+//! An integer kernel (`compute` is [`Compute::I64`]) instead computes every
+//! value as an i64, exactly: loads sign-extend signed integers and
+//! zero-extend unsigned ones and bool (0 or 1); floats are not loaded.
+//! `Add`/`Sub`/`Mul`/`Neg`/`Abs` wrap; `Div` truncates toward zero
+//! (`i64::MIN / -1` wraps to `i64::MIN`) and division by zero gives 0
+//! (ONNX leaves it undefined; the interpreter reports it); `Max`/`Min` and
+//! the comparisons (1 or 0) are the integer ones; the store keeps the low
+//! bits of the output type (wrapping, as the interpreter's `from_i64`),
+//! bool storing `x != 0`. Other functions are refused
+//! ([`Compute::supports`]). `Const` holds an f32 and suits float kernels;
+//! `Int` an exact integer (a float kernel reads it as f32).
+//!
 //! The kernel's ABI (`aoc_plan::jit_abi`, shared by the x86 backend and
 //! the runtime's `aoc_runtime::jit`): `extern "C" fn(args: *const *mut u8,
 //! row_start: u64, row_end: u64, math: *const MathTable)`, where `args`
@@ -41,12 +53,36 @@ pub struct Operand {
 /// the interpreter and both backends' pointwise emitters).
 pub use aoc_ir::ops::kind::{Binary, Unary};
 
+/// What a kernel's values are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compute {
+    /// f32 values (integers exact up to 2^24).
+    F32,
+    /// i64 values, exact, for integer arithmetic and comparisons.
+    I64,
+}
+
+impl Compute {
+    /// Whether an integer kernel computes `e` (a float kernel computes all).
+    pub fn supports(self, e: &Expr) -> bool {
+        match (self, e) {
+            (Compute::F32, _) => true,
+            (Compute::I64, Expr::Const(_)) => false,
+            (Compute::I64, Expr::Unary(u, _)) => matches!(u, Unary::Neg | Unary::Abs),
+            (Compute::I64, Expr::Binary(b, ..)) => !matches!(b, Binary::Pow),
+            (Compute::I64, Expr::Load(_) | Expr::Int(_) | Expr::Select(..)) => true,
+        }
+    }
+}
+
 /// One instruction; arguments are indices of earlier instructions.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Expr {
     /// The current element of operand `k`.
     Load(usize),
     Const(f32),
+    /// An exact integer constant.
+    Int(i64),
     Unary(Unary, usize),
     Binary(Binary, usize, usize),
     /// `c != 0 ? a : b`
@@ -66,6 +102,12 @@ pub struct PointwiseKernel {
     pub exprs: Vec<Expr>,
     pub result: usize,
     pub out_dtype: Scalar,
+    pub compute: Compute,
+}
+
+/// Whether every operand and the output of `k` are integers or bool.
+fn int_types(k: &PointwiseKernel) -> bool {
+    !k.out_dtype.is_float() && k.operands.iter().all(|o| !o.dtype.is_float())
 }
 
 impl PointwiseKernel {
@@ -95,6 +137,9 @@ impl PointwiseKernel {
                 k.result
             ));
         }
+        if k.compute == Compute::I64 && !int_types(k) {
+            return Err("an integer kernel loads and stores integers only".to_string());
+        }
         for (i, e) in k.exprs.iter().enumerate() {
             let args: &[usize] = match e {
                 Expr::Load(op) => {
@@ -106,11 +151,14 @@ impl PointwiseKernel {
                     }
                     &[]
                 }
-                Expr::Const(_) => &[],
+                Expr::Const(_) | Expr::Int(_) => &[],
                 Expr::Unary(_, a) => &[*a],
                 Expr::Binary(_, a, b) => &[*a, *b],
                 Expr::Select(c, a, b) => &[*c, *a, *b],
             };
+            if !k.compute.supports(e) {
+                return Err(format!("expression {i} ({e:?}) has no integer form"));
+            }
             if let Some(a) = args.iter().find(|&&a| a >= i) {
                 return Err(format!(
                     "expression {i} uses expression {a}, which is not earlier"
@@ -124,7 +172,7 @@ impl PointwiseKernel {
                 continue;
             }
             match k.exprs[i] {
-                Expr::Load(_) | Expr::Const(_) => {}
+                Expr::Load(_) | Expr::Const(_) | Expr::Int(_) => {}
                 Expr::Unary(_, a) => live[a] = true,
                 Expr::Binary(_, a, b) => {
                     live[a] = true;

@@ -507,7 +507,7 @@ def if_runtime_condition_else():
 
 
 def loop_body(nodes, carried, scans, inits=()):
-    inputs = [vi("i", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL)] + [vi(n, s) for n, s in carried]
+    inputs = [vi("i", [], TensorProto.INT64), vi("cond_in", [], TensorProto.BOOL)] + [vi(*c) for c in carried]
     outputs = [vi("cond_out", [], TensorProto.BOOL)] + [vi(*sc) for sc in scans]
     return helper.make_graph(nodes, "body", inputs, outputs, list(inits))
 
@@ -582,6 +582,203 @@ def loop_with_if_inside():
     nodes = [helper.make_node("Loop", ["m", "", "a0", "k0"], ["acc_final", "k_final"], body=body)]
     inits = [init("m", np.array(5, np.int64)), init("two", np.array(1.5, np.float32)), init("k0", np.array(0.0, np.float32))]
     return model(13, nodes, [("x", [2]), ("a0", [2])], [("acc_final", [2]), ("k_final", [])], inits), [rand(2), rand(2)]
+
+
+@case
+def loop_counter_arithmetic():
+    # The body computes on its iteration number: i*i, its Mod 3, a running
+    # i64 sum, the condition `i < 4` (with trip count 5 both end together),
+    # the sum cast to float into a float accumulator; i*i is scanned.
+    body = loop_body(
+        [
+            helper.make_node("Mul", ["i", "i"], ["sq"]),
+            helper.make_node("Mod", ["sq", "three"], ["r"]),
+            helper.make_node("Add", ["k", "r"], ["k_next"]),
+            helper.make_node("Cast", ["k_next"], ["kf"], to=TensorProto.FLOAT),
+            helper.make_node("Add", ["acc", "kf"], ["acc_next"]),
+            helper.make_node("Less", ["i", "four"], ["cond_out"]),
+        ],
+        [("acc", [2]), ("k", [], TensorProto.INT64)],
+        [("acc_next", [2]), ("k_next", [], TensorProto.INT64), ("sq", [], TensorProto.INT64)],
+        [init("three", np.array(3, np.int64)), init("four", np.array(4, np.int64))],
+    )
+    nodes = [helper.make_node("Loop", ["m", "t", "a0", "k0"], ["acc_final", "k_final", "sqs"], body=body)]
+    inits = [init("m", np.array(5, np.int64)), init("t", np.array(True)), init("k0", np.array(-2, np.int64))]
+    outs = [("acc_final", [2]), ("k_final", [], TensorProto.INT64), ("sqs", [5], TensorProto.INT64)]
+    return model(13, nodes, [("a0", [2])], outs, inits), [rand(2)]
+
+
+@case
+def loop_while_on_integers():
+    # A while loop on integer state: k += i + 1 until 2k reaches the i64
+    # input `limit`; an i32 vector is updated with Div, Sub, Max and Min.
+    body = loop_body(
+        [
+            helper.make_node("Add", ["i", "one"], ["i1"]),
+            helper.make_node("Add", ["k", "i1"], ["k_next"]),
+            helper.make_node("Mul", ["k_next", "two"], ["k2"]),
+            helper.make_node("Less", ["k2", "limit"], ["cond_out"]),
+            helper.make_node("Div", ["v", "three32"], ["q"]),
+            helper.make_node("Mul", ["v", "two32"], ["v2"]),
+            helper.make_node("Sub", ["v2", "q"], ["d"]),
+            helper.make_node("Max", ["d", "lo32"], ["d1"]),
+            helper.make_node("Min", ["d1", "hi32"], ["v_next"]),
+        ],
+        [("k", [], TensorProto.INT64), ("v", [4], TensorProto.INT32)],
+        [("k_next", [], TensorProto.INT64), ("v_next", [4], TensorProto.INT32)],
+        [
+            init("one", np.array(1, np.int64)),
+            init("two", np.array(2, np.int64)),
+            init("three32", np.array(3, np.int32)),
+            init("two32", np.array(2, np.int32)),
+            init("lo32", np.array(-1000, np.int32)),
+            init("hi32", np.array(1000, np.int32)),
+        ],
+    )
+    nodes = [helper.make_node("Loop", ["", "t", "k0", "v0"], ["k_final", "v_final"], body=body)]
+    inits = [init("t", np.array(True)), init("k0", np.array(0, np.int64))]
+    ins = [("limit", [], TensorProto.INT64), ("v0", [4], TensorProto.INT32)]
+    outs = [("k_final", [], TensorProto.INT64), ("v_final", [4], TensorProto.INT32)]
+    return model(13, nodes, ins, outs, inits), [np.array(40, np.int64), np.array([-7, 5, 100, -250], np.int32)]
+
+
+# ---------------------------------------------------------------- integer pointwise
+
+
+@case
+def int_pointwise():
+    # Integer arithmetic and comparisons on i64 (values past 2^24 and 2^32,
+    # a product past 2^53, negative dividends and divisors) and i32,
+    # broadcast. (ONNX Runtime's integer `fmod` goes through doubles, so
+    # dividends stay below 2^53.)
+    a = np.array([[-7, 9000000000123, 5], [2**52 + 1, -3, 0]], np.int64)
+    b = np.array([2, -4, 3], np.int64)
+    c = np.array([[1, -20, 33], [-2**31 + 5, 5, 2**30]], np.int32)
+    d = np.array([-3, 7, 4], np.int32)
+    ops = [
+        ("Add", "a", "b", "add", TensorProto.INT64),
+        ("Sub", "a", "b", "sub", TensorProto.INT64),
+        ("Mul", "a", "b", "mul", TensorProto.INT64),
+        ("Div", "a", "b", "div", TensorProto.INT64),
+        ("Mod", "a", "b", "mod", TensorProto.INT64),
+        ("Min", "a", "b", "min", TensorProto.INT64),
+        ("Max", "a", "b", "max", TensorProto.INT64),
+        ("Less", "a", "b", "lt", TensorProto.BOOL),
+        ("Greater", "a", "b", "gt", TensorProto.BOOL),
+        ("Equal", "a", "a", "eq", TensorProto.BOOL),
+        ("Add", "c", "d", "add32", TensorProto.INT32),
+        ("Mul", "c", "d", "mul32", TensorProto.INT32),
+        ("Div", "c", "d", "div32", TensorProto.INT32),
+        ("Mod", "c", "d", "mod32", TensorProto.INT32),
+        ("Less", "c", "d", "lt32", TensorProto.BOOL),
+    ]
+    nodes = [helper.make_node(op, [x, y], [o]) for op, x, y, o, _ in ops]
+    nodes += [
+        helper.make_node("Mod", ["a", "b"], ["fmod"], fmod=1),
+        helper.make_node("Mod", ["c", "d"], ["fmod32"], fmod=1),
+        helper.make_node("Where", ["lt", "a", "b"], ["where"]),
+        helper.make_node("Neg", ["a"], ["neg"]),
+        helper.make_node("Abs", ["c"], ["abs32"]),
+        helper.make_node("Cast", ["a"], ["a32"], to=TensorProto.INT32),
+    ]
+    outs = [(o, [2, 3], t) for _, _, _, o, t in ops] + [
+        ("fmod", [2, 3], TensorProto.INT64),
+        ("fmod32", [2, 3], TensorProto.INT32),
+        ("where", [2, 3], TensorProto.INT64),
+        ("neg", [2, 3], TensorProto.INT64),
+        ("abs32", [2, 3], TensorProto.INT32),
+        ("a32", [2, 3], TensorProto.INT32),
+    ]
+    ins = [("a", [2, 3], TensorProto.INT64), ("b", [3], TensorProto.INT64), ("c", [2, 3], TensorProto.INT32), ("d", [3], TensorProto.INT32)]
+    return model(13, nodes, ins, outs), [a, b, c, d]
+
+
+@case
+def gather_elements():
+    # Along the last axis with negative indices (i64), along axis 0 of a
+    # 3-D tensor with i32 indices smaller than data off the axis.
+    nodes = [
+        helper.make_node("GatherElements", ["x", "i"], ["y"], axis=-1),
+        helper.make_node("GatherElements", ["z", "j"], ["w"], axis=0),
+    ]
+    i = np.array([[0, -1], [3, 1], [-4, 2]], np.int64)
+    j = np.array([[[1, 0, 2]], [[2, 2, -3]]], np.int32)
+    ins = [("x", [3, 4]), ("i", [3, 2], TensorProto.INT64), ("z", [3, 2, 3]), ("j", [2, 1, 3], TensorProto.INT32)]
+    return model(13, nodes, ins, [("y", [3, 2]), ("w", [2, 1, 3])]), [rand(3, 4), i, rand(3, 2, 3), j]
+
+
+@case
+def scatter_elements():
+    # Constant indices (negative ones too) into run-time data and updates:
+    # plain writes along the last axis; along axis 0, where two updates
+    # land on one element, each reduction (add, mul, max, min).
+    nodes = [
+        helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["s"], axis=0, reduction="add"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["p"], axis=0, reduction="mul"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["hi"], axis=0, reduction="max"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["lo"], axis=0, reduction="min"),
+    ]
+    inits = [
+        init("i", np.array([[0, -1], [2, 1], [-4, 3]], np.int64)),
+        init("j", np.array([[1, 0, 2, 2], [1, 2, 0, -1]], np.int64)),
+    ]
+    ins = [("x", [3, 4]), ("u", [3, 2]), ("v", [2, 4])]
+    outs = [("y", [3, 4]), ("s", [3, 4]), ("p", [3, 4]), ("hi", [3, 4]), ("lo", [3, 4])]
+    return model(18, nodes, ins, outs, inits), [rand(3, 4), rand(3, 2), rand(2, 4)]
+
+
+@case
+def scatter_nd():
+    # Rows of a 3-D tensor replaced by constant index pairs; whole slices
+    # added, one slice twice.
+    nodes = [
+        helper.make_node("ScatterND", ["x", "i", "u"], ["y"]),
+        helper.make_node("ScatterND", ["x", "j", "v"], ["s"], reduction="add"),
+    ]
+    inits = [
+        init("i", np.array([[0, 1], [2, 0], [1, 2]], np.int64)),
+        init("j", np.array([[1], [0], [1]], np.int64)),
+    ]
+    ins = [("x", [3, 3, 4]), ("u", [3, 4]), ("v", [3, 3, 4])]
+    outs = [("y", [3, 3, 4]), ("s", [3, 3, 4])]
+    return model(16, nodes, ins, outs, inits), [rand(3, 3, 4), rand(3, 4), rand(3, 3, 4)]
+
+
+@case
+def top_k():
+    # Largest 3 along the last axis with a tie (the lower index first),
+    # smallest 2 along axis 0 unsorted, k from a constant input.
+    x = rand(3, 5)
+    x[1, 3] = x[1, 1]
+    x[1, 1] = x[1, 3] = x[1].max() + 1.0
+    nodes = [
+        helper.make_node("TopK", ["x", "k3"], ["v", "i"]),
+        helper.make_node("TopK", ["x", "k2"], ["w", "j"], axis=0, largest=0, sorted=1),
+    ]
+    inits = [init("k3", np.array([3], np.int64)), init("k2", np.array([2], np.int64))]
+    outs = [("v", [3, 3]), ("i", [3, 3], TensorProto.INT64), ("w", [2, 5]), ("j", [2, 5], TensorProto.INT64)]
+    return model(11, nodes, [("x", [3, 5])], outs, inits), [x]
+
+
+@case
+def scatter_run_time_indices():
+    # Indices as graph inputs: ScatterElements (none, add, max; negative
+    # and repeated indices) and ScatterND (none, add).
+    nodes = [
+        helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["s"], axis=0, reduction="add"),
+        helper.make_node("ScatterElements", ["x", "j", "v"], ["hi"], axis=0, reduction="max"),
+        helper.make_node("ScatterND", ["z", "k", "w"], ["t"]),
+        helper.make_node("ScatterND", ["z", "k", "w"], ["ta"], reduction="add"),
+    ]
+    i = np.array([[0, -1], [2, 1], [-4, 3]], np.int64)
+    j = np.array([[1, 0, 2, 2], [1, 2, 0, -1]], np.int64)
+    k = np.array([[0, 1], [2, -3], [1, 2]], np.int64)
+    ins = [("x", [3, 4]), ("i", [3, 2], TensorProto.INT64), ("u", [3, 2]), ("j", [2, 4], TensorProto.INT64), ("v", [2, 4]),
+           ("z", [3, 3, 4]), ("k", [3, 2], TensorProto.INT64), ("w", [3, 4])]
+    outs = [("y", [3, 4]), ("s", [3, 4]), ("hi", [3, 4]), ("t", [3, 3, 4]), ("ta", [3, 3, 4])]
+    return model(18, nodes, ins, outs), [rand(3, 4), i, rand(3, 2), j, rand(2, 4), rand(3, 3, 4), k, rand(3, 4)]
 
 
 # ---------------------------------------------------------------- external names

@@ -55,6 +55,7 @@ fn kernel(
         exprs: exprs.to_vec(),
         result: exprs.len() - 1,
         out_dtype: out,
+        compute: aoc_backend_ptx::expr::Compute::F32,
     }
 }
 

@@ -44,7 +44,7 @@ use cranelift::codegen::isa::{CallConv, OwnedTargetIsa, TargetFrontendConfig};
 use cranelift::prelude::*;
 use types::{F32, F32X4, I64};
 
-use crate::expr::{Binary, Expr, PointwiseKernel, Unary};
+use crate::expr::{Binary, Compute, Expr, PointwiseKernel, Unary};
 
 mod emit;
 use emit::Elem;
@@ -243,6 +243,7 @@ impl MathFn {
             Expr::Binary(Binary::Pow, _, _) => Some(MathFn::Pow),
             Expr::Load(_)
             | Expr::Const(_)
+            | Expr::Int(_)
             | Expr::Unary(..)
             | Expr::Binary(..)
             | Expr::Select(..) => None,
@@ -478,7 +479,8 @@ impl Gen<'_, '_> {
     /// Whether the column loop can run on `f32x4` vectors.
     fn simd_ok(&self) -> bool {
         let last = self.k.dims.len() - 1;
-        self.out == Elem::F32
+        self.k.compute == Compute::F32
+            && self.out == Elem::F32
             && self.k.operands.iter().enumerate().all(|(i, op)| {
                 !self.used[i] || (self.elems[i] == Elem::F32 && op.strides[last] <= 1)
             })
@@ -551,8 +553,13 @@ impl Gen<'_, '_> {
     fn scalar_cols(&mut self, row_ptrs: &[Value], out_ptr: Value, cols: u64, next: Block) {
         let n = row_ptrs.len();
         let mut hoisted = vec![None; n];
+        let int = self.k.compute == Compute::I64;
         for i in self.operands_with(|s| s == 0) {
-            hoisted[i] = Some(self.load(self.elems[i], row_ptrs[i]));
+            hoisted[i] = Some(if int {
+                self.load_int(self.elems[i], row_ptrs[i])
+            } else {
+                self.load(self.elems[i], row_ptrs[i])
+            });
         }
         let body = self.b.create_block();
         let j = self.b.append_block_param(body, I64);
@@ -565,12 +572,17 @@ impl Gen<'_, '_> {
             let step = self.last_stride(i) as i64 * self.elems[i].size();
             let bytes = self.b.ins().imul_imm_s(j, step);
             let p = self.b.ins().iadd(row_ptrs[i], bytes);
-            vals[i] = Some(self.load(self.elems[i], p));
+            vals[i] = Some(if int { self.load_int(self.elems[i], p) } else { self.load(self.elems[i], p) });
         }
-        let y = self.exprs(F32, &vals);
         let bytes = self.b.ins().imul_imm_s(j, self.out.size());
         let p = self.b.ins().iadd(out_ptr, bytes);
-        self.store(self.out, y, p);
+        if int {
+            let y = self.exprs_int(&vals);
+            self.store_int(self.out, y, p);
+        } else {
+            let y = self.exprs(F32, &vals);
+            self.store(self.out, y, p);
+        }
         let j1 = self.b.ins().iadd_imm_s(j, 1);
         let more = self
             .b

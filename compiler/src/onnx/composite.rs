@@ -9,6 +9,16 @@
 //! - `ArgMax`/`ArgMin`: the extreme value, then the least (or, with
 //!   `select_last_index`, the greatest) index where it occurs.
 //! - `OneHot`: rows of a constant one-hot table gathered by the indices.
+//! - `GatherElements`: each index turned into a flat element offset by
+//!   integer pointwise ops, then one `core.gather` on the flattened data.
+//! - `TopK` (float, constant `k` up to [`TOPK_MAX_K`]): `k` rounds of the
+//!   extreme value, its least index (ties: lower index first, as ONNX
+//!   Runtime), and that element masked out with an infinity.
+//! - `ScatterElements`/`ScatterND` with constant indices: the element each
+//!   output position takes, from the data or the updates, is known at
+//!   import time, so the scatter is one gather over data and updates
+//!   concatenated (reduction `none`), or per layer of repeated targets a
+//!   gather, the reduction and a `where` with a constant mask.
 //! - `Einsum` (one or two operands, no diagonals): sums, transposes and one
 //!   batched matrix product.
 
@@ -351,4 +361,429 @@ pub fn einsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         arrange(cx, v, s, &out)?
     };
     Ok(vec![cx.reshape(&result, &dims(&out))?])
+}
+
+/// An i64 scalar constant.
+fn int_scalar(v: i64) -> V {
+    V::konst(Tensor::from_i64(TensorType::new(vec![], Scalar::I64), vec![v]))
+}
+
+/// `GatherElements`: `out[i] = data[i with i[axis] = indices[i]]`. Each
+/// index becomes a flat offset into `data` (a negative index counts from
+/// the end of the axis; one outside the axis becomes the offset one past
+/// the end, so the gather reports it at run time instead of reading
+/// another row), added to the constant offset of its position's other
+/// coordinates; one `core.gather` then reads the flattened data.
+pub fn gather_elements(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let data = cx.need(n, 0)?.clone();
+    let idx = cx.need(n, 1)?.clone();
+    let (ds, is) = (cx.shape(&data), cx.shape(&idx));
+    let axis = normalize_axis(n.int("axis", 0), ds.len().max(1)).map_err(|m| cx.bad(m))?;
+    let (flat, bad) = element_offsets(cx, idx, &ds, &is, axis)?;
+    let total: usize = ds.iter().product();
+    let flat = cx.op1(Opcode::Where, &[bad, int_scalar(total as i64), flat], Attrs::new())?;
+    let data = cx.reshape(&data, &[total])?;
+    Ok(vec![cx.op1(Opcode::Gather, &[data, flat], Attrs::new().with("axis", Attr::Int(0)))?])
+}
+
+/// A constant tensor of i64 values.
+fn int_tensor(shape: Vec<usize>, values: Vec<i64>) -> V {
+    V::konst(Tensor::from_i64(TensorType::new(shape, Scalar::I64), values))
+}
+
+/// The constant indices of a scatter node, as i64.
+fn scatter_indices(cx: &Cx, n: &Node) -> R<Tensor> {
+    match n.input(1) {
+        Some(V::C(t)) => Ok((**t).clone()),
+        Some(_) => Err(cx.bad(
+            "indices computed at run time are not supported yet (constant indices, or ones that fold at import time, are)",
+        )),
+        None => Err(cx.bad("input 1 (indices) is required")),
+    }
+}
+
+/// `out = data` with the updates written at flat offsets `targets[k]`
+/// (one per update element, in ONNX's order), combined by `reduction`.
+fn scatter_flat(cx: &mut Cx, n: &Node, data: V, updates: V, targets: &[usize]) -> R<V> {
+    let shape = cx.shape(&data);
+    let total: usize = shape.iter().product();
+    let reduce = match n.str("reduction", "none").as_str() {
+        "none" => None,
+        "add" => Some(Opcode::Add),
+        "mul" => Some(Opcode::Mul),
+        "max" => Some(Opcode::Max),
+        "min" => Some(Opcode::Min),
+        r => return Err(cx.bad(format!("unknown reduction `{r}` (none, add, mul, max or min)"))),
+    };
+    if cx.ty(&data).elem != cx.ty(&updates).elem {
+        return Err(cx.bad(format!("updates ({}) must have data's element type ({})", cx.ty(&updates), cx.ty(&data))));
+    }
+    let flat_data = cx.reshape(&data, &[total])?;
+    let flat_upd = cx.reshape(&updates, &[targets.len()])?;
+    let both = cx.op1(Opcode::Concat, &[flat_data, flat_upd], Attrs::new().with("axis", Attr::Int(0)))?;
+    // Layer l holds each target's l-th update in order (reduction none
+    // keeps only the last, as ONNX's reference writes them in order).
+    let mut layers: Vec<Vec<i64>> = vec![];
+    let mut seen = vec![0usize; total];
+    for (k, &t) in targets.iter().enumerate() {
+        let l = if reduce.is_some() { seen[t] } else { 0 };
+        seen[t] += 1;
+        if layers.len() <= l {
+            layers.push((0..total as i64).collect());
+        }
+        layers[l][t] = (total + k) as i64;
+    }
+    let Some(op) = reduce else {
+        let sel = layers.pop().unwrap_or_else(|| (0..total as i64).collect());
+        let g = cx.op1(Opcode::Gather, &[both, int_tensor(vec![total], sel)], Attrs::new().with("axis", Attr::Int(0)))?;
+        return cx.reshape(&g, &shape);
+    };
+    let mut out = cx.reshape(&data, &[total])?;
+    for sel in layers {
+        let mask: Vec<f64> = sel.iter().map(|&s| (s >= total as i64) as i64 as f64).collect();
+        let mask = Cx::filled(vec![total], Scalar::I1, mask);
+        let upd = cx.op1(Opcode::Gather, &[both.clone(), int_tensor(vec![total], sel)], Attrs::new().with("axis", Attr::Int(0)))?;
+        let combined = cx.binary(op, &out, &upd)?;
+        out = cx.op1(Opcode::Where, &[mask, combined, out], Attrs::new())?;
+    }
+    cx.reshape(&out, &shape)
+}
+
+/// `ScatterElements` (and opset-9 `Scatter`) with constant indices.
+pub fn scatter_elements(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let data = cx.need(n, 0)?.clone();
+    let updates = cx.need(n, 2)?.clone();
+    if !matches!(n.input(1), Some(V::C(_))) {
+        let idx = cx.need(n, 1)?.clone();
+        let (ds, is, us) = (cx.shape(&data), cx.shape(&idx), cx.shape(&updates));
+        if is != us {
+            return Err(cx.bad(format!("indices {is:?} and updates {us:?} must have one shape")));
+        }
+        let axis = normalize_axis(n.int("axis", 0), ds.len().max(1)).map_err(|m| cx.bad(m))?;
+        let (flat, bad) = element_offsets(cx, idx, &ds, &is, axis)?;
+        return Ok(vec![scatter_run_time(cx, n, data, updates, flat, bad)?]);
+    }
+    let idx = scatter_indices(cx, n)?;
+    let (ds, is, us) = (cx.shape(&data), idx.shape().to_vec(), cx.shape(&updates));
+    if ds.is_empty() || ds.len() != is.len() || is != us {
+        return Err(cx.bad(format!(
+            "indices {is:?} and updates {us:?} must have one shape, of data's rank ({})",
+            ds.len()
+        )));
+    }
+    let rank = ds.len();
+    let axis = normalize_axis(n.int("axis", 0), rank).map_err(|m| cx.bad(m))?;
+    if let Some(d) = (0..rank).find(|&d| d != axis && is[d] > ds[d]) {
+        return Err(cx.bad(format!("indices dimension {d} ({}) must not exceed data's ({}) off the axis", is[d], ds[d])));
+    }
+    let mut strides = vec![1usize; rank];
+    for d in (0..rank - 1).rev() {
+        strides[d] = strides[d + 1] * ds[d + 1];
+    }
+    let dim = ds[axis] as i64;
+    let mut targets = Vec::with_capacity(idx.len());
+    for k in 0..idx.len() {
+        let v = idx.get_i64(k);
+        let i = if v < 0 { v + dim } else { v };
+        if !(0..dim).contains(&i) {
+            return Err(cx.bad(format!("index {v} is out of range for axis {axis} of size {dim}")));
+        }
+        let (mut rest, mut off) = (k, 0);
+        for d in (0..rank).rev() {
+            let c = rest % is[d];
+            rest /= is[d];
+            off += if d == axis { i as usize } else { c } * strides[d];
+        }
+        targets.push(off);
+    }
+    Ok(vec![scatter_flat(cx, n, data, updates, &targets)?])
+}
+
+/// `ScatterND` with constant indices: each index tuple (the last indices
+/// dimension, `q` long) names a slice of data's trailing dimensions.
+pub fn scatter_nd(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let data = cx.need(n, 0)?.clone();
+    let updates = cx.need(n, 2)?.clone();
+    if !matches!(n.input(1), Some(V::C(_))) {
+        let idx = cx.need(n, 1)?.clone();
+        return Ok(vec![scatter_nd_run_time(cx, n, data, idx, updates)?]);
+    }
+    let idx = scatter_indices(cx, n)?;
+    let (ds, is, us) = (cx.shape(&data), idx.shape().to_vec(), cx.shape(&updates));
+    let q = is.last().copied().unwrap_or(0);
+    if is.is_empty() || q == 0 || q > ds.len() {
+        return Err(cx.bad(format!("indices {is:?} must end in a dimension of 1..={} (data's rank)", ds.len())));
+    }
+    let want: Vec<usize> = is[..is.len() - 1].iter().chain(&ds[q..]).copied().collect();
+    if us != want {
+        return Err(cx.bad(format!("updates must have shape {want:?}, found {us:?}")));
+    }
+    let slice: usize = ds[q..].iter().product();
+    let mut strides = vec![1usize; ds.len()];
+    for d in (0..ds.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * ds[d + 1];
+    }
+    let tuples = idx.len() / q;
+    let mut targets = Vec::with_capacity(tuples * slice);
+    for t in 0..tuples {
+        let mut off = 0;
+        for d in 0..q {
+            let v = idx.get_i64(t * q + d);
+            let dim = ds[d] as i64;
+            let i = if v < 0 { v + dim } else { v };
+            if !(0..dim).contains(&i) {
+                return Err(cx.bad(format!("index {v} is out of range for dimension {d} of size {dim}")));
+            }
+            off += i as usize * strides[d];
+        }
+        targets.extend(off..off + slice);
+    }
+    Ok(vec![scatter_flat(cx, n, data, updates, &targets)?])
+}
+
+/// The largest `k` `TopK` unrolls (each round is six ops).
+pub const TOPK_MAX_K: usize = 64;
+
+/// `TopK` on floats with a constant `k`: round `t` takes the extreme of
+/// what is left along the axis and the least index holding it, then
+/// replaces that element by -inf (+inf for the smallest) for the next
+/// round; the rounds' values and indices are concatenated along the axis.
+/// Results come sorted whatever `sorted` says (ONNX allows any order
+/// then). Inputs holding infinities or NaN may rank differently from
+/// ONNX Runtime.
+pub fn top_k(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.need(n, 0)?.clone();
+    let elem = cx.float_elem(&x)?;
+    let shape = cx.shape(&x);
+    if shape.is_empty() {
+        return Err(cx.bad("input must have at least one dimension"));
+    }
+    let axis = normalize_axis(n.int("axis", -1), shape.len()).map_err(|m| cx.bad(m))?;
+    let k = if cx.opset >= 10 {
+        let t = cx.const_input(n, 1, "k")?;
+        if t.len() != 1 {
+            return Err(cx.bad("k must hold one value"));
+        }
+        t.get_i64(0)
+    } else {
+        n.int("k", -1)
+    };
+    let len = shape[axis];
+    if k < 1 || k as usize > len || k as usize > TOPK_MAX_K {
+        return Err(cx.bad(format!("k must be in 1..={} (the axis has {len} elements; larger k is not supported yet), found {k}", len.min(TOPK_MAX_K))));
+    }
+    if len > 1 << 24 {
+        return Err(cx.bad(format!("the axis has {len} elements, more than 2^24")));
+    }
+    let largest = n.int("largest", 1) != 0;
+    let extreme = if largest { Opcode::ReduceMax } else { Opcode::ReduceMin };
+    let keep = Attrs::new().with("axes", Attr::Ints(vec![axis as i64])).with("keepdims", Attr::Bool(true));
+    let mut idx_shape = vec![1; shape.len()];
+    idx_shape[axis] = len;
+    let index = Cx::filled(idx_shape, elem, (0..len).map(|i| i as f64).collect());
+    let miss = Cx::filled(vec![], elem, vec![len as f64]);
+    let gone = Cx::filled(vec![], elem, vec![if largest { f64::NEG_INFINITY } else { f64::INFINITY }]);
+    let (mut vals, mut idxs) = (vec![], vec![]);
+    let mut cur = x;
+    for t in 0..k as usize {
+        let m = cx.op1(extreme, std::slice::from_ref(&cur), keep.clone())?;
+        let hit = cx.binary(Opcode::Equal, &cur, &m)?;
+        let cand = cx.op1(Opcode::Where, &[hit, index.clone(), miss.clone()], Attrs::new())?;
+        let i = cx.op1(Opcode::ReduceMin, &[cand], keep.clone())?;
+        if t + 1 < k as usize {
+            let taken = cx.binary(Opcode::Equal, &index, &i)?;
+            cur = cx.op1(Opcode::Where, &[taken, gone.clone(), cur], Attrs::new())?;
+        }
+        vals.push(m);
+        idxs.push(i);
+    }
+    let cat = Attrs::new().with("axis", Attr::Int(axis as i64));
+    let (values, indices) = if vals.len() == 1 {
+        (vals.remove(0), idxs.remove(0))
+    } else {
+        (cx.op1(Opcode::Concat, &vals, cat.clone())?, cx.op1(Opcode::Concat, &idxs, cat)?)
+    };
+    let indices = cx.op1(Opcode::Cast, &[indices], Attrs::new().with("to", Attr::Type(Scalar::I64)))?;
+    Ok(vec![values, indices])
+}
+
+/// Run-time `indices` (of shape `is`, along `axis` of data shaped `ds`)
+/// as flat element offsets into data (negative indices count from the
+/// end) and a bool of the indices outside the axis.
+fn element_offsets(cx: &mut Cx, idx: V, ds: &[usize], is: &[usize], axis: usize) -> R<(V, V)> {
+    let rank = ds.len();
+    if rank == 0 || rank != is.len() {
+        return Err(cx.bad(format!("indices must have the rank of data ({rank}), found rank {}", is.len())));
+    }
+    if let Some(d) = (0..rank).find(|&d| d != axis && is[d] > ds[d]) {
+        return Err(cx.bad(format!("indices dimension {d} ({}) must not exceed data's ({}) off the axis", is[d], ds[d])));
+    }
+    let idx = as_i64_indices(cx, idx)?;
+    let mut strides = vec![1i64; rank];
+    for d in (0..rank - 1).rev() {
+        strides[d] = strides[d + 1] * ds[d + 1] as i64;
+    }
+    let count: usize = is.iter().product();
+    let base: Vec<i64> = (0..count)
+        .map(|mut k| {
+            let mut off = 0;
+            for d in (0..rank).rev() {
+                let c = (k % is[d]) as i64;
+                k /= is[d];
+                if d != axis {
+                    off += c * strides[d];
+                }
+            }
+            off
+        })
+        .collect();
+    let base = int_tensor(is.to_vec(), base);
+    let (fixed, bad) = normalized_index(cx, &idx, ds[axis] as i64)?;
+    let scaled = cx.binary(Opcode::Mul, &fixed, &int_scalar(strides[axis]))?;
+    Ok((cx.binary(Opcode::Add, &scaled, &base)?, bad))
+}
+
+/// Indices as i64 (int32 ones cast).
+fn as_i64_indices(cx: &mut Cx, idx: V) -> R<V> {
+    match cx.ty(&idx).elem.scalar() {
+        Some(Scalar::I64) => Ok(idx),
+        Some(Scalar::I32) => cx.op1(Opcode::Cast, &[idx], Attrs::new().with("to", Attr::Type(Scalar::I64))),
+        _ => Err(cx.bad(format!("indices must be int32 or int64, found {}", cx.ty(&idx)))),
+    }
+}
+
+/// `idx` with negative values counted from the end of an axis of `dim`,
+/// and a bool of those outside it.
+fn normalized_index(cx: &mut Cx, idx: &V, dim: i64) -> R<(V, V)> {
+    let zero = int_scalar(0);
+    let neg = cx.binary(Opcode::Less, idx, &zero)?;
+    let wrapped = cx.binary(Opcode::Add, idx, &int_scalar(dim))?;
+    let fixed = cx.op1(Opcode::Where, &[neg, wrapped, idx.clone()], Attrs::new())?;
+    let low = cx.binary(Opcode::Less, &fixed, &zero)?;
+    let high = cx.binary(Opcode::Greater, &fixed, &int_scalar(dim - 1))?;
+    let bad = cx.op1(Opcode::Where, &[low, bool_scalar(true), high], Attrs::new())?;
+    Ok((fixed, bad))
+}
+
+fn bool_scalar(b: bool) -> V {
+    Cx::filled(vec![], Scalar::I1, vec![b as i64 as f64])
+}
+
+/// The largest `positions × updates` a scatter with run-time indices
+/// compares (it builds that many booleans).
+const SCATTER_MAX_PAIRS: usize = 1 << 24;
+
+/// A scatter with run-time flat offsets `flat` (one per update element)
+/// into float `data`: every output position is compared with every
+/// offset; the last update that hits a position wins (reduction none), or
+/// the hits are summed (add; in another order than ONNX's sequential
+/// one), or their extreme combined with the data (max, min). An index
+/// outside its axis (`bad`) makes the gather of the updates fail at run
+/// time. `mul` needs constant indices.
+fn scatter_run_time(cx: &mut Cx, n: &Node, data: V, updates: V, flat: V, bad: V) -> R<V> {
+    let shape = cx.shape(&data);
+    let elem = cx.float_elem(&data).map_err(|_| {
+        cx.bad(format!("integer data ({}) needs constant indices", cx.ty(&data)))
+    })?;
+    if cx.ty(&updates).elem != cx.ty(&data).elem {
+        return Err(cx.bad(format!("updates ({}) must have data's element type ({})", cx.ty(&updates), cx.ty(&data))));
+    }
+    let total: usize = shape.iter().product();
+    let k: usize = cx.shape(&flat).iter().product();
+    if total.saturating_mul(k) > SCATTER_MAX_PAIRS || total + k > 1 << 24 {
+        return Err(cx.bad(format!(
+            "{total} positions × {k} updates are too many for run-time indices (at most {SCATTER_MAX_PAIRS} pairs)"
+        )));
+    }
+    let reduction = n.str("reduction", "none");
+    if !matches!(reduction.as_str(), "none" | "add" | "max" | "min") {
+        return Err(cx.bad(format!("reduction `{reduction}` needs constant indices (none, add, max and min take run-time ones)")));
+    }
+    // The updates, gathered through an index that is out of range where
+    // the scatter index is: a run-time error instead of a lost write.
+    let flat = cx.reshape(&flat, &[1, k])?;
+    let bad = cx.reshape(&bad, &[k])?;
+    let iota_k = int_tensor(vec![k], (0..k as i64).collect());
+    let pick = cx.op1(Opcode::Where, &[bad, int_scalar(k as i64), iota_k], Attrs::new())?;
+    let upd = cx.reshape(&updates, &[k])?;
+    let upd = cx.op1(Opcode::Gather, &[upd, pick], Attrs::new().with("axis", Attr::Int(0)))?;
+    let upd = cx.reshape(&upd, &[1, k])?;
+    let pos = int_tensor(vec![total, 1], (0..total as i64).collect());
+    let hit = cx.binary(Opcode::Equal, &pos, &flat)?;
+    let row = |keep: bool| Attrs::new().with("axes", Attr::Ints(vec![1])).with("keepdims", Attr::Bool(keep));
+    let kf = Cx::filled(vec![1, k], Scalar::F32, (0..k).map(|i| i as f64).collect());
+    let none = Cx::filled(vec![], Scalar::F32, vec![-1.0]);
+    let last = cx.op1(Opcode::Where, &[hit.clone(), kf, none], Attrs::new())?;
+    let last = cx.op1(Opcode::ReduceMax, &[last], row(false))?;
+    let has = cx.binary(Opcode::Greater, &last, &Cx::filled(vec![], Scalar::F32, vec![-0.5]))?;
+    let flat_data = cx.reshape(&data, &[total])?;
+    let out = match reduction.as_str() {
+        "none" => {
+            let posf = Cx::filled(vec![total], Scalar::F32, (0..total).map(|i| i as f64).collect());
+            let from = cx.binary(Opcode::Add, &last, &Cx::filled(vec![], Scalar::F32, vec![total as f64]))?;
+            let sel = cx.op1(Opcode::Where, &[has, from, posf], Attrs::new())?;
+            let sel = cx.op1(Opcode::Cast, &[sel], Attrs::new().with("to", Attr::Type(Scalar::I64)))?;
+            let upd = cx.reshape(&upd, &[k])?;
+            let both = cx.op1(Opcode::Concat, &[flat_data, upd], Attrs::new().with("axis", Attr::Int(0)))?;
+            cx.op1(Opcode::Gather, &[both, sel], Attrs::new().with("axis", Attr::Int(0)))?
+        }
+        r => {
+            let (fill, red, comb) = match r {
+                "add" => (0.0, Opcode::ReduceSum, Opcode::Add),
+                "max" => (f64::NEG_INFINITY, Opcode::ReduceMax, Opcode::Max),
+                _ => (f64::INFINITY, Opcode::ReduceMin, Opcode::Min),
+            };
+            let vals = cx.op1(Opcode::Where, &[hit, upd, Cx::filled(vec![], elem, vec![fill])], Attrs::new())?;
+            let acc = cx.op1(red, &[vals], row(false))?;
+            let combined = cx.binary(comb, &flat_data, &acc)?;
+            cx.op1(Opcode::Where, &[has, combined, flat_data], Attrs::new())?
+        }
+    };
+    cx.reshape(&out, &shape)
+}
+
+/// `ScatterND` with run-time indices: each index tuple's slice offset
+/// (normalized per dimension), plus the positions inside the slice.
+fn scatter_nd_run_time(cx: &mut Cx, n: &Node, data: V, idx: V, updates: V) -> R<V> {
+    let (ds, is, us) = (cx.shape(&data), cx.shape(&idx), cx.shape(&updates));
+    let q = is.last().copied().unwrap_or(0);
+    if is.is_empty() || q == 0 || q > ds.len() {
+        return Err(cx.bad(format!("indices {is:?} must end in a dimension of 1..={} (data's rank)", ds.len())));
+    }
+    let want: Vec<usize> = is[..is.len() - 1].iter().chain(&ds[q..]).copied().collect();
+    if us != want {
+        return Err(cx.bad(format!("updates must have shape {want:?}, found {us:?}")));
+    }
+    let idx = as_i64_indices(cx, idx)?;
+    let tuples: usize = is[..is.len() - 1].iter().product();
+    let idx = cx.reshape(&idx, &[tuples, q])?;
+    let slice: usize = ds[q..].iter().product();
+    let mut strides = vec![1i64; ds.len()];
+    for d in (0..ds.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * ds[d + 1] as i64;
+    }
+    let mut off: Option<V> = None;
+    let mut any_bad: Option<V> = None;
+    for d in 0..q {
+        let col = cx.op1(Opcode::Gather, &[idx.clone(), int_tensor(vec![1], vec![d as i64])], Attrs::new().with("axis", Attr::Int(1)))?;
+        let (fixed, bad) = normalized_index(cx, &col, ds[d] as i64)?;
+        let part = cx.binary(Opcode::Mul, &fixed, &int_scalar(strides[d]))?;
+        off = Some(match off {
+            Some(o) => cx.binary(Opcode::Add, &o, &part)?,
+            None => part,
+        });
+        any_bad = Some(match any_bad {
+            Some(b) => cx.op1(Opcode::Where, &[b, bool_scalar(true), bad], Attrs::new())?,
+            None => bad,
+        });
+    }
+    let (Some(off), Some(bad)) = (off, any_bad) else {
+        return Err(cx.bad("indices must name at least one dimension"));
+    };
+    let inner = int_tensor(vec![1, slice], (0..slice as i64).collect());
+    let flat = cx.binary(Opcode::Add, &off, &inner)?;
+    let bad = cx.op1(Opcode::Where, &[bad, bool_scalar(true), Cx::filled(vec![1, slice], Scalar::I1, vec![0.0; slice])], Attrs::new())?;
+    let flat = cx.reshape(&flat, &[tuples * slice])?;
+    let bad = cx.reshape(&bad, &[tuples * slice])?;
+    scatter_run_time(cx, n, data, updates, flat, bad)
 }

@@ -217,6 +217,11 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ArgMax", Handler::Fn(composite::arg_extreme)),
     ("ArgMin", Handler::Fn(composite::arg_extreme)),
     ("OneHot", Handler::Fn(composite::one_hot)),
+    ("GatherElements", Handler::Fn(composite::gather_elements)),
+    ("ScatterElements", Handler::Fn(composite::scatter_elements)),
+    ("Scatter", Handler::Fn(composite::scatter_elements)),
+    ("ScatterND", Handler::Fn(composite::scatter_nd)),
+    ("TopK", Handler::Fn(composite::top_k)),
     ("Einsum", Handler::Fn(composite::einsum)),
     // recurrent layers
     ("RNN", Handler::Fn(recurrent::recurrent)),

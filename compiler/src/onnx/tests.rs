@@ -580,3 +580,50 @@ fn if_with_a_run_time_condition_is_a_region_op() {
         e.message
     );
 }
+
+fn str_attr(name: &str, s: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        r#type: Some(attribute_type::STRING),
+        s: Some(s.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn scatter_and_top_k_refusals_name_the_node() {
+    let i64_input = |name: &str, dims: &[i64]| {
+        tensor_info(name, data_type::INT64, &dims.iter().map(|&d| Ok(d)).collect::<Vec<_>>())
+    };
+    // Run-time indices with reduction mul.
+    let g = GraphProto {
+        node: vec![node("ScatterElements", "sc_1", &["x", "i", "u"], &["y"], vec![str_attr("reduction", "mul")])],
+        input: vec![f32_input("x", &[3]), i64_input("i", &[2]), f32_input("u", &[2])],
+        output: vec![f32_input("y", &[3])],
+        ..Default::default()
+    };
+    let e = import_model(&model(18, g), &ImportOptions::default()).unwrap_err();
+    assert!(e.message.contains("reduction `mul` needs constant indices"), "{}", e.message);
+    assert_eq!(e.loc.name.as_deref(), Some("sc_1"));
+    // A constant index outside the axis.
+    let g = GraphProto {
+        node: vec![node("ScatterElements", "sc_2", &["x", "i", "u"], &["y"], vec![])],
+        input: vec![f32_input("x", &[3]), f32_input("u", &[2])],
+        initializer: vec![i64_init("i", &[2], &[0, 3])],
+        output: vec![f32_input("y", &[3])],
+        ..Default::default()
+    };
+    let e = import_model(&model(13, g), &ImportOptions::default()).unwrap_err();
+    assert!(e.message.contains("index 3 is out of range for axis 0 of size 3"), "{}", e.message);
+    // TopK with k past the axis.
+    let g = GraphProto {
+        node: vec![node("TopK", "tk_1", &["x", "k"], &["v", "i"], vec![])],
+        input: vec![f32_input("x", &[3])],
+        initializer: vec![i64_init("k", &[1], &[4])],
+        output: vec![f32_input("v", &[4]), i64_input("i", &[4])],
+        ..Default::default()
+    };
+    let e = import_model(&model(11, g), &ImportOptions::default()).unwrap_err();
+    assert!(e.message.contains("k must be in 1..=3"), "{}", e.message);
+    assert_eq!(e.loc.name.as_deref(), Some("tk_1"));
+}

@@ -9,7 +9,10 @@
 //! Element types: values are f32 inside a kernel. Arithmetic ops are
 //! compiled when the result is f32; casts, comparisons, `where` and the
 //! quantization ops also when they produce or read 8-bit, 32-bit or boolean
-//! integers. Anything else (f64, f16, 64-bit integers, fp8) is left to the
+//! integers. Arithmetic, comparisons, `where` and casts whose operands and
+//! result are all integers (any width) or bool compile to integer kernels
+//! ([`Compute::I64`]): exact, wrapping as the interpreter does. Anything
+//! else (f64, f16, fp8, float math on 64-bit integers) is left to the
 //! reference path, which is exact.
 
 use aoc_ir::attr::{Attr, Attrs};
@@ -21,7 +24,7 @@ use aoc_ir::types::{ElemType, QuantParams, QuantType, Scalar, TensorType};
 use aoc_plan::plan::{Buf, Space, Step};
 
 use super::{Home, Lower, Val, bytes_of, identity, logical_strides};
-use crate::kernel_expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
+use crate::kernel_expr::{Binary, Compute, Expr, Operand, PointwiseKernel, Unary};
 
 /// Element types a kernel may load or store.
 fn kernel_type(s: Scalar) -> bool {
@@ -36,6 +39,7 @@ pub(crate) struct KernelBuilder {
     operands: Vec<(Scalar, Vec<u64>)>,
     pub exprs: Vec<Expr>,
     pub args: Vec<Buf>,
+    pub compute: Compute,
 }
 
 impl KernelBuilder {
@@ -46,6 +50,7 @@ impl KernelBuilder {
             operands: Vec::new(),
             exprs: Vec::new(),
             args: Vec::new(),
+            compute: Compute::F32,
         }
     }
 
@@ -146,6 +151,7 @@ impl KernelBuilder {
             exprs: self.exprs,
             result,
             out_dtype,
+            compute: self.compute,
         };
         (k, self.args)
     }
@@ -157,10 +163,13 @@ impl Lower<'_> {
     pub(crate) fn load(&mut self, kb: &mut KernelBuilder, v: ValueId) -> Result<usize, String> {
         let ty = self.ty(v).clone();
         let s = ty.elem.storage();
-        if !kernel_type(s) {
+        // (Which ops may read which types is `lower_pointwise`'s decision;
+        // every integer converts on load.)
+        if !(kernel_type(s) || !s.is_float() && matches!(ty.elem, ElemType::Scalar(_))) {
             return Err(format!("element type {s}"));
         }
         match self.val(v)? {
+            Val::Const(t) if t.len() == 1 && kb.compute == Compute::I64 => Ok(kb.push(Expr::Int(t.get_i64(0)))),
             Val::Const(t) if t.len() == 1 => Ok(kb.c(t.get_f64(0) as f32)),
             Val::Const(t) => {
                 let buf = self.add_tensor("pointwise", &t);
@@ -244,16 +253,35 @@ impl Lower<'_> {
         let f32_to_i64 = matches!(op.opcode.kind(), OpKind::Pointwise(Pointwise::Cast))
             && out_s == Scalar::I64
             && op.operands.iter().all(|&v| self.ty(v).elem.storage() == Scalar::F32);
-        if !(kernel_type(out_s) || f32_to_i64) || (!int_ok && out_s != Scalar::F32) {
-            return Ok(false);
-        }
-        for &v in &op.operands {
-            if !kernel_type(self.ty(v).elem.storage()) {
+        // Integer in, integer out: an exact integer kernel.
+        let plain_int = |t: &TensorType| matches!(t.elem, ElemType::Scalar(s) if !s.is_float());
+        let int_kernel = matches!(
+            op.opcode.kind(),
+            OpKind::Pointwise(Pointwise::Cast | Pointwise::Where)
+                | OpKind::Binary(_)
+                | OpKind::Unary(Unary::Neg | Unary::Abs)
+                | OpKind::Movement(Movement::Identity)
+        ) && plain_int(&out_ty)
+            && op.operands.iter().all(|&v| plain_int(self.ty(v)));
+        if !int_kernel {
+            if !(kernel_type(out_s) || f32_to_i64) || (!int_ok && out_s != Scalar::F32) {
                 return Ok(false);
+            }
+            // A cast of integers to f32 loads them whatever their width
+            // (rounding to nearest, as the interpreter does).
+            let int_to_f32 = matches!(op.opcode.kind(), OpKind::Pointwise(Pointwise::Cast)) && out_s == Scalar::F32;
+            for &v in &op.operands {
+                let ok = kernel_type(self.ty(v).elem.storage()) || int_to_f32 && plain_int(self.ty(v));
+                if !ok {
+                    return Ok(false);
+                }
             }
         }
         let perm = self.pointwise_perm(op, &out_ty);
         let mut kb = KernelBuilder::new(&out_ty.shape, &perm);
+        if int_kernel {
+            kb.compute = Compute::I64;
+        }
         let attrs = Lower::attrs(op)?;
         let result = match op.opcode.kind() {
             OpKind::Pointwise(Pointwise::Fused) => {
@@ -313,7 +341,8 @@ impl Lower<'_> {
             }
             OpKind::Pointwise(Pointwise::Cast) => {
                 let x = self.load(&mut kb, op.operands[0])?;
-                if out_s == Scalar::I1 {
+                // An integer kernel's store to bool is `x != 0` already.
+                if out_s == Scalar::I1 && !int_kernel {
                     let zero = kb.c(0.0);
                     let one = kb.c(1.0);
                     let eq = kb.bin(Binary::Equal, x, zero);
@@ -356,6 +385,9 @@ impl Lower<'_> {
                 }
             }
         };
+        if !kb.exprs.iter().all(|e| kb.compute.supports(e)) {
+            return Ok(false);
+        }
         let dst = match self.reusable_operand(op, &out_ty, &perm) {
             Some(buf) => buf,
             None => self.alloc(&out_ty)?,
@@ -525,7 +557,7 @@ fn emit_op(kb: &mut KernelBuilder, opcode: Opcode, attrs: &Attrs, x: usize, y: O
         ScalarOp::Unary(u) => kb.un(u, x),
         // x² as x·x: one rounding either way, so exactly the interpreter's
         // pow, without a call to the general power.
-        ScalarOp::Binary(Binary::Pow) if matches!(y.map(|y| kb.exprs[y]), Some(Expr::Const(c)) if c == 2.0) => {
+        ScalarOp::Binary(Binary::Pow) if matches!(y.map(|y| kb.exprs[y]), Some(Expr::Const(2.0) | Expr::Int(2))) => {
             kb.bin(Binary::Mul, x, x)
         }
         ScalarOp::Binary(b) => kb.bin(b, x, two(y)?),

@@ -14,7 +14,7 @@ use aoc_ir::types::Scalar;
 
 use super::Gen;
 use super::math::{self, MathFn};
-use crate::expr::{Binary, Expr, Unary};
+use crate::expr::{Binary, Compute, Expr, Unary};
 use crate::irtext::f32_lit;
 
 /// An element type a kernel can load or store.
@@ -89,8 +89,12 @@ impl Gen<'_> {
         self.m.declare(line);
     }
 
-    /// Loads one element at `p` (a `ptr addrspace(1)`) as f32.
+    /// Loads one element at `p` (a `ptr addrspace(1)`) as f32, or as i64
+    /// in an integer kernel.
     pub(super) fn load(&mut self, e: Elem, p: &str) -> String {
+        if self.k.compute == Compute::I64 {
+            return self.load_int(e, p);
+        }
         let ty = e.ll();
         let x = self.b.v(format!(
             "load {ty}, ptr addrspace(1) {p}, align {}",
@@ -129,8 +133,12 @@ impl Gen<'_> {
         ));
     }
 
-    /// f32 `x` as a value of `e`'s LLVM type, converted as a store does.
+    /// f32 `x` (i64 in an integer kernel) as a value of `e`'s LLVM type,
+    /// converted as a store does.
     pub(super) fn convert(&mut self, e: Elem, x: &str) -> String {
+        if self.k.compute == Compute::I64 {
+            return self.convert_int(e, x);
+        }
         match e {
             Elem::F32 => x.to_string(),
             Elem::F64 => self.b.v(format!("fpext float {x} to double")),
@@ -159,6 +167,138 @@ impl Gen<'_> {
         }
     }
 
+    /// An integer kernel's load: i64, signed integers sign-extended,
+    /// unsigned ones and bool zero-extended. (Floats never reach an integer
+    /// kernel, `live_exprs` checks; they would truncate.)
+    fn load_int(&mut self, e: Elem, p: &str) -> String {
+        let ty = e.ll();
+        let x = self.b.v(format!("load {ty}, ptr addrspace(1) {p}, align {}", e.size()));
+        match e {
+            Elem::I8 | Elem::I16 | Elem::I32 => self.b.v(format!("sext {ty} {x} to i64")),
+            Elem::U8 | Elem::U16 | Elem::U32 => self.b.v(format!("zext {ty} {x} to i64")),
+            Elem::I64 | Elem::U64 => x,
+            Elem::Bool => {
+                let nz = self.b.v(format!("icmp ne i8 {x}, 0"));
+                self.b.v(format!("zext i1 {nz} to i64"))
+            }
+            Elem::F32 | Elem::F64 | Elem::F16 | Elem::Bf16 => {
+                let f = match e {
+                    Elem::F32 => x,
+                    Elem::F64 => self.b.v(format!("fptrunc double {x} to float")),
+                    Elem::F16 => self.b.v(format!("fpext half {x} to float")),
+                    _ => {
+                        let w = self.b.v(format!("zext i16 {x} to i32"));
+                        let w = self.b.v(format!("shl i32 {w}, 16"));
+                        self.b.v(format!("bitcast i32 {w} to float"))
+                    }
+                };
+                self.declare("declare i64 @llvm.fptosi.sat.i64.f32(float)");
+                self.b.v(format!("call i64 @llvm.fptosi.sat.i64.f32(float {f})"))
+            }
+        }
+    }
+
+    /// An integer kernel's store conversion of i64 `x`: integers keep their
+    /// low bits, bool is `x != 0`.
+    fn convert_int(&mut self, e: Elem, x: &str) -> String {
+        match e {
+            Elem::I8 | Elem::U8 | Elem::I16 | Elem::U16 | Elem::I32 | Elem::U32 => {
+                self.b.v(format!("trunc i64 {x} to {}", e.ll()))
+            }
+            Elem::I64 | Elem::U64 => x.to_string(),
+            Elem::Bool => {
+                let nz = self.b.v(format!("icmp ne i64 {x}, 0"));
+                self.b.v(format!("zext i1 {nz} to i8"))
+            }
+            Elem::F32 | Elem::F64 | Elem::F16 | Elem::Bf16 => {
+                let f = self.b.v(format!("sitofp i64 {x} to float"));
+                match e {
+                    Elem::F32 => f,
+                    Elem::F64 => self.b.v(format!("fpext float {f} to double")),
+                    Elem::F16 => self.b.v(format!("fptrunc float {f} to half")),
+                    _ => crate::irtext::bf16_bits(&mut self.b, &f),
+                }
+            }
+        }
+    }
+
+    /// The live expressions of an integer kernel for one element; `vals[i]`
+    /// is operand `i`'s value (i64).
+    fn exprs_int(&mut self, vals: &[Option<String>]) -> String {
+        let k = self.k;
+        let mut v: Vec<Option<String>> = vec![None; k.exprs.len()];
+        for (i, e) in k.exprs.iter().enumerate() {
+            if !self.live[i] {
+                continue;
+            }
+            let get = |j: usize| v[j].clone().expect("live arguments are emitted before their users");
+            let r = match *e {
+                Expr::Load(op) => vals[op].clone().expect("used operands are loaded"),
+                Expr::Int(c) => c.to_string(),
+                // `live_exprs` refuses float constants in integer kernels.
+                Expr::Const(c) => (c as i64).to_string(),
+                Expr::Unary(op, a) => {
+                    let a = get(a);
+                    let n = self.b.v(format!("sub i64 0, {a}"));
+                    match op {
+                        Unary::Abs => {
+                            let neg = self.b.v(format!("icmp slt i64 {a}, 0"));
+                            self.b.v(format!("select i1 {neg}, i64 {n}, i64 {a}"))
+                        }
+                        _ => n,
+                    }
+                }
+                Expr::Binary(op, a, b) => {
+                    let (a, b) = (get(a), get(b));
+                    self.binary_int(op, &a, &b)
+                }
+                Expr::Select(c, a, b) => {
+                    let (c, a, b) = (get(c), get(a), get(b));
+                    let m = self.b.v(format!("icmp ne i64 {c}, 0"));
+                    self.b.v(format!("select i1 {m}, i64 {a}, i64 {b}"))
+                }
+            };
+            v[i] = Some(r);
+        }
+        v[k.result].clone().expect("the result is live")
+    }
+
+    fn binary_int(&mut self, op: Binary, a: &str, b: &str) -> String {
+        let arith = |g: &mut Self, ins: &str| g.b.v(format!("{ins} i64 {a}, {b}"));
+        let cmp = |g: &mut Self, cc: &str| {
+            let m = g.b.v(format!("icmp {cc} i64 {a}, {b}"));
+            g.b.v(format!("zext i1 {m} to i64"))
+        };
+        let pick = |g: &mut Self, cc: &str| {
+            let m = g.b.v(format!("icmp {cc} i64 {a}, {b}"));
+            g.b.v(format!("select i1 {m}, i64 {a}, i64 {b}"))
+        };
+        match op {
+            Binary::Add => arith(self, "add"),
+            Binary::Sub => arith(self, "sub"),
+            Binary::Mul => arith(self, "mul"),
+            Binary::Div => {
+                // `sdiv` is undefined on 0 and on MIN / -1: divide by 1
+                // there, then give 0 and the wrapped negation (as on the CPU).
+                let by_zero = self.b.v(format!("icmp eq i64 {b}, 0"));
+                let by_minus = self.b.v(format!("icmp eq i64 {b}, -1"));
+                let special = self.b.v(format!("or i1 {by_zero}, {by_minus}"));
+                let d = self.b.v(format!("select i1 {special}, i64 1, i64 {b}"));
+                let q = self.b.v(format!("sdiv i64 {a}, {d}"));
+                let neg = self.b.v(format!("sub i64 0, {a}"));
+                let q = self.b.v(format!("select i1 {by_minus}, i64 {neg}, i64 {q}"));
+                self.b.v(format!("select i1 {by_zero}, i64 0, i64 {q}"))
+            }
+            Binary::Max => pick(self, "sge"),
+            Binary::Min => pick(self, "sle"),
+            Binary::Equal => cmp(self, "eq"),
+            Binary::Less => cmp(self, "slt"),
+            Binary::Greater => cmp(self, "sgt"),
+            // Refused by `live_exprs` in integer kernels.
+            Binary::Pow => a.to_string(),
+        }
+    }
+
     /// Truncates `x` to an integer clamped to `lo..=hi`, as type `ty`.
     fn narrow(&mut self, x: &str, ty: &str, lo: i32, hi: i32) -> String {
         self.declare("declare i32 @llvm.fptosi.sat.i32.f32(float)");
@@ -179,6 +319,9 @@ impl Gen<'_> {
     /// Emits the live expressions for one element; `vals[i]` is operand
     /// `i`'s value (f32). Returns the result's value.
     pub(super) fn exprs(&mut self, vals: &[Option<String>]) -> String {
+        if self.k.compute == Compute::I64 {
+            return self.exprs_int(vals);
+        }
         let k = self.k;
         let mut v: Vec<Option<String>> = vec![None; k.exprs.len()];
         for (i, e) in k.exprs.iter().enumerate() {
@@ -192,6 +335,7 @@ impl Gen<'_> {
             let r = match *e {
                 Expr::Load(op) => vals[op].clone().expect("used operands are loaded"),
                 Expr::Const(c) => f32_lit(c),
+                Expr::Int(c) => f32_lit(c as f32),
                 Expr::Unary(op, a) => {
                     let a = get(a);
                     self.unary(op, &a)

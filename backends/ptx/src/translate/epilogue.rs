@@ -101,7 +101,7 @@ pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &H
     let Step::Pointwise { code, args, .. } = next else { return None };
     let k = kernels.get(code.as_str())?;
     let (out, ins) = args.split_last()?;
-    if out != c || k.out_dtype != Scalar::F32 || ins.len() != k.operands.len() {
+    if out != c || k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 || ins.len() != k.operands.len() {
         return None;
     }
     // The operand that reads c where the kernel writes: row-major strides.
@@ -137,7 +137,11 @@ pub(super) fn q_epilogue(
 ) -> Option<(GemmEpilogue, Vec<Buf>, Buf)> {
     let (out, ins) = args.split_last()?;
     let own = if y_signed { Scalar::I8 } else { Scalar::U8 };
-    if crate::kernels::gemm_wgmma::stored_type(k.out_dtype).is_none() || ins.len() != k.operands.len() {
+    // The epilogue is evaluated on f32 values (an integer kernel stays apart).
+    if k.compute != crate::expr::Compute::F32
+        || crate::kernels::gemm_wgmma::stored_type(k.out_dtype).is_none()
+        || ins.len() != k.operands.len()
+    {
         return None;
     }
     let dense = row_major(&k.dims);

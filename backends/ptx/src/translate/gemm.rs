@@ -84,6 +84,7 @@ fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&
         exprs: vec![],
         result: 0,
         out_dtype: Scalar::F32,
+        compute: crate::expr::Compute::F32,
     };
     let mut acc = k.push(Expr::Load(0));
     for p in 1..k.operands.len() {
@@ -106,6 +107,7 @@ fn split_k_sum(parts: u64, m: u64, n: u64, bias: bool, relu: bool, epi: Option<&
                 Expr::Load(0) => acc,
                 Expr::Load(j) => k.push(Expr::Load(first + j - 1)),
                 Expr::Const(c) => k.push(Expr::Const(c)),
+                Expr::Int(c) => k.push(Expr::Int(c)),
                 Expr::Unary(u, a) => k.push(Expr::Unary(u, at[a])),
                 Expr::Binary(b, a, c) => k.push(Expr::Binary(b, at[a], at[c])),
                 Expr::Select(c, a, b) => k.push(Expr::Select(at[c], at[a], at[b])),

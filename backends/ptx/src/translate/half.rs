@@ -382,6 +382,7 @@ impl Tr<'_, '_> {
                     exprs: vec![Expr::Load(0)],
                     result: 0,
                     out_dtype: half,
+                    compute: crate::expr::Compute::F32,
                 };
                 let slot = order[0];
                 let to = self.halves.slot_buf(slot, len);

@@ -587,6 +587,7 @@ fn epilogue(extra: &[(Scalar, [u64; 3])], exprs: &[Expr]) -> GemmEpilogue {
             exprs: exprs.to_vec(),
             result: exprs.len() - 1,
             out_dtype: Scalar::F32,
+            compute: aoc_backend_ptx::expr::Compute::F32,
         },
         strides: extra.iter().map(|e| e.1).collect(),
     }

@@ -63,6 +63,16 @@ impl Elem {
     }
 }
 
+/// The Cranelift integer type of an integer element in memory.
+fn int_type(e: Elem) -> Type {
+    match e {
+        Elem::I8 | Elem::U8 | Elem::Bool => I8,
+        Elem::I16 | Elem::U16 | Elem::Bf16 => I16,
+        Elem::I32 | Elem::U32 | Elem::F32 => I32,
+        Elem::I64 | Elem::U64 | Elem::F64 => I64,
+    }
+}
+
 impl Gen<'_, '_> {
     /// Loads one element at `p` as f32.
     pub(super) fn load(&mut self, e: Elem, p: Value) -> Value {
@@ -153,6 +163,117 @@ impl Gen<'_, '_> {
         self.b.ins().store(mem(), v, p, 0);
     }
 
+    /// Loads one element at `p` as i64 (an integer kernel's value): signed
+    /// integers sign-extend, unsigned ones and bool zero-extend. (Floats
+    /// never reach an integer kernel, `live_exprs` checks; they would
+    /// truncate.)
+    pub(super) fn load_int(&mut self, e: Elem, p: Value) -> Value {
+        let ins = |g: &mut Self, ty| g.b.ins().load(ty, mem(), p, 0);
+        match e {
+            Elem::I8 | Elem::I16 | Elem::I32 => {
+                let x = ins(self, int_type(e));
+                self.b.ins().sextend(I64, x)
+            }
+            Elem::U8 | Elem::U16 | Elem::U32 => {
+                let x = ins(self, int_type(e));
+                self.b.ins().uextend(I64, x)
+            }
+            Elem::I64 | Elem::U64 => ins(self, I64),
+            Elem::Bool => {
+                let x = ins(self, I8);
+                let nz = self.b.ins().icmp_imm_u(IntCC::NotEqual, x, 0);
+                self.b.ins().uextend(I64, nz)
+            }
+            Elem::F32 | Elem::F64 | Elem::Bf16 => {
+                let x = self.load(e, p);
+                self.b.ins().fcvt_to_sint_sat(I64, x)
+            }
+        }
+    }
+
+    /// Stores i64 `x` at `p` as `e`: integers keep their low bits, bool is
+    /// `x != 0`.
+    pub(super) fn store_int(&mut self, e: Elem, x: Value, p: Value) {
+        let v = match e {
+            Elem::I8 | Elem::U8 | Elem::I16 | Elem::U16 | Elem::I32 | Elem::U32 => {
+                self.b.ins().ireduce(int_type(e), x)
+            }
+            Elem::I64 | Elem::U64 => x,
+            Elem::Bool => self.b.ins().icmp_imm_u(IntCC::NotEqual, x, 0),
+            Elem::F32 | Elem::F64 | Elem::Bf16 => {
+                let f = self.b.ins().fcvt_from_sint(F32, x);
+                return self.store(e, f, p);
+            }
+        };
+        self.b.ins().store(mem(), v, p, 0);
+    }
+
+    /// Emits the live expressions of an integer kernel for one element;
+    /// `vals[i]` is operand `i`'s value as i64.
+    pub(super) fn exprs_int(&mut self, vals: &[Option<Value>]) -> Value {
+        let k = self.k;
+        let mut v: Vec<Option<Value>> = vec![None; k.exprs.len()];
+        let get = |v: &[Option<Value>], i: usize| v[i].expect("live arguments are emitted first");
+        for (i, e) in k.exprs.iter().enumerate() {
+            if !self.live[i] {
+                continue;
+            }
+            v[i] = Some(match *e {
+                Expr::Load(op) => vals[op].expect("used operands are loaded"),
+                Expr::Int(c) => self.b.ins().iconst(I64, c),
+                // `live_exprs` refuses the rest in integer kernels; a float
+                // constant would truncate.
+                Expr::Const(c) => self.b.ins().iconst(I64, c as i64),
+                Expr::Unary(op, a) => {
+                    let a = get(&v, a);
+                    match op {
+                        Unary::Abs => self.b.ins().iabs(a),
+                        _ => self.b.ins().ineg(a),
+                    }
+                }
+                Expr::Binary(op, a, b) => self.binary_int(op, get(&v, a), get(&v, b)),
+                Expr::Select(c, a, b) => {
+                    let m = self.b.ins().icmp_imm_u(IntCC::NotEqual, get(&v, c), 0);
+                    self.b.ins().select(m, get(&v, a), get(&v, b))
+                }
+            });
+        }
+        get(&v, k.result)
+    }
+
+    fn binary_int(&mut self, op: Binary, a: Value, b: Value) -> Value {
+        let cmp = |g: &mut Self, cc| {
+            let m = g.b.ins().icmp(cc, a, b);
+            g.b.ins().uextend(I64, m)
+        };
+        match op {
+            Binary::Add => self.b.ins().iadd(a, b),
+            Binary::Sub => self.b.ins().isub(a, b),
+            Binary::Mul => self.b.ins().imul(a, b),
+            Binary::Div => {
+                // `sdiv` traps on 0 and on MIN / -1: divide by 1 there, then
+                // give 0 and the wrapped negation.
+                let one = self.b.ins().iconst(I64, 1);
+                let zero = self.b.ins().iconst(I64, 0);
+                let by_zero = self.b.ins().icmp_imm_s(IntCC::Equal, b, 0);
+                let by_minus = self.b.ins().icmp_imm_s(IntCC::Equal, b, -1);
+                let special = self.b.ins().bor(by_zero, by_minus);
+                let d = self.b.ins().select(special, one, b);
+                let q = self.b.ins().sdiv(a, d);
+                let neg = self.b.ins().ineg(a);
+                let q = self.b.ins().select(by_minus, neg, q);
+                self.b.ins().select(by_zero, zero, q)
+            }
+            Binary::Max => self.b.ins().smax(a, b),
+            Binary::Min => self.b.ins().smin(a, b),
+            Binary::Equal => cmp(self, IntCC::Equal),
+            Binary::Less => cmp(self, IntCC::SignedLessThan),
+            Binary::Greater => cmp(self, IntCC::SignedGreaterThan),
+            // Refused by `live_exprs` in integer kernels.
+            Binary::Pow => a,
+        }
+    }
+
     /// Truncates `x` to an integer clamped to `lo..=hi`, as type `ty`.
     fn narrow(&mut self, x: Value, ty: Type, lo: i64, hi: i64) -> Value {
         let t = self.b.ins().fcvt_to_sint_sat(I32, x);
@@ -176,6 +297,7 @@ impl Gen<'_, '_> {
             v[i] = Some(match *e {
                 Expr::Load(op) => vals[op].expect("used operands are loaded"),
                 Expr::Const(c) => self.fconst(ty, c),
+                Expr::Int(c) => self.fconst(ty, c as f32),
                 Expr::Unary(op, a) => self.unary(ty, op, get(&v, a)),
                 Expr::Binary(op, a, b) => self.binary(ty, op, get(&v, a), get(&v, b)),
                 Expr::Select(c, a, b) => {

@@ -65,6 +65,7 @@ pub fn kernel(dims: &[u64], operands: &[(Scalar, Vec<u64>)], out_dtype: Scalar) 
         exprs: vec![],
         result: 0,
         out_dtype,
+        compute: aoc_backend_x86::expr::Compute::F32,
     }
 }
 
