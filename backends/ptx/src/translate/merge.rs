@@ -27,7 +27,7 @@ use aoc_plan::plan::{Buf, Space, Step};
 
 use super::epilogue::{read_before_written, row_major};
 use super::overlaps;
-use crate::expr::{Binary, Expr, Operand, PointwiseKernel, Unary};
+use crate::expr::{Binary, Compute, Expr, Operand, PointwiseKernel, Unary};
 
 /// The most operands a merged kernel may take.
 const MAX_OPERANDS: usize = 8;
@@ -124,7 +124,8 @@ fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, 
         return None;
     }
     let count = |k: &PointwiseKernel| k.dims.iter().product::<u64>();
-    if count(k1) != count(k2) {
+    // Integer kernels compute in i64, where the reload below does not apply.
+    if count(k1) != count(k2) || k1.compute != Compute::F32 || k2.compute != Compute::F32 {
         return None;
     }
     // The second kernel reads t through one operand, densely, as stored.
@@ -171,6 +172,7 @@ fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, 
             Expr::Load(j) if j == me => stored,
             Expr::Load(j) => push(&mut exprs, Expr::Load(load2[j]?)),
             Expr::Const(c) => push(&mut exprs, Expr::Const(c)),
+            Expr::Int(c) => push(&mut exprs, Expr::Int(c)),
             Expr::Unary(f, a) => push(&mut exprs, Expr::Unary(f, at2[a])),
             Expr::Binary(f, a, b) => push(&mut exprs, Expr::Binary(f, at2[a], at2[b])),
             Expr::Select(c, a, b) => push(&mut exprs, Expr::Select(at2[c], at2[a], at2[b])),
@@ -189,7 +191,7 @@ fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, 
         }
     }
     bufs.push(*u);
-    let k = PointwiseKernel { name: String::new(), dims, operands, exprs, result: at2[k2.result], out_dtype: k2.out_dtype };
+    let k = PointwiseKernel { name: String::new(), dims, operands, exprs, result: at2[k2.result], out_dtype: k2.out_dtype, compute: Compute::F32 };
     k.live_exprs().ok()?;
     Some((k, bufs))
 }
@@ -375,6 +377,7 @@ mod tests {
             exprs,
             result,
             out_dtype: out,
+            compute: Compute::F32,
         }
     }
 
@@ -395,6 +398,7 @@ mod tests {
                     let x = match *e {
                         Expr::Load(j) => ins[j][idx.iter().zip(&k.operands[j].strides).map(|(i, s)| i * s).sum::<u64>() as usize],
                         Expr::Const(c) => c,
+                        Expr::Int(c) => c as f32,
                         Expr::Unary(f, a) => f.eval(v[a] as f64) as f32,
                         Expr::Binary(f, a, b) => f.eval(v[a] as f64, v[b] as f64) as f32,
                         Expr::Select(c, a, b) => if v[c] != 0.0 { v[a] } else { v[b] },
