@@ -315,7 +315,12 @@ fn step_what(step: &aoc_runtime::plan::Step) -> String {
 /// artifacts: `int8` (integer kernels), `quant`/`dequant` (the conversions)
 /// or `f32`.
 pub(crate) fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'static str {
-    use aoc_runtime::plan::Step;
+    use aoc_runtime::plan::{QuantElem, Step};
+    if let Step::QConv2d { q, .. } = step
+        && q.elem != QuantElem::Int8
+    {
+        return "fp8";
+    }
     if matches!(step, Step::QConv2d { .. } | Step::QAdd { .. } | Step::QMaxPool { .. } | Step::QMatMul { .. } | Step::QGlobalAvgPool { .. }) {
         return "int8";
     }

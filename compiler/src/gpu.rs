@@ -328,10 +328,10 @@ pub fn explain_gpu(path: &Path, a: &Artifact) -> Result<String, String> {
         };
         out.push_str(&format!("  {i:>4}  {what:<52} <- {origin}\n"));
     }
-    // The translation's notes: each 2:4 sparse layer's kernel (mma.sp or wgmma.sp, or
-    // dense and why).
+    // The translation's notes: each 2:4 sparse layer's kernel (mma.sp or
+    // wgmma.sp, or dense and why), each fp8 launch's form.
     if !plan.notes.is_empty() {
-        out.push_str("  sparse layers (2:4 weights: sparse on mma.sp or wgmma.sp, or dense and why; docs/sparsity.md):\n");
+        out.push_str("  notes (sparse layers (2:4 weights: sparse on mma.sp or wgmma.sp, or dense and why; docs/sparsity.md); fp8 layers, docs/quantization.md):\n");
         for n in &plan.notes {
             let origin = plan.origins.get(n.item).map_or("", |o| o.as_str());
             out.push_str(&format!("  {:>4}  {origin}: {}\n", n.item, n.note));

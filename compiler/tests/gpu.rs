@@ -39,6 +39,7 @@
 //!   (`tests/data/zoo/`) for sm_86 and sm_90a at fp32 and fp16,
 //!   ptxas-checked, and on a GPU against the interpreter; a model listed
 //!   in `pending.txt` is checked to still fail to compile.
+//! - `fp8_builds_use_e4m3_wgmma` and `gpu_fp8_*`: fp8 models (`gpu/fp8.rs`).
 //! - `no_gpu_is_a_clear_error` (without a GPU): `aoc run` of a GPU artifact
 //!   fails with exit code 1 and says what is missing.
 //!
@@ -47,6 +48,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "gpu/fp8.rs"]
+mod fp8;
 
 use aoc_compiler::npy::read_npy;
 use aoc_ir::tensor::Tensor;
@@ -1530,5 +1534,11 @@ fn main() {
     trials.push(Trial::test("gpu_late_index_errors_are_reported", late_index_errors_are_reported));
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     trials.push(Trial::test("gpu_quantized_for_sm_90_runs_int8_and_fp16", quantized_for_the_gpu));
+    trials.push(Trial::test("fp8_builds_use_e4m3_wgmma", fp8::fp8_builds));
+    for which in ["cnn", "matmul"] {
+        for t in ["sm_90a", "sm_90"] {
+            trials.push(Trial::test(format!("gpu_fp8_{which}_{t}"), move || fp8::fp8_on_gpu(which, t)));
+        }
+    }
     libtest_mimic::run(&args, trials).exit();
 }

@@ -70,6 +70,9 @@ pub struct ConvGeom {
 /// The integer parameters of a [`Step::QConv2d`]: the input's and the
 /// output's storage (i8 when signed, else u8) and zero points, and the
 /// output's clamp in stored values (the type's range meets the op's clip).
+/// With `elem` [`QuantElem::E4M3`] the signs and zero points are unused
+/// (false, 0) and the clamp is in e4m3 values (whole numbers: see the
+/// variant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuantConv {
@@ -79,6 +82,30 @@ pub struct QuantConv {
     pub y_zero: i32,
     pub y_min: i32,
     pub y_max: i32,
+    /// What the 8-bit bytes of `x`, `w` and `y` hold.
+    #[serde(default)]
+    pub elem: QuantElem,
+}
+
+/// The element type of a [`Step::QConv2d`]'s 8-bit operands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum QuantElem {
+    /// Integers: i8/u8 activations, i8 weights, exact i32 accumulation and
+    /// the requantization of [`Step::QConv2d`].
+    #[default]
+    Int8,
+    /// fp8 e4m3 (OCP E4M3FN) activations and weights, zero points 0: per
+    /// output element `acc = Σ x·w` in f32 (`comp` is unused, all zero),
+    /// `v = fma(acc, scale[o], shift[o])` clamped to `[y_min, y_max]`, then
+    /// rounded to e4m3 to nearest even, saturating to ±448 (NaN stays NaN).
+    /// The clamp bounds are e4m3 values that are whole numbers (a clip
+    /// whose bound is not is not lowered to this step).
+    E4M3,
+    /// e4m3 operands as [`QuantElem::E4M3`] and an f32 result, not
+    /// requantized (an fp8 product whose output stays in float): `y` holds
+    /// f32, `v = fma(acc, scale[o], shift[o])` clamped to `[y_min, y_max]`
+    /// (`i32::MIN`/`i32::MAX`: no bound), NaN passing.
+    E4M3ToF32,
 }
 
 /// One operand of a [`Step::QAdd`]: 8-bit storage (i8 when `signed`, else

@@ -13,7 +13,7 @@ use common::best_of;
 use aoc_runtime::kernels::int8::Int8Level;
 use aoc_runtime::kernels::qconv::{pack_qconv, pack_qconv_direct, qconv2d};
 use aoc_runtime::kernels::{qdepthwise, qdirect};
-use aoc_runtime::plan::{ConvGeom, QuantConv};
+use aoc_runtime::plan::{ConvGeom, QuantConv, QuantElem};
 
 /// `(label, h, c, oc, k, stride, group)`: square maps, pads `k/2`.
 const SHAPES: &[(&str, u64, u64, u64, u64, u64, u64)] = &[
@@ -81,7 +81,7 @@ fn main() {
         .collect();
     println!("threads: {threads}; direct levels: {levels:?} (others skipped: this cpu lacks them)");
     println!("{:24} {:>10} {:>9} {:>9}", "shape", "kernel", "ms", "GOP/s");
-    let q = QuantConv { x_signed: false, x_zero: 3, y_signed: false, y_zero: 0, y_min: 0, y_max: 255 };
+    let q = QuantConv { x_signed: false, x_zero: 3, y_signed: false, y_zero: 0, y_min: 0, y_max: 255, elem: QuantElem::Int8 };
     for &(label, h, c, oc, k, s, group) in SHAPES {
         if filter.as_ref().is_some_and(|f| !label.contains(f.as_str())) {
             continue;

@@ -44,6 +44,21 @@ pub fn kernel_family(name: &str) -> &str {
     if base.contains('_') { base } else { base.trim_end_matches(|c: char| c.is_ascii_digit()) }
 }
 
+/// What the lowering may ask of this backend's kernels for `sm`: the
+/// integer kernels use mma.sync m16n8k32 (sm_80+; older GPUs have no
+/// kernel for the quantized ops); fp8: e4m3 quantize/dequantize kernels
+/// from sm_89, convolutions and GEMMs on the e4m3 wgmma on sm_90a only
+/// (elsewhere their float expansion).
+pub fn lower_options(sm: Sm, reference_fallback: bool) -> LowerOptions {
+    LowerOptions {
+        int8: sm.has_mma_f16(),
+        fp8_elementwise: sm.has_fp8_cvt(),
+        fp8_conv: sm == Sm::Sm90a,
+        reference_fallback,
+        ..LowerOptions::GPU
+    }
+}
+
 fn lowered_and_translated(
     func: &Func,
     weights: &dyn WeightSource,
@@ -52,9 +67,7 @@ fn lowered_and_translated(
     tuner: Option<&mut dyn Tuner>,
     reference_fallback: bool,
 ) -> Result<(Lowered, Translated), Diagnostic> {
-    // The integer kernels use mma.sync m16n8k32 (sm_80+); older GPUs have
-    // no kernel for the quantized ops.
-    let opts = LowerOptions { int8: sm.has_mma_f16(), reference_fallback, ..LowerOptions::GPU };
+    let opts = lower_options(sm, reference_fallback);
     let mut lowered = lower(func, weights, &opts)?;
     let t = translate_tuned(&mut lowered, sm, precision, tuner).map_err(|m| Diagnostic::error(m, func.loc.clone()))?;
     Ok((lowered, t))

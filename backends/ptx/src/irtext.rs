@@ -89,6 +89,26 @@ pub(crate) fn bf16_bits(b: &mut Body, x: &str) -> String {
     b.v(format!("trunc i32 {h} to i16"))
 }
 
+/// f32 `x` rounded to fp8 e4m3 (to nearest even, saturating to ±448, NaN
+/// to NaN: `cvt.rn.satfinite.e4m3x2.f32`, sm_89 and newer) as an i8 value.
+pub(crate) fn f32_to_e4m3(b: &mut Body, x: &str) -> String {
+    // The second source goes to the low byte.
+    let h = b.v(format!(
+        "call i16 asm \"cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;\", \"=h,f,f\"(float 0.0, float {x})"
+    ));
+    b.v(format!("trunc i16 {h} to i8"))
+}
+
+/// The e4m3 byte `x` (i8) as f32, exactly (through f16:
+/// `cvt.rn.f16x2.e4m3x2`, sm_89 and newer).
+pub(crate) fn e4m3_to_f32(b: &mut Body, x: &str) -> String {
+    let w = b.v(format!("zext i8 {x} to i16"));
+    let h2 = b.v(format!("call i32 asm \"cvt.rn.f16x2.e4m3x2 $0, $1;\", \"=r,h\"(i16 {w})"));
+    let lo = b.v(format!("trunc i32 {h2} to i16"));
+    let h = b.v(format!("bitcast i16 {lo} to half"));
+    b.v(format!("fpext half {h} to float"))
+}
+
 /// A module being assembled from kernels.
 #[derive(Default)]
 pub struct ModuleText {

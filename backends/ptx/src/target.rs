@@ -87,14 +87,16 @@ impl Sm {
     /// `ldmatrix` needs 6.5, `mma.sync` m16n8k16 and `cp.async` 7.0, the
     /// sparse `mma.sp` 7.1 (CUDA 11.1); each architecture's version is at
     /// least that from sm_80 on. sm_90a takes 8.4, which `wgmma` of u8
-    /// activations by s8 weights needs (CUDA 12.4 drivers).
+    /// activations by s8 weights needs (CUDA 12.4 drivers); sm_89 8.1, for
+    /// the e4m3 conversions.
     pub fn ptx_version(self) -> u32 {
         match self {
             Sm::Sm70 => 60,
             Sm::Sm75 => 65,
             Sm::Sm80 => 71,
             Sm::Sm86 => 71,
-            Sm::Sm89 => 78,
+            // 8.1: the e4m3 conversions on sm_89 (7.8 has them on sm_90 only).
+            Sm::Sm89 => 81,
             Sm::Sm90 => 78,
             Sm::Sm90a => 84,
         }
@@ -109,6 +111,12 @@ impl Sm {
     /// accumulation exists (sm_80 and newer; Turing has only m16n8k8).
     pub fn has_mma_f16(self) -> bool {
         self.capability() >= 80
+    }
+
+    /// The e4m3 conversions (`cvt.rn.satfinite.e4m3x2.f32`,
+    /// `cvt.rn.f16x2.e4m3x2`): Ada and Hopper.
+    pub fn has_fp8_cvt(self) -> bool {
+        self.capability() >= 89
     }
 
     /// Whether `cp.async` (asynchronous global → shared copies) exists.

@@ -46,8 +46,8 @@ pub fn gpu_plan(module: &Module, weights: &dyn WeightSource, sm: aoc_backend_ptx
     };
     crate::opt::optimize(&mut m, weights, &config, None)?;
     let func = m.entry().ok_or("error: the model has no function")?;
-    // As the PTX backend lowers: integer kernels need mma.sync (sm_80+).
-    let opts = LowerOptions { int8: sm.has_mma_f16(), reference_fallback: true, ..LowerOptions::GPU };
+    // As the PTX backend lowers (its kernels for `sm`).
+    let opts = aoc_backend_ptx::compile::lower_options(sm, true);
     let lowered = aoc_passes::lower::lower(func, weights, &opts).map_err(|d| format!("error: {}", d.message))?;
     Ok(lowered.plan)
 }

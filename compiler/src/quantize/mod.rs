@@ -802,8 +802,9 @@ pub fn quantize(
     if let Some(s) = &eval_set {
         eval_score = Some(s.score(&sess, usize::MAX)?);
     }
-    // Which quantized layers the target runs on integer kernels: the plan's
-    // int8 steps, by the location of the layer's quantized output.
+    // Which quantized layers the target runs on integer (or fp8) kernels:
+    // the plan's int8 and fp8 steps, by the location of the layer's
+    // quantized output.
     let int8_locs = match cfg.target {
         Target::Cpu => int8_locs(sess.plan()),
         Target::Gpu(sm) => int8_locs(&engine::gpu_plan(&out_module, weights, sm)?),
@@ -813,7 +814,12 @@ pub fn quantize(
         (!int8_locs.contains(loc)).then(|| match (cfg.precision, cfg.target) {
             (Precision::Int8, _) => format!("no integer kernel on {target} yet: runs as dequantize, float, quantize"),
             (Precision::Fp8, Target::Cpu) => "no fp8 kernel on this CPU (fp8 is for sm_89 / sm_90)".to_string(),
-            (Precision::Fp8, Target::Gpu(_)) => format!("no fp8 kernel on {target} yet: runs as dequantize, float"),
+            (Precision::Fp8, Target::Gpu(sm)) if sm == aoc_backend_ptx::Sm::Sm90a => {
+                "the fp8 wgmma kernel takes one group with channels in multiples of 16: runs as e4m3 dequantize, float, quantize".to_string()
+            }
+            (Precision::Fp8, Target::Gpu(_)) => format!(
+                "no fp8 tensor-core kernel on {target} (the e4m3 wgmma needs sm_90a: quantize and compile with --target sm_90a): runs as e4m3 dequantize, float, quantize"
+            ),
         })
     };
     let qname = match cfg.precision {
@@ -895,7 +901,7 @@ fn int8_locs(plan: &aoc_runtime::plan::Plan) -> HashSet<String> {
     plan.steps
         .iter()
         .zip(&plan.origins)
-        .filter(|(st, o)| crate::cpu::step_precision(st, o) == "int8")
+        .filter(|(st, o)| matches!(crate::cpu::step_precision(st, o), "int8" | "fp8"))
         .filter_map(|(_, o)| crate::cpu::origin_loc(o).map(str::to_string))
         .collect()
 }

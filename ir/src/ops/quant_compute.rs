@@ -21,6 +21,12 @@
 //! (int32 accumulation, fixed-point requantization) within its own stated
 //! tolerance.
 //!
+//! Storage: integers; the products (`quant.conv2d`, `quant.matmul`,
+//! `quant.gemm`) also take fp8 (`f8E4M3FN`, `f8E5M2`) operands and results
+//! (fp8 PTQ, `aoc quantize --precision fp8`), with the same definition;
+//! with fp8 operands their result may also be the float op's own type:
+//! steps 1 to 3 only, no quantize (an fp8 layer whose output stays float).
+//!
 //! Invariant: `infer` runs the float op's `infer` on the dequantized operand
 //! types, so every check the float op makes (shapes, attributes, bias size)
 //! applies unchanged, and `eval` only ever sees operands `infer` accepted.
@@ -29,7 +35,7 @@ use crate::ops::elementwise::{fmax_nan, fmin_nan};
 use crate::ops::quant::{check_quant_type, dequantize_values, quantize_values};
 use crate::ops::{EvalCx, InferCx, Opcode};
 use crate::tensor::{Tensor, round_to};
-use crate::types::{QuantType, TensorType};
+use crate::types::{QuantType, Scalar, TensorType};
 
 /// The float op each integer op computes; the table routes only these ops
 /// here, each through its own pair of hooks below.
@@ -64,8 +70,15 @@ int_hooks! {
     QuantGlobalAvgPool: infer_global_avg_pool, eval_global_avg_pool => GlobalAvgPool;
 }
 
+/// Whether `q`'s storage suits the integer op defined by `float_op`:
+/// integers always, fp8 for the products.
+fn storage_ok(q: &QuantType, float_op: Opcode) -> bool {
+    let fp8 = matches!(q.storage, Scalar::F8E4M3FN | Scalar::F8E5M2);
+    q.storage.is_int() || (fp8 && matches!(float_op, Opcode::Conv2d | Opcode::MatMul | Opcode::Gemm))
+}
+
 /// The float type an operand dequantizes to.
-fn dequantized_type(cx: &InferCx, i: usize) -> Result<TensorType, String> {
+fn dequantized_type(cx: &InferCx, i: usize, float_op: Opcode) -> Result<TensorType, String> {
     let t = &cx.operands[i];
     let name = cx
         .opcode
@@ -78,9 +91,9 @@ fn dequantized_type(cx: &InferCx, i: usize) -> Result<TensorType, String> {
         .quant()
         .ok_or_else(|| format!("{name} must have a quantized element type, found {t}"))?;
     check_quant_type(q, t)?;
-    if !q.storage.is_int() {
+    if !storage_ok(q, float_op) {
         return Err(format!(
-            "{name} must have integer storage, found {} in {t}",
+            "{name} must have integer (or, for products, fp8) storage, found {} in {t}",
             q.storage
         ));
     }
@@ -100,7 +113,7 @@ fn clip_bounds(attrs: &crate::attr::Attrs) -> Result<(Option<f64>, Option<f64>),
 
 fn infer_int(cx: &InferCx, float_op: Opcode) -> Result<Vec<TensorType>, String> {
     let floats = (0..cx.operands.len())
-        .map(|i| dequantized_type(cx, i))
+        .map(|i| dequantized_type(cx, i, float_op))
         .collect::<Result<Vec<_>, _>>()?;
     let fcx = InferCx {
         opcode: float_op,
@@ -115,14 +128,24 @@ fn infer_int(cx: &InferCx, float_op: Opcode) -> Result<Vec<TensorType>, String> 
         .ok_or("internal error: the float op inferred no result (please report)")?;
     clip_bounds(cx.attrs)?;
     let r = cx.declared_one()?;
+    if r.elem.quant().is_none() {
+        let fp8 = cx.operands.first().and_then(|t| t.elem.quant()).is_some_and(|q| matches!(q.storage, Scalar::F8E4M3FN | Scalar::F8E5M2));
+        if !fp8 || !matches!(float_op, Opcode::Conv2d | Opcode::MatMul | Opcode::Gemm) {
+            return Err(format!("result must have a quantized element type (a float one only for products of fp8 operands), found {r}"));
+        }
+        if *r != f {
+            return Err(format!("a float result must be {f} (the float op's), found {r}"));
+        }
+        return Ok(vec![r.clone()]);
+    }
     let q = r
         .elem
         .quant()
         .ok_or_else(|| format!("result must have a quantized element type, found {r}"))?;
     check_quant_type(q, r)?;
-    if !q.storage.is_int() {
+    if !storage_ok(q, float_op) {
         return Err(format!(
-            "result must have integer storage, found {} in {r}",
+            "result must have integer (or, for products, fp8) storage, found {} in {r}",
             q.storage
         ));
     }
@@ -156,8 +179,11 @@ fn eval_int(cx: &EvalCx, float_op: Opcode) -> Result<Vec<Tensor>, String> {
     }
     let refs: Vec<&Tensor> = floats.iter().collect();
     let rty = cx.result_type().clone();
-    let q = quant_of(&rty)?;
-    let e = q.expressed;
+    let q = rty.elem.quant();
+    let e = match q {
+        Some(q) => q.expressed,
+        None => rty.elem.storage(),
+    };
     let fty = TensorType::new(rty.shape.clone(), e);
     let fcx = EvalCx {
         opcode: float_op,
@@ -185,8 +211,14 @@ fn eval_int(cx: &EvalCx, float_op: Opcode) -> Result<Vec<Tensor>, String> {
             v
         })
         .collect();
-    let data = quantize_values(&v, &rty.shape, q, true);
-    Ok(vec![Tensor { ty: rty, data }])
+    match q {
+        Some(q) => {
+            let data = quantize_values(&v, &rty.shape, q, true);
+            Ok(vec![Tensor { ty: rty, data }])
+        }
+        // An fp8 product with a float result: no quantize.
+        None => Ok(vec![Tensor::from_f64(rty, v)]),
+    }
 }
 
 #[cfg(test)]

@@ -214,7 +214,7 @@ mod tests {
     fn an_int8_convolutions_input_outlives_the_pointwise_steps_after_it() {
         use aoc_plan::plan::{ConvGeom, QuantConv};
         let geom = ConvGeom { n: 1, h: 4, w: 4, c: 16, oh: 4, ow: 4, oc: 16, kh: 1, kw: 1, stride: [1, 1], dilation: [1, 1], pads: [0; 4], group: 1 };
-        let q = QuantConv { x_signed: false, x_zero: 0, y_signed: false, y_zero: 0, y_min: 0, y_max: 255 };
+        let q = QuantConv { x_signed: false, x_zero: 0, y_signed: false, y_zero: 0, y_min: 0, y_max: 255, elem: Default::default() };
         let w = |id| vbuf(id, 0, 256);
         // 0: the input (bytes), 1: the convolution's output, 2: the
         // pointwise step's f32 output, 3..=5: weights.

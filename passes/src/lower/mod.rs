@@ -171,6 +171,15 @@ pub struct LowerOptions {
     /// Lower `quant.conv2d` and `quant.gemm` to integer `Step::QConv2d`
     /// (else they run on the reference path).
     pub int8: bool,
+    /// Lower e4m3 (`f8E4M3FN`) `quant.conv2d`, `quant.gemm` and matmuls
+    /// by a constant weight, with one group and channels (K) in multiples
+    /// of 16, to `Step::QConv2d` with `QuantElem::E4M3` (the GPU's fp8
+    /// `wgmma` kernel, sm_90a); otherwise they run as their float expansion.
+    pub fp8_conv: bool,
+    /// Compile e4m3 `quant.quantize`/`quant.dequantize` (per-tensor or per
+    /// axis, zero points 0) as pointwise kernels that load and store e4m3
+    /// bytes (the GPU's `cvt` e4m3 conversions, sm_89 and newer).
+    pub fp8_elementwise: bool,
     /// Lower `quant.add`, `quant.quantize`/`dequantize`, quantized global
     /// average pools and activation×activation `quant.matmul` to the CPU's
     /// 8-bit steps; otherwise they are generated pointwise code and float
@@ -205,10 +214,10 @@ pub enum WeightForm {
 impl LowerOptions {
     /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, int8_elementwise: true, int8_max_pool: true, step_activations: true, reference_fallback: false };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, fp8_conv: false, fp8_elementwise: false, int8_elementwise: true, int8_max_pool: true, step_activations: true, reference_fallback: false };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, int8_elementwise: false, int8_max_pool: true, step_activations: false, reference_fallback: false };
+        LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, fp8_conv: false, fp8_elementwise: false, int8_elementwise: false, int8_max_pool: true, step_activations: false, reference_fallback: false };
 }
 
 pub fn lower(func: &Func, weights: &dyn WeightSource, opts: &LowerOptions) -> Result<Lowered, Diagnostic> {

@@ -164,8 +164,8 @@ impl Lower<'_> {
         let ty = self.ty(v).clone();
         let s = ty.elem.storage();
         // (Which ops may read which types is `lower_pointwise`'s decision;
-        // every integer converts on load.)
-        if !(kernel_type(s) || !s.is_float() && matches!(ty.elem, ElemType::Scalar(_))) {
+        // every integer converts on load, e4m3 bytes with `fp8_elementwise`.)
+        if !(kernel_type(s) || !s.is_float() && matches!(ty.elem, ElemType::Scalar(_)) || self.opts.fp8_elementwise && s == Scalar::F8E4M3FN) {
             return Err(format!("element type {s}"));
         }
         match self.val(v)? {
@@ -263,15 +263,19 @@ impl Lower<'_> {
                 | OpKind::Movement(Movement::Identity)
         ) && plain_int(&out_ty)
             && op.operands.iter().all(|&v| plain_int(self.ty(v)));
+        // e4m3 bytes only for the quantization ops (`fp8_elementwise`).
+        let fp8_ok = self.opts.fp8_elementwise
+            && matches!(op.opcode.kind(), OpKind::Pointwise(Pointwise::Quantize | Pointwise::Dequantize | Pointwise::Requantize));
+        let ok_type = |s: Scalar| kernel_type(s) || (fp8_ok && s == Scalar::F8E4M3FN);
         if !int_kernel {
-            if !(kernel_type(out_s) || f32_to_i64) || (!int_ok && out_s != Scalar::F32) {
+            if !(ok_type(out_s) || f32_to_i64) || (!int_ok && out_s != Scalar::F32) {
                 return Ok(false);
             }
             // A cast of integers to f32 loads them whatever their width
             // (rounding to nearest, as the interpreter does).
             let int_to_f32 = matches!(op.opcode.kind(), OpKind::Pointwise(Pointwise::Cast)) && out_s == Scalar::F32;
             for &v in &op.operands {
-                let ok = kernel_type(self.ty(v).elem.storage()) || int_to_f32 && plain_int(self.ty(v));
+                let ok = ok_type(self.ty(v).elem.storage()) || int_to_f32 && plain_int(self.ty(v));
                 if !ok {
                     return Ok(false);
                 }
@@ -295,6 +299,11 @@ impl Lower<'_> {
                 None => return Ok(false),
             },
             OpKind::Pointwise(Pointwise::Quantize | Pointwise::Dequantize | Pointwise::Requantize) => {
+                // The e4m3 store saturates; without `saturate` the op
+                // gives NaN out of range (the reference path has that).
+                if out_s == Scalar::F8E4M3FN && matches!(attrs.get("saturate"), Some(Attr::Bool(false))) {
+                    return Ok(false);
+                }
                 let x = self.load(&mut kb, op.operands[0])?;
                 let in_ty = self.ty(op.operands[0]).clone();
                 let mid = match &in_ty.elem {
@@ -664,9 +673,21 @@ fn quant_params(lw: &mut Lower<'_>, kb: &mut KernelBuilder, q: &QuantType, ty: &
     }
 }
 
-/// `(q − zp) · scale` in f32; `None` for fp8 storage.
+/// Whether `q` is e4m3 with f32 expressed values and zero points 0, and
+/// the target's kernels load and store e4m3 (`fp8_elementwise`).
+fn e4m3_kernel(lw: &Lower<'_>, q: &QuantType) -> bool {
+    let zero = match &q.params {
+        QuantParams::PerTensor { zero_point, .. } => *zero_point == 0,
+        QuantParams::PerAxis { zero_points, .. } => zero_points.iter().all(|&z| z == 0),
+    };
+    lw.opts.fp8_elementwise && q.storage == Scalar::F8E4M3FN && q.expressed == Scalar::F32 && zero
+}
+
+/// `(q − zp) · scale` in f32 (an e4m3 operand loads as its value); `None`
+/// for other fp8 storage.
 fn dequantize(lw: &mut Lower<'_>, kb: &mut KernelBuilder, x: usize, q: &QuantType, ty: &TensorType) -> Result<Option<usize>, String> {
-    if q.storage.int_range().is_none() || q.expressed != Scalar::F32 || q.storage.bits() > 16 {
+    let int = q.storage.int_range().is_some() && q.expressed == Scalar::F32 && q.storage.bits() <= 16;
+    if !int && !e4m3_kernel(lw, q) {
         return Ok(None);
     }
     let (s, z) = quant_params(lw, kb, q, ty);
@@ -674,8 +695,15 @@ fn dequantize(lw: &mut Lower<'_>, kb: &mut KernelBuilder, x: usize, q: &QuantTyp
     Ok(Some(kb.bin(Binary::Mul, d, s)))
 }
 
-/// `clamp(round_even(x / scale) + zp)`; `None` for fp8 storage.
+/// `clamp(round_even(x / scale) + zp)`; to e4m3 `x / scale`, which the
+/// e4m3 store rounds to nearest even and saturates (the op's definition
+/// with `saturate`, as the interpreter computes it: the quotient in f32,
+/// then one rounding); `None` for other fp8 storage.
 fn quantize(lw: &mut Lower<'_>, kb: &mut KernelBuilder, x: usize, q: &QuantType, ty: &TensorType) -> Result<Option<usize>, String> {
+    if e4m3_kernel(lw, q) {
+        let (s, _) = quant_params(lw, kb, q, ty);
+        return Ok(Some(kb.bin(Binary::Div, x, s)));
+    }
     let Some((lo, hi)) = q.storage.int_range() else { return Ok(None) };
     if q.expressed != Scalar::F32 || q.storage.bits() > 16 {
         return Ok(None);

@@ -21,6 +21,15 @@
 //! moves a value across a rounding boundary of the output (one step of the
 //! output's scale), which is the stated tolerance of integer backends.
 //!
+//! fp8 (`LowerOptions::fp8_conv`): the same ops with e4m3 operands
+//! (per-tensor activation, per-channel or per-tensor weight scales, zero
+//! points 0) become `Step::QConv2d` with `QuantElem::E4M3` (`scale[o] =
+//! s_x·s_w[o] / s_y`, `shift[o] = bias[o] / s_y`, `comp` zero: the kernel
+//! accumulates in f32, so the bias is always a shift; the clip as e4m3
+//! bounds) or, with a float result, `QuantElem::E4M3ToF32` (`s_y` = 1, the
+//! clip in real values); one group and channels in multiples of 16, else
+//! the float expansion.
+//!
 //! Conditions (anything else runs on the reference path): per-tensor
 //! activation and result parameters with 8-bit integer storage, constant
 //! i8 weights with zero points 0 (per tensor or per output channel).
@@ -29,12 +38,29 @@ use aoc_ir::module::OpData;
 use aoc_ir::ops::Opcode;
 use aoc_ir::ops::quant::dequantize_values;
 use aoc_ir::types::{QuantParams, QuantType, Scalar, TensorType};
-use aoc_plan::plan::{ConvGeom, QuantAdd, QuantConv, QuantMatMul, QuantMean, QuantOperand, Step};
+use aoc_ir::bytes::f64_to_f8;
+use aoc_ir::tensor::round_f8;
+use aoc_plan::plan::{ConvGeom, QuantAdd, QuantConv, QuantElem, QuantMatMul, QuantMean, QuantOperand, Step};
 
 use aoc_ir::attr::{Attr, Attrs};
 
 use super::nn::{Mat, boolean, float, geom, ints, u};
 use super::{Lower, NHWC, Val, identity};
+
+/// A per-tensor e4m3 type with zero point 0 and f32 expressed values, in
+/// [`act_params`]' form: (unsigned, scale, 0, -448, 448).
+fn e4m3_params(t: &TensorType) -> Option<(bool, f64, i64, i64, i64)> {
+    let q = t.elem.quant()?;
+    match q.params {
+        QuantParams::PerTensor { scale, zero_point: 0 } if q.storage == Scalar::F8E4M3FN && q.expressed == Scalar::F32 => {
+            Some((false, scale, 0, -E4M3_MAX, E4M3_MAX))
+        }
+        _ => None,
+    }
+}
+
+/// The largest finite e4m3 value.
+const E4M3_MAX: i64 = 448;
 
 /// A per-tensor 8-bit quantized type: (signed, scale, zero point, lo, hi).
 fn act_params(t: &TensorType) -> Option<(bool, f64, i64, i64, i64)> {
@@ -59,10 +85,10 @@ fn operand((signed, scale, zero, _, _): (bool, f64, i64, i64, i64)) -> QuantOper
     QuantOperand { signed, zero: zero as i32, scale: scale as f32 }
 }
 
-/// The weight's per-output-channel scales (`oc` of them) when it is i8 with
-/// zero points 0, per tensor or along `axis`.
-fn weight_scales(q: &QuantType, oc: usize, axis: usize) -> Option<Vec<f64>> {
-    if q.storage != Scalar::I8 {
+/// The weight's per-output-channel scales (`oc` of them) when it is stored
+/// as `storage` with zero points 0, per tensor or along `axis`.
+fn weight_scales(q: &QuantType, storage: Scalar, oc: usize, axis: usize) -> Option<Vec<f64>> {
+    if q.storage != storage || q.expressed != Scalar::F32 {
         return None;
     }
     match &q.params {
@@ -104,11 +130,9 @@ fn f32r(v: f64) -> f64 {
 }
 
 impl Lower<'_> {
-    /// `quant.conv2d` and `quant.gemm` (see the module doc).
+    /// `quant.conv2d` and `quant.gemm` (see the module doc), in integers
+    /// or, with e4m3 operands, in fp8 (`QuantElem::E4M3`).
     pub(crate) fn lower_qconv(&mut self, op: &OpData) -> Result<bool, String> {
-        if !self.opts.int8 {
-            return Ok(false);
-        }
         let attrs = Lower::attrs(op)?;
         let (x, w) = (op.operands[0], op.operands[1]);
         let (xt, wt, yt) = (
@@ -116,15 +140,31 @@ impl Lower<'_> {
             self.ty(w).clone(),
             self.ty(op.results[0]).clone(),
         );
+        let fp8 = xt.elem.quant().is_some_and(|q| q.storage == Scalar::F8E4M3FN);
+        let (on, params): (bool, fn(&TensorType) -> _) =
+            if fp8 { (self.opts.fp8_conv, e4m3_params) } else { (self.opts.int8, act_params) };
+        if !on {
+            return Ok(false);
+        }
+        // An fp8 product with a float result: no requantization (scale
+        // 1 in the formulas below), the clip in real values.
+        let float_out = fp8 && yt.elem.quant().is_none();
+        if float_out && yt.elem.storage() != Scalar::F32 {
+            return Ok(false);
+        }
+        let yq = if float_out { Some((false, 1.0, 0, i32::MIN as i64, i32::MAX as i64)) } else { params(&yt) };
         let (Some(xq), Some(yq), Some(wq)) =
-            (act_params(&xt), act_params(&yt), wt.elem.quant().cloned())
+            (params(&xt), yq, wt.elem.quant().cloned())
         else {
             return Ok(false);
         };
         let Some(wc) = self.constant(w) else {
             return Ok(false);
         };
-        let wi: Vec<i64> = (0..wc.len()).map(|i| wc.get_f64(i) as i64).collect();
+        // The stored integers, or the e4m3 bytes (as 0..=255).
+        let wi: Vec<i64> = (0..wc.len())
+            .map(|i| if fp8 { f64_to_f8(Scalar::F8E4M3FN, wc.get_f64(i)) as i64 } else { wc.get_f64(i) as i64 })
+            .collect();
         // The geometry and the weight rows in [oc][kh][kw][c/group] order.
         let (g, rows, axis) = match op.opcode {
             Opcode::QuantConv2d => {
@@ -188,9 +228,15 @@ impl Lower<'_> {
             _ => return Ok(false),
         };
         let oc = g.oc as usize;
-        let Some(sw) = weight_scales(&wq, oc, axis) else {
+        let storage = if fp8 { Scalar::F8E4M3FN } else { Scalar::I8 };
+        let Some(sw) = weight_scales(&wq, storage, oc, axis) else {
             return Ok(false);
         };
+        // The fp8 kernel (wgmma only) reads 16-byte runs of one group's
+        // channels; other shapes run as their float expansion.
+        if fp8 && (g.group != 1 || !g.c.is_multiple_of(16)) {
+            return Ok(false);
+        }
         let (x_signed, sx, zx, _, _) = xq;
         let (y_signed, sy, zy, ylo, yhi) = yq;
         let kk = rows.len().checked_div(oc).unwrap_or(0);
@@ -210,7 +256,8 @@ impl Lower<'_> {
                 return Ok(false);
             }
             match self.ty(bv).elem.quant().cloned() {
-                Some(bq) if bq.storage.int_range().is_some() && integer_bias(&bq, sx, &sw) => {
+                // fp8 accumulates in f32: the bias is always a shift.
+                Some(bq) if !fp8 && bq.storage.int_range().is_some() && integer_bias(&bq, sx, &sw) => {
                     for (o, c) in comp.iter_mut().enumerate() {
                         *c += bc.get_f64(o) as i64;
                     }
@@ -226,12 +273,22 @@ impl Lower<'_> {
                 }
             }
         }
-        if comp.iter().any(|&c| i32::try_from(c).is_err())
-            || kk as i64 * 255 * 128 > i32::MAX as i64
-        {
+        if !fp8 && (comp.iter().any(|&c| i32::try_from(c).is_err()) || kk as i64 * 255 * 128 > i32::MAX as i64) {
             return Ok(false);
         }
-        let (y_min, y_max) = quantized_clip(&attrs, sy, zy, ylo, yhi);
+        let (y_min, y_max) = if float_out {
+            match float_clip(&attrs) {
+                Some(b) => b,
+                None => return Ok(false),
+            }
+        } else if fp8 {
+            match e4m3_clip(&attrs, sy) {
+                Some(b) => b,
+                None => return Ok(false),
+            }
+        } else {
+            quantized_clip(&attrs, sy, zy, ylo, yhi)
+        };
         let xb = if op.opcode == Opcode::QuantConv2d {
             self.materialize(x, &NHWC)?
         } else {
@@ -265,6 +322,11 @@ impl Lower<'_> {
                 y_zero: zy as i32,
                 y_min: y_min as i32,
                 y_max: y_max as i32,
+                elem: match (fp8, float_out) {
+                    (true, true) => QuantElem::E4M3ToF32,
+                    (true, false) => QuantElem::E4M3,
+                    (false, _) => QuantElem::Int8,
+                },
             },
         });
         let perm = if op.opcode == Opcode::QuantConv2d {
@@ -450,6 +512,32 @@ impl Lower<'_> {
 /// it equals clamping its result), within the storage range `ylo..=yhi`.
 /// Crossed bounds (`clip_min > clip_max`) give `clip_max` everywhere, as
 /// the op's max-then-min does: both bounds become the upper one.
+/// The op's clip as bounds on the e4m3 result: each bound divided by the
+/// scale and rounded to e4m3 (saturating); `None` where one is not a whole
+/// number (a clip far inside the range; the float expansion takes it).
+fn e4m3_clip(attrs: &Attrs, sy: f64) -> Option<(i64, i64)> {
+    let bound = |name: &str, dflt: i64| match opt_float(attrs, name) {
+        None => Some(dflt),
+        Some(c) => {
+            let v = round_f8(Scalar::F8E4M3FN, (f32r(c) / f32r(sy)) as f32 as f64, true);
+            (v.fract() == 0.0).then_some(v as i64)
+        }
+    };
+    let (lo, hi) = (bound("clip_min", -E4M3_MAX)?, bound("clip_max", E4M3_MAX)?);
+    Some((lo.min(hi), hi))
+}
+
+/// The op's clip in real values as the f32 result's bounds (`i32::MIN`,
+/// `i32::MAX`: none); `None` where a bound is not a whole number in i32.
+fn float_clip(attrs: &Attrs) -> Option<(i64, i64)> {
+    let bound = |name: &str, dflt: i32| match opt_float(attrs, name) {
+        None => Some(dflt as i64),
+        Some(c) => (c.fract() == 0.0 && c.abs() < 2e9).then_some(c as i64),
+    };
+    let (lo, hi) = (bound("clip_min", i32::MIN)?, bound("clip_max", i32::MAX)?);
+    Some((lo.min(hi), hi))
+}
+
 fn quantized_clip(attrs: &Attrs, sy: f64, zy: i64, ylo: i64, yhi: i64) -> (i64, i64) {
     let qbound = |v: f64| ((f32r(v) / f32r(sy)) as f32 as f64).round_ties_even() + zy as f64;
     let within = |v: f64| v.clamp(ylo as f64, yhi as f64) as i64;

@@ -9,7 +9,11 @@
 //!   (`quant.conv2d`, `quant.matmul`, `quant.gemm`, `quant.add`,
 //!   `quant.avg_pool2d`, `quant.global_avg_pool`), with a relu or clip
 //!   between the op and the quantize folded into its clamp epilogue;
-//! - a relu before a quantize whose range starts at zero is dropped.
+//! - a relu before a quantize whose range starts at zero is dropped;
+//! - `op(dequantize(a), dequantize(b), ...)` of fp8 operands with no
+//!   quantize after it (an fp8 layer whose output stays float) becomes the
+//!   quantized product with a float result (`quant.conv2d`, `quant.matmul`,
+//!   `quant.gemm`), which the fp8 kernels run.
 //!
 //! Scales and zero points live in the quantized element types, so they are
 //! always constants here.
@@ -134,6 +138,14 @@ pub fn rules() -> Result<Vec<Rewrite>, String> {
                 },
             )?);
         }
+        if matches!(float, Opcode::Conv2d | Opcode::MatMul | Opcode::Gemm) {
+            // F(dequantize(a), ...) -> quant.F(a, ...) : float   when a is fp8
+            out.push(rewrite(
+                &format!("fp8-{stem}-float"),
+                &inner,
+                Apply::Fp8FloatOut { float, int_op, arity },
+            )?);
+        }
     }
     Ok(out)
 }
@@ -165,6 +177,11 @@ enum Apply {
         arity: usize,
         act: Act,
     },
+    Fp8FloatOut {
+        float: Opcode,
+        int_op: Opcode,
+        arity: usize,
+    },
 }
 
 struct QdqApplier(Apply);
@@ -190,6 +207,7 @@ impl Applier<Node, TensorAnalysis> for QdqApplier {
                 arity,
                 act,
             } => int_op_forms(egraph, eclass, subst, float, int_op, arity, act),
+            Apply::Fp8FloatOut { float, int_op, arity } => fp8_float_forms(egraph, eclass, subst, float, int_op, arity),
         };
         forms
             .into_iter()
@@ -445,6 +463,34 @@ fn quantize_backward(egraph: &mut Graph, eclass: Id, op: Opcode) -> Vec<Id> {
 
 /// The integer op for each `quantize([act](F(dequantize(a0), ...)))` in the
 /// class whose float op has exactly the matched operands.
+/// The first operand's storage is fp8: the products' float-result form
+/// applies (`quant_compute` allows it only then).
+fn fp8_operand(ty: &TensorType) -> bool {
+    quant_elem(ty).is_some_and(|q| matches!(q.storage, Scalar::F8E4M3FN | Scalar::F8E5M2))
+}
+
+/// `quant.F(a, ...)` with the float op's result type, for each float node
+/// `F(dequantize(a), ...)` of the class whose first operand is fp8.
+fn fp8_float_forms(egraph: &mut Graph, eclass: Id, subst: &Subst, float: Opcode, int_op: Opcode, arity: usize) -> Vec<Id> {
+    let args: Vec<Id> = (0..arity).map(|i| egraph.find(subst[var(&format!("?a{i}"))])).collect();
+    let (Some(ty), Some(a0)) = (class_ty(egraph, eclass), class_ty(egraph, args[0])) else {
+        return vec![];
+    };
+    if !fp8_operand(&a0) || ty.elem.quant().is_some() {
+        return vec![];
+    }
+    let mut out = vec![];
+    for f in nodes_of(egraph, eclass, float) {
+        let exact_operands = f.children.len() == arity
+            && f.children.iter().zip(&args).all(|(&c, a)| dequantized_from(egraph, c).contains(a));
+        if exact_operands {
+            let attrs = f.attrs.as_ref().map_or_else(Attrs::new, |a| a.to_attrs());
+            out.extend(add_typed(egraph, int_op, attrs, Some(ty.clone()), args.clone()));
+        }
+    }
+    out
+}
+
 fn int_op_forms(
     egraph: &mut Graph,
     eclass: Id,

@@ -499,3 +499,49 @@ fn qdq_growth_is_bounded() {
     assert_eq!(ops.iter().filter(|o| **o == Opcode::Dequantize).count(), 1);
     assert_eq!(max_error(&f, &g, 3), 0.0);
 }
+
+/// `F(dequantize(a), dequantize(w))` of e4m3 operands with no quantize
+/// after it (an fp8 layer whose output stays float) becomes the quantized
+/// product with the float result type, exactly; int8 operands never do
+/// (their float-output form has no kernel).
+#[test]
+fn fp8_products_keep_a_float_result() {
+    let cases = [
+        ("conv2d-no-bias", Opcode::Conv2d, Opcode::QuantConv2d, vec![1, 16, 3, 3], vec![4, 16, 1, 1]),
+        ("matmul", Opcode::MatMul, Opcode::QuantMatMul, vec![3, 16], vec![16, 4]),
+        ("gemm-no-c", Opcode::Gemm, Opcode::QuantGemm, vec![3, 16], vec![16, 4]),
+    ];
+    for (stem, float_op, q_op, xs, ws) in cases {
+        for storage in [Scalar::F8E4M3FN, Scalar::I8] {
+            let mut f = Func::new("main");
+            let x = f.add_param("x", f32t(&xs), Location::default());
+            let xq = quantize(&mut f, x, qtype(&xs, storage, 0.02, 0));
+            let xd = dq(&mut f, xq);
+            // Weights on the e4m3 grid (and whole numbers for i8).
+            let n: usize = ws.iter().product();
+            let vals: Vec<f64> = (0..n).map(|i| ((i * 7 % 13) as f64 - 6.0) * 0.5).collect();
+            let data = match storage {
+                Scalar::I8 => DenseData::Ints(vals.iter().map(|v| (v * 2.0) as i64).collect()),
+                _ => DenseData::Floats(vals),
+            };
+            let attrs = Attrs::new().with("value", Attr::Const(ConstValue::Dense(data)));
+            let w = f
+                .push_op(Opcode::Const, &[], attrs, Some(vec![qtype(&ws, storage, 0.01, 0)]), "w", Location::named("w"))
+                .expect("a valid const")[0];
+            let wd = dq(&mut f, w);
+            let y = op(&mut f, float_op, &[xd, wd], Attrs::new());
+            f.set_return(vec![y]);
+            let name = format!("fp8-{stem}-float");
+            let (g, stats) = optimize(&f, &qdq_rules(&[&name]));
+            let fired = stats.applied.iter().any(|(r, n)| *r == name && *n > 0);
+            let ops = opcodes(&g);
+            if storage == Scalar::I8 {
+                assert!(!ops.contains(&q_op), "{name} on int8: {ops:?}");
+                continue;
+            }
+            assert!(fired, "{name} did not fire: {stats:?}");
+            assert!(ops.contains(&q_op) && !ops.contains(&float_op), "{name}: {ops:?}");
+            assert_eq!(max_error(&f, &g, 4), 0.0, "{name}");
+        }
+    }
+}

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::jit::{KernelFn, LoadedKernel, MATH};
 use crate::kernels::act::Post;
 use crate::kernels::{self, GemmOptions, PackedBRef};
-use crate::plan::{Buf, Space, Step};
+use crate::plan::{Buf, QuantElem, Space, Step};
 
 /// Base pointers of the spaces of one run.
 pub(crate) struct Spaces {
@@ -334,6 +334,9 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             let (q, k, v, mask) = (f32s(sp, q)?, f32s(sp, k)?, f32s(sp, v)?, opt_f32s(sp, mask)?);
             kernels::attention::attention(&shape, q, k, v, mask, f32s_mut(sp, y)?).map_err(e)
         }
+        Step::QConv2d { q, .. } if q.elem != QuantElem::Int8 => {
+            Err("internal error: an fp8 convolution step in a CPU plan (please report)".to_string())
+        }
         Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
             let (w, comp, scale, shift) = (i8s(sp, w), i32s(sp, comp)?, f32s(sp, scale)?, f32s(sp, shift)?);
             kernels::qconv::qconv2d(geom, q, bytes(sp, x), w, None, comp, scale, shift, bytes_mut(sp, y)).map_err(e)
@@ -353,6 +356,9 @@ pub(crate) fn qconv2d_packed(step: &Step, packed: &kernels::qconv::PackedQConv, 
     let Step::QConv2d { x, w, comp, scale, shift, y, geom, q } = step else {
         return Err("internal error: packed weights for a step that is no integer convolution".to_string());
     };
+    if q.elem != QuantElem::Int8 {
+        return Err("internal error: an fp8 convolution step in a CPU plan (please report)".to_string());
+    }
     let (w, comp, scale, shift) = (i8s(sp, w), i32s(sp, comp)?, f32s(sp, scale)?, f32s(sp, shift)?);
     kernels::qconv::qconv2d(geom, q, bytes(sp, x), w, Some(packed), comp, scale, shift, bytes_mut(sp, y))
         .map_err(|e| e.to_string())

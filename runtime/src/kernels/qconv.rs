@@ -572,6 +572,7 @@ pub fn qconv2d_scalar(
 mod tests {
     use super::*;
     use crate::kernels::testdata::bytes;
+    use crate::plan::QuantElem;
 
     fn geom(
         n: u64,
@@ -612,6 +613,7 @@ mod tests {
             y_zero: if y_signed { -3 } else { 7 },
             y_min: if y_signed { -100 } else { 0 },
             y_max: if y_signed { 127 } else { 200 },
+            elem: QuantElem::Int8,
         }
     }
 

@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use super::KernelError;
 use super::int8::{gemm_u8s8, pack_b_s8_from_columns};
 use super::qconv::requantize_rows;
-use crate::plan::{QuantConv, QuantMatMul};
+use crate::plan::{QuantConv, QuantElem, QuantMatMul};
 
 fn err(m: String) -> KernelError {
     KernelError::new(format!("quant.matmul: {m}"))
@@ -66,7 +66,7 @@ pub fn qmatmul(
     }
     let (a_flip, a_zero) = if q.a.signed { (0x80u8, q.a.zero + 128) } else { (0, q.a.zero) };
     let (b_flip, b_zero) = if q.b.signed { (0u8, q.b.zero) } else { (0x80, q.b.zero - 128) };
-    let p = QuantConv { x_signed: false, x_zero: 0, y_signed: q.y_signed, y_zero: q.y_zero, y_min: q.y_min, y_max: q.y_max };
+    let p = QuantConv { x_signed: false, x_zero: 0, y_signed: q.y_signed, y_zero: q.y_zero, y_min: q.y_min, y_max: q.y_max, elem: QuantElem::Int8 };
     let y_addr = y.as_mut_ptr() as usize;
     (0..batch).into_par_iter().try_for_each(|bi| -> Result<(), KernelError> {
         let mut av = vec![0u8; m * k];
@@ -166,7 +166,7 @@ mod tests {
             };
             let mut y = vec![0u8; batch * m * n];
             qmatmul([batch, m, n, k], &a, sa, &b, sb, &mut y, sy, &q).unwrap();
-            let p = QuantConv { x_signed: false, x_zero: 0, y_signed, y_zero: q.y_zero, y_min: q.y_min, y_max: q.y_max };
+            let p = QuantConv { x_signed: false, x_zero: 0, y_signed, y_zero: q.y_zero, y_min: q.y_min, y_max: q.y_max, elem: QuantElem::Int8 };
             for bi in 0..batch {
                 for i in 0..m {
                     for j in 0..n {

@@ -209,6 +209,20 @@ pub(crate) fn c_store(b: &mut Body, ys: &[String], p: &str) -> String {
 /// [`super::gemm_s8`]'s doc): the stored value as an i32. Needs
 /// `@llvm.fma.f32`, `@llvm.roundeven.f32` and `@llvm.fptosi.sat.i64.f32`
 /// declared.
+/// The e4m3 form of [`requantize`] (`QuantElem::E4M3`): f32 `acc` ·
+/// `scale` + `shift` (one fma), clamped to `[y_min, y_max]` (a NaN stays
+/// NaN), rounded to e4m3 (nearest even, saturating): the stored byte as
+/// an i8. Needs `@llvm.fma.f32` declared.
+pub(crate) fn requantize_e4m3(b: &mut Body, q: &QuantConv, acc: &str, [scale, shift]: [&str; 2]) -> String {
+    let (lo, hi) = (f32_lit(q.y_min as f32), f32_lit(q.y_max as f32));
+    let f = b.v(format!("call float @llvm.fma.f32(float {acc}, float {scale}, float {shift})"));
+    let lt = b.v(format!("fcmp olt float {f}, {lo}"));
+    let r = b.v(format!("select i1 {lt}, float {lo}, float {f}"));
+    let gt = b.v(format!("fcmp ogt float {r}, {hi}"));
+    let r = b.v(format!("select i1 {gt}, float {hi}, float {r}"));
+    crate::irtext::f32_to_e4m3(b, &r)
+}
+
 pub(crate) fn requantize(b: &mut Body, q: &QuantConv, acc: &str, [comp, scale, shift]: [&str; 3]) -> String {
     // The clamp bounds as the CPU computes them (rounded to f32).
     let lo = f32_lit((q.y_min as i64 - q.y_zero as i64) as f32);

@@ -92,7 +92,7 @@ use super::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
 use crate::irtext::{Body, ModuleText, check_entry_name};
 use crate::target::Sm;
 use aoc_ir::types::Scalar;
-use aoc_plan::plan::QuantConv;
+use aoc_plan::plan::{QuantConv, QuantElem};
 
 /// The multiply precision of [`gemm_wgmma`]; accumulation is f32 always.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -114,16 +114,17 @@ impl WgPrecision {
 }
 
 /// What the tensor cores multiply: halves with f32 accumulators, or bytes
-/// (A u8 or s8, B s8) with s32 accumulators and a requantizing epilogue
-/// ([`qconv_wgmma`]). Shared memory is laid out the same in bytes: a
-/// k-tile is one 128-byte swizzle row (64 halves or 128 bytes), a `wgmma`
-/// k step 32 bytes of it (k16 or k32).
+/// of a quantized convolution ([`qconv_wgmma`]): integers (A u8 or s8, B
+/// s8) with s32 accumulators, or e4m3 by e4m3 with f32 accumulators (the
+/// step's `q.elem`), and a requantizing epilogue. Shared memory is laid
+/// out the same in bytes: a k-tile is one 128-byte swizzle row (64 halves
+/// or 128 bytes), a `wgmma` k step 32 bytes of it (k16 or k32).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Operands {
     Half(WgPrecision),
-    /// The requantization and the stored type (8-bit, or f32 through an
-    /// epilogue).
-    Int8(QuantConv, Scalar),
+    /// The requantization (and the bytes' element type, `q.elem`) and the
+    /// stored type (8-bit, or f32 through an epilogue).
+    Quant(QuantConv, Scalar),
 }
 
 impl Operands {
@@ -131,7 +132,7 @@ impl Operands {
     fn bytes(self) -> u32 {
         match self {
             Operands::Half(_) => 2,
-            Operands::Int8(..) => 1,
+            Operands::Quant(..) => 1,
         }
     }
 
@@ -149,7 +150,7 @@ impl Operands {
     fn elem(self) -> &'static str {
         match self {
             Operands::Half(_) => "i16",
-            Operands::Int8(..) => "i8",
+            Operands::Quant(..) => "i8",
         }
     }
 
@@ -157,7 +158,10 @@ impl Operands {
     fn acc(self) -> (&'static str, &'static str) {
         match self {
             Operands::Half(_) => ("float", "f"),
-            Operands::Int8(..) => ("i32", "r"),
+            Operands::Quant(q, _) => match q.elem {
+                QuantElem::Int8 => ("i32", "r"),
+                QuantElem::E4M3 | QuantElem::E4M3ToF32 => ("float", "f"),
+            },
         }
     }
 }
@@ -610,7 +614,7 @@ impl Gen<'_> {
         }
         match self.p {
             Operands::Half(_) => self.epilogue(),
-            Operands::Int8(q, out) => self.requantize(q, out),
+            Operands::Quant(q, out) => self.requantize(q, out),
         }
         self.ins("ret void");
     }

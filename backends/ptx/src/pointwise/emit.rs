@@ -34,6 +34,11 @@ pub(super) enum Elem {
     U64,
     /// One byte per element, 0 or 1.
     Bool,
+    /// fp8 e4m3 (OCP E4M3FN) bytes: loads convert exactly, stores round
+    /// to nearest even and saturate (`cvt` with `.satfinite`; NaN stays
+    /// NaN), which needs sm_89 (the lowering makes such kernels only for
+    /// those targets).
+    E4M3,
 }
 
 impl Elem {
@@ -52,7 +57,8 @@ impl Elem {
             Scalar::I64 => Elem::I64,
             Scalar::U64 => Elem::U64,
             Scalar::I1 => Elem::Bool,
-            Scalar::F8E4M3FN | Scalar::F8E5M2 => {
+            Scalar::F8E4M3FN => Elem::E4M3,
+            Scalar::F8E5M2 => {
                 return Err(format!(
                     "element type {} is not supported by generated gpu kernels",
                     s.name()
@@ -68,7 +74,7 @@ impl Elem {
             Elem::F64 => "double",
             Elem::F16 => "half",
             Elem::Bf16 | Elem::I16 | Elem::U16 => "i16",
-            Elem::I8 | Elem::U8 | Elem::Bool => "i8",
+            Elem::I8 | Elem::U8 | Elem::Bool | Elem::E4M3 => "i8",
             Elem::I32 | Elem::U32 => "i32",
             Elem::I64 | Elem::U64 => "i64",
         }
@@ -76,7 +82,7 @@ impl Elem {
 
     pub(super) fn size(self) -> u64 {
         match self {
-            Elem::I8 | Elem::U8 | Elem::Bool => 1,
+            Elem::I8 | Elem::U8 | Elem::Bool | Elem::E4M3 => 1,
             Elem::F16 | Elem::Bf16 | Elem::I16 | Elem::U16 => 2,
             Elem::F32 | Elem::I32 | Elem::U32 => 4,
             Elem::F64 | Elem::I64 | Elem::U64 => 8,
@@ -120,6 +126,7 @@ impl Gen<'_> {
                 let nz = self.b.v(format!("icmp ne i8 {x}, 0"));
                 self.b.v(format!("select i1 {nz}, float 1.0, float 0.0"))
             }
+            Elem::E4M3 => crate::irtext::e4m3_to_f32(&mut self.b, &x),
         }
     }
 
@@ -159,6 +166,7 @@ impl Gen<'_> {
                 self.declare(&format!("declare {ty} {f}(float)"));
                 self.b.v(format!("call {ty} {f}(float {x})"))
             }
+            Elem::E4M3 => crate::irtext::f32_to_e4m3(&mut self.b, x),
             Elem::Bool => {
                 // NaN is true, as C and numpy convert it.
                 let nz = self.b.v(format!("fcmp une float {x}, 0.0"));
@@ -181,11 +189,12 @@ impl Gen<'_> {
                 let nz = self.b.v(format!("icmp ne i8 {x}, 0"));
                 self.b.v(format!("zext i1 {nz} to i64"))
             }
-            Elem::F32 | Elem::F64 | Elem::F16 | Elem::Bf16 => {
+            Elem::F32 | Elem::F64 | Elem::F16 | Elem::Bf16 | Elem::E4M3 => {
                 let f = match e {
                     Elem::F32 => x,
                     Elem::F64 => self.b.v(format!("fptrunc double {x} to float")),
                     Elem::F16 => self.b.v(format!("fpext half {x} to float")),
+                    Elem::E4M3 => crate::irtext::e4m3_to_f32(&mut self.b, &x),
                     _ => {
                         let w = self.b.v(format!("zext i16 {x} to i32"));
                         let w = self.b.v(format!("shl i32 {w}, 16"));
@@ -210,12 +219,13 @@ impl Gen<'_> {
                 let nz = self.b.v(format!("icmp ne i64 {x}, 0"));
                 self.b.v(format!("zext i1 {nz} to i8"))
             }
-            Elem::F32 | Elem::F64 | Elem::F16 | Elem::Bf16 => {
+            Elem::F32 | Elem::F64 | Elem::F16 | Elem::Bf16 | Elem::E4M3 => {
                 let f = self.b.v(format!("sitofp i64 {x} to float"));
                 match e {
                     Elem::F32 => f,
                     Elem::F64 => self.b.v(format!("fpext float {f} to double")),
                     Elem::F16 => self.b.v(format!("fptrunc float {f} to half")),
+                    Elem::E4M3 => crate::irtext::f32_to_e4m3(&mut self.b, &f),
                     _ => crate::irtext::bf16_bits(&mut self.b, &f),
                 }
             }

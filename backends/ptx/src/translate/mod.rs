@@ -48,7 +48,7 @@ use std::fmt::Debug;
 
 use aoc_passes::lower::Lowered;
 use aoc_plan::gpu_plan::{Arg, GpuItem, GpuPlan, ItemNote, Launch};
-use aoc_plan::plan::{Buf, Space, Step};
+use aoc_plan::plan::{Buf, QuantElem, Space, Step};
 
 use crate::expr::PointwiseKernel;
 use crate::irtext::ModuleText;
@@ -448,6 +448,9 @@ impl<'a> Tr<'a, '_> {
         if epi.is_some() && wg.is_none() {
             return Err("internal error: an epilogue for an int8 convolution without wgmma".to_string());
         }
+        if spec.q.elem != QuantElem::Int8 && wg.is_none() {
+            return Err(format!("internal error: an fp8 convolution for {sm}, which has no fp8 wgmma kernel for it (please report)"));
+        }
         let packed = match wg {
             Some(tile) => self.weights.s8_wg_packed(w, &spec, tile)?,
             None => self.weights.s8_packed(w, &spec)?,
@@ -469,6 +472,11 @@ impl<'a> Tr<'a, '_> {
         let mut args: Vec<Arg> = [x, &packed, comp, scale, shift].into_iter().map(|b| Arg::In(*b)).chain([Arg::Out(*out)]).collect();
         args.extend(epi.iter().flat_map(|(_, extra, _)| extra.iter().map(|b| Arg::In(*b))));
         self.launch(kern, args, origin);
+        match spec.q.elem {
+            QuantElem::Int8 => {}
+            QuantElem::E4M3 => self.note("fp8: e4m3 x e4m3 wgmma, f32 accumulation, e4m3 result".to_string()),
+            QuantElem::E4M3ToF32 => self.note("fp8: e4m3 x e4m3 wgmma, f32 accumulation, f32 result".to_string()),
+        }
         Ok(())
     }
 
@@ -588,11 +596,12 @@ pub fn translate_tuned(
         tr.halves.at_step(i);
         if let Step::QConv2d { x, w, comp, scale, shift, y, geom, q } = step {
             // A wgmma int8 convolution takes the next pointwise step (a
-            // quantized residual add, a dequantize) as its epilogue.
+            // quantized residual add, a dequantize) as its epilogue; an
+            // fp8 one stores its e4m3 bytes.
             let spec = QConvSpec { geom: *geom, q: *q };
             let mn = (geom.n * geom.oh * geom.ow, geom.oc);
             // The chain of pointwise steps after it, merged, longest first.
-            let fused = gemm_wgmma::supports(&spec, sm)
+            let fused = (gemm_wgmma::supports(&spec, sm) && q.elem == QuantElem::Int8)
                 .then(|| {
                     merge::epilogue_chains(&steps[i + 1..], &[], y, &tr.pointwise).into_iter().find_map(|(k, args, len)| {
                         q_epilogue((x, y, q.y_signed), mn, &k, &args, &steps[i + 1 + len..]).map(|e| (e, len))

@@ -134,7 +134,7 @@ impl Tr<'_, '_> {
     }
 
     /// Notes the last launch.
-    fn note(&mut self, note: String) {
+    pub(super) fn note(&mut self, note: String) {
         let item = self.items.len() - 1;
         self.notes.push(ItemNote { item, note });
     }

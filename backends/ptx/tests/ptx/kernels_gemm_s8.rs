@@ -25,7 +25,7 @@ use aoc_backend_ptx::expr::{Binary, Expr};
 use aoc_backend_ptx::kernels::GemmEpilogue;
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 use aoc_ir::types::Scalar;
-use aoc_plan::plan::QuantConv;
+use aoc_plan::plan::{QuantConv, QuantElem};
 
 const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
 
@@ -69,6 +69,7 @@ fn qconv(
             y_zero: 0,
             y_min: -128,
             y_max: 127,
+            elem: QuantElem::Int8,
         },
     }
 }
@@ -280,7 +281,7 @@ fn x_accesses(ir: &str, name: &str) -> (bool, bool) {
 }
 
 /// One line the GPU check parses: `key=value` fields separated by spaces.
-fn manifest_line(name: &str, s: &QConvSpec, g: &Geometry) -> String {
+pub(super) fn manifest_line(name: &str, s: &QConvSpec, g: &Geometry) -> String {
     let c = &s.geom;
     format!(
         "name={name} geom={}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{}:{} x_signed={} x_zero={} y_signed={} y_zero={} y_min={} y_max={} grid={}:{}:{} block={} smem={}",
@@ -542,7 +543,7 @@ fn gemm_s8_runs_on_the_host() {
 /// channels in multiples of 16), each with the tile it chooses, and more
 /// with every tile width: odd channel counts (byte stores), rows that end
 /// inside a tile, a u8 input with a zero point and padding.
-fn wgmma_specs() -> Vec<(String, QConvSpec, WgTile)> {
+pub(super) fn wgmma_specs() -> Vec<(String, QConvSpec, WgTile)> {
     let mut v: Vec<(String, QConvSpec, WgTile)> = specs()
         .into_iter()
         .filter(|(_, s)| supports(s, Sm::Sm90a))

@@ -4,6 +4,7 @@
 
 use super::{A_BYTES, ALIGN, BM, Gen, Operands, ROW, THREADS};
 use crate::kernels::{ConvGeom, conv_index};
+use aoc_plan::plan::QuantElem;
 
 /// Where this thread's copies of a k-tile go: per A chunk the element
 /// offset of its row's first chunk column (i64) and its byte count (i32,
@@ -115,7 +116,7 @@ impl Gen<'_> {
             let o = self.v(format!("select i1 {ok}, i64 {o}, i64 0"));
             let bytes = self.v(format!("select i1 {ok}, i32 16, i32 0"));
             let zero = match self.p {
-                Operands::Int8(q, _) if q.x_zero != 0 => q.x_zero as u8,
+                Operands::Quant(q, _) if q.x_zero != 0 => q.x_zero as u8,
                 _ => {
                     self.cp_async_a(cp, i, &o, &bytes, stage);
                     continue;
@@ -351,7 +352,7 @@ impl Gen<'_> {
     }
 
     /// One `wgmma.mma_async` (m64n{bn}k16 of halves, m64n{bn}k32 of
-    /// bytes) accumulating into `accs`.
+    /// integer or e4m3 bytes) accumulating into `accs`.
     fn wgmma(&mut self, accs: &[String], da: &str, db: &str) -> Vec<String> {
         let n = accs.len();
         let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
@@ -361,10 +362,14 @@ impl Gen<'_> {
                 let p = h.ptx();
                 (format!("k16.f32.{p}.{p}"), ", 1, 1, 0, 0")
             }
-            Operands::Int8(q, _) => {
-                let a = if q.x_signed { "s8" } else { "u8" };
-                (format!("k32.s32.{a}.s8"), "")
-            }
+            // e4m3 takes scale-a/b 1 (no transposes for 8-bit types).
+            Operands::Quant(q, _) => match q.elem {
+                QuantElem::Int8 => {
+                    let a = if q.x_signed { "s8" } else { "u8" };
+                    (format!("k32.s32.{a}.s8"), "")
+                }
+                QuantElem::E4M3 | QuantElem::E4M3ToF32 => ("k32.f32.e4m3.e4m3".to_string(), ", 1, 1"),
+            },
         };
         let text = format!(
             "{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, ${}, 0;\\0Awgmma.mma_async.sync.aligned.m64n{}{form} {{{}}}, ${}, ${}, p{tail};\\0A}}",

@@ -29,6 +29,17 @@
 //! stored, in its own type (8-bit or f32), at `y`, which is then that
 //! step's output; the epilogue's operands `e1 … ek` follow `y` and must be
 //! 16-byte aligned (so a run's 16 bytes of a residual load as one).
+//!
+//! fp8 (`q.elem` = [`QuantElem::E4M3`]): the same kernel on e4m3 bytes,
+//! `wgmma` m64nNk32 `.f32.e4m3.e4m3` (the same k32 byte layout), f32
+//! accumulators; the requantization is
+//! [`gemm_epilogue::requantize_e4m3`] (`fma(acc, scale, shift)`, the clamp,
+//! `cvt.rn.satfinite.e4m3x2.f32`); `comp` is passed and not read, padding
+//! is byte 0 (+0.0). An epilogue reads the e4m3 result as its value.
+//! With [`QuantElem::E4M3ToF32`] there is no requantization: each thread
+//! stores its accumulators' `fma(acc, scale, shift)`, clamped where
+//! bounded, as f32 at `y` (row-major `M × oc`), straight from registers;
+//! no epilogue.
 
 use super::{ALIGN, Gen, Operands, THREADS, WgTile, check_spec, choose_wg_tile, packed_offset, tiles, write};
 use crate::irtext::{ModuleText, check_entry_name};
@@ -37,7 +48,7 @@ use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_epilogue};
 use crate::pointwise::define_epilogue_of;
 use aoc_ir::types::Scalar;
 use crate::target::Sm;
-use aoc_plan::plan::QuantConv;
+use aoc_plan::plan::{QuantConv, QuantElem};
 
 /// The GEMM `spec` computes: `M × oc × K` over its NHWC input.
 fn gemm(spec: &QConvSpec) -> GemmSpec {
@@ -57,7 +68,7 @@ fn gemm(spec: &QConvSpec) -> GemmSpec {
 }
 
 /// Whether [`qconv_wgmma`] computes `spec` on `sm`: sm_90a, one group,
-/// channels in whole 16-byte chunks.
+/// channels in whole 16-byte chunks (int8 or e4m3 alike).
 pub fn supports(spec: &QConvSpec, sm: Sm) -> bool {
     let g = &spec.geom;
     sm == Sm::Sm90a && g.group == 1 && g.c > 0 && g.c.is_multiple_of(16)
@@ -71,7 +82,7 @@ pub fn choose_q_tile(spec: &QConvSpec) -> WgTile {
 
 /// Bytes of the weights packed by [`pack_weights_wg`] for `tile`.
 pub fn packed_weights_wg_len(spec: &QConvSpec, tile: WgTile) -> usize {
-    let p = Operands::Int8(spec.q, Scalar::I8);
+    let p = Operands::Quant(spec.q, Scalar::I8);
     let (kt, nt) = tiles(&gemm(spec), tile, p.bk());
     (kt * nt * (p.bk() * tile.bn) as u64) as usize
 }
@@ -80,7 +91,7 @@ pub fn packed_weights_wg_len(spec: &QConvSpec, tile: WgTile) -> usize {
 /// kernel of `tile` reads, zero-padded to whole tiles. Panics unless
 /// `ohwi` holds `oc·K` bytes (the caller's validation).
 pub fn pack_weights_wg(spec: &QConvSpec, tile: WgTile, ohwi: &[i8]) -> Vec<i8> {
-    let (gs, p) = (gemm(spec), Operands::Int8(spec.q, Scalar::I8));
+    let (gs, p) = (gemm(spec), Operands::Quant(spec.q, Scalar::I8));
     assert_eq!(ohwi.len() as u64, gs.n * gs.k, "pack_weights_wg: weight length");
     let mut out = vec![0i8; packed_weights_wg_len(spec, tile)];
     if gs.k > 0 {
@@ -122,7 +133,7 @@ pub fn qconv_wgmma_tile(
     check_entry_name(name)?;
     if !supports(spec, sm) {
         return Err(format!(
-            "the wgmma int8 convolution needs sm_90a, one group and channels in multiples of 16 (target {sm}, {} channels in {} groups)",
+            "the wgmma int8/fp8 convolution needs sm_90a, one group and channels in multiples of 16 (target {sm}, {} channels in {} groups)",
             spec.geom.c, spec.geom.group
         ));
     }
@@ -145,10 +156,15 @@ pub fn qconv_wgmma_tile(
     let epi_fn = match epi {
         None => None,
         Some(e) => {
-            let own = if spec.q.y_signed { Scalar::I8 } else { Scalar::U8 };
+            let own = match spec.q.elem {
+                QuantElem::E4M3ToF32 => return Err("an fp8 convolution with a float result takes no epilogue".to_string()),
+                QuantElem::E4M3 => Scalar::F8E4M3FN,
+                QuantElem::Int8 if spec.q.y_signed => Scalar::I8,
+                QuantElem::Int8 => Scalar::U8,
+            };
             if e.kernel.operands.first().map(|o| o.dtype) != Some(own) || stored_type(e.kernel.out_dtype).is_none() {
                 return Err(format!(
-                    "an int8 convolution's epilogue reads its {} output and stores 8-bit integers or f32",
+                    "a quantized convolution's epilogue reads its {} output and stores 8-bit integers or f32",
                     own.name()
                 ));
             }
@@ -159,8 +175,12 @@ pub fn qconv_wgmma_tile(
             Some((f, e.strides.clone()))
         }
     };
-    let out = epi.map_or(Scalar::I8, |e| e.kernel.out_dtype);
-    write(m, name, &sig, &gs, Operands::Int8(spec.q, out), tile, (row, conv), epi_fn, None)
+    let out = match (spec.q.elem, epi) {
+        (QuantElem::E4M3ToF32, _) => Scalar::F32,
+        (_, None) => Scalar::I8,
+        (_, Some(e)) => e.kernel.out_dtype,
+    };
+    write(m, name, &sig, &gs, Operands::Quant(spec.q, out), tile, (row, conv), epi_fn, None)
 }
 
 impl Gen<'_> {
@@ -171,6 +191,9 @@ impl Gen<'_> {
     /// row, so the epilogue's operands are read and the output written in
     /// whole 16-byte pieces where `oc` allows.
     pub(super) fn requantize(&mut self, q: QuantConv, out: Scalar) {
+        if q.elem == QuantElem::E4M3ToF32 {
+            return self.store_f32(q);
+        }
         let (t, s) = (self.t, self.s);
         let tid = self.tid.clone();
         let lane = self.v(format!("and i32 {tid}, 31"));
@@ -210,10 +233,20 @@ impl Gen<'_> {
                 let mut ys = Vec::new();
                 for (e, vals) in cols.iter().enumerate() {
                     let ap = self.acc_ptr(4 * j + 2 * h + e as u32);
-                    let a = self.v(format!("load i32, ptr {ap}, align 4"));
                     let [c, sc, sh] = [&vals[0], &vals[1], &vals[2]];
-                    let y = gemm_epilogue::requantize(&mut self.b, &q, &a, [c, sc, sh]);
-                    ys.push(self.v(format!("trunc i32 {y} to i16")));
+                    let y = match q.elem {
+                        QuantElem::Int8 => {
+                            let a = self.v(format!("load i32, ptr {ap}, align 4"));
+                            let y = gemm_epilogue::requantize(&mut self.b, &q, &a, [c, sc, sh]);
+                            self.v(format!("trunc i32 {y} to i16"))
+                        }
+                        QuantElem::E4M3 | QuantElem::E4M3ToF32 => {
+                            let a = self.v(format!("load float, ptr {ap}, align 4"));
+                            let y = gemm_epilogue::requantize_e4m3(&mut self.b, &q, &a, [sc, sh]);
+                            self.v(format!("zext i8 {y} to i16"))
+                        }
+                    };
+                    ys.push(y);
                 }
                 let lo = self.v(format!("and i16 {}, 255", ys[0]));
                 let hi = self.v(format!("shl i16 {}, 8", ys[1]));
@@ -229,6 +262,66 @@ impl Gen<'_> {
         }
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
         self.store_runs(q, out, &tile, pitch);
+    }
+
+    /// [`QuantElem::E4M3ToF32`]'s stores (module doc): accumulator
+    /// register `4q + 2h + e` of lane `l` of warp `w` is row `16w + l/4 +
+    /// 8h`, column `8q + 2(l%4) + e` of the block tile.
+    fn store_f32(&mut self, q: QuantConv) {
+        let (t, s) = (self.t, self.s);
+        let oc = s.n;
+        let tid = self.tid.clone();
+        let lane = self.v(format!("and i32 {tid}, 31"));
+        let warp = self.v(format!("lshr i32 {tid}, 5"));
+        let r0 = self.v(format!("mul i32 {warp}, 16"));
+        let g = self.v(format!("lshr i32 {lane}, 2"));
+        let r0 = self.v(format!("add i32 {r0}, {g}"));
+        let r0 = self.v(format!("add i32 {r0}, {}", self.bm0));
+        let q4 = self.v(format!("and i32 {lane}, 3"));
+        let c0 = self.v(format!("shl i32 {q4}, 1"));
+        let c0 = self.v(format!("add i32 {c0}, {}", self.bn0));
+        let bound = |b: i32| (b != i32::MIN && b != i32::MAX).then(|| crate::irtext::f32_lit(b as f32));
+        let (lo, hi) = (bound(q.y_min), bound(q.y_max));
+        for j in 0..t.bn / 8 {
+            for e in 0..2u32 {
+                let col = self.v(format!("add i32 {c0}, {}", 8 * j + e));
+                let cok = self.v(format!("icmp ult i32 {col}, {oc}"));
+                let c64 = self.v(format!("zext i32 {col} to i64"));
+                let o = self.v(format!("select i1 {cok}, i64 {c64}, i64 0"));
+                let mut vals = Vec::new();
+                for p in ["%p3", "%p4"] {
+                    let a = self.v(format!("getelementptr float, ptr addrspace(1) {p}, i64 {o}"));
+                    vals.push(self.v(format!("load float, ptr addrspace(1) {a}, align 4")));
+                }
+                for h in 0..2u32 {
+                    let row = self.v(format!("add i32 {r0}, {}", 8 * h));
+                    let rok = self.v(format!("icmp ult i32 {row}, {}", s.m));
+                    let ok = self.v(format!("and i1 {rok}, {cok}"));
+                    let ap = self.acc_ptr(4 * j + 2 * h + e);
+                    let a = self.v(format!("load float, ptr {ap}, align 4"));
+                    let mut v = self.v(format!("call float @llvm.fma.f32(float {a}, float {}, float {})", vals[0], vals[1]));
+                    // `f32::clamp`: a NaN stays NaN.
+                    if let Some(lo) = &lo {
+                        let lt = self.v(format!("fcmp olt float {v}, {lo}"));
+                        v = self.v(format!("select i1 {lt}, float {lo}, float {v}"));
+                    }
+                    if let Some(hi) = &hi {
+                        let gt = self.v(format!("fcmp ogt float {v}, {hi}"));
+                        v = self.v(format!("select i1 {gt}, float {hi}, float {v}"));
+                    }
+                    let (l_st, l_end) = (self.b.label("st"), self.b.label("st.end"));
+                    self.b.cond_br(&ok, &l_st, &l_end);
+                    self.b.place(&l_st);
+                    let r64 = self.v(format!("zext i32 {row} to i64"));
+                    let off = self.v(format!("mul i64 {r64}, {oc}"));
+                    let off = self.v(format!("add i64 {off}, {c64}"));
+                    let p = self.v(format!("getelementptr float, ptr addrspace(1) %p5, i64 {off}"));
+                    self.ins(format!("store float {v}, ptr addrspace(1) {p}, align 4"));
+                    self.b.br(&l_end);
+                    self.b.place(&l_end);
+                }
+            }
+        }
     }
 
     /// The second half of [`Gen::requantize`]: a loop over this thread's
@@ -272,6 +365,7 @@ impl Gen<'_> {
         let o = self.v(format!("add i64 {o}, {c64}"));
         let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &row, &col);
         let conv = if q.y_signed { "sitofp" } else { "uitofp" };
+        let e4m3 = q.elem == QuantElem::E4M3;
         let mut vals = Vec::new();
         for e in 0..16u32 {
             let guard = (!whole).then(|| {
@@ -287,7 +381,11 @@ impl Gen<'_> {
             let y = match self.epi {
                 None => b,
                 Some(_) => {
-                    let f = self.v(format!("{conv} i8 {b} to float"));
+                    let f = if e4m3 {
+                        crate::irtext::e4m3_to_f32(&mut self.b, &b)
+                    } else {
+                        self.v(format!("{conv} i8 {b} to float"))
+                    };
                     gemm_epilogue::value_as(&mut self.b, self.epi.as_ref(), &f, &ebase, 0, e as u64, oty)
                 }
             };

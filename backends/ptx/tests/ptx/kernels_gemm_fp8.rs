@@ -1,0 +1,151 @@
+//! The fp8 (e4m3) kernels: `qconv_wgmma` with `QuantElem::E4M3` (the
+//! `wgmma` m64nNk32 `.f32.e4m3.e4m3` convolution/GEMM of sm_90a) on the
+//! int8 kernel's specs, and the e4m3 loads and stores of pointwise kernels
+//! (sm_89 and newer). They must assemble with ptxas without spills;
+//! `AOC_PTX_DUMP_DIR=dir` writes `gemm_fp8_sm_90a.{ptx,txt}` (the module
+//! and its manifest) for `gpu_checks/gemm_fp8.py`, which runs them on a
+//! GPU against NumPy.
+
+use super::kernels_gemm_s8::{manifest_line, wgmma_specs};
+use aoc_backend_ptx::kernels::gemm_s8::QConvSpec;
+use aoc_backend_ptx::kernels::gemm_wgmma::{WgTile, qconv_wgmma_tile, supports};
+use aoc_backend_ptx::kernels::Geometry;
+use aoc_backend_ptx::expr::{Binary, Expr};
+use aoc_backend_ptx::{ModuleText, Sm, compile_ptx, ir_to_ptx};
+use aoc_ir::types::Scalar;
+use aoc_plan::plan::QuantElem;
+
+/// `s` on e4m3 bytes: no signs or zero points, the full e4m3 range (or
+/// `[0, 448]`: a fused relu); with `f32_out` the float-result form (no
+/// bounds, or `[0, ∞)`).
+fn e4m3(mut s: QConvSpec, relu: bool, f32_out: bool) -> QConvSpec {
+    s.q.elem = if f32_out { QuantElem::E4M3ToF32 } else { QuantElem::E4M3 };
+    (s.q.x_signed, s.q.x_zero, s.q.y_signed, s.q.y_zero) = (false, 0, false, 0);
+    (s.q.y_min, s.q.y_max) = match (f32_out, relu) {
+        (false, false) => (-448, 448),
+        (false, true) => (0, 448),
+        (true, false) => (i32::MIN, i32::MAX),
+        (true, true) => (0, i32::MAX),
+    };
+    s
+}
+
+/// The int8 wgmma specs as e4m3 (every other one with a relu clamp), and
+/// each again with an f32 result.
+fn fp8_specs() -> Vec<(String, QConvSpec, WgTile)> {
+    let mut v = Vec::new();
+    for (i, (n, s, t)) in wgmma_specs().into_iter().enumerate() {
+        v.push((n.replacen("wg_", "f8_", 1), e4m3(s, i % 2 == 1, false), t));
+        v.push((n.replacen("wg_", "f8f_", 1), e4m3(s, i % 2 == 0, true), t));
+    }
+    v
+}
+
+#[test]
+fn qconv_wgmma_fp8_assembles_for_sm_90a() {
+    let sm = Sm::Sm90a;
+    let mut m = ModuleText::new();
+    let mut kernels: Vec<(String, QConvSpec, WgTile, Geometry)> = Vec::new();
+    for (name, s, tile) in fp8_specs() {
+        assert!(supports(&s, sm), "{name}");
+        let g = qconv_wgmma_tile(&mut m, &name, &s, sm, tile, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        kernels.push((name, s, tile, g));
+    }
+    let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    for (name, s, tile, g) in &kernels {
+        let body = super::entry(&ptx, name);
+        let gm = &s.geom;
+        if gm.n == 0 || gm.oc == 0 {
+            assert_eq!((g.grid, g.smem), ([1, 1, 1], 0), "{name}");
+            continue;
+        }
+        let mma = format!("wgmma.mma_async.sync.aligned.m64n{}k32.f32.e4m3.e4m3", tile.bn);
+        let steps = body.matches(&mma).count();
+        assert!(steps > 0 && steps % 4 == 0, "{name}: {steps} of {mma}");
+        assert!(!body.contains(".s32.s8") && !body.contains(".s32.u8"), "{name}: an integer wgmma");
+        let f32_out = s.q.elem == QuantElem::E4M3ToF32;
+        assert!(body.contains("fma.rn.f32"), "{name}: no fma");
+        // e4m3 results are rounded to e4m3, f32 ones stored as they are.
+        assert_eq!(body.contains("cvt.rn.satfinite.e4m3x2.f32"), !f32_out, "{name}");
+        // f32 results go from registers to memory, e4m3 ones through the
+        // shared staging tile.
+        let staged = body.contains("st.shared.b16") || body.contains("st.shared.u16");
+        assert_eq!(staged, !f32_out, "{name}");
+        // No integer requantization (roundings to integers, s64 converts).
+        assert!(!body.contains("cvt.rzi.s64.f32"), "{name}");
+        // Padding is byte 0 (+0.0), zero-filled by cp.async.
+        assert!(!body.contains("st.shared.v4"), "{name}");
+    }
+    if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("gemm_fp8_sm_90a.ptx"), &ptx).unwrap();
+        let lines: Vec<String> = kernels
+            .iter()
+            .map(|(n, s, t, g)| {
+                let out = if s.q.elem == QuantElem::E4M3ToF32 { "f32" } else { "e4m3" };
+                format!("{} pack=wg:{} out={out}", manifest_line(n, s, g), t.bn)
+            })
+            .collect();
+        std::fs::write(dir.join("gemm_fp8_sm_90a.txt"), lines.join("\n") + "\n").unwrap();
+    }
+    match super::find_ptxas() {
+        Ok(x) => {
+            let report = super::assemble(&x, &ptx, sm, "qconv_wgmma_fp8");
+            for line in report.lines() {
+                assert!(!line.contains("spill stores") || line.contains(" 0 bytes spill stores"), "{line}");
+                assert!(!line.contains("serialized"), "{line}");
+            }
+        }
+        Err(why) => println!("skipping the ptxas part: {why}"),
+    }
+}
+
+#[test]
+fn qconv_wgmma_fp8_needs_sm_90a() {
+    let (_, s, tile) = fp8_specs().into_iter().next().unwrap();
+    for sm in [Sm::Sm89, Sm::Sm90] {
+        let mut m = ModuleText::new();
+        let e = qconv_wgmma_tile(&mut m, "f8", &s, sm, tile, None).unwrap_err();
+        assert!(e.contains("sm_90a"), "{e}");
+    }
+}
+
+/// `y = dequantize(x) · s` and `q = x / s` stored as e4m3: the loads and
+/// stores of the e4m3 quantize/dequantize kernels.
+fn e4m3_kernels() -> Vec<aoc_backend_ptx::expr::PointwiseKernel> {
+    let dq = super::kernel(
+        "pw_dequantize_e4m3",
+        &[8, 64],
+        &[(Scalar::F8E4M3FN, &[64, 1]), (Scalar::F32, &[0, 1])],
+        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Mul, 0, 1)],
+        Scalar::F32,
+    );
+    let q = super::kernel(
+        "pw_quantize_e4m3",
+        &[8, 64],
+        &[(Scalar::F32, &[64, 1]), (Scalar::F32, &[0, 1])],
+        &[Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Div, 0, 1)],
+        Scalar::F8E4M3FN,
+    );
+    vec![dq, q]
+}
+
+#[test]
+fn e4m3_pointwise_assembles_for_sm_89_and_90a() {
+    let ptxas = super::find_ptxas();
+    for sm in [Sm::Sm89, Sm::Sm90, Sm::Sm90a] {
+        let ptx = compile_ptx(&e4m3_kernels(), sm).unwrap();
+        assert!(ptx.contains("cvt.rn.f16x2.e4m3x2"), "{ptx}");
+        assert!(ptx.contains("cvt.rn.satfinite.e4m3x2.f32"), "{ptx}");
+        if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from) {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("pointwise_e4m3_{}.ptx", sm.name())), &ptx).unwrap();
+        }
+        match &ptxas {
+            Ok(x) => {
+                super::assemble(x, &ptx, sm, "pointwise_e4m3");
+            }
+            Err(why) => println!("skipping the ptxas part: {why}"),
+        }
+    }
+}
