@@ -210,6 +210,12 @@ impl WgTile {
         self.stages * self.stage_bytes() + ALIGN
     }
 
+    /// Whether two blocks of this tile fit in one multiprocessor's shared
+    /// memory (228 KiB, 1 KiB of it reserved per block).
+    pub fn pairs(&self) -> bool {
+        2 * (self.smem_bytes() + 1024) <= 228 * 1024
+    }
+
     /// Checks the tile is one the generator handles: `bn` a multiple of 32
     /// up to 256 (wgmma's N, and whole 16-byte B chunks per thread), 3 to
     /// 8 stages within sm_90's 227 KiB.
@@ -449,8 +455,14 @@ fn write(
         g.kernel();
         g.b.into_text()
     };
+    // Where two blocks fit in shared memory, ask ptxas to fit them in the
+    // registers too (at most 128 per thread): the pairing is what lets
+    // one block's epilogue run under the other's products, and a heavy
+    // epilogue (an int8 requantization with a merged GELU chain took 140)
+    // would otherwise silently leave one block per multiprocessor.
+    let pair = if tile.pairs() { " \"nvvm.minctasm\"=\"2\"" } else { "" };
     m.func(format!(
-        "define ptx_kernel void @{name}({}) \"nvvm.maxntid\"=\"{THREADS}\" {{\nentry:\n{body}}}\n",
+        "define ptx_kernel void @{name}({}) \"nvvm.maxntid\"=\"{THREADS}\"{pair} {{\nentry:\n{body}}}\n",
         sig.join(", ")
     ));
     Ok(Geometry {

@@ -20,6 +20,11 @@ requantizes as `aoc_runtime::kernels::qconv::requantize`: float32(acc),
 fma (single rounding, emulated exactly), round half to even, clamp, + y_zero.
 y is surrounded by guard bytes that must stay untouched. One PASS/FAIL line
 per kernel; exit status 1 on any failure.
+
+With `--time` it also checks and times (CUDA events, mean of 50 launches)
+the kernels of `gemm_s8_bench_sm_90a.{ptx,txt}` (`cargo test ...
+qconv_wgmma_bert_tiles_assemble`): BERT-base's GEMMs at batch 32 with the
+tile the compiler chooses and the alternatives.
 """
 
 import os
@@ -97,7 +102,9 @@ def reference(s, x, w, comp, scale, shift):
                 cols.append(sl.reshape(m, cg))
         a = np.concatenate(cols, axis=1) if cols else np.zeros((m, 0), np.int64)
         wg = w[grp * ocg:(grp + 1) * ocg].reshape(ocg, kh * kw * cg).astype(np.int64)
-        acc[:, grp * ocg:(grp + 1) * ocg] = a @ wg.T
+        # In float64 (BLAS): every product and partial sum is an integer
+        # below 2^53 for these sizes, so the result is exact.
+        acc[:, grp * ocg:(grp + 1) * ocg] = (a.astype(np.float64) @ wg.T.astype(np.float64)).astype(np.int64)
     acc = (acc + comp).astype(np.int32)  # exact for these sizes, wraps as i32
     y = requantize(acc, scale[None, :], shift[None, :], s)
     return (y & 0xFF).astype(np.uint8)
@@ -123,7 +130,7 @@ def pack_wg(w, oc, k, bn):
     return out
 
 
-def run(cp, path, lines, rng):
+def run(cp, path, lines, rng, time=False):
     mod = cp.RawModule(path=path)
     tag = os.path.basename(path)
     guard = 256
@@ -171,15 +178,30 @@ def run(cp, path, lines, rng):
             if bad.size:
                 i = bad[0]
                 detail += f"; first at {i} (row {i // max(oc, 1)}, ch {i % max(oc, 1)}): got {body.reshape(-1)[i]} want {want.reshape(-1)[i]}"
+        if time:
+            args = (dx, dw, cp.asarray(comp), cp.asarray(scale), cp.asarray(shift), dy)
+            for _ in range(3):
+                f(s["grid"], (s["block"],), args, shared_mem=s["smem"])
+            reps = 50
+            t0, t1 = cp.cuda.Event(), cp.cuda.Event()
+            t0.record()
+            for _ in range(reps):
+                f(s["grid"], (s["block"],), args, shared_mem=s["smem"])
+            t1.record()
+            t1.synchronize()
+            us = cp.cuda.get_elapsed_time(t0, t1) * 1000 / reps
+            ops = 2 * n * oh * ow * oc * k
+            detail = (detail + "  " if detail else "") + f"{us:.1f} us {ops / us / 1e6:.0f} TOPS"
         check(f"{tag} {name}", ok, detail)
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = [a for a in sys.argv[1:] if a != "--time"]
+    if len(args) != 1:
         sys.exit(__doc__)
     import cupy as cp
 
-    d = sys.argv[1]
+    d = args[0]
     found = False
     for sm in ("sm_86", "sm_90", "sm_90a"):
         ptx = os.path.join(d, f"gemm_s8_{sm}.ptx")
@@ -189,6 +211,11 @@ def main():
         with open(os.path.join(d, f"gemm_s8_{sm}.txt")) as fh:
             lines = [ln for ln in fh.read().splitlines() if ln.strip()]
         run(cp, ptx, lines, np.random.default_rng(8))
+    bench = os.path.join(d, "gemm_s8_bench_sm_90a.ptx")
+    if "--time" in sys.argv[1:] and os.path.exists(bench):
+        with open(os.path.join(d, "gemm_s8_bench_sm_90a.txt")) as fh:
+            lines = [ln for ln in fh.read().splitlines() if ln.strip()]
+        run(cp, bench, lines, np.random.default_rng(9), time=True)
     if not found:
         sys.exit(f"no gemm_s8_sm_*.ptx in {d}")
     print(f"{len(FAILS)} failed" if FAILS else "all passed")

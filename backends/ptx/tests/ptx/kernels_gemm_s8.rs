@@ -629,6 +629,65 @@ fn qconv_wgmma_assembles_for_sm_90a() {
     }
 }
 
+/// BERT-base's GEMMs at batch 32 (4096 rows: q/k/v and the output
+/// projection, the two FFN layers) as 1×1 convolutions, u8 input with a
+/// zero point as `aoc quantize` makes them, each with the tile the
+/// compiler chooses and with the others it could have: with
+/// `AOC_PTX_DUMP_DIR` set, written as `gemm_s8_bench_sm_90a.{ptx,txt}`
+/// for `gpu_checks/gemm_s8.py --time`, which checks and times them. Every
+/// kernel assembles without spills or serialized `wgmma`s, and a tile
+/// that two blocks share a multiprocessor by shared memory is asked to
+/// share it by registers too.
+#[test]
+fn qconv_wgmma_bert_tiles_assemble() {
+    let sm = Sm::Sm90a;
+    let mut m = ModuleText::new();
+    let mut kernels = Vec::new();
+    for (what, c, oc) in [("proj", 768, 768), ("ffn1", 768, 3072), ("ffn2", 3072, 768)] {
+        let mut s = sq(4096, 1, c, oc, 1, 1, 0, 1);
+        s.q.x_signed = false;
+        s.q.x_zero = 121;
+        let chosen = choose_q_tile(&s);
+        let mut tiles = vec![chosen];
+        for (bn, stages) in [(64, 4), (64, 6), (128, 3), (128, 4), (192, 4), (256, 4)] {
+            let t = WgTile { bn, stages };
+            if t != chosen && t.check().is_ok() {
+                tiles.push(t);
+            }
+        }
+        for (i, tile) in tiles.into_iter().enumerate() {
+            let tag = if i == 0 { "chosen" } else { "alt" };
+            let name = format!("wgb_{what}_{}x{}_{tag}", tile.bn, tile.stages);
+            let g = qconv_wgmma_tile(&mut m, &name, &s, sm, tile, None).unwrap_or_else(|e| panic!("{name}: {e}"));
+            kernels.push((name, s, tile, g));
+        }
+    }
+    let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    for (name, _, tile, _) in &kernels {
+        let head = ptx.split(&format!(".entry {name}(")).nth(1).expect(name);
+        let head = &head[..head.find('{').unwrap()];
+        assert_eq!(head.contains(".minnctapersm 2"), tile.pairs(), "{name}: {head}");
+    }
+    if let Some(dir) = std::env::var_os("AOC_PTX_DUMP_DIR").map(std::path::PathBuf::from) {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("gemm_s8_bench_sm_90a.ptx"), &ptx).unwrap();
+        let lines: Vec<String> = kernels
+            .iter()
+            .map(|(n, s, t, g)| format!("{} pack=wg:{}", manifest_line(n, s, g), t.bn))
+            .collect();
+        std::fs::write(dir.join("gemm_s8_bench_sm_90a.txt"), lines.join("\n") + "\n").unwrap();
+    }
+    match super::find_ptxas() {
+        Ok(x) => {
+            let report = super::assemble(&x, &ptx, sm, "qconv_wgmma bench");
+            for line in report.lines() {
+                assert!(!line.contains("serialized"), "{line}");
+            }
+        }
+        Err(why) => println!("skipping the ptxas part: {why}"),
+    }
+}
+
 #[test]
 fn qconv_wgmma_packs_rows_into_swizzled_tiles() {
     // 1×1, K = 160 (two k-tiles, the second 32 bytes long), oc = 70 (two
