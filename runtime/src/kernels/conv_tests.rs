@@ -201,8 +201,16 @@ fn conv2d_matches_reference_on_odd_geometries() {
             conv_geom([1, 5, 7, 6], 40, [3, 3], [2, 1], [1, 2], [1, 2, 0, 1], 2),
         ),
         (
-            "groups 2 of 12 outputs, 5 inputs, stride 2 (direct grouped)",
+            "groups 2 of 12 outputs, 5 inputs, stride 2 (per-group GEMMs by cost)",
             conv_geom([2, 9, 5, 10], 24, [3, 3], [2, 2], [1, 1], [1, 1, 1, 0], 2),
+        ),
+        (
+            "24 groups of 3 outputs, 2 inputs (direct grouped, channel blocks of 64 and 8)",
+            conv_geom([1, 6, 6, 48], 72, [3, 3], [1, 1], [1, 1], [1; 4], 24),
+        ),
+        (
+            "8 groups of 2 (direct grouped, one channel block of 16)",
+            conv_geom([2, 5, 6, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 8),
         ),
         (
             "32 groups of 4 (ResNeXt-style)",
@@ -573,4 +581,16 @@ fn gemm_results_are_identical_across_thread_counts() {
             }
         }
     }
+}
+
+/// The grouped convolution's path by its cost: RegNet's strided layer of
+/// two groups of 8 and a layer of wide groups take the per-group GEMMs,
+/// ResNeXt's 32 groups of 4 the direct expansion.
+#[test]
+fn grouped_path_follows_the_work() {
+    let pays = |g: ConvGeom| direct_grouped_pays(&Dims::new(&g).unwrap());
+    assert!(!pays(conv_geom([1, 32, 32, 16], 16, [3, 3], [2, 2], [1, 1], [1; 4], 2)));
+    assert!(!pays(conv_geom([1, 14, 14, 64], 120, [3, 3], [1, 1], [1, 1], [1; 4], 8)));
+    assert!(pays(conv_geom([1, 56, 56, 128], 128, [3, 3], [1, 1], [1, 1], [1; 4], 32)));
+    assert!(pays(conv_geom([1, 16, 16, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 4)));
 }
