@@ -37,6 +37,7 @@
 //!   k (k 0–63, then 64–127), K-major like the dense B tile; k32 step `s`
 //!   reads half `s / 2` starting `64·(s % 2)` bytes into its rows;
 //! - the metadata tile: per 16 features the 4 k32 steps' 64 bytes (2 KiB).
+//!
 //! Every thread copies with `cp.async` (activation rows past `m` and k
 //! past `k` zero-filled through the source size; the weight is padded)
 //! and every thread multiplies, with the dense kernel's pipeline:

@@ -370,7 +370,7 @@ impl Gen<'_> {
         self.promote(&sc);
         self.store_set(&sc);
         self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
-        let (l_end, _) = (self.b.label("loop.end"), ());
+        let l_end = self.b.label("loop.end");
         self.b.cond_br(&more, &l_loop, &l_end);
         self.b.place(&l_end);
     }
