@@ -68,6 +68,27 @@
 //! the accumulators as tied operands, and so do the fence and the waits,
 //! so LLVM cannot move accumulator reads or writes across them.
 //!
+//! fp8 (e4m3 [`qconv_wgmma`]) promotes: Hopper's fp8 tensor cores add
+//! their products with fewer mantissa bits than f32, so a k loop that
+//! keeps the whole sum in the `wgmma` accumulators loses precision with
+//! k (on the H200: rare e4m3 outputs tens of steps off at K = 576). As
+//! cuBLAS (without fast accumulation) and DeepGEMM do, each k-tile's four
+//! `wgmma` (k = 128 e4m3 products) accumulate into scratch registers
+//! started fresh (scale-d 0 on the first); after the tile's `wait_group
+//! 0` the scratch is added into the f32 accumulators with ordinary f32
+//! adds. One k-tile per promotion is the finest the pipeline allows (its
+//! commit group) and what DeepSeek-V3 found enough (128 products); the
+//! adds cost `bn/2` `add.f32` per thread and tile, a few percent of the
+//! tile's tensor-core time. The wait is 0, not 1: the loop overlaps the
+//! running tile with the next tile's `cp.async` wait, barrier and copies
+//! (moved between the commit and the wait) instead; ptxas serializes the
+//! `wgmma` of a loop that reads one scratch set while another is in
+//! flight (two sets alternating across a `wait_group 1`: 'non wgmma
+//! instructions reading accumulator registers'). The sums and the
+//! scratch are two sets of `bn/2` registers, so fp8 tiles are at most
+//! [`FP8_MAX_BN`] wide. int8 sums are exact in s32 and keep the plain
+//! pipeline.
+//!
 //! Blocks are ordered in groups of [`GROUP`] tile rows (block `x` is tile
 //! row `g·GROUP + (x mod (GROUP·ntn)) mod gsz`, column
 //! `(x mod (GROUP·ntn)) / gsz`), so that the blocks resident at one time
@@ -85,7 +106,7 @@ mod epilogue;
 mod mainloop;
 mod quant;
 
-pub use quant::{choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile, stored_type, supports};
+pub use quant::{FP8_MAX_BN, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile, stored_type, supports};
 
 use super::gemm_epilogue::{self, EpiFn};
 use super::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
@@ -448,6 +469,7 @@ fn write(
             epi,
             half,
             acc: String::new(),
+            scratch: String::new(),
             tid: String::new(),
             bm0: String::new(),
             bn0: String::new(),
@@ -576,6 +598,8 @@ struct Gen<'a> {
     /// Stores of C also write a half copy through `%h`.
     half: Option<HalfCopy>,
     acc: String,
+    /// The scratch accumulators of a promoted (fp8) k loop.
+    scratch: String,
     tid: String,
     bm0: String,
     bn0: String,
@@ -600,6 +624,10 @@ impl Gen<'_> {
         let nacc = self.nacc();
         let (acc, _) = self.p.acc();
         self.acc = self.v(format!("alloca [{nacc} x {acc}], align 4"));
+        let promoted = self.promoted();
+        if promoted {
+            self.scratch = self.v(format!("alloca [{nacc} x float], align 4"));
+        }
         let ktp = self.v("alloca i32, align 4");
         self.tid = self.v("call i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
         let bx = self.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()");
@@ -620,6 +648,12 @@ impl Gen<'_> {
             let p = self.acc_ptr(i);
             let zero = if acc == "float" { "0.0" } else { "0" };
             self.ins(format!("store {acc} {zero}, ptr {p}, align 4"));
+            // The scratch's first values go into a wgmma with scale-d 0,
+            // which ignores them.
+            if promoted {
+                let p = self.scratch_ptr(i);
+                self.ins(format!("store float 0.0, ptr {p}, align 4"));
+            }
         }
         if self.ktiles > 0 {
             self.mainloop(&nt, &ktp);
@@ -629,6 +663,11 @@ impl Gen<'_> {
             Operands::Quant(q, out) => self.requantize(q, out),
         }
         self.ins("ret void");
+    }
+
+    fn scratch_ptr(&mut self, i: u32) -> String {
+        let (nacc, sc) = (self.nacc(), self.scratch.clone());
+        self.v(format!("getelementptr inbounds [{nacc} x float], ptr {sc}, i32 0, i32 {i}"))
     }
 
     fn acc_ptr(&mut self, i: u32) -> String {

@@ -45,21 +45,18 @@ const DENSE_WGMMA_TFLOPS: f64 = 577.0;
 const SPARSE_MMA_TFLOPS: f64 = 415.0;
 
 /// The `wgmma.sp` kernel (`gemm_sp::wgmma`, sm_90a, 128×128×128 tiles in
-/// four stages): AN ESTIMATE, NOT A MEASUREMENT. The kernel has only been
-/// assembled (ptxas), not yet run on an H200; 800 assumes it reaches
-/// about 1.4× the dense `wgmma` kernel it is built on (the instruction's
-/// peak is 2×). Replace it with the rate `gemm_sp.py --time` measures at
-/// 4096³ and 8192³ (docs/performance.md).
-const SPARSE_WGMMA_TFLOPS: f64 = 800.0;
+/// four stages), on the same footing as `DENSE_WGMMA_TFLOPS`: measured
+/// 1.14–1.24× aoc's dense `wgmma` kernel in the same run on an H200
+/// (`gemm_sp.py --wgmma --time`, 2026-12-04: 794–878 dense-equivalent
+/// TFLOP/s at 4096³ and 8192³, dense `wgmma` 688–712 there;
+/// docs/performance.md), so 1.2 × 577.
+const SPARSE_WGMMA_TFLOPS: f64 = 690.0;
 
-/// Whether the cost model may pick the `wgmma.sp` kernel. Off: its first
-/// H200 run (`gemm_sp.py --wgmma`, 2026-12-04) gave the dense product for
-/// products of a few k-tiles (the compiled models' tests passed) but wrong
-/// sums (relative errors 0.04–1.2) for most tiles at 512³ and every tile at
-/// 4096³/8192³ and on BERT's FFN shape: a pipeline hazard not found yet.
-/// Until `gemm_sp.py --wgmma` passes, sm_90a sparse layers choose between
-/// `mma.sp` and dense `wgmma`.
-const WGMMA_SP_ENABLED: bool = false;
+/// Whether the cost model may pick the `wgmma.sp` kernel. It was off
+/// while its k loop overwrote the metadata registers of the `wgmma.sp` in
+/// flight (wrong sums past a few k-tiles); `gemm_sp.py --wgmma` passes on
+/// every tile since (docs/sparsity.md).
+const WGMMA_SP_ENABLED: bool = true;
 
 /// Bytes per second of the conversion launch that writes A's half copy
 /// (about 6 bytes per element: f32 read, f16 written), and one launch's

@@ -1,14 +1,16 @@
 //! The fp8 (e4m3) kernels: `qconv_wgmma` with `QuantElem::E4M3` (the
 //! `wgmma` m64nNk32 `.f32.e4m3.e4m3` convolution/GEMM of sm_90a) on the
 //! int8 kernel's specs, and the e4m3 loads and stores of pointwise kernels
-//! (sm_89 and newer). They must assemble with ptxas without spills;
+//! (sm_89 and newer). The convolution promotes each k-tile's partial
+//! sums into f32 (`wait_group 0` and f32 adds, no `wait_group 1`). They
+//! must assemble with ptxas without spills or serialized `wgmma`;
 //! `AOC_PTX_DUMP_DIR=dir` writes `gemm_fp8_sm_90a.{ptx,txt}` (the module
 //! and its manifest) for `gpu_checks/gemm_fp8.py`, which runs them on a
 //! GPU against NumPy.
 
 use super::kernels_gemm_s8::{manifest_line, wgmma_specs};
 use aoc_backend_ptx::kernels::gemm_s8::QConvSpec;
-use aoc_backend_ptx::kernels::gemm_wgmma::{WgTile, qconv_wgmma_tile, supports};
+use aoc_backend_ptx::kernels::gemm_wgmma::{FP8_MAX_BN, WgTile, choose_q_tile, qconv_wgmma_tile, supports};
 use aoc_backend_ptx::kernels::Geometry;
 use aoc_backend_ptx::expr::{Binary, Expr};
 use aoc_backend_ptx::{ModuleText, Sm, compile_ptx, ir_to_ptx};
@@ -31,14 +33,40 @@ fn e4m3(mut s: QConvSpec, relu: bool, f32_out: bool) -> QConvSpec {
 }
 
 /// The int8 wgmma specs as e4m3 (every other one with a relu clamp), and
-/// each again with an f32 result.
+/// each again with an f32 result; the explicit tiles wider than fp8 takes
+/// are left out, the chosen ones are chosen again for e4m3. Then the
+/// products `gemm_fp8.py --time` times against `torch._scaled_mm`
+/// (`f8t_`: 4096³ and 8192³ GEMMs as 1×1 convolutions, e4m3 out).
 fn fp8_specs() -> Vec<(String, QConvSpec, WgTile)> {
     let mut v = Vec::new();
     for (i, (n, s, t)) in wgmma_specs().into_iter().enumerate() {
-        v.push((n.replacen("wg_", "f8_", 1), e4m3(s, i % 2 == 1, false), t));
-        v.push((n.replacen("wg_", "f8f_", 1), e4m3(s, i % 2 == 0, true), t));
+        let explicit = n.ends_with("_64") || n.ends_with("_128") || n.ends_with("_256") || n.ends_with("_paired");
+        if explicit && t.bn > FP8_MAX_BN {
+            continue;
+        }
+        for (prefix, f32_out, relu) in [("f8_", false, i % 2 == 1), ("f8f_", true, i % 2 == 0)] {
+            let s = e4m3(s, relu, f32_out);
+            let t = if explicit { t } else { choose_q_tile(&s) };
+            v.push((n.replacen("wg_", prefix, 1), s, t));
+        }
+    }
+    for n in [4096, 8192] {
+        let s = e4m3(qconv_gemm(n), false, false);
+        v.push((format!("f8t_gemm{n}"), s, choose_q_tile(&s)));
+        for bn in [128, 192] {
+            v.push((format!("f8t_gemm{n}_{bn}"), s, WgTile { bn, stages: 4 }));
+        }
     }
     v
+}
+
+/// An `n × n × n` GEMM as a 1×1 convolution of `n` pixels.
+fn qconv_gemm(n: u64) -> QConvSpec {
+    let mut s = wgmma_specs()[0].1;
+    let g = &mut s.geom;
+    (g.n, g.h, g.w, g.c, g.oh, g.ow, g.oc, g.kh, g.kw) = (n, 1, 1, n, 1, 1, n, 1, 1);
+    (g.stride, g.dilation, g.pads, g.group) = ([1, 1], [1, 1], [0; 4], 1);
+    s
 }
 
 #[test]
@@ -63,6 +91,12 @@ fn qconv_wgmma_fp8_assembles_for_sm_90a() {
         let steps = body.matches(&mma).count();
         assert!(steps > 0 && steps % 4 == 0, "{name}: {steps} of {mma}");
         assert!(!body.contains(".s32.s8") && !body.contains(".s32.u8"), "{name}: an integer wgmma");
+        // f32 promotion: each k-tile's products are retired (wait_group 0,
+        // never 1) and added into the f32 sums (LLVM drops the adds of
+        // columns that do not exist).
+        assert!(body.contains("wgmma.wait_group.sync.aligned 0;"), "{name}");
+        assert!(!body.contains("wgmma.wait_group.sync.aligned 1;"), "{name}: an unpromoted pipeline");
+        assert!(body.contains("add.rn.f32"), "{name}: no f32 promotion");
         let f32_out = s.q.elem == QuantElem::E4M3ToF32;
         assert!(body.contains("fma.rn.f32"), "{name}: no fma");
         // e4m3 results are rounded to e4m3, f32 ones stored as they are.

@@ -37,6 +37,7 @@
 //!   k (k 0–63, then 64–127), K-major like the dense B tile; k32 step `s`
 //!   reads half `s / 2` starting `64·(s % 2)` bytes into its rows;
 //! - the metadata tile: per 16 features the 4 k32 steps' 64 bytes (2 KiB).
+//!
 //! Every thread copies with `cp.async` (activation rows past `m` and k
 //! past `k` zero-filled through the source size; the weight is padded)
 //! and every thread multiplies, with the dense kernel's pipeline:
@@ -49,6 +50,16 @@
 //! so no instruction between the fence and the wgmmas defines one of
 //! their inputs (ptxas would serialize the wgmmas; the PTX tests check
 //! it does not).
+//!
+//! A running `wgmma.sp` reads its metadata register, and ptxas does not
+//! keep that register from being reused as it does the accumulators: so
+//! the loop body is two k-tiles, and each tile's metadata words are
+//! inputs of the `wait_group 1` that retires it (the next tile's, or the
+//! final `wait_group 0`). Live until then, the two tiles' words sit in
+//! distinct registers, and neither the next tile's metadata loads nor the
+//! copies' address arithmetic land in the registers of the tile in
+//! flight (they did, with one body per k-tile: wrong sums on the H200 for
+//! every product past a few k-tiles).
 //!
 //! The epilogue: accumulator register `4j + 2h + e` of lane `l` of warp
 //! `w` in warpgroup `g` is feature `f0 + 64g + 16w + l/4 + 8h`, row `r0 +
@@ -100,10 +111,11 @@ impl SpWgTile {
     /// 128×64, six stages (205 KiB): for products with few 128×128 tiles.
     pub const NARROW: SpWgTile = SpWgTile { bn: 64, stages: 6 };
     /// Tiles the GPU check times (to pick the defaults by measurement):
-    /// besides the two above, 128×128 and 128×192 in three stages. (128×64
-    /// in three stages, two blocks per multiprocessor, is left out: ptxas
-    /// serializes its wgmmas, the next k-tile's metadata loads landing in
-    /// the registers of the group still in flight.)
+    /// besides the two above, 128×128 and 128×192 in three stages (on the
+    /// H200 all slower than the 128×128 four-stage tile: docs/sparsity.md).
+    /// (128×64 in three stages, two blocks per multiprocessor, is left
+    /// out: ptxas serialized its wgmmas when one loop body held one
+    /// k-tile.)
     pub const CANDIDATES: [SpWgTile; 4] = [
         SpWgTile::WIDE,
         SpWgTile::NARROW,
@@ -526,9 +538,6 @@ impl Gen {
         let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
         let ring = self.v(format!("sub i32 {abs}, {base}"));
         let chunks = self.chunks(f0, r0, &ring);
-        // Descriptor bits other than the address: leading byte offset 16
-        // (>> 4 = 1), stride byte offset 1024 (>> 4 = 64), 128-byte swizzle.
-        let bits: u64 = (1 << 16) | (64 << 32) | (1 << 62);
         let tid = self.tid.clone();
         let wg = self.v(format!("lshr i32 {tid}, 7"));
         let a_wg = self.v(format!("mul i32 {wg}, {}", 64 * 128));
@@ -553,9 +562,75 @@ impl Gen {
             self.ins("call void @llvm.nvvm.cp.async.commit.group()");
         }
         self.ins(format!("store i32 0, ptr {ktp}, align 4"));
-        self.b.br("loop");
-        self.b.place("loop");
+        // The metadata words of the tile in flight, kept live until the
+        // wait that retires it (module doc: the loop body is two k-tiles).
+        let nm = (BK / 32) as usize;
+        let mlive = self.v(format!("alloca [{nm} x i32], align 4"));
+        let mptr = |g: &mut Self, i: usize| g.v(format!("getelementptr inbounds [{nm} x i32], ptr {mlive}, i32 0, i32 {i}"));
+        for i in 0..nm {
+            let p = mptr(self, i);
+            self.ins(format!("store i32 0, ptr {p}, align 4"));
+        }
+        let load_m = |g: &mut Self| -> Vec<String> {
+            (0..nm)
+                .map(|i| {
+                    let p = mptr(g, i);
+                    g.v(format!("load i32, ptr {p}, align 4"))
+                })
+                .collect()
+        };
+        let store_m = |g: &mut Self, m: &[String]| {
+            for (i, x) in m.iter().enumerate() {
+                let p = mptr(g, i);
+                g.ins(format!("store i32 {x}, ptr {p}, align 4"));
+            }
+        };
+        let (l_loop, l_odd, l_drain) = (self.b.label("loop"), self.b.label("loop.odd"), self.b.label("drain"));
+        self.b.br(&l_loop);
+        self.b.place(&l_loop);
         let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
+        let prev = load_m(self);
+        let ma = self.k_tile(&chunks, &kt, &prev, &abs, &a_wg, &moff, ktiles);
+        store_m(self, &ma);
+        let k1 = self.v(format!("add i32 {kt}, 1"));
+        let more = self.v(format!("icmp ult i32 {k1}, {ktiles}"));
+        self.b.cond_br(&more, &l_odd, &l_drain);
+        self.b.place(&l_odd);
+        let mb = self.k_tile(&chunks, &k1, &ma, &abs, &a_wg, &moff, ktiles);
+        store_m(self, &mb);
+        let k2 = self.v(format!("add i32 {kt}, 2"));
+        self.ins(format!("store i32 {k2}, ptr {ktp}, align 4"));
+        let more = self.v(format!("icmp ult i32 {k2}, {ktiles}"));
+        self.b.cond_br(&more, &l_loop, &l_drain);
+        self.b.place(&l_drain);
+        let last = load_m(self);
+        let extra: Vec<(&str, String)> = last.iter().map(|e| ("r", format!("i32 {e}"))).collect();
+        let accs = self.load_acc();
+        let accs = self.tied("wgmma.wait_group.sync.aligned 0;", &accs, &extra);
+        self.store_acc(&accs);
+    }
+
+    /// One k-tile of the loop (module doc): wait for its copies, the
+    /// barrier, the copies of tile `kt + stages − 2`, its metadata words
+    /// and four `wgmma.sp`, committed; then `wait_group 1`, which retires
+    /// the previous tile, whose metadata words `prev` it takes as inputs
+    /// (they stay in their registers until then). Returns this tile's
+    /// metadata words as the wgmmas read them.
+    #[allow(clippy::too_many_arguments)]
+    fn k_tile(
+        &mut self,
+        chunks: &[Chunk],
+        kt: &str,
+        prev: &[String],
+        abs: &str,
+        a_wg: &str,
+        moff: &str,
+        ktiles: u64,
+    ) -> Vec<String> {
+        let t = self.t;
+        // Descriptor bits other than the address: leading byte offset 16
+        // (>> 4 = 1), stride byte offset 1024 (>> 4 = 64), 128-byte swizzle.
+        let bits: u64 = (1 << 16) | (64 << 32) | (1 << 62);
         self.ins(format!(
             "call void @llvm.nvvm.cp.async.wait.group(i32 {})",
             t.stages - 3
@@ -565,13 +640,14 @@ impl Gen {
         let far = self.v(format!("add i32 {kt}, {}", t.stages - 2));
         let has_far = self.v(format!("icmp ult i32 {far}, {ktiles}"));
         let fstage = self.stage_of(&far);
-        self.b.cond_br(&has_far, "copy", "copy.end");
-        self.b.place("copy");
-        self.issue(&chunks, &far, &fstage);
-        self.b.br("copy.end");
-        self.b.place("copy.end");
+        let (l_copy, l_end) = (self.b.label("copy"), self.b.label("copy.end"));
+        self.b.cond_br(&has_far, &l_copy, &l_end);
+        self.b.place(&l_copy);
+        self.issue(chunks, &far, &fstage);
+        self.b.br(&l_end);
+        self.b.place(&l_end);
         self.ins("call void @llvm.nvvm.cp.async.commit.group()");
-        let cstage = self.stage_of(&kt);
+        let cstage = self.stage_of(kt);
         let a = self.v(format!("add i32 {abs}, {cstage}"));
         let a = self.v(format!("add i32 {a}, {a_wg}"));
         let bsm = self.v(format!("add i32 {abs}, {cstage}"));
@@ -618,16 +694,10 @@ impl Gen {
             accs = self.wgmma_sp(&accs, a, b, e, &pinned[12]);
         }
         self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
-        accs = self.tied("wgmma.wait_group.sync.aligned 1;", &accs, &[]);
+        let extra: Vec<(&str, String)> = prev.iter().map(|e| ("r", format!("i32 {e}"))).collect();
+        accs = self.tied("wgmma.wait_group.sync.aligned 1;", &accs, &extra);
         self.store_acc(&accs);
-        let nk = self.v(format!("add i32 {kt}, 1"));
-        self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
-        let more = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
-        self.b.cond_br(&more, "loop", "drain");
-        self.b.place("drain");
-        let accs = self.load_acc();
-        let accs = self.tied("wgmma.wait_group.sync.aligned 0;", &accs, &[]);
-        self.store_acc(&accs);
+        pinned[8..8 + (BK / 32) as usize].to_vec()
     }
 
     /// `values` (constraint `l` for i64, `r` for i32, and the value)

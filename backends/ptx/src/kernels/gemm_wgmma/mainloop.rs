@@ -239,9 +239,6 @@ impl Gen<'_> {
         let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
         let ring = self.v(format!("sub i32 {abs}, {base}"));
         let cp = self.copies(nt, &ring);
-        // Descriptor bits other than the address: leading byte offset 16
-        // (>> 4 = 1), stride byte offset 1024 (>> 4 = 64), 128-byte swizzle.
-        let bits: u64 = (1 << 16) | (64 << 32) | (1 << 62);
         let wg = self.v(format!("lshr i32 {}, 7", self.tid));
         let a_wg = self.v(format!("mul i32 {wg}, {}", 64 * 128));
         for j in 0..t.stages - 2 {
@@ -252,47 +249,20 @@ impl Gen<'_> {
             self.ins("call void @llvm.nvvm.cp.async.commit.group()");
         }
         self.ins(format!("store i32 0, ptr {ktp}, align 4"));
+        if self.promoted() {
+            return self.promoted_loop(&cp, ktp, &abs, &a_wg);
+        }
         self.b.br("loop");
         self.b.place("loop");
         let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
-        self.ins(format!(
-            "call void @llvm.nvvm.cp.async.wait.group(i32 {})",
-            t.stages - 3
-        ));
-        self.ins(
-            "call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent",
-        );
-        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
-        let far = self.v(format!("add i32 {kt}, {}", t.stages - 2));
-        let has_far = self.v(format!("icmp ult i32 {far}, {ktiles}"));
-        let fstage = self.stage_of(&far);
-        self.b.cond_br(&has_far, "copy", "copy.end");
-        self.b.place("copy");
-        self.issue(&cp, &far, &fstage);
-        self.b.br("copy.end");
-        self.b.place("copy.end");
-        self.ins("call void @llvm.nvvm.cp.async.commit.group()");
-        // Descriptors of k-tile kt's stage: A of this warpgroup, B.
-        let cstage = self.stage_of(&kt);
-        let a = self.v(format!("add i32 {abs}, {cstage}"));
-        let a = self.v(format!("add i32 {a}, {a_wg}"));
-        let bsm = self.v(format!("add i32 {abs}, {cstage}"));
-        let bsm = self.v(format!("add i32 {bsm}, {A_BYTES}"));
-        let desc = |g: &mut Self, addr: &str| {
-            let x = g.v(format!("lshr i32 {addr}, 4"));
-            let x = g.v(format!("and i32 {x}, 16383"));
-            let x = g.v(format!("zext i32 {x} to i64"));
-            g.v(format!("or i64 {x}, {}", bits as i64))
-        };
-        let da = desc(self, &a);
-        let db = desc(self, &bsm);
+        let (da, db) = self.tile_head(&cp, &kt, &abs, &a_wg);
         let mut accs = self.load_acc();
         accs = self.tied("wgmma.fence.sync.aligned;", &accs, &[]);
         for ks in 0..ROW / 32 {
             // k step ks: 32 bytes into each 128-byte row (>> 4 = 2).
             let a = self.v(format!("add i64 {da}, {}", 2 * ks));
             let b = self.v(format!("add i64 {db}, {}", 2 * ks));
-            accs = self.wgmma(&accs, &a, &b);
+            accs = self.wgmma(&accs, &a, &b, true);
         }
         self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
         accs = self.tied("wgmma.wait_group.sync.aligned 1;", &accs, &[]);
@@ -305,6 +275,131 @@ impl Gen<'_> {
         let accs = self.load_acc();
         let accs = self.tied("wgmma.wait_group.sync.aligned 0;", &accs, &[]);
         self.store_acc(&accs);
+    }
+
+    /// The start of k-tile `kt` (i32): wait for its copies, the async-proxy
+    /// fence and the barrier, the copies of tile `kt + stages − 2`, and the
+    /// descriptors `(A of this warpgroup, B)` of the tile's stage.
+    fn tile_head(&mut self, cp: &Copies, kt: &str, abs: &str, a_wg: &str) -> (String, String) {
+        self.tile_sync(cp, kt);
+        self.tile_descs(kt, abs, a_wg)
+    }
+
+    /// The synchronization part of [`Gen::tile_head`].
+    fn tile_sync(&mut self, cp: &Copies, kt: &str) {
+        let t = self.t;
+        self.ins(format!(
+            "call void @llvm.nvvm.cp.async.wait.group(i32 {})",
+            t.stages - 3
+        ));
+        self.ins(
+            "call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent",
+        );
+        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
+        let far = self.v(format!("add i32 {kt}, {}", t.stages - 2));
+        let has_far = self.v(format!("icmp ult i32 {far}, {}", self.ktiles));
+        let fstage = self.stage_of(&far);
+        let (l_copy, l_end) = (self.b.label("copy"), self.b.label("copy.end"));
+        self.b.cond_br(&has_far, &l_copy, &l_end);
+        self.b.place(&l_copy);
+        self.issue(cp, &far, &fstage);
+        self.b.br(&l_end);
+        self.b.place(&l_end);
+        self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+    }
+
+    /// The descriptors of [`Gen::tile_head`].
+    fn tile_descs(&mut self, kt: &str, abs: &str, a_wg: &str) -> (String, String) {
+        // Descriptors of k-tile kt's stage: A of this warpgroup, B.
+        // Descriptor bits other than the address: leading byte offset 16
+        // (>> 4 = 1), stride byte offset 1024 (>> 4 = 64), 128-byte swizzle.
+        let bits: u64 = (1 << 16) | (64 << 32) | (1 << 62);
+        let cstage = self.stage_of(kt);
+        let a = self.v(format!("add i32 {abs}, {cstage}"));
+        let a = self.v(format!("add i32 {a}, {a_wg}"));
+        let bsm = self.v(format!("add i32 {abs}, {cstage}"));
+        let bsm = self.v(format!("add i32 {bsm}, {A_BYTES}"));
+        let desc = |g: &mut Self, addr: &str| {
+            let x = g.v(format!("lshr i32 {addr}, 4"));
+            let x = g.v(format!("and i32 {x}, 16383"));
+            let x = g.v(format!("zext i32 {x} to i64"));
+            g.v(format!("or i64 {x}, {}", bits as i64))
+        };
+        (desc(self, &a), desc(self, &bsm))
+    }
+
+    /// Whether the k loop promotes (the parent's module doc, "fp8"): e4m3
+    /// products, whose tensor-core sums are not f32-exact.
+    pub(super) fn promoted(&self) -> bool {
+        matches!(self.p, Operands::Quant(q, _) if q.elem != QuantElem::Int8)
+    }
+
+    /// The fp8 k loop with f32 promotion (parent's module doc): each
+    /// k-tile's four `wgmma` multiply into scratch accumulators started
+    /// afresh (scale-d 0 on the first); while they run, the next tile's
+    /// copies are waited for and the barrier passed and the tile after
+    /// the ring's reach issued; then `wait_group 0` and the scratch is
+    /// added into the f32 accumulators with ordinary adds.
+    fn promoted_loop(&mut self, cp: &Copies, ktp: &str, abs: &str, a_wg: &str) {
+        // The trip count through an empty assembly statement: a loop LLVM
+        // unrolls (a short k) leaves ptxas without the registers for its
+        // wgmma pipeline in some kernels, which it then serializes.
+        let ktiles = self.v(format!("call i32 asm sideeffect \"mov.u32 $0, $1;\", \"=r,r\"(i32 {})", self.ktiles));
+        self.tile_sync(cp, "0");
+        let (l_loop, l_next, l_wait) = (self.b.label("loop"), self.b.label("loop.next"), self.b.label("loop.wait"));
+        self.b.br(&l_loop);
+        self.b.place(&l_loop);
+        let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
+        let (da, db) = self.tile_descs(&kt, abs, a_wg);
+        let mut sc = self.load_set();
+        sc = self.tied("wgmma.fence.sync.aligned;", &sc, &[]);
+        for ks in 0..ROW / 32 {
+            let a = self.v(format!("add i64 {da}, {}", 2 * ks));
+            let b = self.v(format!("add i64 {db}, {}", 2 * ks));
+            sc = self.wgmma(&sc, &a, &b, ks > 0);
+        }
+        self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
+        let nk = self.v(format!("add i32 {kt}, 1"));
+        let more = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
+        self.b.cond_br(&more, &l_next, &l_wait);
+        self.b.place(&l_next);
+        self.tile_sync(cp, &nk);
+        self.b.br(&l_wait);
+        self.b.place(&l_wait);
+        let sc = self.tied("wgmma.wait_group.sync.aligned 0;", &sc, &[]);
+        self.promote(&sc);
+        self.store_set(&sc);
+        self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
+        let l_end = self.b.label("loop.end");
+        self.b.cond_br(&more, &l_loop, &l_end);
+        self.b.place(&l_end);
+    }
+
+    /// The f32 accumulators += a retired scratch set (ordinary f32 adds).
+    fn promote(&mut self, scratch: &[String]) {
+        let accs = self.load_acc();
+        let sums: Vec<String> = accs
+            .iter()
+            .zip(scratch)
+            .map(|(a, s)| self.v(format!("fadd float {a}, {s}")))
+            .collect();
+        self.store_acc(&sums);
+    }
+
+    fn load_set(&mut self) -> Vec<String> {
+        (0..self.nacc())
+            .map(|i| {
+                let p = self.scratch_ptr(i);
+                self.v(format!("load float, ptr {p}, align 4"))
+            })
+            .collect()
+    }
+
+    fn store_set(&mut self, vals: &[String]) {
+        for (i, x) in vals.iter().enumerate() {
+            let p = self.scratch_ptr(i as u32);
+            self.ins(format!("store float {x}, ptr {p}, align 4"));
+        }
     }
 
     fn load_acc(&mut self) -> Vec<String> {
@@ -352,8 +447,9 @@ impl Gen<'_> {
     }
 
     /// One `wgmma.mma_async` (m64n{bn}k16 of halves, m64n{bn}k32 of
-    /// integer or e4m3 bytes) accumulating into `accs`.
-    fn wgmma(&mut self, accs: &[String], da: &str, db: &str) -> Vec<String> {
+    /// integer or e4m3 bytes) accumulating into `accs` (scale-d 1), or with
+    /// `accumulate` false overwriting them (scale-d 0: D = A·B).
+    fn wgmma(&mut self, accs: &[String], da: &str, db: &str, accumulate: bool) -> Vec<String> {
         let n = accs.len();
         let regs: Vec<String> = (0..n).map(|i| format!("${i}")).collect();
         // Halves take scale-a/b 1 and no transposes; integers take none.
@@ -379,11 +475,10 @@ impl Gen<'_> {
             n,
             n + 1
         );
-        // Scale-d 1: D = A·B + D.
         let extra = [
             ("l", format!("i64 {da}")),
             ("l", format!("i64 {db}")),
-            ("r", "i32 1".to_string()),
+            ("r", format!("i32 {}", accumulate as u32)),
         ];
         self.tied(&text, accs, &extra)
     }

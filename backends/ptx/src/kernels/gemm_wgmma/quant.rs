@@ -32,7 +32,8 @@
 //!
 //! fp8 (`q.elem` = [`QuantElem::E4M3`]): the same kernel on e4m3 bytes,
 //! `wgmma` m64nNk32 `.f32.e4m3.e4m3` (the same k32 byte layout), f32
-//! accumulators; the requantization is
+//! accumulators promoted every k-tile (the parent's module doc), tiles at
+//! most [`FP8_MAX_BN`] wide; the requantization is
 //! [`gemm_epilogue::requantize_e4m3`] (`fma(acc, scale, shift)`, the clamp,
 //! `cvt.rn.satfinite.e4m3x2.f32`); `comp` is passed and not read, padding
 //! is byte 0 (+0.0). An epilogue reads the e4m3 result as its value.
@@ -74,10 +75,23 @@ pub fn supports(spec: &QConvSpec, sm: Sm) -> bool {
     sm == Sm::Sm90a && g.group == 1 && g.c > 0 && g.c.is_multiple_of(16)
 }
 
-/// The tile of [`qconv_wgmma`] for `spec` (the half kernel's choice for
-/// the same GEMM).
+/// Widest tile of the fp8 kernel: its promoted k loop holds two sets of
+/// `bn/2` f32 accumulators per thread (the sums and the scratch), 192
+/// registers at 192.
+pub const FP8_MAX_BN: u32 = 192;
+
+/// The tile of [`qconv_wgmma`] for `spec`: the half kernel's choice for
+/// the same GEMM; for fp8 at most [`FP8_MAX_BN`] wide, in four stages
+/// (one block per multiprocessor: its registers allow no second).
 pub fn choose_q_tile(spec: &QConvSpec) -> WgTile {
-    choose_wg_tile(&gemm(spec))
+    let t = choose_wg_tile(&gemm(spec));
+    match spec.q.elem {
+        QuantElem::Int8 => t,
+        QuantElem::E4M3 | QuantElem::E4M3ToF32 => WgTile {
+            bn: t.bn.min(FP8_MAX_BN),
+            stages: 4,
+        },
+    }
 }
 
 /// Bytes of the weights packed by [`pack_weights_wg`] for `tile`.
@@ -138,6 +152,12 @@ pub fn qconv_wgmma_tile(
         ));
     }
     tile.check()?;
+    if spec.q.elem != QuantElem::Int8 && tile.bn > FP8_MAX_BN {
+        return Err(format!(
+            "the fp8 wgmma convolution takes tiles at most {FP8_MAX_BN} wide (its promoted accumulators), found {}",
+            tile.bn
+        ));
+    }
     let gs = gemm(spec);
     let (row, conv) = check_spec(&gs)?;
     for d in [

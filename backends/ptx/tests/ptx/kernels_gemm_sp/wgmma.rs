@@ -6,7 +6,11 @@
 //! the launch geometry, and the refusals; runs the kernel on the host with
 //! `wgmma` emulated (`wgmma_host.rs`) against the dense product, exactly
 //! (the emulation assumes the metadata layout the kernel assumes: only a
-//! GPU confirms it). `AOC_PTX_DUMP_DIR=dir` writes the module and a manifest
+//! GPU confirms it; and it runs the IR, whose values are never
+//! overwritten, so it cannot see a register of a running `wgmma.sp`
+//! being reused; the loop's two-tile body is checked here in the PTX,
+//! and that ptxas then gives the two tiles' metadata distinct registers
+//! was read in the SASS, by hand, on 2026-12-04). `AOC_PTX_DUMP_DIR=dir` writes the module and a manifest
 //! (`gemm_sp_wgmma_sm_90a.{ptx,txt}`) for `tests/gpu_checks/gemm_sp.py`,
 //! which runs every kernel on an H200 against NumPy; the module also holds
 //! aoc's dense `gemm_wgmma` kernel for each benchmark shape (listed in
@@ -46,7 +50,7 @@ fn gemm_sp_wgmma_assembles_without_spills() {
                 "name={name} m={} n={} k={} lda={} ldc={} bias={} relu={} bm=128 bn={} bk=128 stages={} minblocks=1 grid={} block={} smem={}",
                 s.m, s.n, s.k, s.lda, s.ldc, s.bias as u8, s.relu as u8, t.bn, t.stages, g.grid[0], g.block[0], g.smem
             ));
-            names.push((name, t));
+            names.push((name, t, s.k));
         }
     }
     // A fused epilogue (not in the manifest: the GPU check passes no
@@ -65,7 +69,7 @@ fn gemm_sp_wgmma_assembles_without_spills() {
         Some(&super::host::residual_relu(&ffn)),
     )
     .unwrap();
-    names.push(("spwg_epi_0".to_string(), t));
+    names.push(("spwg_epi_0".to_string(), t, ffn.k));
     // aoc's dense wgmma kernel of each benchmark shape (no bias), the
     // tile the compiler would choose: `y = x · b`, b packed by `pack_b`.
     let mut dense = vec![];
@@ -97,7 +101,7 @@ fn gemm_sp_wgmma_assembles_without_spills() {
         std::fs::write(dir.join("gemm_sp_wgmma_sm_90a.txt"), manifest.join("\n") + "\n").unwrap();
         std::fs::write(dir.join("gemm_sp_wgmma_dense_sm_90a.txt"), dense.join("\n") + "\n").unwrap();
     }
-    for (name, t) in &names {
+    for (name, t, k) in &names {
         let body = super::super::entry(&ptx, name);
         let sp = format!(
             "wgmma.mma_async.sp.sync.aligned.m64n{}k32.f32.f16.f16",
@@ -105,6 +109,12 @@ fn gemm_sp_wgmma_assembles_without_spills() {
         );
         let n = body.matches(&sp).count();
         assert!(n >= 4 && n % 4 == 0, "{name}: {n} × {sp}");
+        // Past one k-tile, the loop body is two k-tiles, each retired by
+        // a wait_group 1 (LLVM may unroll a short loop further).
+        if *k > 128 {
+            let waits = body.matches("wgmma.wait_group.sync.aligned 1;").count();
+            assert!(waits >= 2 && waits % 2 == 0 && n == 4 * waits, "{name}: {waits} waits, {n} × {sp}");
+        }
         for ins in [
             "wgmma.fence.sync.aligned;",
             "wgmma.commit_group.sync.aligned;",

@@ -104,8 +104,10 @@ fn emulated(ir: &str, nacc: u32) -> String {
         let asm = &text[at..end];
         let with = if asm.contains("wgmma.mma_async.sp") {
             "@emu.wgsp"
-        } else if asm.contains("wgmma.fence") || asm.contains("wgmma.wait_group") {
+        } else if asm.contains("wgmma.fence") {
             "@emu.id"
+        } else if asm.contains("wgmma.wait_group") {
+            "@emu.wait"
         } else if asm.starts_with("asm sideeffect \"\",") {
             "@emu.pin"
         } else {
@@ -125,6 +127,12 @@ fn emulated(ir: &str, nacc: u32) -> String {
         f.push_str(&format!("  ret {ty} {prev}\n}}\n"));
     };
     f.push_str(&format!("\ndefine internal {ty} @emu.id({}) {{\n", params.join(", ")));
+    build(&mut f, &|i| format!("%a{i}"));
+    // The waits also take the metadata words of the tile they retire.
+    f.push_str(&format!(
+        "\ndefine internal {ty} @emu.wait(i32 %e0, i32 %e1, i32 %e2, i32 %e3, {}) {{\n",
+        params.join(", ")
+    ));
     build(&mut f, &|i| format!("%a{i}"));
     f.push_str(&format!(
         "\ndeclare void @sim.wgsp(ptr, i64, i64, i32, ptr, i32)\ndefine internal {ty} @emu.wgsp(i64 %da, i64 %db, i32 %e, i32 %one, {}) {{\n  %buf = alloca [{nacc} x float]\n",
