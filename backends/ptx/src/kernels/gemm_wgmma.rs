@@ -481,8 +481,11 @@ fn write(
     // registers too (at most 128 per thread): the pairing is what lets
     // one block's epilogue run under the other's products, and a heavy
     // epilogue (an int8 requantization with a merged GELU chain took 140)
-    // would otherwise silently leave one block per multiprocessor.
-    let pair = if tile.pairs() { " \"nvvm.minctasm\"=\"2\"" } else { "" };
+    // would otherwise silently leave one block per multiprocessor. Not for
+    // fp8, whose promotion keeps two sets of accumulators: 128 registers
+    // would spill them.
+    let promoted = matches!(p, Operands::Quant(q, _) if q.elem != QuantElem::Int8);
+    let pair = if tile.pairs() && !promoted { " \"nvvm.minctasm\"=\"2\"" } else { "" };
     m.func(format!(
         "define ptx_kernel void @{name}({}) \"nvvm.maxntid\"=\"{THREADS}\"{pair} {{\nentry:\n{body}}}\n",
         sig.join(", ")
