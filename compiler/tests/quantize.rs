@@ -407,6 +407,19 @@ fn an_encoder_layers_weight_matmuls_run_on_integer_kernels() {
             assert_eq!(l["runs"], "integer kernel", "{l}");
         }
     }
+    // A linear layer's bias (MatMul + Add of a constant vector) is an int32
+    // in the layer: no quantize between the product and the bias add, and
+    // the integer op takes the bias as its third operand.
+    let text = std::fs::read_to_string(&out).unwrap();
+    for layer in ["linear1", "linear2"] {
+        assert!(!text.contains(&format!("quant.quantize %_{layer}_MatMul_output_0 ")), "{text}");
+        assert!(text.contains(&format!("%_{layer}_MatMul_output_0.b_quantized = const")), "{text}");
+    }
+    let opt = d.join("o.air");
+    ok(&aoc(&[&"opt", &out, &"--passes", &"default", &"-o", &opt]));
+    let opt_text = std::fs::read_to_string(&opt).unwrap();
+    let with_bias = opt_text.lines().filter(|l| l.contains("= quant.matmul") && l.contains(".b_quantized")).count();
+    assert!(with_bias >= 2, "{opt_text}");
     let art = d.join("q.aoc");
     ok(&aoc(&[&"compile", &out, &"-o", &art]));
     let explain = String::from_utf8_lossy(&aoc(&[&"explain", &art]).stdout).into_owned();

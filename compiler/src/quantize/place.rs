@@ -89,6 +89,9 @@ pub struct Layer {
     pub acts: Vec<(usize, ValueId)>,
     pub weight: Option<ConstSlot>,
     pub bias: Option<ConstSlot>,
+    /// The op whose operand `bias` is: the layer's own, or the add after a
+    /// matmul (a linear layer's bias, kept in the integer accumulator).
+    pub bias_op: OpId,
     /// The value quantized after the layer (after a relu or clip it absorbs).
     pub output: ValueId,
     /// Why this layer cannot be quantized, when it cannot.
@@ -215,6 +218,7 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
             acts: vec![],
             weight: None,
             bias: None,
+            bias_op: op,
             output: result,
             unsupported: None,
         };
@@ -280,6 +284,32 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
                 if operand_consts[0].is_some() {
                     why = Some("its input is a constant".to_string());
                 }
+                // A linear layer: the matmul's only user adds a constant
+                // vector along the last axis. The bias joins the layer (an
+                // int32 in the accumulator) and the add's result is its
+                // output, so the product is not rounded before the bias.
+                if layer.weight.is_some()
+                    && rt.rank() == 2
+                    && !results.contains(&result)
+                    && let Some(us) = uses.get(&result)
+                    && let [(user, slot)] = us[..]
+                    && func.body.ops.contains(&user)
+                {
+                    let u = &func.ops[user];
+                    let n = func.ty(result).shape.last().copied();
+                    if u.opcode == Opcode::Add && u.operands.len() == 2 && u.results.len() == 1 {
+                        let other = 1 - slot;
+                        if let Some(c) = consts.get(u.operands[other])?
+                            && Some(c.shape()) == n.map(|n| vec![n]).as_deref()
+                            && is_f32(func.ty(u.results[0]))
+                            && func.ty(u.results[0]).shape == func.ty(result).shape
+                        {
+                            layer.bias = Some(ConstSlot { index: other, value: c, axis: 0 });
+                            layer.bias_op = user;
+                            layer.output = u.results[0];
+                        }
+                    }
+                }
             }
             LayerKind::Add => {
                 // A residual add: both operands computed. An add of a
@@ -297,9 +327,10 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
             }
         }
         // Absorb a relu or clip that is the only user.
-        if let Some(us) = uses.get(&result)
+        let out_v = layer.output;
+        if let Some(us) = uses.get(&out_v)
             && us.len() == 1
-            && !results.contains(&result)
+            && !results.contains(&out_v)
         {
             let (user, _) = us[0];
             let u = &func.ops[user];
@@ -653,7 +684,7 @@ pub fn build(
             let bq = quantize_bias(&b.value, b.axis, s_x, &scales);
             let dq = push_const_dq(&mut f, bq, &format!("{}.b", l.value_name), loc)?;
             new.extend(take_new(&mut f, 2));
-            f.ops[l.op].operands[b.index] = dq;
+            f.ops[l.bias_op].operands[b.index] = dq;
         }
         before.entry(l.op).or_default().extend(new);
     }

@@ -1025,10 +1025,10 @@ define_ops! {
         infer: quant_compute::infer_conv2d, eval: quant_compute::eval_conv2d,
     },
     QuantMatMul = "quant.matmul" {
-        summary: "`core.matmul` on quantized operands with a requantize epilogue (dequantize, multiply in float, clamp, quantize to the declared type).",
-        example: "%y = quant.matmul %a, %b : tensor<1x128x768x!quant.uniform<i8:f32, 0.05>>",
+        summary: "`core.matmul` on quantized operands, an optional bias (an int32 vector with scale `s_a * s_b` along the last axis, a linear layer's) added after the product, with a requantize epilogue (dequantize, multiply in float, add the bias, clamp, quantize to the declared type).",
+        example: "%y = quant.matmul %a, %b, %bias : tensor<1x128x768x!quant.uniform<i8:f32, 0.05>>",
         format: Generic,
-        operands: [lhs: One, rhs: One],
+        operands: [lhs: One, rhs: One, bias: Optional],
         results: [y],
         attrs: [
             (clip_min, Float, Optional, "epilogue: lower clamp before quantizing (a fused relu is 0.0)"),

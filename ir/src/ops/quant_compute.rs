@@ -122,10 +122,22 @@ fn infer_int(cx: &InferCx, float_op: Opcode) -> Result<Vec<TensorType>, String> 
         declared: None,
         epilogue: &[],
     };
+    let (main, bias) = split_bias(float_op, &floats);
+    let fcx = InferCx { operands: main, ..fcx };
     let mut out = (float_op.info().infer)(&fcx)?;
     let f = out
         .pop()
         .ok_or("internal error: the float op inferred no result (please report)")?;
+    if let Some(b) = bias {
+        let n = f.shape.last().copied();
+        if b.shape.len() != 1 || Some(b.shape[0]) != n || b.elem != f.elem {
+            return Err(format!(
+                "bias must be a vector of the product's last dimension ({} {}), found {b}",
+                n.map_or("none".to_string(), |n| n.to_string()),
+                f.elem
+            ));
+        }
+    }
     clip_bounds(cx.attrs)?;
     let r = cx.declared_one()?;
     if r.elem.quant().is_none() {
@@ -164,6 +176,18 @@ fn infer_int(cx: &InferCx, float_op: Opcode) -> Result<Vec<TensorType>, String> 
     Ok(vec![r.clone()])
 }
 
+/// A `quant.matmul`'s operands split into the matmul's two and its bias
+/// (added after the product, broadcast along the last axis: the
+/// `core.matmul` + `core.add` of a linear layer, whose integer form keeps
+/// the bias in the accumulator as `quant.conv2d` and `quant.gemm` do).
+/// Every other op has no separate bias.
+fn split_bias<T>(float_op: Opcode, xs: &[T]) -> (&[T], Option<&T>) {
+    match (float_op, xs) {
+        (Opcode::MatMul, [_, _, b]) => (&xs[..2], Some(b)),
+        _ => (xs, None),
+    }
+}
+
 fn quant_of(t: &TensorType) -> Result<&QuantType, String> {
     t.elem
         .quant()
@@ -185,17 +209,34 @@ fn eval_int(cx: &EvalCx, float_op: Opcode) -> Result<Vec<Tensor>, String> {
         None => rty.elem.storage(),
     };
     let fty = TensorType::new(rty.shape.clone(), e);
+    let (main, bias) = split_bias(float_op, &refs);
     let fcx = EvalCx {
         opcode: float_op,
-        inputs: &refs,
+        inputs: main,
         attrs: cx.attrs,
         result_types: std::slice::from_ref(&fty),
         weights: cx.weights,
         epilogue: &[],
     };
-    let y = (float_op.info().eval)(&fcx)?
+    let mut y = (float_op.info().eval)(&fcx)?
         .pop()
         .ok_or("internal error: the float op produced no result (please report)")?;
+    if let Some(b) = bias {
+        // The bias as `core.add` adds it, in the product's float type.
+        let add_attrs = crate::attr::Attrs::default();
+        let inputs = [&y, *b];
+        let acx = EvalCx {
+            opcode: Opcode::Add,
+            inputs: &inputs,
+            attrs: &add_attrs,
+            result_types: std::slice::from_ref(&fty),
+            weights: cx.weights,
+            epilogue: &[],
+        };
+        y = (Opcode::Add.info().eval)(&acx)?
+            .pop()
+            .ok_or("internal error: the bias add produced no result (please report)")?;
+    }
     let (lo, hi) = clip_bounds(cx.attrs)?;
     // As core.clip: bounds rounded to the type, NaN-propagating max then min.
     let v: Vec<f64> = y
@@ -295,6 +336,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out[0].data, Data::I(vec![127]));
+    }
+
+    #[test]
+    fn matmul_adds_its_bias_after_the_product() {
+        // [1, 2] x [2, 2]: x = (1, 2) * 0.5, w = [[2, 0], [1, -1]] * 0.25;
+        // x·w = (0.5·0.5 + 1·0.25, -1·0.25) = (0.5, -0.25); bias
+        // (10, -20) * 0.125 = (1.25, -2.5): (1.75, -2.75) / 0.25 = (7, -11).
+        let x = q(qt(&[1, 2], Scalar::I8, 0.5, 0), vec![1, 2]);
+        let w = q(qt(&[2, 2], Scalar::I8, 0.25, 0), vec![2, 0, 1, -1]);
+        let b = q(qt(&[2], Scalar::I32, 0.125, 0), vec![10, -20]);
+        let r = qt(&[1, 2], Scalar::I8, 0.25, 0);
+        let ops = [x.ty.clone(), w.ty.clone(), b.ty.clone()];
+        let ty = infer_op(Opcode::QuantMatMul, &ops, &Attrs::new(), Some(std::slice::from_ref(&r))).unwrap();
+        assert_eq!(ty, vec![r.clone()]);
+        let out = eval_op(Opcode::QuantMatMul, &[&x, &w, &b], &Attrs::new(), std::slice::from_ref(&r), &NoWeights).unwrap();
+        assert_eq!(out[0].data, Data::I(vec![7, -11]));
+        // Without the bias: (0.5, -0.25) / 0.25 = (2, -1).
+        let out = eval_op(Opcode::QuantMatMul, &[&x, &w], &Attrs::new(), std::slice::from_ref(&r), &NoWeights).unwrap();
+        assert_eq!(out[0].data, Data::I(vec![2, -1]));
+        // A bias that is not a vector along the last axis is refused.
+        for bad in [qt(&[1], Scalar::I32, 0.125, 0), qt(&[1, 2], Scalar::I32, 0.125, 0)] {
+            let e = infer_op(Opcode::QuantMatMul, &[x.ty.clone(), w.ty.clone(), bad], &Attrs::new(), Some(std::slice::from_ref(&r)))
+                .unwrap_err();
+            assert!(e.to_string().contains("bias must be a vector"), "{e}");
+        }
     }
 
     fn conv_attrs() -> Attrs {

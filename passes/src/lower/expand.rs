@@ -136,7 +136,15 @@ pub(crate) fn expand(func: &Func, which: &HashSet<OpId>) -> Result<Func, String>
                 attrs.set(name, value.clone());
             }
         }
-        let mut y = f.push_op(float, &inputs, attrs, None, &format!("{base}.f"), loc.clone()).map_err(err)?[0];
+        // A quant.matmul's bias is added after the product, as `core.add`.
+        let (main, bias) = match (float, &inputs[..]) {
+            (Opcode::MatMul, [a, b, c]) => (vec![*a, *b], Some(*c)),
+            _ => (inputs, None),
+        };
+        let mut y = f.push_op(float, &main, attrs, None, &format!("{base}.f"), loc.clone()).map_err(err)?[0];
+        if let Some(c) = bias {
+            y = f.push_op(Opcode::Add, &[y, c], Attrs::new(), None, &format!("{base}.bias"), loc.clone()).map_err(err)?[0];
+        }
         let bound = |name: &str| match op.attrs.get(name) {
             Some(Attr::Float(v)) if !v.is_nan() => Some(*v),
             _ => None,

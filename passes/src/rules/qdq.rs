@@ -138,6 +138,32 @@ pub fn rules() -> Result<Vec<Rewrite>, String> {
                 },
             )?);
         }
+        if float == Opcode::MatMul {
+            // quantize([relu|clip](add(matmul(dequantize(a), dequantize(b)), dequantize(c))))
+            //   -> quant.matmul(a, b, c){clip epilogue}   (a linear layer's bias, either side of the add)
+            let mm = "(core.matmul (quant.dequantize ?a0) (quant.dequantize ?a1))";
+            for (side, add) in [
+                ("", format!("(core.add {mm} (quant.dequantize ?a2))")),
+                ("-rev", format!("(core.add (quant.dequantize ?a2) {mm})")),
+            ] {
+                for (suffix, act, wrapped) in [
+                    ("", Act::None, add.clone()),
+                    ("-relu", Act::Relu, format!("(core.relu {add})")),
+                    ("-clip", Act::Clip, format!("(core.clip {add})")),
+                ] {
+                    out.push(rewrite(
+                        &format!("int-matmul-bias{side}{suffix}"),
+                        &format!("(quant.quantize {wrapped})"),
+                        Apply::IntOp {
+                            float,
+                            int_op,
+                            arity: 3,
+                            act,
+                        },
+                    )?);
+                }
+            }
+        }
         if matches!(float, Opcode::Conv2d | Opcode::MatMul | Opcode::Gemm) {
             // F(dequantize(a), ...) -> quant.F(a, ...) : float   when a is fp8
             out.push(rewrite(
@@ -491,6 +517,33 @@ fn fp8_float_forms(egraph: &mut Graph, eclass: Id, subst: &Subst, float: Opcode,
     out
 }
 
+/// The nodes of `float` in class `fc` whose operands are the dequantized
+/// `args`; for a matmul with three `args`, the matmul nodes of `a0, a1`
+/// under an add (either side) of the dequantized bias `a2` in `fc`.
+fn float_nodes(egraph: &Graph, fc: Id, float: Opcode, args: &[Id]) -> Vec<OpNode> {
+    let exact = |n: &OpNode, args: &[Id]| {
+        n.children.len() == args.len()
+            && n.children
+                .iter()
+                .zip(args)
+                .all(|(&c, a)| dequantized_from(egraph, c).contains(a))
+    };
+    if float != Opcode::MatMul || args.len() != 3 {
+        return nodes_of(egraph, fc, float).into_iter().filter(|n| exact(n, args)).collect();
+    }
+    let mut out = vec![];
+    for add in nodes_of(egraph, fc, Opcode::Add) {
+        let [x, y] = add.children[..] else { continue };
+        for (mm, b) in [(x, y), (y, x)] {
+            if dequantized_from(egraph, b).contains(&args[2]) {
+                let mm = egraph.find(mm);
+                out.extend(nodes_of(egraph, mm, float).into_iter().filter(|n| exact(n, &args[..2])));
+            }
+        }
+    }
+    out
+}
+
 fn int_op_forms(
     egraph: &mut Graph,
     eclass: Id,
@@ -529,15 +582,7 @@ fn int_op_forms(
                 .collect(),
         };
         for (fc, lo, hi) in stages {
-            for f in nodes_of(egraph, fc, float) {
-                let exact_operands = f.children.len() == arity
-                    && f.children
-                        .iter()
-                        .zip(&args)
-                        .all(|(&c, a)| dequantized_from(egraph, c).contains(a));
-                if !exact_operands {
-                    continue;
-                }
+            for f in float_nodes(egraph, fc, float, &args) {
                 let mut attrs = f.attrs.as_ref().map_or_else(Attrs::new, |a| a.to_attrs());
                 if let Some(lo) = lo.clone() {
                     attrs.set("clip_min", lo);

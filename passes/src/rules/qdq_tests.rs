@@ -545,3 +545,40 @@ fn fp8_products_keep_a_float_result() {
         }
     }
 }
+
+/// `quantize(add(matmul(dequantize(x), dequantize(w)), dequantize(b)))`
+/// (a linear layer, the bias on either side of the add) becomes
+/// `quant.matmul(x, w, b)`, exactly.
+#[test]
+fn a_linear_layers_bias_joins_the_integer_matmul() {
+    for rev in [false, true] {
+        let mut f = Func::new("main");
+        let x = f.add_param("x", f32t(&[3, 16]), Location::default());
+        let xq = quantize(&mut f, x, qtype(&[3, 16], Scalar::I8, 0.02, 0));
+        let xd = dq(&mut f, xq);
+        let wv: Vec<i64> = (0..64).map(|i| (i * 7 % 13) as i64 - 6).collect();
+        let attrs = Attrs::new().with("value", Attr::Const(ConstValue::Dense(DenseData::Ints(wv))));
+        let w = f
+            .push_op(Opcode::Const, &[], attrs, Some(vec![qtype(&[16, 4], Scalar::I8, 0.01, 0)]), "w", Location::named("w"))
+            .expect("a valid const")[0];
+        let wd = dq(&mut f, w);
+        let battrs = Attrs::new().with("value", Attr::Const(ConstValue::Dense(DenseData::Ints(vec![500, -70, 0, 1234]))));
+        let b = f
+            .push_op(Opcode::Const, &[], battrs, Some(vec![qtype(&[4], Scalar::I32, 0.0002, 0)]), "b", Location::named("b"))
+            .expect("a valid const")[0];
+        let bd = dq(&mut f, b);
+        let y = op(&mut f, Opcode::MatMul, &[xd, wd], Attrs::new());
+        let s = if rev { op(&mut f, Opcode::Add, &[bd, y], Attrs::new()) } else { op(&mut f, Opcode::Add, &[y, bd], Attrs::new()) };
+        let sq = quantize(&mut f, s, qtype(&[3, 4], Scalar::I8, 0.05, 3));
+        let sd = dq(&mut f, sq);
+        f.set_return(vec![sd]);
+        let name = if rev { "int-matmul-bias-rev" } else { "int-matmul-bias" };
+        let (g, stats) = optimize(&f, &qdq_rules(&[name]));
+        assert!(stats.applied.iter().any(|(r, n)| *r == name && *n > 0), "{name} did not fire: {stats:?}");
+        let ops = opcodes(&g);
+        assert!(ops.contains(&Opcode::QuantMatMul) && !ops.contains(&Opcode::MatMul) && !ops.contains(&Opcode::Add), "{name}: {ops:?}");
+        let qm = g.body.ops.iter().find(|&&o| g.ops[o].opcode == Opcode::QuantMatMul).unwrap();
+        assert_eq!(g.ops[*qm].operands.len(), 3, "{name}");
+        assert_eq!(max_error(&f, &g, 4), 0.0, "{name}");
+    }
+}
