@@ -143,6 +143,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("Shape", Handler::Fn(constants::shape)),
     ("Size", Handler::Fn(constants::size)),
     ("Range", Handler::Fn(constants::range)),
+    ("NonZero", Handler::Fn(constants::non_zero)),
     // elementwise
     ("Neg", Handler::Op(Opcode::Neg)),
     ("Abs", Handler::Op(Opcode::Abs)),
@@ -255,7 +256,7 @@ fn handler(op_type: &str) -> Option<Handler> {
 
 /// The op types the graph walk imports itself (their subgraphs become
 /// regions), besides [`HANDLERS`].
-const CONTROL_OPS: &[&str] = &["If", "Loop"];
+const CONTROL_OPS: &[&str] = &["If", "Loop", "Scan"];
 
 /// The ONNX op types (default domain) the importer maps.
 pub fn supported_op_types() -> &'static [&'static str] {
