@@ -209,6 +209,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ReduceL2", Handler::Fn(nn::reduce)),
     ("ReduceLogSum", Handler::Fn(nn::reduce)),
     ("ReduceLogSumExp", Handler::Fn(nn::reduce)),
+    ("GridSample", Handler::Fn(nn::grid_sample)),
     // compositions of aoc ops
     ("DepthToSpace", Handler::Fn(composite::depth_space)),
     ("SpaceToDepth", Handler::Fn(composite::depth_space)),

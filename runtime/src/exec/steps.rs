@@ -278,6 +278,16 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             f32s_mut(sp, y)?,
         )
         .map_err(e),
+        Step::GridSample { mode, padding, align_corners, x, grid, y, n, c, h, w, oh, ow } => kernels::grid_sample::grid_sample(
+            *mode,
+            *padding,
+            *align_corners,
+            [us(*n), us(*c), us(*h), us(*w), us(*oh), us(*ow)],
+            f32s(sp, x)?,
+            f32s(sp, grid)?,
+            f32s_mut(sp, y)?,
+        )
+        .map_err(e),
         Step::Copy { src, dst, elem_size, shape, src_start, src_strides, dst_strides } => kernels::copy::strided_copy(
             us(*elem_size),
             shape,
