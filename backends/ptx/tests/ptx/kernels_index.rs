@@ -18,7 +18,7 @@
 
 use aoc_backend_ptx::kernels::index::{self, CopyForm, copy_plan};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
-use aoc_plan::plan::{ConvGeom, ResizeMode};
+use aoc_plan::plan::{ConvGeom, GridMode, GridPadding, ResizeMode};
 
 use super::host_sim::{Mem, f32_bytes, with_jit};
 use super::{assemble, entry, find_ptxas};
@@ -526,6 +526,57 @@ fn resize_kernels_match_the_cpu() {
                     same,
                     "{name} {mode:?} misaligned {mis}: {got:?} vs {want:?}"
                 );
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------- grid sample
+
+#[test]
+fn grid_sample_kernels_match_the_cpu() {
+    // [n, c, h, w, oh, ow]; the grid reaches past [-1, 1], and one case
+    // holds infinities and NaN (no read may leave the image).
+    let shapes: [[u64; 6]; 4] = [[2, 3, 5, 7, 4, 6], [1, 1, 1, 1, 3, 3], [1, 2, 4, 3, 2, 5], [1, 1, 2, 2, 0, 3]];
+    let modes = [GridMode::Nearest, GridMode::Linear, GridMode::Cubic];
+    let pads = [GridPadding::Zeros, GridPadding::Border, GridPadding::Reflection];
+    let mut m = ModuleText::new();
+    let mut runs = Vec::new();
+    for (s, &dims) in shapes.iter().enumerate() {
+        for (mi, &mode) in modes.iter().enumerate() {
+            for (pi, &pad) in pads.iter().enumerate() {
+                for align in [false, true] {
+                    let name = format!("gs{s}_{mi}{pi}{}", align as u8);
+                    let g = index::grid_sample(&mut m, &name, mode, pad, align, dims).unwrap();
+                    runs.push((name, mode, pad, align, dims, g));
+                }
+            }
+        }
+    }
+    let e = index::grid_sample(&mut m, "gs_bad", GridMode::Linear, GridPadding::Zeros, false, [1, 1, 0, 2, 2, 2]).unwrap_err();
+    assert!(e.contains("empty image"), "{e}");
+    let ir = m.finish();
+    lower_everywhere(&ir, "index_grid_sample");
+    with_jit(&ir, |run| {
+        for (name, mode, pad, align, dims, g) in &runs {
+            let [n, c, h, w, oh, ow] = dims.map(|d| d as usize);
+            let x = values(n * c * h * w, 5);
+            let mut grid: Vec<f32> = values(n * oh * ow * 2, 9).iter().map(|v| v * 1.7).collect();
+            if name.starts_with("gs2") {
+                grid[0] = f32::INFINITY;
+                grid[3] = f32::NEG_INFINITY;
+                grid[4] = f32::NAN;
+            }
+            let mut want = vec![0.0f32; n * c * oh * ow];
+            aoc_runtime::kernels::grid_sample::grid_sample(*mode, *pad, *align, dims.map(|d| d as usize), &x, &grid, &mut want).unwrap();
+            let mut xm = Mem::new(&f32_bytes(&x), 0);
+            let mut gm = Mem::new(&f32_bytes(&grid), 4);
+            let mut ym = Mem::new(&noise(4 * want.len(), 1), 0);
+            run(name, *g, &mut [&mut xm, &mut gm, &mut ym]);
+            let got = ym.to_f32s();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                let close = (a - b).abs() <= 1e-5 * b.abs().max(1.0) || (a.is_nan() && b.is_nan());
+                assert!(close, "{name} {mode:?} {pad:?} align {align}: element {i}: {a} vs {b}");
             }
         }
     });
