@@ -508,12 +508,13 @@ fn import_region(
         return Err(cx.err(format!("ONNX node `{name}`: `{what}` takes {} inputs, expected {}", graph.input.len(), fixed.len())));
     }
     let bind = |_: &mut Cx, args: &[ValueId]| Ok(args.iter().map(|&a| V::R(a)).collect());
-    import_region_with(cx, env, used, graph, fixed, name, what, opset, &bind, shape_yields)
+    let names: Vec<String> = graph.input.iter().map(|vi| vi.name.clone().unwrap_or_default()).collect();
+    import_region_with(cx, env, used, graph, fixed, &names, name, what, opset, &bind, shape_yields)
 }
 
 /// [`import_region`] where the graph's inputs are what `bind` makes of the
-/// region's arguments (of types `fixed`): ops it builds belong to the
-/// region (`Scan` slices its scan inputs there).
+/// region's arguments (of types `fixed`, named `arg_names`): ops it builds
+/// belong to the region (`Scan` slices its scan inputs there).
 #[allow(clippy::too_many_arguments)]
 fn import_region_with(
     cx: &mut Cx,
@@ -521,6 +522,7 @@ fn import_region_with(
     used: &HashSet<&str>,
     graph: &GraphProto,
     fixed: &[TensorType],
+    arg_names: &[String],
     name: &str,
     what: &str,
     opset: i64,
@@ -530,7 +532,7 @@ fn import_region_with(
     let mut inner_env = env.clone();
     let mut args = vec![];
     for (i, ty) in fixed.iter().enumerate() {
-        let key = graph.input.get(i).and_then(|vi| vi.name.clone()).unwrap_or_else(|| format!("arg{i}"));
+        let key = arg_names.get(i).cloned().unwrap_or_else(|| format!("arg{i}"));
         args.push(cx.func.new_region_arg(&key, ty.clone(), Location::named(key.clone())));
     }
     for init in &graph.initializer {

@@ -259,7 +259,9 @@ fn scan_loop(
         Ok(v)
     };
     let body_g = graph_attr(cx, node, "Scan", name, "body")?;
-    let mut body = import_region_with(cx, env, used, body_g, &fixed, name, "body", opset, &bind, &check)?;
+    let mut arg_names = vec!["iter".to_string(), "cond".to_string()];
+    arg_names.extend(body_g.input.iter().take(n).map(|vi| vi.name.clone().unwrap_or_default()));
+    let mut body = import_region_with(cx, env, used, body_g, &fixed, &arg_names, name, "body", opset, &bind, &check)?;
     if body.yields.len() < n || node.output.len() != body.yields.len() {
         return Err(bad(
             cx,
