@@ -11,9 +11,10 @@
 //! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
 //! `context`; `context` uses `fold`, which uses only `aoc-ir`.
 //!
-//! `If` is not in [`HANDLERS`]: the graph walk imports it (`import_if`),
-//! since an `If` whose condition is known at import time becomes its
-//! chosen branch's nodes; one with a run-time condition is refused.
+//! `If`, `Loop` and `Scan` are not in [`HANDLERS`]: the graph walk imports
+//! them (`import_if`, `import_loop`, `import::scan`), since their subgraphs
+//! become regions (an `If` whose condition is known at import time becomes
+//! its chosen branch's nodes; a `Scan` is a `core.loop`).
 //! `export` goes the other way (`aoc export --format onnx`).
 //!
 //! Invariants: decoding or importing never panics on bad bytes; the result
