@@ -341,18 +341,24 @@ pub enum Step {
     },
     /// ONNX `GridSample` (`core.grid_sample`): NCHW `x` of `n × c × h × w`
     /// sampled at the normalized `(x, y)` positions of `grid`
-    /// (`n × oh × ow × 2`, row-major) into NCHW `y` of `n × c × oh × ow`.
+    /// (`n × oh × ow × 2`, row-major) into NCHW `y` of `n × c × oh × ow`;
+    /// `volumetric`: NCDHW `x` of `n × c × d × h × w`, `grid` of
+    /// `n × od × oh × ow × 3` holding `(x, y, z)`, `y` of
+    /// `n × c × od × oh × ow` (otherwise `d` and `od` are 1).
     GridSample {
         mode: GridMode,
         padding: GridPadding,
         align_corners: bool,
+        volumetric: bool,
         x: Buf,
         grid: Buf,
         y: Buf,
         n: u64,
         c: u64,
+        d: u64,
         h: u64,
         w: u64,
+        od: u64,
         oh: u64,
         ow: u64,
     },

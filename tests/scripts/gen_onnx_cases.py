@@ -861,6 +861,20 @@ def grid_sample_opset20():
     return model(20, nodes, [("x", [1, 2, 5, 4]), ("g", [1, 3, 8, 2])], outs), [rand(1, 2, 5, 4), grid]
 
 
+@case
+def grid_sample_volumetric():
+    # 5-D inputs (opset 20): trilinear and nearest (ONNX Runtime has no
+    # 5-D cubic mode to compare with).
+    nodes = [
+        helper.make_node("GridSample", ["x", "g"], ["y0"], padding_mode="reflection"),
+        helper.make_node("GridSample", ["x", "g"], ["y1"], mode="nearest", align_corners=1),
+        helper.make_node("GridSample", ["x", "g"], ["y2"], padding_mode="border", align_corners=1),
+    ]
+    grid = RNG.uniform(-1.3, 1.3, (2, 2, 3, 4, 3)).astype(np.float32)
+    outs = [(y, [2, 3, 2, 3, 4]) for y in ["y0", "y1", "y2"]]
+    return model(20, nodes, [("x", [2, 3, 4, 5, 3]), ("g", [2, 2, 3, 4, 3])], outs), [rand(2, 3, 4, 5, 3), grid]
+
+
 # ---------------------------------------------------------------- external names
 
 

@@ -412,7 +412,7 @@ pub fn reduce(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
 }
 
 /// `GridSample` (opset 16: `bilinear`/`nearest`/`bicubic`; opset 20:
-/// `linear`/`nearest`/`cubic`) on 4-D inputs: `core.grid_sample`.
+/// `linear`/`nearest`/`cubic`) on 4-D and 5-D inputs: `core.grid_sample`.
 pub fn grid_sample(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.need(n, 0)?.clone();
     let grid = cx.need(n, 1)?.clone();
@@ -433,11 +433,10 @@ pub fn grid_sample(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         a => return Err(cx.bad(format!("node `{}`: align_corners must be 0 or 1, found {a}", n.name))),
     };
     let rank = cx.ty(&x).rank();
-    if rank != 4 {
+    if rank != 4 && rank != 5 {
         return Err(cx.bad(format!(
-            "node `{}`: only 4-D inputs (N×C×H×W) are supported, found rank {rank}{}",
-            n.name,
-            if rank == 5 { " (volumetric sampling is not)" } else { "" }
+            "node `{}`: only 4-D (N×C×H×W) and 5-D (N×C×D×H×W) inputs are supported, found rank {rank}",
+            n.name
         )));
     }
     let attrs = Attrs::new()

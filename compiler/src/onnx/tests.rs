@@ -668,7 +668,7 @@ fn grid_sample_and_scan_refusals_name_the_node() {
         (gs("gs_1", &[1, 1, 2, 2], vec![str_attr("mode", "area")]), "unknown mode `area`"),
         (gs("gs_1", &[1, 1, 2, 2], vec![str_attr("padding_mode", "wrap")]), "unknown padding_mode `wrap`"),
         (gs("gs_1", &[1, 1, 2, 2], vec![int_attr("align_corners", 2)]), "align_corners must be 0 or 1, found 2"),
-        (gs("gs_1", &[1, 1, 2, 2, 2], vec![]), "only 4-D inputs"),
+        (gs("gs_1", &[1, 2, 2], vec![]), "only 4-D (N×C×H×W) and 5-D"),
     ];
     for (g, want) in cases {
         let e = import_model(&model(20, g), &ImportOptions::default()).unwrap_err();

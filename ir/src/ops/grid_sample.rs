@@ -1,7 +1,9 @@
-//! `core.grid_sample`: ONNX `GridSample` (opsets 16 and 20) on 4-D
-//! inputs: `x` is `N × C × H × W`, `grid` is `N × Ho × Wo × 2` holding
-//! normalized `(x, y)` sampling positions in `[-1, 1]`, the result is
-//! `N × C × Ho × Wo`.
+//! `core.grid_sample`: ONNX `GridSample` (opsets 16 and 20) on 4-D and
+//! 5-D inputs: `x` is `N × C × H × W` (or `N × C × D × H × W`), `grid` is
+//! `N × Ho × Wo × 2` (or `N × Do × Ho × Wo × 3`) holding normalized
+//! `(x, y[, z])` sampling positions in `[-1, 1]`, the result is
+//! `N × C × Ho × Wo` (or `N × C × Do × Ho × Wo`). Each axis is sampled
+//! alike; volumetric sampling takes the product of three axes' taps.
 //!
 //! It follows the ONNX reference evaluator
 //! (`onnx/reference/ops/op_grid_sample.py`) step for step:
@@ -74,19 +76,25 @@ pub fn infer_grid_sample(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     if !g.elem.is_float() {
         return Err(format!("grid must be a float tensor, found {}", g.elem));
     }
-    if x.rank() != 4 {
-        return Err(format!("x must be N×C×H×W (rank 4), found rank {}", x.rank()));
+    let r = x.rank();
+    if r != 4 && r != 5 {
+        return Err(format!("x must be N×C×H×W or N×C×D×H×W (rank 4 or 5), found rank {r}"));
     }
-    if g.rank() != 4 || g.shape[3] != 2 || g.shape[0] != x.shape[0] {
+    if g.rank() != r || g.shape[r - 1] != r - 2 || g.shape[0] != x.shape[0] {
         return Err(format!(
-            "grid must be N×Ho×Wo×2 with N = {} (x's batch), found {:?}",
-            x.shape[0], g.shape
+            "grid must be N×{}×{} with N = {} (x's batch), found {:?}",
+            if r == 4 { "Ho×Wo" } else { "Do×Ho×Wo" },
+            r - 2,
+            x.shape[0],
+            g.shape
         ));
     }
-    if x.shape[2] == 0 || x.shape[3] == 0 {
+    if x.shape[2..].contains(&0) {
         return Err(format!("x's spatial dimensions must not be empty, found {:?}", x.shape));
     }
-    Ok(vec![x.with_shape(vec![x.shape[0], x.shape[1], g.shape[1], g.shape[2]])])
+    let mut shape = x.shape[..2].to_vec();
+    shape.extend(&g.shape[1..r - 1]);
+    Ok(vec![x.with_shape(shape)])
 }
 
 /// The pixel coordinate of normalized position `g` on an axis of `len`.
@@ -177,29 +185,42 @@ pub fn eval_grid_sample(cx: &EvalCx) -> Result<Vec<Tensor>, String> {
     let align = cx.bool("align_corners")?;
     let ty = cx.result_types.first().ok_or("grid_sample: no result type")?.clone();
     let s = x.shape();
-    let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
-    let (oh, ow) = (g.shape()[1], g.shape()[2]);
+    // The spatial axes, depth first (1 and one tap for a 2-D image).
+    let vol = s.len() == 5;
+    let (n, c) = (s[0], s[1]);
+    let (d, h, w) = if vol { (s[2], s[3], s[4]) } else { (1, s[2], s[3]) };
+    let gs_ = g.shape();
+    let (od, oh, ow) = if vol { (gs_[1], gs_[2], gs_[3]) } else { (1, gs_[1], gs_[2]) };
+    let k = if vol { 3 } else { 2 };
     let (xs, gs) = (x.to_f64(), g.to_f64());
     let mut out = vec![0.0; ty.num_elements()];
+    let opix = od * oh * ow;
     for b in 0..n {
-        for p in 0..oh * ow {
-            let gi = (b * oh * ow + p) * 2;
+        for p in 0..opix {
+            let gi = (b * opix + p) * k;
             let tx = taps(mode, padding, align, denormalize(gs[gi], w, align), w);
             let ty_ = taps(mode, padding, align, denormalize(gs[gi + 1], h, align), h);
+            let tz = if vol { taps(mode, padding, align, denormalize(gs[gi + 2], d, align), d) } else { vec![(Some(0), 1.0)] };
             for ch in 0..c {
-                let plane = &xs[(b * c + ch) * h * w..][..h * w];
+                let vol_data = &xs[(b * c + ch) * d * h * w..][..d * h * w];
                 let mut acc = 0.0;
-                for &(yi, wy) in &ty_ {
-                    let Some(yi) = yi else { continue };
-                    let mut row = 0.0;
-                    for &(xi, wx) in &tx {
-                        if let Some(xi) = xi {
-                            row += wx * plane[yi * w + xi];
+                for &(zi, wz) in &tz {
+                    let Some(zi) = zi else { continue };
+                    let plane = &vol_data[zi * h * w..][..h * w];
+                    let mut pl = 0.0;
+                    for &(yi, wy) in &ty_ {
+                        let Some(yi) = yi else { continue };
+                        let mut row = 0.0;
+                        for &(xi, wx) in &tx {
+                            if let Some(xi) = xi {
+                                row += wx * plane[yi * w + xi];
+                            }
                         }
+                        pl += wy * row;
                     }
-                    acc += wy * row;
+                    acc += wz * pl;
                 }
-                out[(b * c + ch) * oh * ow + p] = acc;
+                out[(b * c + ch) * opix + p] = acc;
             }
         }
     }

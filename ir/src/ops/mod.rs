@@ -978,7 +978,7 @@ define_ops! {
     },
 
     GridSample = "core.grid_sample" {
-        summary: "ONNX `GridSample` on N×C×H×W: samples `x` at the normalized `(x, y)` positions of `grid` (N×Ho×Wo×2) by `nearest`, `linear` or `cubic` interpolation, with `zeros`, `border` or `reflection` padding.",
+        summary: "ONNX `GridSample` on N×C×H×W (or N×C×D×H×W): samples `x` at the normalized `(x, y[, z])` positions of `grid` (N×Ho×Wo×2 or N×Do×Ho×Wo×3) by `nearest`, `linear` or `cubic` interpolation, with `zeros`, `border` or `reflection` padding.",
         example: "%y = core.grid_sample %x, %grid {mode = \"linear\"} : tensor<1x3x8x8xf32>",
         format: Generic, operands: [x: One, grid: One], results: [y],
         attrs: [

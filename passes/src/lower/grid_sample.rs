@@ -1,5 +1,6 @@
 //! `core.grid_sample` → `Step::GridSample` (f32): `x` and `grid` in their
-//! logical row-major order (NCHW and `n × oh × ow × 2`), the result NCHW.
+//! logical row-major order (NCHW or NCDHW, and the grid as it is), the
+//! result likewise.
 //! Other element types have no kernel (an error naming the op).
 
 use aoc_ir::attr::Attr;
@@ -24,8 +25,10 @@ impl Lower<'_> {
         let align_corners = matches!(attrs.get("align_corners"), Some(Attr::Bool(true)));
         let (x, grid) = (op.operands[0], op.operands[1]);
         let (xt, gt, yt) = (self.ty(x).clone(), self.ty(grid).clone(), self.ty(op.results[0]).clone());
-        let xb = self.materialize(x, &identity(4))?;
-        let gb = self.materialize(grid, &identity(4))?;
+        let r = xt.rank();
+        let vol = r == 5;
+        let xb = self.materialize(x, &identity(r))?;
+        let gb = self.materialize(grid, &identity(r))?;
         let y = self.alloc(&yt)?;
         self.push(Step::GridSample {
             mode: match mode {
@@ -39,17 +42,20 @@ impl Lower<'_> {
                 Padding::Reflection => GridPadding::Reflection,
             },
             align_corners,
+            volumetric: vol,
             x: xb,
             grid: gb,
             y,
             n: u(xt.shape[0]),
             c: u(xt.shape[1]),
-            h: u(xt.shape[2]),
-            w: u(xt.shape[3]),
-            oh: u(gt.shape[1]),
-            ow: u(gt.shape[2]),
+            d: if vol { u(xt.shape[2]) } else { 1 },
+            h: u(xt.shape[r - 2]),
+            w: u(xt.shape[r - 1]),
+            od: if vol { u(gt.shape[1]) } else { 1 },
+            oh: u(gt.shape[r - 3]),
+            ow: u(gt.shape[r - 2]),
         });
-        self.define(op.results[0], y, identity(4));
+        self.define(op.results[0], y, identity(r));
         Ok(true)
     }
 }

@@ -278,11 +278,12 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             f32s_mut(sp, y)?,
         )
         .map_err(e),
-        Step::GridSample { mode, padding, align_corners, x, grid, y, n, c, h, w, oh, ow } => kernels::grid_sample::grid_sample(
+        Step::GridSample { mode, padding, align_corners, volumetric, x, grid, y, n, c, d, h, w, od, oh, ow } => kernels::grid_sample::grid_sample(
             *mode,
             *padding,
             *align_corners,
-            [us(*n), us(*c), us(*h), us(*w), us(*oh), us(*ow)],
+            *volumetric,
+            [us(*n), us(*c), us(*d), us(*h), us(*w), us(*od), us(*oh), us(*ow)],
             f32s(sp, x)?,
             f32s(sp, grid)?,
             f32s_mut(sp, y)?,

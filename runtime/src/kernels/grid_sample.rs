@@ -1,5 +1,5 @@
-//! ONNX `GridSample` on NCHW f32 (`Step::GridSample`): nearest, bilinear
-//! and bicubic (Keys, `a = -0.75`) sampling with zeros, border or
+//! ONNX `GridSample` on NCHW and NCDHW f32 (`Step::GridSample`): nearest,
+//! (bi/tri)linear and (bi/tri)cubic (Keys, `a = -0.75`) sampling with zeros, border or
 //! reflection padding, as `aoc_ir`'s `core.grid_sample` (which follows
 //! `onnx/reference/ops/op_grid_sample.py`) defines it, computed in f32
 //! as ONNX Runtime does.
@@ -106,52 +106,70 @@ fn taps(mode: GridMode, padding: GridPadding, align: bool, g: f32, len: usize) -
     t
 }
 
-/// Samples `x` (`n × c × h × w`) at `grid` (`n × oh × ow × 2`) into `y`
-/// (`n × c × oh × ow`).
+/// Samples `x` (`n × c × h × w`, or `n × c × d × h × w` when
+/// `volumetric`) at `grid` (`n × oh × ow × 2`, or `n × od × oh × ow × 3`)
+/// into `y` (`n × c × oh × ow`, or `n × c × od × oh × ow`); `dims` is
+/// `[n, c, d, h, w, od, oh, ow]` (`d`, `od` 1 for a 2-D image).
 #[allow(clippy::too_many_arguments)]
 pub fn grid_sample(
     mode: GridMode,
     padding: GridPadding,
     align: bool,
-    dims: [usize; 6],
+    volumetric: bool,
+    dims: [usize; 8],
     x: &[f32],
     grid: &[f32],
     y: &mut [f32],
 ) -> Result<(), KernelError> {
-    let [n, c, h, w, oh, ow] = dims;
-    let xlen = product("input", &[n, c, h, w])?;
-    let glen = product("grid", &[n, oh, ow, 2])?;
-    let ylen = product("output", &[n, c, oh, ow])?;
+    let [n, c, d, h, w, od, oh, ow] = dims;
+    let k = if volumetric { 3 } else { 2 };
+    if !volumetric && (d != 1 || od != 1) {
+        return Err(kerr(format!("grid_sample: a 2-D image with depth {d} -> {od}")));
+    }
+    let xlen = product("input", &[n, c, d, h, w])?;
+    let glen = product("grid", &[n, od, oh, ow, k])?;
+    let ylen = product("output", &[n, c, od, oh, ow])?;
     check_len("input", xlen, x.len())?;
     check_len("grid", glen, grid.len())?;
     check_len("output", ylen, y.len())?;
     if ylen == 0 {
         return Ok(());
     }
-    if h == 0 || w == 0 {
-        return Err(kerr(format!("grid_sample of an empty image ({h}x{w})")));
+    if d == 0 || h == 0 || w == 0 {
+        return Err(kerr(format!("grid_sample of an empty image ({d}x{h}x{w})")));
     }
+    let one = Taps { idx: [0, usize::MAX, usize::MAX, usize::MAX], w: [1.0, 0.0, 0.0, 0.0], len: 1 };
     y[..ylen].par_chunks_mut(ow).enumerate().for_each(|(r, yrow)| {
-        let (plane, oy) = (r / oh, r % oh);
+        // r = (plane · od + oz) · oh + oy
+        let (plane, oz, oy) = (r / (od * oh), r / oh % od, r % oh);
         let b = plane / c;
-        let src = &x[plane * h * w..][..h * w];
+        let src = &x[plane * d * h * w..][..d * h * w];
         for (ox, out) in yrow.iter_mut().enumerate() {
-            let gi = ((b * oh + oy) * ow + ox) * 2;
+            let gi = (((b * od + oz) * oh + oy) * ow + ox) * k;
             let tx = taps(mode, padding, align, grid[gi], w);
             let ty = taps(mode, padding, align, grid[gi + 1], h);
+            let tz = if volumetric { taps(mode, padding, align, grid[gi + 2], d) } else { one };
             let mut acc = 0.0f32;
-            for j in 0..ty.len {
-                if ty.idx[j] == usize::MAX {
+            for l in 0..tz.len {
+                if tz.idx[l] == usize::MAX {
                     continue;
                 }
-                let row = &src[ty.idx[j] * w..][..w];
-                let mut s = 0.0f32;
-                for i in 0..tx.len {
-                    if tx.idx[i] != usize::MAX {
-                        s += tx.w[i] * row[tx.idx[i]];
+                let slice = &src[tz.idx[l] * h * w..][..h * w];
+                let mut pl = 0.0f32;
+                for j in 0..ty.len {
+                    if ty.idx[j] == usize::MAX {
+                        continue;
                     }
+                    let row = &slice[ty.idx[j] * w..][..w];
+                    let mut s = 0.0f32;
+                    for i in 0..tx.len {
+                        if tx.idx[i] != usize::MAX {
+                            s += tx.w[i] * row[tx.idx[i]];
+                        }
+                    }
+                    pl += ty.w[j] * s;
                 }
-                acc += ty.w[j] * s;
+                acc += tz.w[l] * pl;
             }
             *out = acc;
         }
@@ -169,15 +187,15 @@ mod tests {
         let x = [1.0, 2.0, 3.0, 4.0];
         let grid = [0.0, 0.0, -3.0, -3.0];
         let mut y = [0.0; 2];
-        grid_sample(GridMode::Linear, GridPadding::Zeros, false, [1, 1, 2, 2, 1, 2], &x, &grid, &mut y).unwrap();
+        grid_sample(GridMode::Linear, GridPadding::Zeros, false, false, [1, 1, 1, 2, 2, 1, 1, 2], &x, &grid, &mut y).unwrap();
         assert_eq!(y, [2.5, 0.0]);
-        grid_sample(GridMode::Linear, GridPadding::Border, false, [1, 1, 2, 2, 1, 2], &x, &grid, &mut y).unwrap();
+        grid_sample(GridMode::Linear, GridPadding::Border, false, false, [1, 1, 1, 2, 2, 1, 1, 2], &x, &grid, &mut y).unwrap();
         assert_eq!(y, [2.5, 1.0]);
     }
 
     #[test]
     fn short_buffers_are_errors() {
         let mut y = [0.0; 2];
-        assert!(grid_sample(GridMode::Cubic, GridPadding::Reflection, true, [1, 1, 2, 2, 1, 2], &[0.0; 3], &[0.0; 4], &mut y).is_err());
+        assert!(grid_sample(GridMode::Cubic, GridPadding::Reflection, true, false, [1, 1, 1, 2, 2, 1, 1, 2], &[0.0; 3], &[0.0; 4], &mut y).is_err());
     }
 }

@@ -318,9 +318,9 @@ impl<'a> Tr<'a, '_> {
                 self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
                 Ok(())
             }
-            Step::GridSample { mode, padding, align_corners, x, grid, y, n, c, h, w, oh, ow } => {
-                let p = (*mode, *padding, *align_corners, [*n, *c, *h, *w, *oh, *ow]);
-                let k = self.kernel("grid_sample", p, |m, name| index::grid_sample(m, name, p.0, p.1, p.2, p.3))?;
+            Step::GridSample { mode, padding, align_corners, volumetric, x, grid, y, n, c, d, h, w, od, oh, ow } => {
+                let p = (*mode, *padding, *align_corners, *volumetric, [*n, *c, *d, *h, *w, *od, *oh, *ow]);
+                let k = self.kernel("grid_sample", p, |m, name| index::grid_sample(m, name, p.0, p.1, p.2, p.3, p.4))?;
                 self.launch(k, vec![Arg::In(*x), Arg::In(*grid), Arg::Out(*y)], origin);
                 Ok(())
             }

@@ -535,40 +535,51 @@ fn resize_kernels_match_the_cpu() {
 
 #[test]
 fn grid_sample_kernels_match_the_cpu() {
-    // [n, c, h, w, oh, ow]; the grid reaches past [-1, 1], and one case
-    // holds infinities and NaN (no read may leave the image).
-    let shapes: [[u64; 6]; 4] = [[2, 3, 5, 7, 4, 6], [1, 1, 1, 1, 3, 3], [1, 2, 4, 3, 2, 5], [1, 1, 2, 2, 0, 3]];
+    // (volumetric, [n, c, d, h, w, od, oh, ow]); the grid reaches past
+    // [-1, 1], and one case holds infinities and NaN (no read may leave
+    // the image).
+    let shapes: [(bool, [u64; 8]); 6] = [
+        (false, [2, 3, 1, 5, 7, 1, 4, 6]),
+        (false, [1, 1, 1, 1, 1, 1, 3, 3]),
+        (false, [1, 2, 1, 4, 3, 1, 2, 5]),
+        (false, [1, 1, 1, 2, 2, 1, 0, 3]),
+        (true, [1, 2, 3, 4, 5, 2, 3, 2]),
+        (true, [2, 1, 1, 2, 3, 3, 1, 2]),
+    ];
     let modes = [GridMode::Nearest, GridMode::Linear, GridMode::Cubic];
     let pads = [GridPadding::Zeros, GridPadding::Border, GridPadding::Reflection];
     let mut m = ModuleText::new();
     let mut runs = Vec::new();
-    for (s, &dims) in shapes.iter().enumerate() {
+    for (s, &(vol, dims)) in shapes.iter().enumerate() {
         for (mi, &mode) in modes.iter().enumerate() {
             for (pi, &pad) in pads.iter().enumerate() {
                 for align in [false, true] {
                     let name = format!("gs{s}_{mi}{pi}{}", align as u8);
-                    let g = index::grid_sample(&mut m, &name, mode, pad, align, dims).unwrap();
-                    runs.push((name, mode, pad, align, dims, g));
+                    let g = index::grid_sample(&mut m, &name, mode, pad, align, vol, dims).unwrap();
+                    runs.push((name, mode, pad, align, vol, dims, g));
                 }
             }
         }
     }
-    let e = index::grid_sample(&mut m, "gs_bad", GridMode::Linear, GridPadding::Zeros, false, [1, 1, 0, 2, 2, 2]).unwrap_err();
+    let bad = [1, 1, 1, 0, 2, 1, 2, 2];
+    let e = index::grid_sample(&mut m, "gs_bad", GridMode::Linear, GridPadding::Zeros, false, false, bad).unwrap_err();
     assert!(e.contains("empty image"), "{e}");
     let ir = m.finish();
     lower_everywhere(&ir, "index_grid_sample");
     with_jit(&ir, |run| {
-        for (name, mode, pad, align, dims, g) in &runs {
-            let [n, c, h, w, oh, ow] = dims.map(|d| d as usize);
-            let x = values(n * c * h * w, 5);
-            let mut grid: Vec<f32> = values(n * oh * ow * 2, 9).iter().map(|v| v * 1.7).collect();
-            if name.starts_with("gs2") {
+        for (name, mode, pad, align, vol, dims, g) in &runs {
+            let [n, c, d, h, w, od, oh, ow] = dims.map(|v| v as usize);
+            let k = if *vol { 3 } else { 2 };
+            let x = values(n * c * d * h * w, 5);
+            let mut grid: Vec<f32> = values(n * od * oh * ow * k, 9).iter().map(|v| v * 1.7).collect();
+            if name.starts_with("gs2") || name.starts_with("gs5") {
                 grid[0] = f32::INFINITY;
-                grid[3] = f32::NEG_INFINITY;
-                grid[4] = f32::NAN;
+                grid[k + 1] = f32::NEG_INFINITY;
+                grid[2 * k] = f32::NAN;
             }
-            let mut want = vec![0.0f32; n * c * oh * ow];
-            aoc_runtime::kernels::grid_sample::grid_sample(*mode, *pad, *align, dims.map(|d| d as usize), &x, &grid, &mut want).unwrap();
+            let mut want = vec![0.0f32; n * c * od * oh * ow];
+            let us = dims.map(|v| v as usize);
+            aoc_runtime::kernels::grid_sample::grid_sample(*mode, *pad, *align, *vol, us, &x, &grid, &mut want).unwrap();
             let mut xm = Mem::new(&f32_bytes(&x), 0);
             let mut gm = Mem::new(&f32_bytes(&grid), 4);
             let mut ym = Mem::new(&noise(4 * want.len(), 1), 0);

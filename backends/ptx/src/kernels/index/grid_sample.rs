@@ -1,5 +1,5 @@
-//! `Step::GridSample`: ONNX `GridSample` of NCHW f32, one thread per output
-//! element, with the CPU kernel's f32 arithmetic
+//! `Step::GridSample`: ONNX `GridSample` of NCHW (or NCDHW) f32, one
+//! thread per output element, with the CPU kernel's f32 arithmetic
 //! (`aoc_runtime::kernels::grid_sample`): the coordinate from the grid by
 //! `align_corners`, rounded half to even for `nearest`, clamped or
 //! reflected where it leaves the border, then 1, 2 or 4 taps per axis
@@ -178,8 +178,9 @@ fn axis_taps(k: &mut K, mode: GridMode, padding: GridPadding, align: bool, g: &s
 }
 
 /// `Step::GridSample`: NCHW f32 `x` (`n × c × h × w`) sampled at `grid`
-/// (`n × oh × ow × 2`) into `y` (`n × c × oh × ow`). Parameters
-/// `(x, grid, y)`.
+/// (`n × oh × ow × 2`) into `y` (`n × c × oh × ow`), or with `volumetric`
+/// NCDHW `x`, a grid of `(x, y, z)` and `n × c × od × oh × ow` `y`; `dims`
+/// is `[n, c, d, h, w, od, oh, ow]`. Parameters `(x, grid, y)`.
 #[allow(clippy::too_many_arguments)]
 pub fn grid_sample(
     m: &mut ModuleText,
@@ -187,15 +188,20 @@ pub fn grid_sample(
     mode: GridMode,
     padding: GridPadding,
     align: bool,
-    dims: [u64; 6],
+    volumetric: bool,
+    dims: [u64; 8],
 ) -> Result<Geometry, String> {
     check_entry_name(name)?;
-    let [n, c, h, w, oh, ow] = dims;
-    let ylen = product("grid_sample output", &[n, c, oh, ow])? as u64;
-    let xlen = product("grid_sample input", &[n, c, h, w])? as u64;
-    let glen = product("grid_sample grid", &[n, oh, ow, 2])? as u64;
-    if ylen > 0 && (h == 0 || w == 0) {
-        return Err(format!("grid_sample: an empty image ({h}x{w})"));
+    let [n, c, d, h, w, od, oh, ow] = dims;
+    let kc = if volumetric { 3 } else { 2 };
+    if !volumetric && (d != 1 || od != 1) {
+        return Err(format!("grid_sample: a 2-D image with depth {d} -> {od}"));
+    }
+    let ylen = product("grid_sample output", &[n, c, od, oh, ow])? as u64;
+    let xlen = product("grid_sample input", &[n, c, d, h, w])? as u64;
+    let glen = product("grid_sample grid", &[n, od, oh, ow, kc])? as u64;
+    if ylen > 0 && (d == 0 || h == 0 || w == 0) {
+        return Err(format!("grid_sample: an empty image ({d}x{h}x{w})"));
     }
     let g = launch(ylen, BLOCK);
     let ix = index_type(xlen.max(ylen).max(glen) as u128 * 4);
@@ -203,39 +209,50 @@ pub fn grid_sample(
     if ylen > 0 {
         k.items(ylen, |k, i| {
             let ix = k.ix;
-            let p = k.split(i, &[n, c, oh * ow]);
+            let opix = od * oh * ow;
+            let p = k.split(i, &[n, c, opix]);
             let plane = k.lin(0, &[(&p[0], c as i128), (&p[1], 1)]);
-            let go = k.lin(0, &[(&p[0], (oh * ow * 8) as i128), (&p[2], 8)]);
-            let gp = k.at("%grid", ix, &go);
-            let gx = k.load("float", &gp, 4);
-            let gyo = k.v(format!("add {ix} {go}, 4"));
-            let gyp = k.at("%grid", ix, &gyo);
-            let gy = k.load("float", &gyp, 4);
+            let go = k.lin(0, &[(&p[0], (opix * kc * 4) as i128), (&p[2], (kc * 4) as i128)]);
+            let coord = |k: &mut K, j: u64| {
+                let o = k.v(format!("add {ix} {go}, {}", 4 * j));
+                let gp = k.at("%grid", ix, &o);
+                k.load("float", &gp, 4)
+            };
+            let gx = coord(k, 0);
+            let gy = coord(k, 1);
             let tx = axis_taps(k, mode, padding, align, &gx, w);
             let ty = axis_taps(k, mode, padding, align, &gy, h);
-            let base = k.lin(0, &[(&plane, (h * w * 4) as i128)]);
+            let tz = if volumetric {
+                let gz = coord(k, 2);
+                axis_taps(k, mode, padding, align, &gz, d)
+            } else {
+                vec![Tap { idx: "0".into(), valid: "true".into(), w: "1.0".into() }]
+            };
+            let base = k.lin(0, &[(&plane, (d * h * w * 4) as i128)]);
+            let masked = |k: &mut K, t: &Tap, prod: String| {
+                if t.valid == "true" { prod } else { k.v(format!("select i1 {}, float {prod}, float 0.0", t.valid)) }
+            };
             let mut acc = "0.0".to_string();
-            for yt in &ty {
-                let row = k.lin(0, &[(&base, 1), (&yt.idx, (w * 4) as i128)]);
-                let mut s = "0.0".to_string();
-                for xt in &tx {
-                    let off = k.lin(0, &[(&row, 1), (&xt.idx, 4)]);
-                    let ptr = k.at("%x", ix, &off);
-                    let v = k.load("float", &ptr, 4);
-                    let prod = k.v(format!("fmul float {}, {v}", xt.w));
-                    let prod = if xt.valid == "true" {
-                        prod
-                    } else {
-                        k.v(format!("select i1 {}, float {prod}, float 0.0", xt.valid))
-                    };
-                    s = k.v(format!("fadd float {s}, {prod}"));
+            for zt in &tz {
+                let slice = k.lin(0, &[(&base, 1), (&zt.idx, (h * w * 4) as i128)]);
+                let mut pl = "0.0".to_string();
+                for yt in &ty {
+                    let row = k.lin(0, &[(&slice, 1), (&yt.idx, (w * 4) as i128)]);
+                    let mut s = "0.0".to_string();
+                    for xt in &tx {
+                        let off = k.lin(0, &[(&row, 1), (&xt.idx, 4)]);
+                        let ptr = k.at("%x", ix, &off);
+                        let v = k.load("float", &ptr, 4);
+                        let prod = k.v(format!("fmul float {}, {v}", xt.w));
+                        let prod = masked(k, xt, prod);
+                        s = k.v(format!("fadd float {s}, {prod}"));
+                    }
+                    let prod = k.v(format!("fmul float {}, {s}", yt.w));
+                    let prod = masked(k, yt, prod);
+                    pl = k.v(format!("fadd float {pl}, {prod}"));
                 }
-                let prod = k.v(format!("fmul float {}, {s}", yt.w));
-                let prod = if yt.valid == "true" {
-                    prod
-                } else {
-                    k.v(format!("select i1 {}, float {prod}, float 0.0", yt.valid))
-                };
+                let prod = k.v(format!("fmul float {}, {pl}", zt.w));
+                let prod = masked(k, zt, prod);
                 acc = k.v(format!("fadd float {acc}, {prod}"));
             }
             let yp = k.item_ptr(i, 1);
