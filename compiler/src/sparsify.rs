@@ -155,6 +155,7 @@ pub fn layers(func: &Func, weights: &dyn WeightSource, m: usize) -> Result<Vec<L
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
             | OpKind::Resize
+            | OpKind::GridSample
             | OpKind::Recurrent(_)
             | OpKind::Control(_) => None,
         };

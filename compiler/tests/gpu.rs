@@ -119,8 +119,10 @@ fn models() -> Vec<Model> {
 /// Small imported ONNX models in `compiler/tests/data/models/` (made by
 /// `aoc import` from tests/scripts/gen_onnx_cases.py's cases, whose ONNX
 /// Runtime comparison is tests/onnx_cases.rs): the recurrent layers
-/// (bidirectional, with sequence lengths and initial states) and models
-/// of opsets 8 and 9. Inputs are `input_<NAME>.npy`.
+/// (bidirectional, with sequence lengths and initial states), models
+/// of opsets 8 and 9, control flow (`If`, `Loop`, `Scan` as `core.loop`),
+/// the import compositions and `core.grid_sample` (every mode and
+/// padding). Inputs are `input_<NAME>.npy`.
 fn imported_models() -> Vec<Model> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("compiler/tests/data/models"))
         .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())

@@ -68,6 +68,7 @@ fn check_sparse_operands(opcode: Opcode, operands: &[TensorType]) -> Result<(), 
         | OpKind::Reduce(_)
         | OpKind::Movement(_)
         | OpKind::Resize
+        | OpKind::GridSample
         | OpKind::Recurrent(_)
         | OpKind::Control(_) => false,
     };

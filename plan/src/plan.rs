@@ -191,6 +191,24 @@ pub enum ResizeMode {
     BilinearAsymmetric,
 }
 
+/// Interpolation of a [`Step::GridSample`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GridMode {
+    Nearest,
+    Linear,
+    Cubic,
+}
+
+/// What a [`Step::GridSample`] position outside the image reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GridPadding {
+    Zeros,
+    Border,
+    Reflection,
+}
+
 /// One thing the executor does. Element type is f32 unless the step says
 /// otherwise.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -318,6 +336,29 @@ pub enum Step {
         h: u64,
         w: u64,
         c: u64,
+        oh: u64,
+        ow: u64,
+    },
+    /// ONNX `GridSample` (`core.grid_sample`): NCHW `x` of `n × c × h × w`
+    /// sampled at the normalized `(x, y)` positions of `grid`
+    /// (`n × oh × ow × 2`, row-major) into NCHW `y` of `n × c × oh × ow`;
+    /// `volumetric`: NCDHW `x` of `n × c × d × h × w`, `grid` of
+    /// `n × od × oh × ow × 3` holding `(x, y, z)`, `y` of
+    /// `n × c × od × oh × ow` (otherwise `d` and `od` are 1).
+    GridSample {
+        mode: GridMode,
+        padding: GridPadding,
+        align_corners: bool,
+        volumetric: bool,
+        x: Buf,
+        grid: Buf,
+        y: Buf,
+        n: u64,
+        c: u64,
+        d: u64,
+        h: u64,
+        w: u64,
+        od: u64,
         oh: u64,
         ow: u64,
     },
@@ -653,6 +694,11 @@ impl Step {
                 f(dst, true);
             }
             Step::Fill { dst, .. } => f(dst, true),
+            Step::GridSample { x, grid, y, .. } => {
+                f(x, false);
+                f(grid, false);
+                f(y, true);
+            }
             Step::Gather {
                 data, indices, out, ..
             } => {
@@ -732,6 +778,7 @@ impl Step {
             Step::Pool { .. } => "pool",
             Step::Reduce { .. } => "reduce",
             Step::Resize { .. } => "resize",
+            Step::GridSample { .. } => "grid_sample",
             Step::Copy { .. } => "copy",
             Step::Fill { .. } => "fill",
             Step::Gather { .. } => "gather",

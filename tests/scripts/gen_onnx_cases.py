@@ -781,6 +781,100 @@ def scatter_run_time_indices():
     return model(18, nodes, ins, outs), [rand(3, 4), i, rand(3, 2), j, rand(2, 4), rand(3, 3, 4), k, rand(3, 4)]
 
 
+@case
+def scan_reverse_axes():
+    # Two state variables, two scan inputs (one scanned along axis 1 in
+    # reverse), three scan outputs: one reversed, one stacked on axis 1,
+    # one on axis -1.
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["s_in", "a"], ["s_sum"]),
+            helper.make_node("Mul", ["s_sum", "b"], ["s_out"]),
+            helper.make_node("Mul", ["p_in", "a"], ["p_out"]),
+            helper.make_node("Identity", ["s_out"], ["y0"]),
+            helper.make_node("Sub", ["a", "b"], ["y1"]),
+            helper.make_node("Add", ["p_out", "s_out"], ["y2"]),
+        ],
+        "body",
+        [vi("s_in", [3]), vi("p_in", [3]), vi("a", [3]), vi("b", [3])],
+        [vi("s_out", [3]), vi("p_out", [3]), vi("y0", [3]), vi("y1", [3]), vi("y2", [3])],
+    )
+    node = helper.make_node(
+        "Scan", ["s0", "p0", "xa", "xb"], ["s", "p", "o0", "o1", "o2"], body=body, num_scan_inputs=2,
+        scan_input_axes=[0, 1], scan_input_directions=[0, 1], scan_output_axes=[0, 1, -1],
+        scan_output_directions=[1, 0, 0],
+    )
+    ins = [("s0", [3]), ("p0", [3]), ("xa", [4, 3]), ("xb", [3, 4])]
+    outs = [("s", [3]), ("p", [3]), ("o0", [4, 3]), ("o1", [3, 4]), ("o2", [3, 4])]
+    return model(16, [node], ins, outs), [rand(3), rand(3), rand(4, 3), rand(3, 4)]
+
+
+@case
+def scan_opset8_batch():
+    # The opset-8 form: a batch axis first, `directions`, no sequence_lens.
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x"], ["s_out"]), helper.make_node("Mul", ["s_out", "x"], ["y"])],
+        "body", [vi("s_in", [2]), vi("x", [2])], [vi("s_out", [2]), vi("y", [2])],
+    )
+    node = helper.make_node("Scan", ["", "s0", "x"], ["s", "y"], body=body, num_scan_inputs=1, directions=[1])
+    return model(8, [node], [("s0", [3, 2]), ("x", [3, 5, 2])], [("s", [3, 2]), ("y", [3, 5, 2])]), [rand(3, 2), rand(3, 5, 2)]
+
+
+@case
+def nonzero_constant_folds():
+    # NonZero of a constant mask folds at import; its indices feed a Gather.
+    mask = np.array([[0, 1, 0, 2], [3, 0, 0, 4]], np.float32)
+    nodes = [
+        helper.make_node("NonZero", ["mask"], ["nz"]),
+        helper.make_node("Gather", ["x", "nz"], ["y"], axis=1),
+    ]
+    return model(13, nodes, [("x", [2, 4])], [("y", [2, 2, 4])], [init("mask", mask)]), [rand(2, 4)]
+
+
+@case
+def grid_sample_opset16():
+    # Every mode, padding and align_corners of opset 16's spelling; the
+    # grid reaches past [-1, 1] so every padding mode matters.
+    nodes, outs = [], []
+    for mode in ["bilinear", "nearest", "bicubic"]:
+        for pad in ["zeros", "border", "reflection"]:
+            for align in [0, 1]:
+                y = f"y_{mode}_{pad}_{align}"
+                nodes.append(helper.make_node("GridSample", ["x", "g"], [y], mode=mode, padding_mode=pad, align_corners=align))
+                outs.append((y, [2, 3, 4, 5]))
+    grid = RNG.uniform(-1.6, 1.6, (2, 4, 5, 2)).astype(np.float32)
+    grid[0, 0, 0] = [0.0, 0.0]
+    grid[0, 0, 1] = [1.0, -1.0]
+    return model(16, nodes, [("x", [2, 3, 6, 7]), ("g", [2, 4, 5, 2])], outs), [rand(2, 3, 6, 7), grid]
+
+
+@case
+def grid_sample_opset20():
+    # Opset 20's names (linear, cubic) and the default mode.
+    nodes = [
+        helper.make_node("GridSample", ["x", "g"], ["y0"]),
+        helper.make_node("GridSample", ["x", "g"], ["y1"], mode="cubic", padding_mode="border", align_corners=1),
+        helper.make_node("GridSample", ["x", "g"], ["y2"], mode="nearest", padding_mode="reflection"),
+    ]
+    grid = RNG.uniform(-1.3, 1.3, (1, 3, 8, 2)).astype(np.float32)
+    outs = [(y, [1, 2, 3, 8]) for y in ["y0", "y1", "y2"]]
+    return model(20, nodes, [("x", [1, 2, 5, 4]), ("g", [1, 3, 8, 2])], outs), [rand(1, 2, 5, 4), grid]
+
+
+@case
+def grid_sample_volumetric():
+    # 5-D inputs (opset 20): trilinear and nearest (ONNX Runtime has no
+    # 5-D cubic mode to compare with).
+    nodes = [
+        helper.make_node("GridSample", ["x", "g"], ["y0"], padding_mode="reflection"),
+        helper.make_node("GridSample", ["x", "g"], ["y1"], mode="nearest", align_corners=1),
+        helper.make_node("GridSample", ["x", "g"], ["y2"], padding_mode="border", align_corners=1),
+    ]
+    grid = RNG.uniform(-1.3, 1.3, (2, 2, 3, 4, 3)).astype(np.float32)
+    outs = [(y, [2, 3, 2, 3, 4]) for y in ["y0", "y1", "y2"]]
+    return model(20, nodes, [("x", [2, 3, 4, 5, 3]), ("g", [2, 2, 3, 4, 3])], outs), [rand(2, 3, 4, 5, 3), grid]
+
+
 # ---------------------------------------------------------------- external names
 
 

@@ -1,7 +1,11 @@
 //! The ONNX ops that only ever produce constants: Constant,
-//! ConstantOfShape, Shape, Size and Range. Their inputs must be known at
-//! import time (Shape and Size read only the static type), and what they
-//! build is bounded by the folding limit.
+//! ConstantOfShape, Shape, Size, Range and NonZero. Their inputs must be
+//! known at import time (Shape and Size read only the static type), and
+//! what they build is bounded by the folding limit.
+//!
+//! `NonZero` is here because its output shape (`rank × count`) depends on
+//! the values of its input: shapes are static in aoc, so a `NonZero` whose
+//! input is computed at run time is refused, naming the node and why.
 
 use super::context::{Cx, Node, R, V, tensor_attr};
 use super::fold::FOLD_LIMIT;
@@ -115,4 +119,36 @@ pub fn range(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         Tensor::from_i64(ty, (0..count as i64).map(|i| s + i * d).collect())
     };
     Ok(vec![V::konst(t)])
+}
+
+/// `NonZero`: the indices of the non-zero elements of a constant input, as
+/// `rank × count` i64 in row-major order (a scalar input has rank 1 here,
+/// as ONNX Runtime answers: `1 × count`).
+pub fn non_zero(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let t = match cx.need(n, 0)? {
+        V::C(t) => t.clone(),
+        V::R(_) => {
+            return Err(cx.bad(format!(
+                "node `{}`: the input is computed at run time, and the output's shape (rank × number of non-zero \
+                 elements) depends on its values; aoc's shapes are static, so only a NonZero whose input is known \
+                 at import time (folded from constants) is supported",
+                n.name
+            )));
+        }
+    };
+    let shape = t.shape().to_vec();
+    let rank = shape.len().max(1);
+    let hits: Vec<usize> = (0..t.len()).filter(|&i| t.get_f64(i) != 0.0).collect();
+    if hits.len().saturating_mul(rank) > FOLD_LIMIT {
+        return Err(cx.bad(format!("the result has {} indices, too many to build at import time", hits.len() * rank)));
+    }
+    let mut out = vec![0i64; rank * hits.len()];
+    for (k, &flat) in hits.iter().enumerate() {
+        let idx = if shape.is_empty() { vec![0] } else { aoc_ir::tensor::unravel(flat, &shape) };
+        for (d, &i) in idx.iter().enumerate() {
+            out[d * hits.len() + k] = i as i64;
+        }
+    }
+    let count = hits.len();
+    Ok(vec![i64_tensor(out, vec![rank, count])])
 }

@@ -476,6 +476,7 @@ impl Ex<'_> {
                 Movement::Pad => return unsupported("pad"),
             },
             OpKind::Resize => return unsupported("resize"),
+            OpKind::GridSample => return unsupported("grid_sample"),
         };
         self.define(r, name)
     }

@@ -22,6 +22,8 @@ use aoc_ir::{Diagnostic, Location, Module, Opcode, Tensor, TensorType, ValueId};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+mod scan;
+
 /// The oldest default-domain opset the importer accepts. Opsets 7 to 12
 /// differ from 13 only in ops whose differences the handlers resolve
 /// (attributes that later became inputs: Slice, Pad, Clip, Dropout, the
@@ -339,6 +341,9 @@ fn import_node(
     if op_type == "Loop" && matches!(domain, "" | "ai.onnx") {
         return import_loop(cx, env, used, node, &name, opset);
     }
+    if op_type == "Scan" && matches!(domain, "" | "ai.onnx") {
+        return scan::import_scan(cx, env, used, node, &name, opset);
+    }
     let handler = if matches!(domain, "" | "ai.onnx") {
         super::handler(op_type)
     } else {
@@ -502,13 +507,33 @@ fn import_region(
     if graph.input.len() != fixed.len() {
         return Err(cx.err(format!("ONNX node `{name}`: `{what}` takes {} inputs, expected {}", graph.input.len(), fixed.len())));
     }
+    let bind = |_: &mut Cx, args: &[ValueId]| Ok(args.iter().map(|&a| V::R(a)).collect());
+    let names: Vec<String> = graph.input.iter().map(|vi| vi.name.clone().unwrap_or_default()).collect();
+    import_region_with(cx, env, used, graph, fixed, &names, name, what, opset, &bind, shape_yields)
+}
+
+/// [`import_region`] where the graph's inputs are what `bind` makes of the
+/// region's arguments (of types `fixed`, named `arg_names`): ops it builds
+/// belong to the region (`Scan` slices its scan inputs there).
+#[allow(clippy::too_many_arguments)]
+fn import_region_with(
+    cx: &mut Cx,
+    env: &HashMap<String, V>,
+    used: &HashSet<&str>,
+    graph: &GraphProto,
+    fixed: &[TensorType],
+    arg_names: &[String],
+    name: &str,
+    what: &str,
+    opset: i64,
+    bind: &dyn Fn(&mut Cx, &[ValueId]) -> R<Vec<V>>,
+    shape_yields: &dyn Fn(&mut Cx, usize, V) -> R<V>,
+) -> R<Region> {
     let mut inner_env = env.clone();
     let mut args = vec![];
-    for (vi, ty) in graph.input.iter().zip(fixed) {
-        let key = vi.name.clone().unwrap_or_default();
-        let a = cx.func.new_region_arg(&key, ty.clone(), Location::named(key.clone()));
-        inner_env.insert(key, V::R(a));
-        args.push(a);
+    for (i, ty) in fixed.iter().enumerate() {
+        let key = arg_names.get(i).cloned().unwrap_or_else(|| format!("arg{i}"));
+        args.push(cx.func.new_region_arg(&key, ty.clone(), Location::named(key.clone())));
     }
     for init in &graph.initializer {
         let key = init.name.clone().unwrap_or_default();
@@ -524,6 +549,17 @@ fn import_region(
     let hint = cx.hint.clone();
     let op_type = cx.op_type.clone();
     let mut result = (|| -> R<Vec<ValueId>> {
+        let bound = bind(cx, &args)?;
+        if bound.len() != graph.input.len() {
+            return Err(cx.err(format!("ONNX node `{name}`: `{what}` takes {} inputs, expected {}", graph.input.len(), bound.len())));
+        }
+        for (vi, v) in graph.input.iter().zip(bound) {
+            let key = vi.name.clone().unwrap_or_default();
+            // An initializer of the same name is the value, as before.
+            if !graph.initializer.iter().any(|t| t.name.as_deref() == Some(key.as_str())) {
+                inner_env.insert(key, v);
+            }
+        }
         for (index, n) in graph.node.iter().enumerate() {
             import_node(cx, &mut inner_env, &inner, n, index, opset)?;
         }

@@ -11,9 +11,10 @@
 //! uses the handlers (through [`HANDLERS`]) and `context`; handlers use
 //! `context`; `context` uses `fold`, which uses only `aoc-ir`.
 //!
-//! `If` is not in [`HANDLERS`]: the graph walk imports it (`import_if`),
-//! since an `If` whose condition is known at import time becomes its
-//! chosen branch's nodes; one with a run-time condition is refused.
+//! `If`, `Loop` and `Scan` are not in [`HANDLERS`]: the graph walk imports
+//! them (`import_if`, `import_loop`, `import::scan`), since their subgraphs
+//! become regions (an `If` whose condition is known at import time becomes
+//! its chosen branch's nodes; a `Scan` is a `core.loop`).
 //! `export` goes the other way (`aoc export --format onnx`).
 //!
 //! Invariants: decoding or importing never panics on bad bytes; the result
@@ -143,6 +144,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("Shape", Handler::Fn(constants::shape)),
     ("Size", Handler::Fn(constants::size)),
     ("Range", Handler::Fn(constants::range)),
+    ("NonZero", Handler::Fn(constants::non_zero)),
     // elementwise
     ("Neg", Handler::Op(Opcode::Neg)),
     ("Abs", Handler::Op(Opcode::Abs)),
@@ -208,6 +210,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ReduceL2", Handler::Fn(nn::reduce)),
     ("ReduceLogSum", Handler::Fn(nn::reduce)),
     ("ReduceLogSumExp", Handler::Fn(nn::reduce)),
+    ("GridSample", Handler::Fn(nn::grid_sample)),
     // compositions of aoc ops
     ("DepthToSpace", Handler::Fn(composite::depth_space)),
     ("SpaceToDepth", Handler::Fn(composite::depth_space)),
@@ -255,7 +258,7 @@ fn handler(op_type: &str) -> Option<Handler> {
 
 /// The op types the graph walk imports itself (their subgraphs become
 /// regions), besides [`HANDLERS`].
-const CONTROL_OPS: &[&str] = &["If", "Loop"];
+const CONTROL_OPS: &[&str] = &["If", "Loop", "Scan"];
 
 /// The ONNX op types (default domain) the importer maps.
 pub fn supported_op_types() -> &'static [&'static str] {

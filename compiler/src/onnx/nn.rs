@@ -1,4 +1,5 @@
-//! Convolutions, pooling, matrix products, normalizations and reductions.
+//! Convolutions, pooling, matrix products, normalizations, reductions and
+//! grid sampling.
 //!
 //! The table's spatial ops are 2-D (NCHW). 1-D ONNX convolutions and pools
 //! run as 2-D ones over a height of 1 (reshape in, reshape out), which is
@@ -408,4 +409,39 @@ pub fn reduce(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         None => y,
     };
     Ok(vec![y])
+}
+
+/// `GridSample` (opset 16: `bilinear`/`nearest`/`bicubic`; opset 20:
+/// `linear`/`nearest`/`cubic`) on 4-D and 5-D inputs: `core.grid_sample`.
+pub fn grid_sample(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.need(n, 0)?.clone();
+    let grid = cx.need(n, 1)?.clone();
+    let default = if cx.opset >= 20 { "linear" } else { "bilinear" };
+    let mode = match n.str("mode", default).as_str() {
+        "bilinear" | "linear" => "linear",
+        "bicubic" | "cubic" => "cubic",
+        "nearest" => "nearest",
+        m => return Err(cx.bad(format!("node `{}`: unknown mode `{m}` (bilinear/linear, nearest or bicubic/cubic)", n.name))),
+    };
+    let padding = n.str("padding_mode", "zeros");
+    if !matches!(padding.as_str(), "zeros" | "border" | "reflection") {
+        return Err(cx.bad(format!("node `{}`: unknown padding_mode `{padding}` (zeros, border or reflection)", n.name)));
+    }
+    let align = match n.int("align_corners", 0) {
+        0 => false,
+        1 => true,
+        a => return Err(cx.bad(format!("node `{}`: align_corners must be 0 or 1, found {a}", n.name))),
+    };
+    let rank = cx.ty(&x).rank();
+    if rank != 4 && rank != 5 {
+        return Err(cx.bad(format!(
+            "node `{}`: only 4-D (N×C×H×W) and 5-D (N×C×D×H×W) inputs are supported, found rank {rank}",
+            n.name
+        )));
+    }
+    let attrs = Attrs::new()
+        .with("mode", Attr::Str(mode.into()))
+        .with("padding_mode", Attr::Str(padding))
+        .with("align_corners", Attr::Bool(align));
+    Ok(vec![cx.op1(Opcode::GridSample, &[x, grid], attrs)?])
 }

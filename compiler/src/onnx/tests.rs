@@ -627,3 +627,92 @@ fn scatter_and_top_k_refusals_name_the_node() {
     assert!(e.message.contains("k must be in 1..=3"), "{}", e.message);
     assert_eq!(e.loc.name.as_deref(), Some("tk_1"));
 }
+
+#[test]
+fn non_zero_folds_when_constant_and_is_refused_at_run_time() {
+    let i64_input = |name: &str, dims: &[i64]| {
+        tensor_info(name, data_type::INT64, &dims.iter().map(|&d| Ok(d)).collect::<Vec<_>>())
+    };
+    // A constant input folds to its indices, rank × count.
+    let g = GraphProto {
+        node: vec![node("NonZero", "nz_1", &["c"], &["y"], vec![])],
+        initializer: vec![f32_init("c", &[2, 3], &[0.0, 1.0, 0.0, 2.0, 0.0, f32::NAN])],
+        output: vec![i64_input("y", &[2, 3])],
+        ..Default::default()
+    };
+    let m = import_model(&model(13, g), &ImportOptions::default()).unwrap();
+    let y = run(&m, vec![]);
+    assert_eq!(y[0].shape(), &[2, 3]);
+    assert_eq!(y[0].to_i64(), vec![0, 1, 1, 1, 0, 2]);
+    // A run-time input: the output's shape depends on its values.
+    let g = GraphProto {
+        node: vec![node("NonZero", "nz_2", &["x"], &["y"], vec![])],
+        input: vec![f32_input("x", &[4])],
+        output: vec![i64_input("y", &[1, 4])],
+        ..Default::default()
+    };
+    let e = import_model(&model(13, g), &ImportOptions::default()).unwrap_err();
+    assert!(e.message.contains("depends on its values"), "{}", e.message);
+    assert_eq!(e.loc.name.as_deref(), Some("nz_2"));
+}
+
+#[test]
+fn grid_sample_and_scan_refusals_name_the_node() {
+    let gs = |name: &str, x: &[i64], attrs: Vec<AttributeProto>| GraphProto {
+        node: vec![node("GridSample", name, &["x", "g"], &["y"], attrs)],
+        input: vec![f32_input("x", x), f32_input("g", &[1, 2, 2, 2])],
+        output: vec![f32_input("y", &[1, 1, 2, 2])],
+        ..Default::default()
+    };
+    let cases: [(GraphProto, &str); 4] = [
+        (gs("gs_1", &[1, 1, 2, 2], vec![str_attr("mode", "area")]), "unknown mode `area`"),
+        (gs("gs_1", &[1, 1, 2, 2], vec![str_attr("padding_mode", "wrap")]), "unknown padding_mode `wrap`"),
+        (gs("gs_1", &[1, 1, 2, 2], vec![int_attr("align_corners", 2)]), "align_corners must be 0 or 1, found 2"),
+        (gs("gs_1", &[1, 2, 2], vec![]), "only 4-D (N×C×H×W) and 5-D"),
+    ];
+    for (g, want) in cases {
+        let e = import_model(&model(20, g), &ImportOptions::default()).unwrap_err();
+        assert!(e.message.contains(want), "{}", e.message);
+        assert_eq!(e.loc.name.as_deref(), Some("gs_1"));
+    }
+    // Scan: a bad direction, a bad count of scan inputs, unequal lengths.
+    let body = GraphProto {
+        node: vec![node("Add", "add", &["s", "e"], &["s2"], vec![]), node("Identity", "id", &["s2"], &["o"], vec![])],
+        input: vec![f32_input("s", &[2]), f32_input("e", &[2])],
+        output: vec![f32_input("s2", &[2]), f32_input("o", &[2])],
+        ..Default::default()
+    };
+    let scan = |attrs: Vec<AttributeProto>, xs: &[i64]| {
+        let mut a = vec![AttributeProto {
+            name: Some("body".into()),
+            r#type: Some(attribute_type::GRAPH),
+            g: Some(body.clone()),
+            ..Default::default()
+        }];
+        a.extend(attrs);
+        GraphProto {
+            node: vec![node("Scan", "scan_1", &["s0", "x"], &["s", "y"], a)],
+            input: vec![f32_input("s0", &[2]), f32_input("x", xs)],
+            output: vec![f32_input("s", &[2]), f32_input("y", &[3, 2])],
+            ..Default::default()
+        }
+    };
+    let cases: [(GraphProto, &str); 4] = [
+        (scan(vec![int_attr("num_scan_inputs", 1), ints_attr("scan_input_directions", &[2])], &[3, 2]), "must be 0 (forward) or 1 (reverse), found 2"),
+        (scan(vec![int_attr("num_scan_inputs", 3)], &[3, 2]), "`num_scan_inputs` is 3, the node has 2 inputs"),
+        (scan(vec![], &[3, 2]), "attribute `num_scan_inputs` is required"),
+        (scan(vec![int_attr("num_scan_inputs", 1), ints_attr("scan_input_axes", &[2])], &[3, 2]), "scan input 0"),
+    ];
+    for (g, want) in cases {
+        let e = import_model(&model(16, g), &ImportOptions::default()).unwrap_err();
+        assert!(e.message.contains(want), "{}", e.message);
+        assert_eq!(e.loc.name.as_deref(), Some("scan_1"));
+    }
+    // A working Scan runs to the running sums.
+    let m = import_model(&model(16, scan(vec![int_attr("num_scan_inputs", 1)], &[3, 2])), &ImportOptions::default()).unwrap();
+    let s0 = Tensor::from_f64(TensorType::new(vec![2], Scalar::F32), vec![1.0, 0.0]);
+    let x = Tensor::from_f64(TensorType::new(vec![3, 2], Scalar::F32), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let y = run(&m, vec![s0, x]);
+    assert_eq!(y[0].to_f64(), vec![10.0, 12.0]);
+    assert_eq!(y[1].to_f64(), vec![2.0, 2.0, 5.0, 6.0, 10.0, 12.0]);
+}

@@ -181,6 +181,8 @@ pub enum OpKind {
     Movement(Movement),
     /// Interpolating resize.
     Resize,
+    /// Sampling at positions computed at run time (`core.grid_sample`).
+    GridSample,
     /// A recurrent layer over a sequence (`ops/recurrent.rs`); the
     /// lowering expands it into matrix products and pointwise steps.
     Recurrent(Cell),
@@ -244,6 +246,7 @@ impl OpKind {
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
             | OpKind::Resize
+            | OpKind::GridSample
             | OpKind::Recurrent(_)
             | OpKind::Control(_) => None,
         }
@@ -297,7 +300,8 @@ impl OpKind {
             | OpKind::Norm(_)
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
-            | OpKind::Resize => streaming(),
+            | OpKind::Resize
+            | OpKind::GridSample => streaming(),
         }
     }
 
@@ -324,6 +328,7 @@ impl OpKind {
             | OpKind::Reduce(_)
             | OpKind::Movement(_)
             | OpKind::Resize
+            | OpKind::GridSample
             | OpKind::Recurrent(_)
             | OpKind::Control(_) => None,
         }

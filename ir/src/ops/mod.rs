@@ -21,6 +21,7 @@ pub mod constant;
 pub mod control;
 pub mod elementwise;
 pub mod fused;
+pub mod grid_sample;
 pub mod kind;
 pub mod nn;
 pub mod quant;
@@ -974,6 +975,20 @@ define_ops! {
         kind: OpKind::Resize,
         traits: [Pure],
         infer: resize::infer_resize, eval: resize::eval_resize,
+    },
+
+    GridSample = "core.grid_sample" {
+        summary: "ONNX `GridSample` on N×C×H×W (or N×C×D×H×W): samples `x` at the normalized `(x, y[, z])` positions of `grid` (N×Ho×Wo×2 or N×Do×Ho×Wo×3) by `nearest`, `linear` or `cubic` interpolation, with `zeros`, `border` or `reflection` padding.",
+        example: "%y = core.grid_sample %x, %grid {mode = \"linear\"} : tensor<1x3x8x8xf32>",
+        format: Generic, operands: [x: One, grid: One], results: [y],
+        attrs: [
+            (mode, Str, Str("linear"), "`nearest`, `linear` or `cubic` (opset 16's `bilinear`/`bicubic` import as `linear`/`cubic`)"),
+            (padding_mode, Str, Str("zeros"), "what a position outside the image reads: `zeros`, `border` or `reflection`"),
+            (align_corners, Bool, Bool(false), "-1 and 1 are the centers of the corner pixels (else their outer edges)"),
+        ],
+        kind: OpKind::GridSample,
+        traits: [Pure],
+        infer: grid_sample::infer_grid_sample, eval: grid_sample::eval_grid_sample,
     },
 
     // ---- quantization (MLIR quant dialect conventions) ----

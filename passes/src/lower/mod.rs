@@ -31,6 +31,7 @@
 mod attention;
 mod control;
 mod expand;
+mod grid_sample;
 mod memory;
 mod nn;
 mod pointwise;
@@ -595,6 +596,7 @@ impl<'a> Lower<'a> {
             OpKind::Movement(Movement::Gather) => self.lower_gather(op)?,
             OpKind::Movement(Movement::Expand) => self.lower_expand(op)?,
             OpKind::Resize => self.lower_resize(op)?,
+            OpKind::GridSample => self.lower_grid_sample(op)?,
             // Expanded into GEMMs and pointwise ops (`recurrent.rs`).
             OpKind::Recurrent(_) => false,
             OpKind::Control(c) => self.lower_control(op, c)?,

@@ -381,6 +381,7 @@ impl Lower<'_> {
             | OpKind::Pool(..)
             | OpKind::Reduce(_)
             | OpKind::Resize
+            | OpKind::GridSample
             | OpKind::Recurrent(_)
             | OpKind::Control(_) => {
                 let x = self.load(&mut kb, op.operands[0])?;

@@ -278,6 +278,17 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
             f32s_mut(sp, y)?,
         )
         .map_err(e),
+        Step::GridSample { mode, padding, align_corners, volumetric, x, grid, y, n, c, d, h, w, od, oh, ow } => kernels::grid_sample::grid_sample(
+            *mode,
+            *padding,
+            *align_corners,
+            *volumetric,
+            [us(*n), us(*c), us(*d), us(*h), us(*w), us(*od), us(*oh), us(*ow)],
+            f32s(sp, x)?,
+            f32s(sp, grid)?,
+            f32s_mut(sp, y)?,
+        )
+        .map_err(e),
         Step::Copy { src, dst, elem_size, shape, src_start, src_strides, dst_strides } => kernels::copy::strided_copy(
             us(*elem_size),
             shape,

@@ -39,6 +39,7 @@ pub mod conv;
 pub mod copy;
 pub mod detect;
 pub mod gemm;
+pub mod grid_sample;
 mod grouped;
 pub mod int8;
 pub mod norm;

@@ -36,6 +36,9 @@
 //!   or 1. The taps of an axis come from tables computed here with the CPU's
 //!   f64 formulas; axes of more than 4096 outputs compute them on the GPU in
 //!   f64 with the same operations.
+//! - [`grid_sample`] `(x, grid, y)`: NCHW f32, an item is one output
+//!   element; its taps are computed in the kernel with the CPU's f32
+//!   formulas.
 //! - [`depthwise_conv2d`] `(x, w, [bias], y)` and [`conv_transpose2d`]
 //!   `(x, w, [bias], y)`: f32, an item is 4 output channels of a pixel where
 //!   the channel layout allows (depthwise: `oc % 4 == 0` and a multiplier of
@@ -78,6 +81,7 @@ mod conv;
 mod copy;
 mod fill;
 mod gather;
+mod grid_sample;
 mod pad;
 mod resize;
 
@@ -85,5 +89,6 @@ pub use conv::{conv_transpose2d, depthwise_conv2d};
 pub use copy::{CopyDim, CopyForm, CopyPlan, copy, copy_plan};
 pub use fill::fill;
 pub use gather::gather;
+pub use grid_sample::grid_sample;
 pub use pad::{PAD_MAX, pad_half};
 pub use resize::resize;

@@ -318,6 +318,12 @@ impl<'a> Tr<'a, '_> {
                 self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
                 Ok(())
             }
+            Step::GridSample { mode, padding, align_corners, volumetric, x, grid, y, n, c, d, h, w, od, oh, ow } => {
+                let p = (*mode, *padding, *align_corners, *volumetric, [*n, *c, *d, *h, *w, *od, *oh, *ow]);
+                let k = self.kernel("grid_sample", p, |m, name| index::grid_sample(m, name, p.0, p.1, p.2, p.3, p.4))?;
+                self.launch(k, vec![Arg::In(*x), Arg::In(*grid), Arg::Out(*y)], origin);
+                Ok(())
+            }
             Step::Copy { src, dst, elem_size, shape, src_start, src_strides, dst_strides } => {
                 let key = (elem_size, shape, src_start, src_strides, dst_strides);
                 let k = self.kernel("copy", key, |m, n| {

@@ -18,7 +18,7 @@
 
 use aoc_backend_ptx::kernels::index::{self, CopyForm, copy_plan};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
-use aoc_plan::plan::{ConvGeom, ResizeMode};
+use aoc_plan::plan::{ConvGeom, GridMode, GridPadding, ResizeMode};
 
 use super::host_sim::{Mem, f32_bytes, with_jit};
 use super::{assemble, entry, find_ptxas};
@@ -526,6 +526,68 @@ fn resize_kernels_match_the_cpu() {
                     same,
                     "{name} {mode:?} misaligned {mis}: {got:?} vs {want:?}"
                 );
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------- grid sample
+
+#[test]
+fn grid_sample_kernels_match_the_cpu() {
+    // (volumetric, [n, c, d, h, w, od, oh, ow]); the grid reaches past
+    // [-1, 1], and one case holds infinities and NaN (no read may leave
+    // the image).
+    let shapes: [(bool, [u64; 8]); 6] = [
+        (false, [2, 3, 1, 5, 7, 1, 4, 6]),
+        (false, [1, 1, 1, 1, 1, 1, 3, 3]),
+        (false, [1, 2, 1, 4, 3, 1, 2, 5]),
+        (false, [1, 1, 1, 2, 2, 1, 0, 3]),
+        (true, [1, 2, 3, 4, 5, 2, 3, 2]),
+        (true, [2, 1, 1, 2, 3, 3, 1, 2]),
+    ];
+    let modes = [GridMode::Nearest, GridMode::Linear, GridMode::Cubic];
+    let pads = [GridPadding::Zeros, GridPadding::Border, GridPadding::Reflection];
+    let mut m = ModuleText::new();
+    let mut runs = Vec::new();
+    for (s, &(vol, dims)) in shapes.iter().enumerate() {
+        for (mi, &mode) in modes.iter().enumerate() {
+            for (pi, &pad) in pads.iter().enumerate() {
+                for align in [false, true] {
+                    let name = format!("gs{s}_{mi}{pi}{}", align as u8);
+                    let g = index::grid_sample(&mut m, &name, mode, pad, align, vol, dims).unwrap();
+                    runs.push((name, mode, pad, align, vol, dims, g));
+                }
+            }
+        }
+    }
+    let bad = [1, 1, 1, 0, 2, 1, 2, 2];
+    let e = index::grid_sample(&mut m, "gs_bad", GridMode::Linear, GridPadding::Zeros, false, false, bad).unwrap_err();
+    assert!(e.contains("empty image"), "{e}");
+    let ir = m.finish();
+    lower_everywhere(&ir, "index_grid_sample");
+    with_jit(&ir, |run| {
+        for (name, mode, pad, align, vol, dims, g) in &runs {
+            let [n, c, d, h, w, od, oh, ow] = dims.map(|v| v as usize);
+            let k = if *vol { 3 } else { 2 };
+            let x = values(n * c * d * h * w, 5);
+            let mut grid: Vec<f32> = values(n * od * oh * ow * k, 9).iter().map(|v| v * 1.7).collect();
+            if name.starts_with("gs2") || name.starts_with("gs5") {
+                grid[0] = f32::INFINITY;
+                grid[k + 1] = f32::NEG_INFINITY;
+                grid[2 * k] = f32::NAN;
+            }
+            let mut want = vec![0.0f32; n * c * od * oh * ow];
+            let us = dims.map(|v| v as usize);
+            aoc_runtime::kernels::grid_sample::grid_sample(*mode, *pad, *align, *vol, us, &x, &grid, &mut want).unwrap();
+            let mut xm = Mem::new(&f32_bytes(&x), 0);
+            let mut gm = Mem::new(&f32_bytes(&grid), 4);
+            let mut ym = Mem::new(&noise(4 * want.len(), 1), 0);
+            run(name, *g, &mut [&mut xm, &mut gm, &mut ym]);
+            let got = ym.to_f32s();
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                let close = (a - b).abs() <= 1e-5 * b.abs().max(1.0) || (a.is_nan() && b.is_nan());
+                assert!(close, "{name} {mode:?} {pad:?} align {align}: element {i}: {a} vs {b}");
             }
         }
     });

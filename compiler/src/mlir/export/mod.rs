@@ -553,6 +553,7 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
                 Some(y) => y,
                 None => return unsupported("this resize mode; tosa.resize takes 2-D nearest (asymmetric/floor, half-pixel) and linear (half-pixel, asymmetric, align-corners) with scales equal to the size ratios"),
             },
+            OpKind::GridSample => return unsupported("TOSA has no grid sampling"),
             OpKind::Recurrent(_) => return unsupported("TOSA has no recurrent layer; a loop of matmuls is not exported yet"),
             OpKind::Control(_) => return unsupported("control flow (scf.if/scf.while) is not exported yet"),
         };
