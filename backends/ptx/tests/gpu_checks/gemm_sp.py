@@ -23,7 +23,9 @@ Three kernel families:
   around it, must stay untouched; bias and relu as the manifest says.
   With `--time`, every tiled kernel of 2·m·n·k ≥ 2^34 is timed (CUDA
   events, median of 20) against cuBLAS's dense f16 matmul (CuPy) of the
-  same shape, in TFLOP/s counted as dense.
+  same shape and, where PyTorch is installed, PyTorch's semi-structured
+  sparse matmul (`to_sparse_semi_structured`) on the same pruned weight,
+  in TFLOP/s counted as dense.
 - the sm_90a kernel on `wgmma.mma_async.sp` (`gemm_sp_wgmma`), run only on
   an sm_90 GPU: `gemm_sp_wgmma_sm_90a.{ptx,txt}`, the same manifest keys,
   ABI and checks as the tiled kernel (the weight packed the same way,
@@ -175,6 +177,34 @@ def aoc_dense_ms(cp, mod, f, x, w):
     return time_ms(cp, lambda: fn((int(f["grid"]), 1, 1), (int(f["block"]), 1, 1), (a, packed, c), shared_mem=smem))
 
 
+def torch_sparse_ms(x, w, k):
+    """Milliseconds of PyTorch's 2:4 semi-structured matmul (cuSPARSELt or
+    CUTLASS, `torch.sparse.to_sparse_semi_structured`) on the same pruned
+    weight: yᵀ = W · xᵀ, the sparse operand first as PyTorch requires, the
+    dense one contiguous; median of 20 after warm-up, CUDA events. None
+    (with the reason) where PyTorch or its sparse kernels are missing."""
+    try:
+        import torch
+        from torch.sparse import to_sparse_semi_structured
+
+        ws = to_sparse_semi_structured(torch.from_numpy(np.ascontiguousarray(w)).cuda())
+        xt = torch.from_numpy(np.ascontiguousarray(x[:, :k].T)).cuda()
+        for _ in range(3):
+            torch.mm(ws, xt)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(20):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.mm(ws, xt)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        return float(np.median(times)), None
+    except Exception as e:  # no torch, no sparse kernels for this GPU or shape
+        return None, f"{type(e).__name__}: {e}"
+
+
 def run_tiled(cp, path, lines, rng, timing, dense_aoc=None):
     mod = cp.RawModule(path=path)
     tag = os.path.basename(path)
@@ -240,6 +270,11 @@ def run_tiled(cp, path, lines, rng, timing, dense_aoc=None):
             if d is not None:
                 ad = aoc_dense_ms(cp, mod, d, x, w)
                 detail += f"; aoc dense wgmma {ad:.3f} ms {fl / ad / 1e9:.0f} TFLOP/s; sparse/aoc-dense speedup {ad / ms:.2f}x"
+            ts, why = torch_sparse_ms(x, w, k)
+            if ts is not None:
+                detail += f"; torch semi-structured {ts:.3f} ms {fl / ts / 1e9:.0f} TFLOP/s; aoc/torch speedup {ts / ms:.2f}x"
+            else:
+                detail += f"; torch semi-structured not timed ({why})"
         check(f"{tag} {name} {m}x{n}x{k}", ok, detail)
 
 
