@@ -68,7 +68,7 @@ def unary_ref(op, x):
             "log": np.log(x),
             "sqrt": np.sqrt(x),
             "rsqrt": 1 / np.sqrt(x),
-            "recip": 1 / x,
+            "reciprocal": 1 / x,
             "erf": erf64(x),
             "tanh": np.tanh(x),
             "sigmoid": 1 / (1 + np.exp(-x)),
@@ -92,9 +92,9 @@ def binary_ref(op, a, b):
             "max": np.where(np.isnan(a), a, np.where(a >= b, a, b)),
             "min": np.where(np.isnan(a), a, np.where(a <= b, a, b)),
             "pow": np.power(a, b),
-            "eq": (a == b).astype(np.float64),
-            "lt": (a < b).astype(np.float64),
-            "gt": (a > b).astype(np.float64),
+            "equal": (a == b).astype(np.float64),
+            "less": (a < b).astype(np.float64),
+            "greater": (a > b).astype(np.float64),
         }[op]
 
 
@@ -131,7 +131,7 @@ def pointwise(path, sm):
     rng = np.random.default_rng(1)
     n = 4096
     x = special_f32(n, rng)
-    for op in ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "erf", "tanh",
+    for op in ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "erf", "tanh",
                "sigmoid", "floor", "ceil", "trunc", "roundeven", "relu"]:
         out = cp.empty(n, dtype=cp.float32)
         launch_pw(mod, "un_" + op, [cp.asarray(x), out], n, True)
@@ -144,7 +144,7 @@ def pointwise(path, sm):
     b = np.roll(special_f32(n, np.random.default_rng(2)), 7)
     b[3000:3100] = np.round(b[3000:3100])  # integer exponents for pow
     b[3100:3200] = a[3100:3200]  # ties for max/min/eq
-    for op in ["add", "sub", "mul", "div", "max", "min", "pow", "eq", "lt", "gt"]:
+    for op in ["add", "sub", "mul", "div", "max", "min", "pow", "equal", "less", "greater"]:
         out = cp.empty(n, dtype=cp.float32)
         launch_pw(mod, "bin_" + op, [cp.asarray(a), cp.asarray(b), out], n, True)
         ref = binary_ref(op, a, b)
