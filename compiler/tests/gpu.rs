@@ -1385,6 +1385,89 @@ fn sparse_gemm_model_of(tag: &str, m: usize, k: usize, n: usize) -> Result<Model
     })
 }
 
+/// Two sparsified layers as a transformer's FFN writes them: `x·w1 + b1`,
+/// GELU, then `·w2 + b2` and a residual add of the layer's input, then a
+/// ReLU (so the residual sum is an arena buffer the planner may place over
+/// the GELU output, the second GEMM's A). The IR does not fuse a
+/// `sparse.matmul` with what follows, so the bias + GELU and the bias +
+/// residual are pointwise steps the PTX translation moves into the sparse
+/// GEMMs (`epilogue::moved_epilogue`).
+fn sparse_ffn_model(tag: &str) -> Result<Model, Failed> {
+    let (m, d_model, d_ff) = (8192, 256, 1024);
+    let d = scratch(&format!("sparse_ffn_{tag}"));
+    let (b1, b2) = (dense(1, d_ff, 3), dense(1, d_model, 4));
+    let text = format!(
+        "func @main(%x0: tensor<{m}x{d_model}xf32>) -> tensor<{m}x{d_model}xf32> {{\n  \
+         %w0 = const dense<{}> : tensor<{d_model}x{d_model}xf32>\n  \
+         %w1 = const dense<{}> : tensor<{d_model}x{d_ff}xf32>\n  \
+         %b1 = const dense<{}> : tensor<{d_ff}xf32>\n  \
+         %w2 = const dense<{}> : tensor<{d_ff}x{d_model}xf32>\n  \
+         %b2 = const dense<{}> : tensor<{d_model}xf32>\n  \
+         %x = core.matmul %x0, %w0 : tensor<{m}x{d_model}xf32>\n  \
+         %p = core.matmul %x, %w1 : tensor<{m}x{d_ff}xf32>\n  \
+         %q = core.add %p, %b1 : tensor<{m}x{d_ff}xf32>\n  \
+         %g = core.gelu %q : tensor<{m}x{d_ff}xf32>\n  \
+         %r = core.matmul %g, %w2 : tensor<{m}x{d_model}xf32>\n  \
+         %s = core.add %r, %b2 : tensor<{m}x{d_model}xf32>\n  \
+         %t = core.add %s, %x : tensor<{m}x{d_model}xf32>\n  \
+         %y = core.relu %t : tensor<{m}x{d_model}xf32>\n  \
+         return %y : tensor<{m}x{d_model}xf32>\n}}\n",
+        dense(d_model, d_model, 2),
+        dense(d_model, d_ff, 5),
+        &b1[1..b1.len() - 1],
+        dense(d_ff, d_model, 7),
+        &b2[1..b2.len() - 1],
+    );
+    let dense_file = d.join("dense.air");
+    std::fs::write(&dense_file, text)?;
+    let file = d.join("model.air");
+    run(&["sparsify", &dense_file.display().to_string(), "--pattern", "2:4", "-o", &file.display().to_string()])?;
+    if std::fs::read_to_string(&file)?.matches("sparse.matmul").count() != 3 {
+        return Err("aoc sparsify did not make the three matmuls sparse".into());
+    }
+    Ok(Model {
+        name: "sparse_ffn".to_string(),
+        file,
+        inputs: vec![format!("x0=@random:{m}x{d_model}")],
+        shapes: vec![],
+        quantized: false,
+        bf16_tolerance: None,
+    })
+}
+
+/// The sparse FFN at fp16 on sm_90a (`wgmma.sp`): the FFN's two layers
+/// run sparse, every bias, GELU and residual add is a GEMM's epilogue (no
+/// pointwise launch at all), and the second layer's A is the half copy the
+/// first one wrote (no conversion launch for it); on sm_86 the first layer
+/// runs on `mma.sp` and no pointwise launch is left either. At bf16 (no
+/// sparse kernel) the layers run dense. The PTX assembles.
+fn sparse_ffn_builds() -> Result<(), Failed> {
+    let m = sparse_ffn_model("build")?;
+    let d = scratch("sparse_ffn_builds");
+    let out = d.join("model.ptx");
+    for (target, precision) in [("sm_90a", "fp16"), ("sm_86", "fp16"), ("sm_90a", "bf16")] {
+        let ptx = emit(&m.file, target, precision, "ptx", &out)?;
+        let launches = launch_lines(&ptx);
+        let sparse = |what: &str| launches.iter().any(|l| l.contains("launch gemm_sp_") && l.ends_with(&format!("sparse.matmul {what}")));
+        let pointwise = launches.iter().any(|l| l.contains("launch pw"));
+        let converts_g = launches.iter().any(|l| l.contains("launch cvt_") && l.ends_with("sparse.matmul %r"));
+        let ok = if target == "sm_90a" && precision == "fp16" {
+            sparse("%p") && sparse("%r") && !pointwise && !converts_g
+        } else if precision == "fp16" {
+            // mma.sp writes no half copy: the cost model weighs the
+            // conversion, and the second layer may run dense.
+            sparse("%p") && !pointwise
+        } else {
+            !launches.iter().any(|l| l.contains("launch gemm_sp_"))
+        };
+        if !ok {
+            return Err(format!("{target} {precision}: unexpected launches {launches:#?}").into());
+        }
+        check_compiles_at(&m, target, precision)?;
+    }
+    Ok(())
+}
+
 /// The sparse GEMM's builds: for sm_86 and sm_90 at fp16 one `mma.sp`
 /// launch (after A's conversion to half) and no dense GEMM, its PTX
 /// assembling (ptxas), and `aoc explain` saying it ran
@@ -1513,6 +1596,10 @@ fn main() {
     }
     trials.push(Trial::test("sparse_explain_says_why", sparse_explain_says_why));
     trials.push(Trial::test("sparse_gemm_builds", sparse_gemm_builds));
+    trials.push(Trial::test("sparse_ffn_builds", sparse_ffn_builds));
+    for (t, p) in [("sm_90a", "fp16"), ("sm_86", "fp16"), ("sm_90a", "bf16")] {
+        trials.push(Trial::test(format!("gpu_sparse_ffn_{t}_{p}"), move || check_on_gpu(&sparse_ffn_model(&format!("gpu_{t}_{p}"))?, t, p)));
+    }
     for t in ["sm_86", "sm_90", "sm_90a"] {
         trials.push(Trial::test(format!("gpu_sparse_gemm_{t}_fp16"), move || sparse_gemm_on_gpu(t)));
     }

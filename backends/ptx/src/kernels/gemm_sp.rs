@@ -56,7 +56,7 @@ pub mod wgmma;
 
 pub use pack::{EMPTY_META, PackedSparse, SparsePadding, pack_weight};
 pub use tiled::{SpGemmSpec, SpTile, choose_sp_tile, gemm_sp_tiled};
-pub use wgmma::{SpWgTile, choose_sp_wg_tile, gemm_sp_wgmma};
+pub use wgmma::{SpWgTile, choose_sp_wg_tile, gemm_sp_wgmma, gemm_sp_wgmma_with};
 
 use super::Geometry;
 use crate::irtext::{Body, ModuleText, check_entry_name};

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use aoc_ir::types::Scalar;
-use aoc_plan::plan::{Buf, Step};
+use aoc_plan::plan::{Buf, Space, Step};
 
 use super::overlaps;
 use crate::expr::{Expr, PointwiseKernel};
@@ -104,6 +104,9 @@ pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &H
     if out != c || k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 || ins.len() != k.operands.len() {
         return None;
     }
+    if k.dims.iter().product::<u64>() != m * n {
+        return None;
+    }
     // The operand that reads c where the kernel writes: row-major strides.
     let dense = row_major(&k.dims);
     let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == dense && op.dtype == Scalar::F32)?;
@@ -112,6 +115,79 @@ pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &H
         return None;
     }
     as_epilogue(k, ins, me, m, n)
+}
+
+/// A pointwise step right after a GEMM-shaped `step` writing `c` (`m × n`,
+/// row major, contiguous) that reads `c` at the element it writes but
+/// stores into another buffer: the GEMM stores the finished values there
+/// instead, and `c` is never written. That holds when no step after the
+/// pointwise one (`later`) reads `c`, the output is an f32 `m × n` of the
+/// same size that overlaps neither the GEMM's weight and bias nor another
+/// operand of the epilogue (unless it is that operand itself, read at the
+/// element it writes). This is what a layer whose epilogue the IR did not
+/// fuse (a `sparse.matmul` and its bias, GELU or residual add) turns into.
+///
+/// The output may overlap the GEMM's A only for a kernel that reads A
+/// through a half copy, never the f32 A itself (other blocks still read A
+/// while one stores): the returned [`MovedEpilogue::over_a`] says so, and
+/// the caller keeps the steps apart unless the kernel is such a one.
+pub(super) fn moved_epilogue(
+    step: &Step,
+    (c, m, n): (&Buf, u64, u64),
+    next: &Step,
+    later: &[Step],
+    kernels: &HashMap<&str, &PointwiseKernel>,
+) -> Option<MovedEpilogue> {
+    let Step::Pointwise { code, args, .. } = next else { return None };
+    let k = kernels.get(code.as_str())?;
+    let (out, ins) = args.split_last()?;
+    if c.space != Space::Arena || out == c || out.len != c.len || k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 || ins.len() != k.operands.len() {
+        return None;
+    }
+    if k.dims.iter().product::<u64>() != m * n {
+        return None;
+    }
+    let dense = row_major(&k.dims);
+    let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == dense && op.dtype == Scalar::F32)?;
+    if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, c)) {
+        return None;
+    }
+    let a = match step {
+        Step::Gemm { a, .. } | Step::MatMul { a, .. } => *a,
+        Step::Conv2d { x, .. } => *x,
+        _ => return None,
+    };
+    let (mut over_a, mut over_other) = (false, false);
+    step.clone().visit_bufs(|b, write| {
+        if !write && (overlaps(b, out) || overlaps(b, c)) {
+            if *b == a { over_a = true } else { over_other = true }
+        }
+    });
+    if over_other {
+        return None;
+    }
+    let same_element = |i: usize| ins[i] == *out && k.operands[i].strides == dense;
+    if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, out) && !same_element(i)) {
+        return None;
+    }
+    // Byte by byte: the output may cover part of c.
+    let after: Vec<Vec<(Buf, bool)>> = std::iter::once(vec![(*out, true)]).chain(later.iter().map(super::half::bufs_of)).collect();
+    if super::half::read_later(&after, c) {
+        return None;
+    }
+    let (epilogue, extra) = as_epilogue(k, ins, me, m, n)?;
+    Some(MovedEpilogue { epilogue, extra, out: *out, over_a })
+}
+
+/// What [`moved_epilogue`] found.
+pub(super) struct MovedEpilogue {
+    pub epilogue: GemmEpilogue,
+    /// The epilogue's other operands, in order.
+    pub extra: Vec<Buf>,
+    /// Where the GEMM stores instead of its product's buffer.
+    pub out: Buf,
+    /// Whether `out` overlaps the GEMM's A.
+    pub over_a: bool,
 }
 
 /// Pointwise kernel `k` on `args` (its output last), the step right after

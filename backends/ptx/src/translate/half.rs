@@ -28,6 +28,7 @@ use aoc_plan::plan::{Buf, PoolKind, Space, Step};
 use super::{Tr, fnv, overlaps};
 use crate::expr::{Expr, PointwiseKernel};
 use crate::kernels::attention::{self, AttentionSpec, AttnPrecision};
+use crate::kernels::gemm_sp::{SpGemmSpec, SpWgTile, gemm_sp_wgmma_with};
 use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, gemm_wgmma_with};
 use crate::kernels::{ConvGeom, GemmEpilogue, GemmSpec, HalfCopy, index, rows};
 
@@ -96,10 +97,11 @@ pub(super) enum Remake {
     Attention(AttentionSpec, AttnPrecision),
     Wgmma(GemmSpec, WgPrecision, WgTile, Option<GemmEpilogue>),
     Pool(PoolKind, ConvGeom, bool),
+    SparseWgmma(SpGemmSpec, SpWgTile, Option<GemmEpilogue>),
 }
 
 /// The buffers of `step`, each with whether the step writes it.
-fn bufs_of(step: &Step) -> Vec<(Buf, bool)> {
+pub(super) fn bufs_of(step: &Step) -> Vec<(Buf, bool)> {
     let mut bufs = Vec::new();
     step.clone().visit_bufs(|b, write| bufs.push((*b, write)));
     bufs
@@ -108,7 +110,7 @@ fn bufs_of(step: &Step) -> Vec<(Buf, bool)> {
 /// Whether one of `steps` (their buffers, in order) reads a byte of the
 /// arena range `a` that no earlier one of them overwrote; always for a
 /// range outside the arena (an output must be written).
-fn read_later(steps: &[Vec<(Buf, bool)>], a: &Buf) -> bool {
+pub(super) fn read_later(steps: &[Vec<(Buf, bool)>], a: &Buf) -> bool {
     if a.space != Space::Arena {
         return true;
     }
@@ -327,6 +329,12 @@ impl Tr<'_, '_> {
             Remake::Pool(kind, geom, ceil) => {
                 let (kind, geom, ceil) = (*kind, *geom, *ceil);
                 self.kernel("pool", (kind, &geom, ceil, h), |m, n| rows::pool_with(m, n, kind, &geom, ceil, Some(h)))?
+            }
+            Remake::SparseWgmma(spec, tile, e) => {
+                let (spec, tile, e) = (*spec, *tile, e.clone());
+                self.kernel("gemm_sp_wgmma", (&spec, tile, e.as_ref(), h), |m, n| {
+                    gemm_sp_wgmma_with(m, n, &spec, tile, sm, e.as_ref(), Some(h))
+                })?
             }
         };
         let Some(GpuItem::Launch(l)) = self.items.get_mut(item) else {

@@ -60,7 +60,7 @@ use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
 pub use epilogue::affine_over;
-use epilogue::{fusable_epilogue, gemm_output, q_epilogue};
+use epilogue::{fusable_epilogue, gemm_output, moved_epilogue, q_epilogue};
 use gemm::GemmBufs;
 use half::{HalfCopies, Remake};
 use weights::WeightSection;
@@ -146,6 +146,11 @@ struct Tr<'a, 't> {
     /// The half copies of activations in the scratch, and the launches
     /// that can write them.
     halves: HalfCopies,
+    /// While a sparse layer's GEMM stores its moved epilogue's output over
+    /// its own A (`epilogue::moved_epilogue`): the product's buffer, the
+    /// pointwise step and its origin, for a dense fallback that reads the
+    /// f32 A to run them apart.
+    unmoved: Option<(Buf, Step, String)>,
 }
 
 /// The scratch region after the lowering's arena: where it starts, and
@@ -591,7 +596,9 @@ pub fn translate_tuned(
         notes: Vec::new(),
         scratch: Scratch { at: scratch_at, len: 0 },
         halves: HalfCopies::new(&steps, scratch_at),
+        unmoved: None,
     };
+    let has_control = steps.iter().any(Step::is_control);
     let mut i = 0;
     // The first item of each step (`None` for a step fused into the one
     // before it), for control items' targets.
@@ -621,6 +628,32 @@ pub fn translate_tuned(
         let fused = gemm_output(step)
             .zip(steps.get(i + 1))
             .and_then(|((c, m, n), next)| fusable_epilogue(&c, m, n, next, &tr.pointwise));
+        // An epilogue that writes another buffer than the product: the
+        // GEMM stores there. Not in plans with control flow, where a step
+        // after this one in the list may run before it again.
+        // Over A only for a sparse layer: its kernel reads A's half copy;
+        // should it run dense after all, `Tr::unmoved` undoes the move.
+        let moved = match (&fused, gemm_output(step), steps.get(i + 1)) {
+            (None, Some((c, m, n)), Some(next)) if !has_control => moved_epilogue(step, (&c, m, n), next, &steps[i + 2..], &tr.pointwise)
+                .filter(|mv| !mv.over_a || sparse::is_sparse(origin))
+                .map(|mv| (mv, c, next)),
+            _ => None,
+        };
+        if let Some((mv, c, next)) = moved {
+            let mut moved_step = step.clone();
+            moved_step.visit_bufs(|b, write| {
+                if write && *b == c {
+                    *b = mv.out;
+                }
+            });
+            if mv.over_a {
+                tr.unmoved = Some((c, next.clone(), origins[i + 1].clone()));
+            }
+            tr.step(&moved_step, origin, Some(&(mv.epilogue, mv.extra))).map_err(|e| format!("{origin}: {e}"))?;
+            tr.unmoved = None;
+            i += 2;
+            continue;
+        }
         tr.step(step, origin, fused.as_ref()).map_err(|e| format!("{origin}: {e}"))?;
         i += if fused.is_some() { 2 } else { 1 };
     }

@@ -27,6 +27,7 @@ use aoc_plan::gpu_plan::{Arg, ItemNote};
 use aoc_plan::plan::Buf;
 
 use super::gemm::GemmBufs;
+use super::half::Remake;
 use super::{Precision, Tr, aligned16};
 use crate::kernels::gemm_sp::wgmma as wgsp;
 use crate::kernels::gemm_sp::{SpGemmSpec, SpTile, SpWgTile, choose_sp_tile, choose_sp_wg_tile, gemm_sp_tiled, gemm_sp_wgmma};
@@ -125,7 +126,10 @@ impl Tr<'_, '_> {
                     SparseKernel::Wgmma(t) => self.weights.sparse_packed(&bufs.b, spec.n, spec.k, &t),
                 };
                 match packed {
-                    Ok((values, meta)) => self.launch_sparse(spec, kernel, bufs, values, meta, origin, epi),
+                    Ok((values, meta)) => {
+                        self.unmoved = None;
+                        self.launch_sparse(spec, kernel, bufs, values, meta, origin, epi)
+                    }
                     Err(why) => self.dense_with_note(spec, bufs, origin, epi, format!("dense: {why}")),
                 }
             }
@@ -134,6 +138,14 @@ impl Tr<'_, '_> {
     }
 
     fn dense_with_note(&mut self, spec: GemmSpec, bufs: GemmBufs, origin: &str, epi: Option<&(GemmEpilogue, Vec<Buf>)>, note: String) -> Result<(), String> {
+        if let Some((c, next, next_origin)) = self.unmoved.take() {
+            // The epilogue's output overlaps A, which a dense kernel may
+            // read as f32 while other blocks store: the product goes to
+            // its own buffer and the pointwise step runs after it.
+            self.gemm(spec, GemmBufs { c, ..bufs }, true, origin, None)?;
+            self.note(note);
+            return self.step(&next, &next_origin, None);
+        }
         self.gemm(spec, bufs, true, origin, epi)?;
         self.note(note);
         Ok(())
@@ -241,6 +253,11 @@ impl Tr<'_, '_> {
             args.extend(extra.iter().map(|b| Arg::In(*b)));
         }
         self.launch(kern, args, origin);
+        if let SparseKernel::Wgmma(tile) = kernel
+            && sp.ldc == sp.n
+        {
+            self.produced(c, Remake::SparseWgmma(sp, tile, e.cloned()));
+        }
         let flops = 2.0 * spec.m as f64 * spec.n as f64 * spec.k as f64;
         let how = match kernel {
             SparseKernel::Mma(tile) => format!(

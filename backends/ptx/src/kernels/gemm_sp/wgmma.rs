@@ -72,7 +72,7 @@
 //! through every `wgmma`, fence and wait as tied inline-assembly operands.
 
 use super::super::gemm_epilogue::{self, EpiFn};
-use super::super::{AMode, GemmEpilogue, GemmSpec, Geometry};
+use super::super::{AMode, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
 use super::tiled::SpGemmSpec;
 use crate::irtext::{Body, ModuleText, check_entry_name};
 use crate::target::Sm;
@@ -193,7 +193,25 @@ pub fn gemm_sp_wgmma(
     sm: Sm,
     epi: Option<&GemmEpilogue>,
 ) -> Result<Geometry, String> {
+    gemm_sp_wgmma_with(m, name, spec, tile, sm, epi, None)
+}
+
+/// [`gemm_sp_wgmma`] that also writes a [`HalfCopy`] of y (dense, `m × n`)
+/// through one more parameter after all others, for the next layer's
+/// `wgmma` A operand; with `keep_f32` false it stores only the copy.
+pub fn gemm_sp_wgmma_with(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &SpGemmSpec,
+    tile: SpWgTile,
+    sm: Sm,
+    epi: Option<&GemmEpilogue>,
+    half: Option<HalfCopy>,
+) -> Result<Geometry, String> {
     check_entry_name(name)?;
+    if half.is_some() && spec.ldc != spec.n {
+        return Err(format!("{name}: a half copy of y needs a dense y"));
+    }
     if sm != Sm::Sm90a {
         return Err(format!("{name}: wgmma.sp needs sm_90a, target is {sm}"));
     }
@@ -256,6 +274,9 @@ pub fn gemm_sp_wgmma(
         }
         None => None,
     };
+    if half.is_some() {
+        sig.push("ptr addrspace(1) noalias %h".to_string());
+    }
     if s.m == 0 || s.n == 0 {
         m.func(format!(
             "define ptx_kernel void @{name}({}) {{\nentry:\n  ret void\n}}\n",
@@ -273,6 +294,7 @@ pub fn gemm_sp_wgmma(
         s,
         t: tile,
         epi: epi_fn,
+        half,
         tid: String::new(),
         acc: String::new(),
     };
@@ -323,6 +345,8 @@ struct Gen {
     s: SpGemmSpec,
     t: SpWgTile,
     epi: Option<EpiFn>,
+    /// Stores of y also write a half copy through `%h`.
+    half: Option<HalfCopy>,
     tid: String,
     acc: String,
 }
@@ -834,7 +858,14 @@ impl Gen {
                             (8 * h) as u64,
                         ),
                     };
-                    self.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+                    if self.half.is_none_or(|h| h.keep_f32) {
+                        self.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+                    }
+                    if let Some(h) = self.half {
+                        let bits = h.bits(&mut self.b, &y);
+                        let hp = self.v(format!("getelementptr i16, ptr addrspace(1) %h, i64 {o}"));
+                        self.ins(format!("store i16 {bits}, ptr addrspace(1) {hp}, align 2"));
+                    }
                     self.b.br(&jl);
                     self.b.place(&jl);
                 }
