@@ -1431,7 +1431,9 @@ fn sparse_ffn_model(tag: &str) -> Result<Model, Failed> {
         inputs: vec![format!("x0=@random:{m}x{d_model}")],
         shapes: vec![],
         quantized: false,
-        bf16_tolerance: None,
+        // Three chained bf16 layers over k = 256 and 1024: 1.005e-2 on
+        // the H200.
+        bf16_tolerance: Some(2e-2),
     })
 }
 

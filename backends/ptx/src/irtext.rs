@@ -89,6 +89,16 @@ pub(crate) fn bf16_bits(b: &mut Body, x: &str) -> String {
     b.v(format!("trunc i32 {h} to i16"))
 }
 
+/// f32 `x` converted to i32 as `@llvm.fptosi.sat.i32.f32` does (toward
+/// zero, saturating, NaN to 0), or rounded to nearest even first with
+/// `nearest`: one `cvt.rzi`/`cvt.rni.s32.f32`, whose conversion saturates
+/// and maps NaN to 0 itself (NVPTX expands the intrinsic into seven more
+/// instructions that redo this).
+pub(crate) fn f32_to_i32_sat(b: &mut Body, x: &str, nearest: bool) -> String {
+    let mode = if nearest { "rni" } else { "rzi" };
+    b.v(format!("call i32 asm \"cvt.{mode}.s32.f32 $0, $1;\", \"=r,f\"(float {x})"))
+}
+
 /// f32 `x` rounded to fp8 e4m3 (to nearest even, saturating to ±448, NaN
 /// to NaN: `cvt.rn.satfinite.e4m3x2.f32`, sm_89 and newer) as an i8 value.
 pub(crate) fn f32_to_e4m3(b: &mut Body, x: &str) -> String {

@@ -203,12 +203,6 @@ pub(crate) fn c_store(b: &mut Body, ys: &[String], p: &str) -> String {
     }
 }
 
-/// Requantizes the s32 accumulator `acc` of an integer convolution's
-/// output channel with its `[comp (i32), scale, shift (f32)]` as
-/// `aoc_runtime::kernels::qconv::requantize` does (the contract in
-/// [`super::gemm_s8`]'s doc): the stored value as an i32. Needs
-/// `@llvm.fma.f32`, `@llvm.roundeven.f32` and `@llvm.fptosi.sat.i64.f32`
-/// declared.
 /// The e4m3 form of [`requantize`] (`QuantElem::E4M3`): f32 `acc` ·
 /// `scale` + `shift` (one fma), clamped to `[y_min, y_max]` (a NaN stays
 /// NaN), rounded to e4m3 (nearest even, saturating): the stored byte as
@@ -223,6 +217,12 @@ pub(crate) fn requantize_e4m3(b: &mut Body, q: &QuantConv, acc: &str, [scale, sh
     crate::irtext::f32_to_e4m3(b, &r)
 }
 
+/// Requantizes the s32 accumulator `acc` of an integer convolution's
+/// output channel with its `[comp (i32), scale, shift (f32)]` as
+/// `aoc_runtime::kernels::qconv::requantize` does (the contract in
+/// [`super::gemm_s8`]'s doc): the stored value as an i32. Needs
+/// `@llvm.fma.f32`, `@llvm.roundeven.f32` and `@llvm.fptosi.sat.i64.f32`
+/// declared.
 pub(crate) fn requantize(b: &mut Body, q: &QuantConv, acc: &str, [comp, scale, shift]: [&str; 3]) -> String {
     // The clamp bounds as the CPU computes them (rounded to f32).
     let lo = f32_lit((q.y_min as i64 - q.y_zero as i64) as f32);
@@ -230,6 +230,18 @@ pub(crate) fn requantize(b: &mut Body, q: &QuantConv, acc: &str, [comp, scale, s
     let a = b.v(format!("add i32 {acc}, {comp}"));
     let f = b.v(format!("sitofp i32 {a} to float"));
     let f = b.v(format!("call float @llvm.fma.f32(float {f}, float {scale}, float {shift})"));
+    // Bounds exact in f32, inside i32, around 0 (8- and 16-bit outputs):
+    // rounding and converting first (saturating, NaN to 0), then clamping
+    // the integer gives the value below in 4 instructions instead of 13.
+    let (lo_i, hi_i) = (q.y_min as i64 - q.y_zero as i64, q.y_max as i64 - q.y_zero as i64);
+    if lo_i <= 0 && hi_i >= 0 && lo_i >= -(1 << 24) && hi_i <= 1 << 24 {
+        let r = crate::irtext::f32_to_i32_sat(b, &f, true);
+        let lt = b.v(format!("icmp slt i32 {r}, {lo_i}"));
+        let r = b.v(format!("select i1 {lt}, i32 {lo_i}, i32 {r}"));
+        let gt = b.v(format!("icmp sgt i32 {r}, {hi_i}"));
+        let r = b.v(format!("select i1 {gt}, i32 {hi_i}, i32 {r}"));
+        return b.v(format!("add i32 {r}, {}", q.y_zero));
+    }
     let r = b.v(format!("call float @llvm.roundeven.f32(float {f})"));
     // `f32::clamp`: a NaN stays NaN (and converts to 0).
     let lt = b.v(format!("fcmp olt float {r}, {lo}"));

@@ -155,9 +155,9 @@ impl Gen<'_> {
             Elem::U8 => self.narrow(x, "i8", 0, 255),
             Elem::I16 => self.narrow(x, "i16", -32768, 32767),
             Elem::U16 => self.narrow(x, "i16", 0, 65535),
-            Elem::I32 | Elem::U32 | Elem::I64 | Elem::U64 => {
+            Elem::I32 => crate::irtext::f32_to_i32_sat(&mut self.b, x, false),
+            Elem::U32 | Elem::I64 | Elem::U64 => {
                 let (op, ty) = match e {
-                    Elem::I32 => ("fptosi", "i32"),
                     Elem::U32 => ("fptoui", "i32"),
                     Elem::I64 => ("fptosi", "i64"),
                     _ => ("fptoui", "i64"),
@@ -311,12 +311,9 @@ impl Gen<'_> {
 
     /// Truncates `x` to an integer clamped to `lo..=hi`, as type `ty`.
     fn narrow(&mut self, x: &str, ty: &str, lo: i32, hi: i32) -> String {
-        self.declare("declare i32 @llvm.fptosi.sat.i32.f32(float)");
         self.declare("declare i32 @llvm.smax.i32(i32, i32)");
         self.declare("declare i32 @llvm.smin.i32(i32, i32)");
-        let t = self
-            .b
-            .v(format!("call i32 @llvm.fptosi.sat.i32.f32(float {x})"));
+        let t = crate::irtext::f32_to_i32_sat(&mut self.b, x, false);
         let t = self
             .b
             .v(format!("call i32 @llvm.smax.i32(i32 {t}, i32 {lo})"));

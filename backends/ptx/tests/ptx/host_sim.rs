@@ -40,6 +40,17 @@ extern "C" fn sim_fma(a: f32, b: f32, c: f32) -> f32 {
     a.mul_add(b, c)
 }
 
+/// `cvt.rni.s32.f32` and `cvt.rzi.s32.f32` (inline PTX in the kernels):
+/// rounded to nearest even or toward zero, saturating, NaN to 0, as
+/// Rust's `as` converts.
+extern "C" fn sim_cvt_rni(x: f32) -> i32 {
+    x.round_ties_even() as i32
+}
+
+extern "C" fn sim_cvt_rzi(x: f32) -> i32 {
+    x as i32
+}
+
 extern "C" fn sim_barrier(_: i32) {
     let b = BARRIER.with(|b| b.borrow().clone());
     b.expect("a barrier outside a block run").wait();
@@ -58,7 +69,8 @@ pub fn block_barrier() {
 }
 
 /// The module rewritten for the host: no target triple, generic address
-/// spaces, host hooks for the GPU's registers, barrier and `fma`; shared
+/// spaces, host hooks for the GPU's registers, barrier, `fma` and the
+/// inline `cvt` to i32; shared
 /// memory (static arrays, and the dynamic `@aoc_smem`) as external-linkage
 /// globals, so that the optimizer keeps their accesses on their side of the
 /// opaque barrier calls; the register pin's constraint for an SSE register.
@@ -82,6 +94,13 @@ fn host_ir(ir: &str) -> String {
         .replace("@llvm.nvvm.read.ptx.sreg.", "@sim.")
         .replace("@llvm.nvvm.barrier.cta.sync.aligned.all", "@sim.barrier")
         .replace("@llvm.fma.f32", "@sim.fma");
+    for mode in ["rni", "rzi"] {
+        let asm = format!("call i32 asm \"cvt.{mode}.s32.f32 $0, $1;\", \"=r,f\"(");
+        if text.contains(&asm) {
+            text = text.replace(&asm, &format!("call i32 @sim.cvt.{mode}("));
+            text.push_str(&format!("\ndeclare i32 @sim.cvt.{mode}(float)\n"));
+        }
+    }
     let mut wrappers = String::new();
     for def in text.split("\ndefine void @").skip(1) {
         let name = &def[..def.find('(').unwrap()];
@@ -218,8 +237,10 @@ pub fn with_jit_hooks(ir: &str, extra: &[(&str, usize)], f: impl FnOnce(&dyn Fn(
     let ee = module
         .create_jit_execution_engine(OptimizationLevel::Default)
         .unwrap();
-    let hooks: [(&str, usize); 5] = [
+    let hooks: [(&str, usize); 7] = [
         ("sim.fma", sim_fma as *const () as usize),
+        ("sim.cvt.rni", sim_cvt_rni as *const () as usize),
+        ("sim.cvt.rzi", sim_cvt_rzi as *const () as usize),
         ("sim.tid.x", sim_tid as *const () as usize),
         ("sim.ctaid.x", sim_ctaid_x as *const () as usize),
         ("sim.ctaid.z", sim_ctaid_z as *const () as usize),

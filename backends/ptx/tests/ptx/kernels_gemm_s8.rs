@@ -196,15 +196,13 @@ fn gemm_s8_assembles_for_every_sm() {
             } else {
                 "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32"
             };
-            // The epilogue's operations, in the CPU's order.
-            for op in [
-                "cvt.rn.f32.s32",
-                "fma.rn.f32",
-                "cvt.rni.f32.f32",
-                "cvt.rzi.s64.f32",
-            ] {
+            // The epilogue's operations, in the CPU's order; 8-bit outputs
+            // round and convert in one saturating instruction, then clamp
+            // the integer.
+            for op in ["cvt.rn.f32.s32", "fma.rn.f32", "cvt.rni.s32.f32", "max.s32", "min.s32"] {
                 assert!(body.contains(op), "{name}: no {op}");
             }
+            assert!(!body.contains("cvt.rzi.s64.f32"), "{name}: an 8-bit requantization converts through i64");
             if k == 0 {
                 assert!(!body.contains("mma.sync"), "{name}");
                 continue;
@@ -596,9 +594,10 @@ fn qconv_wgmma_assembles_for_sm_90a() {
         // Four k32 steps per 128-byte k-tile (LLVM may copy the loop body).
         let steps = body.matches(&mma).count();
         assert!(steps > 0 && steps % 4 == 0, "{name}: {steps} of {mma}");
-        for op in ["cvt.rn.f32.s32", "fma.rn.f32", "cvt.rni.f32.f32", "cvt.rzi.s64.f32"] {
+        for op in ["cvt.rn.f32.s32", "fma.rn.f32", "cvt.rni.s32.f32", "max.s32", "min.s32"] {
             assert!(body.contains(op), "{name}: no {op}");
         }
+        assert!(!body.contains("cvt.rzi.s64.f32"), "{name}: an 8-bit requantization converts through i64");
         // Padding in `x_zero` bytes is stored by the thread.
         assert_eq!(body.contains("st.shared.v4"), s.q.x_zero != 0, "{name}");
         // Bytes staged in shared memory, stored in 16-byte runs where oc
