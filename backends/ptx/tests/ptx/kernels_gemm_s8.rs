@@ -21,7 +21,7 @@ use aoc_backend_ptx::kernels::gemm_wgmma::{
     WgTile, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile,
     supports,
 };
-use aoc_backend_ptx::expr::{Binary, Expr};
+use aoc_backend_ptx::expr::{Binary, Expr, Unary};
 use aoc_backend_ptx::kernels::GemmEpilogue;
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 use aoc_ir::types::Scalar;
@@ -756,6 +756,61 @@ fn residual_epilogue(s: &QConvSpec, out: Scalar) -> GemmEpilogue {
     GemmEpilogue {
         kernel: super::kernel("", &[m, n], &[(own, dense), (Scalar::I8, dense)], &exprs, out),
         strides: vec![[0, n, 1]],
+    }
+}
+
+/// An epilogue of the requantized byte alone that stores a byte: the
+/// dequantized value through `erf`, quantized again (an int8 GELU's
+/// shape) as `out`.
+fn byte_function_epilogue(s: &QConvSpec, out: Scalar) -> GemmEpilogue {
+    let (m, n) = (s.geom.n * s.geom.oh * s.geom.ow, s.geom.oc);
+    let own = if s.q.y_signed { Scalar::I8 } else { Scalar::U8 };
+    let exprs = [
+        Expr::Load(0),
+        Expr::Const(5.0),
+        Expr::Binary(Binary::Sub, 0, 1),
+        Expr::Const(0.05),
+        Expr::Binary(Binary::Mul, 2, 3),
+        Expr::Unary(Unary::Erf, 4),
+        Expr::Const(100.0),
+        Expr::Binary(Binary::Mul, 5, 6),
+        Expr::Unary(Unary::RoundEven, 7),
+    ];
+    GemmEpilogue { kernel: super::kernel("", &[m, n], &[(own, &[n, 1])], &exprs, out), strides: vec![] }
+}
+
+/// A byte-to-byte epilogue is tabulated: each thread evaluates it once
+/// (one `erf`, one table store) and each element is a shared-memory
+/// lookup; with another operand, or a float result, it is evaluated per
+/// element. Both assemble.
+#[test]
+fn qconv_wgmma_tabulates_byte_functions() {
+    let sm = Sm::Sm90a;
+    let mut m = ModuleText::new();
+    let s = sq(2, 9, 32, 48, 3, 1, 1, 1);
+    let signed = QConvSpec { q: QuantConv { y_signed: true, ..s.q }, ..s };
+    let cases = [
+        ("wgt_u8", s, byte_function_epilogue(&s, Scalar::U8), true),
+        ("wgt_i8", signed, byte_function_epilogue(&signed, Scalar::I8), true),
+        ("wgt_f32", s, byte_function_epilogue(&s, Scalar::F32), false),
+        ("wgt_residual", s, residual_epilogue(&s, Scalar::U8), false),
+    ];
+    for (name, s, e, _) in &cases {
+        qconv_wgmma_tile(&mut m, name, s, sm, choose_q_tile(s), Some(e)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    for (name, _, _, table) in &cases {
+        let body = super::entry(&ptx, name);
+        let lookups = ["ld.shared.u8", "ld.shared.b8", "ld.shared.s8"].iter().map(|l| body.matches(l).count()).sum::<usize>();
+        let erfs = body.matches("ex2.approx").count();
+        if *table {
+            assert!(lookups >= 16 && erfs == 1, "{name}: {lookups} byte lookups, {erfs} exp2");
+        } else {
+            assert_eq!(lookups, 0, "{name}");
+        }
+    }
+    if let Ok(x) = super::find_ptxas() {
+        super::assemble(&x, &ptx, sm, "qconv_wgmma_tables");
     }
 }
 

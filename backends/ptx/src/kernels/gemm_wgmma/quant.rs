@@ -28,7 +28,10 @@
 //! goes through it (as f32, the way that step loaded it) and its result is
 //! stored, in its own type (8-bit or f32), at `y`, which is then that
 //! step's output; the epilogue's operands `e1 … ek` follow `y` and must be
-//! 16-byte aligned (so a run's 16 bytes of a residual load as one).
+//! 16-byte aligned (so a run's 16 bytes of a residual load as one). An
+//! epilogue of the requantized byte alone that stores a byte (a GELU or
+//! sigmoid between two int8 layers) is tabulated per block: 256 entries in
+//! shared memory, one evaluation per thread, then a lookup per element.
 //!
 //! fp8 (`q.elem` = [`QuantElem::E4M3`]): the same kernel on e4m3 bytes,
 //! `wgmma` m64nNk32 `.f32.e4m3.e4m3` (the same k32 byte layout), f32
@@ -74,6 +77,9 @@ pub fn supports(spec: &QConvSpec, sm: Sm) -> bool {
     let g = &spec.geom;
     sm == Sm::Sm90a && g.group == 1 && g.c > 0 && g.c.is_multiple_of(16)
 }
+
+// One table entry per thread (`Gen::epilogue_table`).
+const _: () = assert!(THREADS == 256);
 
 /// Widest tile of the fp8 kernel: its promoted k loop holds two sets of
 /// `bn/2` f32 accumulators per thread (the sums and the scratch), 192
@@ -280,8 +286,37 @@ impl Gen<'_> {
                 self.ins(format!("store i16 {w}, ptr addrspace(3) {p}, align 2"));
             }
         }
+        let lut = self.epilogue_table(q, out, &tile, pitch);
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
-        self.store_runs(q, out, &tile, pitch);
+        self.store_runs(q, out, &tile, pitch, lut.as_deref());
+    }
+
+    /// An epilogue of the requantized byte alone (no other operand) that
+    /// stores a byte is a function of 256 values: thread `t` of the block
+    /// evaluates it once for the byte `t` into a table in shared memory
+    /// after the staging tile, and [`Gen::store_runs`] looks each element
+    /// up (a GELU or sigmoid between two int8 layers costs one shared load
+    /// per element instead of some 50 instructions). The same epilogue
+    /// function computes both ways, so the stored bytes are the same.
+    /// Returns the table's byte offset, or `None` where the epilogue does
+    /// not qualify or the ring has no room for tile and table.
+    fn epilogue_table(&mut self, q: QuantConv, out: Scalar, tile: &str, pitch: u32) -> Option<String> {
+        let (_, strides) = self.epi.as_ref()?;
+        if !strides.is_empty() || q.elem != QuantElem::Int8 || !matches!(out, Scalar::I8 | Scalar::U8) {
+            return None;
+        }
+        if ALIGN + 128 * pitch + 256 > self.t.smem_bytes() {
+            return None;
+        }
+        let at = self.v(format!("add i32 {tile}, {}", 128 * pitch));
+        let byte = self.v(format!("trunc i32 {} to i8", self.tid));
+        let conv = if q.y_signed { "sitofp" } else { "uitofp" };
+        let f = self.v(format!("{conv} i8 {byte} to float"));
+        let y = gemm_epilogue::value_as(&mut self.b, self.epi.as_ref(), &f, &[], 0, 0, "i8");
+        let p = self.v(format!("add i32 {at}, {}", self.tid));
+        let sp = self.smem(&p);
+        self.ins(format!("store i8 {y}, ptr addrspace(3) {sp}, align 1"));
+        Some(at)
     }
 
     /// [`QuantElem::E4M3ToF32`]'s stores (module doc): accumulator
@@ -349,7 +384,7 @@ impl Gen<'_> {
     /// bytes apart), each through the epilogue and stored: as one vector
     /// where `oc` is a multiple of 16 (a run is then all in range or all
     /// out, and 16-byte aligned in y), else element by element.
-    fn store_runs(&mut self, q: QuantConv, out: Scalar, tile: &str, pitch: u32) {
+    fn store_runs(&mut self, q: QuantConv, out: Scalar, tile: &str, pitch: u32, lut: Option<&str>) {
         let (t, s) = (self.t, self.s);
         let (oty, osize) = stored_type(out).expect("checked by qconv_wgmma_tile");
         let oc = s.n;
@@ -398,9 +433,15 @@ impl Gen<'_> {
                 self.b.place(&l_el);
             }
             let b = self.v(format!("extractelement <16 x i8> {run}, i32 {e}"));
-            let y = match self.epi {
-                None => b,
-                Some(_) => {
+            let y = match (self.epi.as_ref(), lut) {
+                (None, _) => b,
+                (Some(_), Some(at)) => {
+                    let i = self.v(format!("zext i8 {b} to i32"));
+                    let p = self.v(format!("add i32 {at}, {i}"));
+                    let sp = self.smem(&p);
+                    self.v(format!("load i8, ptr addrspace(3) {sp}, align 1"))
+                }
+                (Some(_), None) => {
                     let f = if e4m3 {
                         crate::irtext::e4m3_to_f32(&mut self.b, &b)
                     } else {
