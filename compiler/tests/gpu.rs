@@ -1385,6 +1385,25 @@ fn sparse_gemm_model_of(tag: &str, m: usize, k: usize, n: usize) -> Result<Model
     })
 }
 
+/// The quantized encoder for sm_90a: the layer norm whose output the next
+/// step quantizes writes the bytes itself (`layer_norm_q`), so no
+/// quantize launch reads its f32 output again (`make gpu-test` runs it
+/// against the interpreter as `gpu_qdq_encoder_sm_90a_*`).
+fn int8_layer_norm_writes_bytes() -> Result<(), Failed> {
+    let m = models().into_iter().find(|m| m.name == "qdq_encoder").ok_or("examples/qdq_encoder is missing")?;
+    let d = scratch("int8_layer_norm");
+    let ptx = emit(&m.file, "sm_90a", "fp16", "ptx", &d.join("model.ptx"))?;
+    let launches = launch_lines(&ptx);
+    let fused = launches.iter().filter(|l| l.contains("launch layer_norm_q_")).count();
+    // A quantize alone right after a layer norm (the last one's output is
+    // quantized and dequantized in one f32 step, which stays).
+    let after_ln = launches.windows(2).filter(|w| w[0].contains("launch layer_norm") && w[1].contains("<- quant.quantize") && !w[1].contains(" + ")).count();
+    if fused == 0 || after_ln != 0 {
+        return Err(format!("expected the layer norm to write its quantized bytes, got {launches:#?}").into());
+    }
+    Ok(())
+}
+
 /// Two sparsified layers as a transformer's FFN writes them: `x·w1 + b1`,
 /// GELU, then `·w2 + b2` and a residual add of the layer's input, then a
 /// ReLU (so the residual sum is an arena buffer the planner may place over
@@ -1599,6 +1618,7 @@ fn main() {
     trials.push(Trial::test("sparse_explain_says_why", sparse_explain_says_why));
     trials.push(Trial::test("sparse_gemm_builds", sparse_gemm_builds));
     trials.push(Trial::test("sparse_ffn_builds", sparse_ffn_builds));
+    trials.push(Trial::test("int8_layer_norm_writes_bytes", int8_layer_norm_writes_bytes));
     for (t, p) in [("sm_90a", "fp16"), ("sm_86", "fp16"), ("sm_90a", "bf16")] {
         trials.push(Trial::test(format!("gpu_sparse_ffn_{t}_{p}"), move || check_on_gpu(&sparse_ffn_model(&format!("gpu_{t}_{p}"))?, t, p)));
     }

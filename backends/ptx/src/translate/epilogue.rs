@@ -179,6 +179,36 @@ pub(super) fn moved_epilogue(
     Some(MovedEpilogue { epilogue, extra, out: *out, over_a })
 }
 
+/// A layer norm (`step`) whose output `y` the next step quantizes alone
+/// (a pointwise kernel of `y`, read at the element it writes, storing 8-bit
+/// integers into a buffer that overlaps none of the layer norm's): the
+/// quantization as a byte output of the layer norm. Returns it as an
+/// epilogue of `y` alone, its output, and whether `y` must still be stored
+/// (a later step reads it, or it is not an arena buffer).
+pub(super) fn layer_norm_quant(step: &Step, next: &Step, later: &[Step], kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Buf, bool)> {
+    let Step::LayerNorm { x, gamma, beta, y, rows, cols, .. } = step else { return None };
+    let Step::Pointwise { code, args, .. } = next else { return None };
+    let k = kernels.get(code.as_str())?;
+    let (out, ins) = args.split_last()?;
+    if ins.len() != 1 || ins[0] != *y || k.operands.len() != 1 || k.compute != crate::expr::Compute::F32 {
+        return None;
+    }
+    if !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) || k.operands[0].dtype != Scalar::F32 || k.operands[0].strides != row_major(&k.dims) {
+        return None;
+    }
+    let n = rows * cols;
+    if k.dims.iter().product::<u64>() != n || y.len != 4 * n || out.len != n {
+        return None;
+    }
+    if [Some(*x), *gamma, *beta, Some(*y)].iter().flatten().any(|b| overlaps(b, out)) {
+        return None;
+    }
+    let after: Vec<Vec<(Buf, bool)>> = std::iter::once(vec![(*out, true)]).chain(later.iter().map(super::half::bufs_of)).collect();
+    let keep_f32 = y.space != Space::Arena || super::half::read_later(&after, y);
+    let (e, _) = as_epilogue(k, ins, 0, *rows, *cols)?;
+    Some((e, *out, keep_f32))
+}
+
 /// What [`moved_epilogue`] found.
 pub(super) struct MovedEpilogue {
     pub epilogue: GemmEpilogue,

@@ -60,7 +60,7 @@ use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
 pub use epilogue::affine_over;
-use epilogue::{fusable_epilogue, gemm_output, moved_epilogue, q_epilogue};
+use epilogue::{fusable_epilogue, gemm_output, layer_norm_quant, moved_epilogue, q_epilogue};
 use gemm::GemmBufs;
 use half::{HalfCopies, Remake};
 use weights::WeightSection;
@@ -623,6 +623,27 @@ pub fn translate_tuned(
                 .flatten();
             tr.qconv2d(spec, [x, w, comp, scale, shift, y], origin, fused.as_ref().map(|(e, _)| e)).map_err(|e| format!("{origin}: {e}"))?;
             i += 1 + fused.map_or(0, |(_, len)| len);
+            continue;
+        }
+        // A layer norm whose output the next step quantizes writes the
+        // bytes itself.
+        if let Step::LayerNorm { x, gamma, beta, y, rows: r, cols, epsilon } = step
+            && !has_control
+            && let Some((e, out, keep_f32)) = steps.get(i + 1).and_then(|next| layer_norm_quant(step, next, &steps[i + 2..], &tr.pointwise))
+        {
+            let p = (*r, *cols, epsilon.to_bits(), gamma.is_some(), beta.is_some());
+            let k = tr
+                .kernel("layer_norm_q", (p, &e, keep_f32), |m, n| {
+                    rows::layer_norm_quant(m, n, p.0, p.1, f32::from_bits(p.2), p.3, p.4, &e, keep_f32)
+                })
+                .map_err(|e| format!("{origin}: {e}"))?;
+            let mut args = vec![Arg::In(*x)];
+            args.extend(gamma.map(Arg::In));
+            args.extend(beta.map(Arg::In));
+            args.push(Arg::Out(*y));
+            args.push(Arg::Out(out));
+            tr.launch(k, args, origin);
+            i += 2;
             continue;
         }
         let fused = gemm_output(step)

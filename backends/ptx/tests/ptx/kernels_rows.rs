@@ -469,3 +469,48 @@ fn qmax_pool_reads_and_stores_bytes() {
         assert!(!body.contains("st.global.f32"), "{name}");
     }
 }
+
+/// A layer norm with its quantization as a byte output: one more pointer,
+/// a byte store beside each f32 store (or instead of it without
+/// `keep_f32`), for register rows and streamed ones; the quantization must
+/// read the f32 value alone and store bytes. (The row kernels' warp
+/// shuffles do not run in the host simulator; `make gpu-test` runs the
+/// int8 encoder through this kernel against the interpreter.)
+#[test]
+fn layer_norm_quant_stores_bytes() {
+    use aoc_backend_ptx::expr::{Binary, Expr, Unary};
+    use aoc_backend_ptx::kernels::GemmEpilogue;
+    use aoc_ir::types::Scalar;
+    let quant = |rows: u64, cols: u64, out: Scalar| {
+        let exprs = [
+            Expr::Load(0),
+            Expr::Const(40.0),
+            Expr::Binary(Binary::Mul, 0, 1),
+            Expr::Const(128.0),
+            Expr::Binary(Binary::Add, 2, 3),
+            Expr::Unary(Unary::RoundEven, 4),
+        ];
+        GemmEpilogue { kernel: super::kernel("", &[rows, cols], &[(Scalar::F32, &[cols, 1])], &exprs, out), strides: vec![] }
+    };
+    let cases: [(&str, u64, u64, bool, bool); 3] =
+        [("lnq_keep", 16, 768, true, true), ("lnq_bytes_only", 16, 768, false, true), ("lnq_long", 3, 20000, true, false)];
+    let mut m = ModuleText::new();
+    for (name, r, c, keep, beta) in cases {
+        let g = rows::layer_norm_quant(&mut m, name, r, c, 1e-5, true, beta, &quant(r, c, Scalar::U8), keep).unwrap();
+        check_rows_geometry(&g, r, c, name);
+    }
+    rows::layer_norm_quant(&mut m, "lnq_i8", 16, 768, 1e-5, false, false, &quant(16, 768, Scalar::I8), false).unwrap();
+    for bad in [quant(2, 8, Scalar::F32), quant(2, 8, Scalar::F16)] {
+        assert!(rows::layer_norm_quant(&mut m, "lnq_bad", 2, 8, 1e-5, false, false, &bad, true).is_err());
+    }
+    let ptx = lower_all(&m.finish(), "rows_layer_norm_quant");
+    for (name, _, _, keep, beta) in cases {
+        let b = entry(&ptx, name);
+        assert_eq!(b.matches(".param .u64").count(), 4 + usize::from(beta), "{name}");
+        let f32_stores = b.matches("st.global.f32").count() + b.matches("st.global.b32").count();
+        let bytes = b.matches("st.global.u8").count() + b.matches("st.global.b8").count();
+        assert!(bytes > 0, "{name}: no byte store");
+        assert_eq!(f32_stores == bytes, keep, "{name}: {f32_stores} f32 stores, {bytes} byte stores");
+        assert!(keep || f32_stores == 0, "{name}");
+    }
+}

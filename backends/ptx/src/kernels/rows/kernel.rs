@@ -64,6 +64,10 @@ pub(super) struct Kernel<'m> {
     cur: String,
     /// Row stores also write a half copy through this parameter.
     pub(super) half: Option<(HalfCopy, String)>,
+    /// Row stores also write `@fn(value)` as a byte through this parameter
+    /// (a quantization after the kernel), and the f32 value only where the
+    /// flag says.
+    pub(super) byte_out: Option<(String, String, bool)>,
 }
 
 impl<'m> Kernel<'m> {
@@ -75,6 +79,7 @@ impl<'m> Kernel<'m> {
             name: name.to_string(),
             cur: "entry".to_string(),
             half: None,
+            byte_out: None,
         })
     }
 

@@ -15,7 +15,9 @@
 use super::kernel::{Kernel, Op};
 use super::row::{Elem, RowPlan};
 use crate::irtext::{ModuleText, f32_lit};
-use crate::kernels::{Geometry, HalfCopy};
+use crate::kernels::{GemmEpilogue, Geometry, HalfCopy};
+use crate::pointwise::define_epilogue_of;
+use aoc_ir::types::Scalar;
 use crate::pointwise::math::{self, MathFn};
 
 /// Softmax (`log`: log-softmax) over each `cols`-long row of the row-major
@@ -86,6 +88,33 @@ pub fn layer_norm(
     layer_norm_with(m, name, rows, cols, epsilon, gamma, beta, None)
 }
 
+/// [`layer_norm`] followed by a quantization: `epi` (a pointwise kernel
+/// of `y` alone, as a GEMM epilogue: operand 0 the f32 value, no other
+/// operand, an 8-bit result) also stores its byte at each element through
+/// one more parameter after `y`; `y` itself is stored only with `keep_f32`
+/// (a later step reads it). One launch instead of the layer norm and the
+/// quantize reading its f32 output again.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_quant(
+    m: &mut ModuleText,
+    name: &str,
+    rows: u64,
+    cols: u64,
+    epsilon: f32,
+    gamma: bool,
+    beta: bool,
+    epi: &GemmEpilogue,
+    keep_f32: bool,
+) -> Result<Geometry, String> {
+    let k = &epi.kernel;
+    if !epi.strides.is_empty() || k.operands.len() != 1 || k.operands[0].dtype != Scalar::F32 || !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) {
+        return Err("a layer norm's quantization reads the f32 value alone and stores 8-bit integers".to_string());
+    }
+    let f = format!("{name}_q");
+    define_epilogue_of(m, &f, epi)?;
+    layer_norm_impl(m, name, (rows, cols, epsilon, gamma, beta), None, Some((f, keep_f32)))
+}
+
 /// [`layer_norm`] that also writes a [`HalfCopy`] of `y` through one more
 /// parameter after `y`, when `half` asks for it.
 #[allow(clippy::too_many_arguments)]
@@ -99,8 +128,21 @@ pub fn layer_norm_with(
     beta: bool,
     half: Option<HalfCopy>,
 ) -> Result<Geometry, String> {
+    layer_norm_impl(m, name, (rows, cols, epsilon, gamma, beta), half, None)
+}
+
+/// The layer norm kernel with at most one second output: a half copy, or
+/// a quantizing function's bytes (its name, and whether `y` is stored).
+fn layer_norm_impl(
+    m: &mut ModuleText,
+    name: &str,
+    (rows, cols, epsilon, gamma, beta): (u64, u64, f32, bool, bool),
+    half: Option<HalfCopy>,
+    byte_out: Option<(String, bool)>,
+) -> Result<Geometry, String> {
     let mut k = Kernel::new(m, name)?;
-    let params = 2 + usize::from(gamma) + usize::from(beta) + usize::from(half.is_some());
+    let second = half.is_some() || byte_out.is_some();
+    let params = 2 + usize::from(gamma) + usize::from(beta) + usize::from(second);
     if rows == 0 || cols == 0 {
         return Ok(k.empty(params));
     }
@@ -131,8 +173,9 @@ pub fn layer_norm_with(
     k.m.declare("declare float @llvm.sqrt.f32(float)");
     let sq = k.v(format!("call float @llvm.sqrt.f32(float {ve})"));
     let rstd = k.v(format!("fdiv float 1.0, {sq}"));
-    let y = params - 1 - usize::from(half.is_some());
+    let y = params - 1 - usize::from(second);
     k.half = half.map(|h| (h, format!("%p{}", params - 1)));
+    k.byte_out = byte_out.map(|(f, keep)| (f, format!("%p{}", params - 1), keep));
     k.row_write(&r, &mut src, &format!("%p{y}"), |k, e| {
         let d = d(k, e);
         let t = k.v(format!("fsub float {d}, {delta}"));

@@ -333,11 +333,17 @@ impl Kernel<'_> {
         self.if_then(&cond, |k| {
             let o = k.v(format!("add i64 {off}, {c}"));
             let half = k.half.clone();
-            if half.as_ref().is_none_or(|(h, _)| h.keep_f32) {
+            let byte_out = k.byte_out.clone();
+            if half.as_ref().is_none_or(|(h, _)| h.keep_f32) && byte_out.as_ref().is_none_or(|(_, _, keep)| *keep) {
                 k.store(val, p, "i64", &o);
             }
             if let Some((h, hp)) = half {
                 h.store(&mut k.b, val, &hp, &o);
+            }
+            if let Some((f, bp, _)) = byte_out {
+                let y = k.v(format!("call i8 @{f}(float {val})"));
+                let a = k.v(format!("getelementptr i8, ptr addrspace(1) {bp}, i64 {o}"));
+                k.ins(format!("store i8 {y}, ptr addrspace(1) {a}, align 1"));
             }
         });
     }
