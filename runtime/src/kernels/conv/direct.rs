@@ -46,6 +46,14 @@ pub fn depthwise_conv2d(
     if g.y_len == 0 {
         return Ok(());
     }
+    if narrow_pays(&g) {
+        let wrep = repeated_taps(&g, w);
+        y[..g.y_len]
+            .par_chunks_mut(row)
+            .enumerate()
+            .for_each(|(r, yrow)| depthwise_row_narrow(&g, x, &wrep, bias, post, r, yrow));
+        return Ok(());
+    }
     y[..g.y_len]
         .par_chunks_mut(row)
         .enumerate()
@@ -53,8 +61,87 @@ pub fn depthwise_conv2d(
     Ok(())
 }
 
+/// Whether [`depthwise_row_narrow`] serves this convolution: multiplier 1,
+/// unit stride along W and fewer channels than one 16-lane vector (a
+/// GhostNet's 2 to 12), where the per-pixel loop spends its time on
+/// indexing and channel tails rather than multiply-adds.
+fn narrow_pays(g: &Dims) -> bool {
+    g.oc == g.c && g.c < 16 && g.stride[1] == 1
+}
+
+/// Each tap's `c` weights repeated for every output column: `kh·kw` rows
+/// of `ow·c` floats, so a tap's contribution to an output row is one
+/// multiply-add of two contiguous runs.
+fn repeated_taps(g: &Dims, w: &[f32]) -> Vec<f32> {
+    let row = g.ow * g.c;
+    let mut out = vec![0.0f32; g.kh * g.kw * row];
+    for (t, dst) in out.chunks_exact_mut(row.max(1)).enumerate() {
+        for px in dst.chunks_exact_mut(g.c) {
+            px.copy_from_slice(&w[t * g.c..(t + 1) * g.c]);
+        }
+    }
+    out
+}
+
+multiversion! {
+    /// Output row `r` (flat over `n·oh`) of a depthwise convolution that
+    /// [`narrow_pays`] accepts. With unit stride along W, tap `(ky, kx)`
+    /// reads, for the output columns whose input column is inside the
+    /// image, one contiguous run of input row `iy`, so the row accumulates
+    /// tap by tap as whole-row multiply-adds (`wrep` from
+    /// [`repeated_taps`]). Each output starts at its bias and adds the taps
+    /// in the per-pixel loop's order, so results are the same bits.
+    fn depthwise_row_narrow(
+        g: &Dims,
+        x: &[f32],
+        wrep: &[f32],
+        bias: Option<&[f32]>,
+        post: Post,
+        r: usize,
+        yrow: &mut [f32],
+    ) {
+        let (b, oy) = (r / g.oh, r % g.oh);
+        let (c, ow) = (g.c, g.ow);
+        let yrow = &mut yrow[..ow * c];
+        match bias {
+            Some(bias) => {
+                for px in yrow.chunks_exact_mut(c) {
+                    px.copy_from_slice(&bias[..c]);
+                }
+            }
+            None => yrow.fill(0.0),
+        }
+        let by = g.base(oy, 0);
+        let ky = tap_range(by, g.dilation[0], g.kh, g.h);
+        let bx = g.base(0, 1);
+        for ky in ky.0..ky.1 {
+            let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+            let xrow = &x[(b * g.h + iy) * g.w * c..][..g.w * c];
+            for kx in 0..g.kw {
+                // Output column ox reads input column ox + off.
+                let off = bx + (kx * g.dilation[1]) as isize;
+                let lo = (-off).max(0) as usize;
+                let hi = (g.w as isize - off).clamp(0, ow as isize) as usize;
+                if lo >= hi {
+                    continue;
+                }
+                let n = (hi - lo) * c;
+                let xs = &xrow[(lo as isize + off) as usize * c..][..n];
+                let ws = &wrep[((ky * g.kw + kx) * ow + lo) * c..][..n];
+                let ys = &mut yrow[lo * c..][..n];
+                for ((y, &xv), &wv) in ys.iter_mut().zip(xs).zip(ws) {
+                    *y += xv * wv;
+                }
+            }
+        }
+        for v in yrow.iter_mut() {
+            *v = post.apply(*v);
+        }
+    }
+}
+
 /// One output pixel of a depthwise convolution with multiplier 1, channels
-/// `c0 .. c0 + N`: the accumulators (N ≤ 64 floats: 4 zmm or 8 ymm) stay in
+/// `c0 .. c0 + N`: the accumulators (N ≤ 64 floats: at most 4 zmm) stay in
 /// registers across the taps. `at` is (image, top-left input coordinate),
 /// `ky`, `kx` the valid tap ranges.
 #[inline(always)]
@@ -117,24 +204,32 @@ multiversion! {
             let mut c0 = 0;
             while c0 < oc {
                 let rem = oc - c0;
-                if mult == 1 && rem >= 8 {
+                if mult == 1 {
+                    // Blocks of 64 down to 1 channels: a tail of 4 costs
+                    // one 4-wide block, not the general loop below.
                     let n = match rem {
                         64.. => 64,
                         32.. => 32,
                         16.. => 16,
-                        _ => 8,
+                        8.. => 8,
+                        4.. => 4,
+                        2.. => 2,
+                        _ => 1,
                     };
                     match n {
                         64 => depthwise_block::<64>(g, x, w, bias, post, at, taps, c0, out),
                         32 => depthwise_block::<32>(g, x, w, bias, post, at, taps, c0, out),
                         16 => depthwise_block::<16>(g, x, w, bias, post, at, taps, c0, out),
-                        _ => depthwise_block::<8>(g, x, w, bias, post, at, taps, c0, out),
+                        8 => depthwise_block::<8>(g, x, w, bias, post, at, taps, c0, out),
+                        4 => depthwise_block::<4>(g, x, w, bias, post, at, taps, c0, out),
+                        2 => depthwise_block::<2>(g, x, w, bias, post, at, taps, c0, out),
+                        _ => depthwise_block::<1>(g, x, w, bias, post, at, taps, c0, out),
                     }
                     c0 += n;
                     continue;
                 }
-                // Channel tails and multipliers above 1: output `o` reads
-                // input channel `o / mult`.
+                // Multipliers above 1: output `o` reads input channel
+                // `o / mult`.
                 let len = rem.min(64);
                 let mut acc = [0.0f32; 64];
                 if let Some(bias) = bias {
