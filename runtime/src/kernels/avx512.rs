@@ -66,8 +66,9 @@ pub(crate) unsafe fn tile_unpacked<const NP: usize, const R: usize>(
 
 /// The register tile with A's element (row `i`, step `p`) at
 /// `a + i·row + p·step`: packed (`1`, `MR`) or in place (`lda`, `1`).
-#[target_feature(enable = "avx512f")]
-#[inline]
+/// Inlined into each AVX-512 caller, so the packed tile keeps its constant
+/// strides.
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_body<const NP: usize, const R: usize>(
     kc: usize,
