@@ -213,6 +213,10 @@ fn conv2d_matches_reference_on_odd_geometries() {
             conv_geom([2, 5, 6, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 8),
         ),
         (
+            "15 groups of 3, 2 inputs (direct grouped, blocks of 32, 8, 4 and 1)",
+            conv_geom([1, 6, 6, 30], 45, [3, 3], [1, 1], [1, 1], [1; 4], 15),
+        ),
+        (
             "32 groups of 4 (ResNeXt-style)",
             conv_geom([1, 7, 6, 128], 128, [3, 3], [1, 1], [1, 1], [1; 4], 32),
         ),

@@ -274,9 +274,6 @@ pub(super) fn grouped_weights(g: &Dims, w_packed: &[f32]) -> Vec<f32> {
     out
 }
 
-/// Output channels per accumulator block of [`grouped_rows`].
-const GCH: usize = 64;
-
 /// Output rows `oy0 ..` of image `b` (as many as `yrows` holds) of a
 /// convolution with many narrow groups. The input rows their windows need
 /// are first expanded so that entry `[ix][ci][o]` holds input channel `ci`
@@ -352,39 +349,75 @@ multiversion! {
         yrow: &mut [f32],
     ) {
         let (cg, oc) = (g.c / g.group, g.oc);
-        let erow = g.w * cg * oc;
         for (ox, out) in yrow.chunks_exact_mut(oc).enumerate() {
             let bx = g.base(ox, 1);
             let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+            let taps = (ky0, ky1, kx0, kx1);
             let mut o0 = 0;
             while o0 < oc {
-                let len = GCH.min(oc - o0);
-                let mut acc = [0.0f32; GCH];
-                for ky in ky0..ky1 {
-                    for kx in kx0..kx1 {
-                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
-                        let ep = &e[(e0 + (ky - ky0) * g.dilation[0]) * erow + ix * cg * oc..][..cg * oc];
-                        let wp = &wt[(ky * g.kw + kx) * cg * oc..][..cg * oc];
-                        for (er, wr) in ep.chunks_exact(oc).zip(wp.chunks_exact(oc)) {
-                            let (er, wr) = (&er[o0..o0 + len], &wr[o0..o0 + len]);
-                            if let (Some(er), Some(wr)) = (er.first_chunk::<GCH>(), wr.first_chunk::<GCH>()) {
-                                for l in 0..GCH {
-                                    acc[l] += er[l] * wr[l];
-                                }
-                            } else {
-                                for l in 0..len {
-                                    acc[l] += er[l] * wr[l];
-                                }
-                            }
-                        }
+                // Blocks of 64 down to 1 output channels, each a fixed-size
+                // accumulator (ResNeXt's 16 channels are one block of 16).
+                let n = match oc - o0 {
+                    64.. => 64,
+                    32.. => 32,
+                    16.. => 16,
+                    8.. => 8,
+                    4.. => 4,
+                    2.. => 2,
+                    _ => 1,
+                };
+                let at = (e0, bx, o0);
+                match n {
+                    64 => grouped_block::<64>(g, e, wt, bias, post, at, taps, out),
+                    32 => grouped_block::<32>(g, e, wt, bias, post, at, taps, out),
+                    16 => grouped_block::<16>(g, e, wt, bias, post, at, taps, out),
+                    8 => grouped_block::<8>(g, e, wt, bias, post, at, taps, out),
+                    4 => grouped_block::<4>(g, e, wt, bias, post, at, taps, out),
+                    2 => grouped_block::<2>(g, e, wt, bias, post, at, taps, out),
+                    _ => grouped_block::<1>(g, e, wt, bias, post, at, taps, out),
+                }
+                o0 += n;
+            }
+        }
+    }
+}
+
+/// Output channels `o0 .. o0 + N` of one output pixel of
+/// [`grouped_accumulate`]: `at` is (expanded row of tap row `ky0`, left
+/// input column, `o0`), `taps` the valid tap ranges `(ky0, ky1, kx0, kx1)`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn grouped_block<const N: usize>(
+    g: &Dims,
+    e: &[f32],
+    wt: &[f32],
+    bias: Option<&[f32]>,
+    post: Post,
+    (e0, bx, o0): (usize, isize, usize),
+    (ky0, ky1, kx0, kx1): (usize, usize, usize, usize),
+    out: &mut [f32],
+) {
+    let (cg, oc) = (g.c / g.group, g.oc);
+    let erow = g.w * cg * oc;
+    let mut acc = [0.0f32; N];
+    for ky in ky0..ky1 {
+        for kx in kx0..kx1 {
+            let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+            let ep = &e[(e0 + (ky - ky0) * g.dilation[0]) * erow + ix * cg * oc..][..cg * oc];
+            let wp = &wt[(ky * g.kw + kx) * cg * oc..][..cg * oc];
+            for (er, wr) in ep.chunks_exact(oc).zip(wp.chunks_exact(oc)) {
+                if let (Some(er), Some(wr)) = (er[o0..].first_chunk::<N>(), wr[o0..].first_chunk::<N>()) {
+                    for l in 0..N {
+                        acc[l] += er[l] * wr[l];
                     }
                 }
-                for (l, d) in out[o0..o0 + len].iter_mut().enumerate() {
-                    let v = acc[l] + bias.map_or(0.0, |b| b[o0 + l]);
-                    *d = post.apply(v);
-                }
-                o0 += len;
             }
+        }
+    }
+    if let Some(dst) = out[o0..].first_chunk_mut::<N>() {
+        for (l, d) in dst.iter_mut().enumerate() {
+            let v = acc[l] + bias.map_or(0.0, |b| b[o0 + l]);
+            *d = post.apply(v);
         }
     }
 }
