@@ -348,7 +348,7 @@ multiversion! {
         ky1: usize,
         yrow: &mut [f32],
     ) {
-        let (cg, oc) = (g.c / g.group, g.oc);
+        let oc = g.oc;
         for (ox, out) in yrow.chunks_exact_mut(oc).enumerate() {
             let bx = g.base(ox, 1);
             let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
