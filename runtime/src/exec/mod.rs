@@ -12,6 +12,10 @@
 //!   access.
 //! - Sessions are `Send + Sync`: several threads may run one session at
 //!   once; each run takes its own arena (recycled through a small pool).
+//! - Kernels run on the session's pool, whose workers treat subnormal
+//!   f32 inputs as zero and flush subnormal results (`flush_subnormals`):
+//!   the same results on every thread, without the x86 assist per
+//!   subnormal element.
 //! - Generated code runs natively: the checksum guards an artifact against
 //!   corruption, not against a malicious author (as with any shared library).
 
