@@ -69,6 +69,7 @@ fn main() {
     trials.push(Trial::test("clips_in_convolution_and_gemm_steps", step_clips));
     trials.push(Trial::test("integer_convolution_step_on_the_cpu", integer_convolution));
     trials.push(Trial::test("quant_add_runs_on_the_qadd_kernel", quant_add_native));
+    trials.push(Trial::test("squeeze_excitation_runs_without_copies_or_wide_epilogues", squeeze_excitation));
     for level in levels() {
         trials.push(Trial::test(format!("quantized_ops_without_integer_kernels_run_natively_{}", level.target_name()), move || {
             quant_without_kernels(level)
@@ -372,6 +373,54 @@ fn gemm_gelu() -> Result<(), Failed> {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A nested `dense<...>` literal of `shape` holding `v` (row major).
+fn literal(v: &[f64], shape: &[usize]) -> String {
+    match shape {
+        [] | [_] => format!("[{}]", v.iter().map(|x| format!("{x:.6}")).collect::<Vec<_>>().join(", ")),
+        [n, rest @ ..] => {
+            let inner: Vec<String> = v.chunks(v.len() / n).map(|c| literal(c, rest)).collect();
+            format!("[{}]", inner.join(", "))
+        }
+    }
+}
+
+/// A squeeze-and-excitation block (`x * sigmoid(conv(mean_hw(x)))` over
+/// an NHWC convolution's output) and reductions of that output over its
+/// H and W without keepdims and over C: the reductions read the NHWC
+/// activation in place (the only copies are the input's NCHW → NHWC and
+/// the product's way back; the `1×1×6×6` sum is written as the output
+/// directly, its NHWC and NCHW bytes being the same), the
+/// gate's sigmoid runs on the 8-channel gate, not fused into a pointwise
+/// step over the whole image (one pointwise step of 8 values, one of the
+/// product), and the results match the interpreter.
+fn squeeze_excitation() -> Result<(), Failed> {
+    let w1 = random(&[8, 8, 3, 3], 11).to_f64();
+    let w2 = random(&[8, 8, 1, 1], 13).to_f64();
+    let air = format!(
+        "func @main(%x: tensor<1x8x6x6xf32>) -> (tensor<1x8x6x6xf32>, tensor<1x8xf32>, tensor<1x1x6x6xf32>) {{\n\
+         %w1 = const dense<{}> : tensor<8x8x3x3xf32>\n\
+         %w2 = const dense<{}> : tensor<8x8x1x1xf32>\n\
+         %c = core.conv2d %x, %w1 {{pads = [1, 1, 1, 1]}} : tensor<1x8x6x6xf32>\n\
+         %r = core.relu %c : tensor<1x8x6x6xf32>\n\
+         %m = core.reduce_mean %r {{axes = [2, 3]}} : tensor<1x8x1x1xf32>\n\
+         %s = core.conv2d %m, %w2 : tensor<1x8x1x1xf32>\n\
+         %g = core.sigmoid %s : tensor<1x8x1x1xf32>\n\
+         %y = core.mul %r, %g : tensor<1x8x6x6xf32>\n\
+         %p = core.reduce_max %r {{axes = [-2, -1], keepdims = false}} : tensor<1x8xf32>\n\
+         %q = core.reduce_sum %r {{axes = [1]}} : tensor<1x1x6x6xf32>\n\
+         return %y, %p, %q : tensor<1x8x6x6xf32>, tensor<1x8xf32>, tensor<1x1x6x6xf32>\n}}\n",
+        literal(&w1, &[8, 8, 3, 3]),
+        literal(&w2, &[8, 8, 1, 1]),
+    );
+    let (want, got, kinds) = run_air_text("squeeze_excitation", &air, vec![random(&[1, 8, 6, 6], 17)], X86Level::host())?;
+    close("squeeze-and-excitation vs interpreter", &want, &got, 1e-5)?;
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    if count("copy") != 2 || count("reduce") != 3 || count("pointwise") != 2 {
+        return Err(format!("unexpected plan {kinds:?}").into());
+    }
     Ok(())
 }
 

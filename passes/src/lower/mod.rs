@@ -355,6 +355,14 @@ pub(crate) fn identity(rank: usize) -> Vec<usize> {
     (0..rank).collect()
 }
 
+/// Whether a tensor of logical `shape` has the same bytes in physical
+/// orders `a` and `b`: they order the dimensions longer than 1 alike (an
+/// NHWC `n×c×1×1` is its NCHW self).
+pub(crate) fn same_bytes(shape: &[usize], a: &[usize], b: &[usize]) -> bool {
+    let long = |p: &[usize]| -> Vec<usize> { p.iter().copied().filter(|&d| shape.get(d).is_some_and(|&n| n != 1)).collect() };
+    a == b || (a.len() == b.len() && long(a) == long(b))
+}
+
 /// A virtual buffer reference.
 pub(crate) fn vbuf(id: u32, offset: u64, len: u64) -> Buf {
     Buf {
@@ -486,7 +494,7 @@ impl<'a> Lower<'a> {
             }
             Val::Mem { buf, perm } => (buf, perm),
         };
-        if src_perm == perm {
+        if same_bytes(&ty.shape, &src_perm, perm) {
             return Ok(src);
         }
         let dst = self.alloc(&ty)?;
@@ -633,7 +641,7 @@ impl<'a> Lower<'a> {
         let dst = vbuf(out, 0, size);
         match self.val(r)? {
             Val::Mem { buf, perm }
-                if perm == identity(ty.rank())
+                if same_bytes(&ty.shape, &perm, &identity(ty.rank()))
                     && buf.offset == 0
                     && self.bufs[buf.index as usize].home == Home::Arena
                     && self.bufs[buf.index as usize].size == size =>

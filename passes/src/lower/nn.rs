@@ -699,23 +699,42 @@ impl Lower<'_> {
         }
         axes.sort_unstable();
         axes.dedup();
-        if axes.windows(2).any(|w| w[1] != w[0] + 1) {
-            return Ok(false);
-        }
         let kind = match reduce {
             Reduce::Sum => ReduceKind::Sum,
             Reduce::Mean => ReduceKind::Mean,
             Reduce::Max => ReduceKind::Max,
             Reduce::Min => ReduceKind::Min,
         };
-        let (a0, a1) = (axes[0], axes[axes.len() - 1] + 1);
-        let outer: usize = xt.shape[..a0].iter().product();
-        let len: usize = xt.shape[a0..a1].iter().product();
-        let inner: usize = xt.shape[a1..].iter().product();
-        let xb = self.materialize(x, &identity(r))?;
+        // The reduced axes must be one run of physical dimensions: read x
+        // in its own layout when they are (an NHWC activation's H and W, a
+        // squeeze-and-excitation mean), else in the IR's order.
+        let (xb, perm) = match self.val(x)? {
+            Val::Mem { buf, perm } if physical_run(&perm, &axes).is_some() => (buf, perm),
+            _ => {
+                if physical_run(&identity(r), &axes).is_none() {
+                    return Ok(false);
+                }
+                (self.materialize(x, &identity(r))?, identity(r))
+            }
+        };
+        let (p0, p1) = physical_run(&perm, &axes).ok_or("reduce: axes not contiguous")?;
+        let phys: Vec<usize> = perm.iter().map(|&d| xt.shape[d]).collect();
+        let outer: usize = phys[..p0].iter().product();
+        let len: usize = phys[p0..p1].iter().product();
+        let inner: usize = phys[p1..].iter().product();
         let y = self.alloc(&yt)?;
         self.push(Step::Reduce { kind, x: xb, y, outer: u(outer), len: u(len), inner: u(inner) });
-        self.define(op.results[0], y, identity(yt.rank()));
+        // The kept dimensions stay in x's physical order (with keepdims the
+        // reduced ones are 1 wherever they sit).
+        let y_perm: Vec<usize> = if yt.rank() == r {
+            perm
+        } else {
+            perm.iter()
+                .filter(|d| !axes.contains(d))
+                .map(|&d| d - axes.iter().filter(|&&a| a < d).count())
+                .collect()
+        };
+        self.define(op.results[0], y, y_perm);
         Ok(true)
     }
 
@@ -854,4 +873,16 @@ fn conv2d_plain_weights(geom: &ConvGeom, w: &[f32]) -> Vec<f32> {
         }
     }
     out
+}
+
+/// The physical positions `p0..p1` of logical `axes` (sorted, distinct)
+/// under order `perm`, when they are one contiguous run.
+fn physical_run(perm: &[usize], axes: &[usize]) -> Option<(usize, usize)> {
+    let mut pos: Vec<usize> = axes
+        .iter()
+        .map(|a| perm.iter().position(|d| d == a))
+        .collect::<Option<_>>()?;
+    pos.sort_unstable();
+    let (p0, p1) = (*pos.first()?, *pos.last()? + 1);
+    (p1 - p0 == pos.len()).then_some((p0, p1))
 }

@@ -18,7 +18,9 @@
 //!   `matmul(softmax(steps(matmul(q, kt))), v)` becomes `core.attention`.
 //!
 //! Conditions: a producer is absorbed only when the original graph uses it
-//! once (`ClassData::uses`), so no work is duplicated; an epilogue holds at
+//! once (`ClassData::uses`), so no work is duplicated; a step that
+//! broadcasts its chain operand to a larger result is not absorbed (the
+//! chain would be recomputed per element of the result); an epilogue holds at
 //! most `max_ops - 1` steps (one op is the core) and as many extra operands
 //! as the fused op has slots; only float, non-quantized values fuse.
 //!
@@ -288,7 +290,7 @@ fn absorb(egraph: &mut Graph, eclass: Id, max_ops: usize) -> Vec<Id> {
     for node in nodes {
         let chains: Vec<Id> = node.children.iter().map(|c| egraph.find(*c)).collect();
         for chain in chains {
-            if egraph[chain].data.uses != 1 || !is_float(egraph, chain) {
+            if egraph[chain].data.uses != 1 || !is_float(egraph, chain) || widens(egraph, chain, eclass) {
                 continue;
             }
             for (step, extra) in as_steps(egraph, &node, chain) {
@@ -306,6 +308,21 @@ fn absorb(egraph: &mut Graph, eclass: Id, max_ops: usize) -> Vec<Id> {
         }
     }
     out
+}
+
+/// Whether `result` has more elements than its chain operand `chain`
+/// (the step broadcasts the chain, as the `x * sigmoid(s)` of a
+/// squeeze-and-excitation block does with its per-channel `s`). Absorbing
+/// such a step would run the producer's epilogue, and for a pointwise chain
+/// every earlier step, once per element of the larger result instead of
+/// once per element of the chain: 1024 sigmoids instead of 8 for a 32×32
+/// image. The step stays a pointwise op of its own.
+fn widens(egraph: &Graph, chain: Id, result: Id) -> bool {
+    let n = |id: Id| egraph[id].data.ty.as_ref().map(|t| t.num_elements());
+    match (n(chain), n(result)) {
+        (Some(c), Some(r)) => r > c,
+        _ => true,
+    }
 }
 
 /// `p` (a producer or a fused op) with `step` appended.

@@ -37,6 +37,51 @@ pub(crate) unsafe fn tile<const NP: usize, const R: usize>(
     load_c: bool,
     epi: Option<&TileEpi>,
 ) {
+    // SAFETY: as for this function.
+    unsafe { tile_body::<NP, R>(kc, a, 1, MR, b, bstride, c, ldc, load_c, epi) }
+}
+
+/// [`tile`] reading A unpacked: row `i`, step `p` at `a + i·lda + p` (a
+/// row-major A in place, for products whose A rows meet one column tile
+/// only, where packing A would copy every element to read it once).
+///
+/// # Safety
+/// As for [`tile`], with the `R` rows of `kc` floats `lda` apart inside A.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn tile_unpacked<const NP: usize, const R: usize>(
+    kc: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    bstride: usize,
+    c: *mut f32,
+    ldc: usize,
+    load_c: bool,
+    epi: Option<&TileEpi>,
+) {
+    // SAFETY: as for this function.
+    unsafe { tile_body::<NP, R>(kc, a, lda, 1, b, bstride, c, ldc, load_c, epi) }
+}
+
+/// The register tile with A's element (row `i`, step `p`) at
+/// `a + i·row + p·step`: packed (`1`, `MR`) or in place (`lda`, `1`).
+/// Inlined into each AVX-512 caller, so the packed tile keeps its constant
+/// strides.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_body<const NP: usize, const R: usize>(
+    kc: usize,
+    a: *const f32,
+    row: usize,
+    step: usize,
+    b: *const f32,
+    bstride: usize,
+    c: *mut f32,
+    ldc: usize,
+    load_c: bool,
+    epi: Option<&TileEpi>,
+) {
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); NP]; R];
         let mut ap = a;
@@ -46,13 +91,13 @@ pub(crate) unsafe fn tile<const NP: usize, const R: usize>(
             for (j, v) in bv.iter_mut().enumerate() {
                 *v = _mm512_loadu_ps(bp.add(j * bstride));
             }
-            for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm512_set1_ps(*ap.add(i));
-                for (j, r) in row.iter_mut().enumerate() {
+            for (i, acc_row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(i * row));
+                for (j, r) in acc_row.iter_mut().enumerate() {
                     *r = _mm512_fmadd_ps(av, bv[j], *r);
                 }
             }
-            ap = ap.add(MR);
+            ap = ap.add(step);
             bp = bp.add(16);
         }
         for (i, row) in acc.iter().enumerate() {

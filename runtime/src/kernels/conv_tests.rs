@@ -213,6 +213,10 @@ fn conv2d_matches_reference_on_odd_geometries() {
             conv_geom([2, 5, 6, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 8),
         ),
         (
+            "15 groups of 3, 2 inputs (direct grouped, blocks of 32, 8, 4 and 1)",
+            conv_geom([1, 6, 6, 30], 45, [3, 3], [1, 1], [1, 1], [1; 4], 15),
+        ),
+        (
             "32 groups of 4 (ResNeXt-style)",
             conv_geom([1, 7, 6, 128], 128, [3, 3], [1, 1], [1, 1], [1; 4], 32),
         ),
@@ -308,6 +312,23 @@ fn depthwise_matches_reference() {
         (
             "multiplier 3, 5x5",
             conv_geom([1, 7, 6, 4], 12, [5, 5], [2, 1], [1, 1], [2, 2, 2, 2], 4),
+        ),
+        (
+            "7 channels, stride 2 (blocks of 4, 2 and 1)",
+            conv_geom([1, 6, 7, 7], 7, [3, 3], [2, 2], [1, 1], [1; 4], 7),
+        ),
+        // Fewer than 16 channels with unit W stride: whole-row taps.
+        (
+            "2 channels 3x3 (row taps)",
+            conv_geom([2, 9, 11, 2], 2, [3, 3], [1, 1], [1, 1], [1; 4], 2),
+        ),
+        (
+            "12 channels, H stride 2, W dilation 2, asymmetric pads (row taps)",
+            conv_geom([1, 8, 9, 12], 12, [3, 5], [2, 1], [1, 2], [0, 3, 2, 1], 12),
+        ),
+        (
+            "1 channel, a 7-wide kernel over a 4-wide image (row taps miss the edges)",
+            conv_geom([1, 5, 4, 1], 1, [3, 7], [1, 1], [1, 1], [1, 3, 1, 3], 1),
         ),
     ];
     for (what, g) in &cases {

@@ -17,10 +17,10 @@
 //! their outermost dimension into disjoint destination chunks over rayon.
 //!
 //! Invariants: no public function panics on bad arguments; the only
-//! `unsafe` is the transpose tile, whose corner offsets are checked before
-//! its loop runs. Destinations whose strides overlap (e.g. stride 0) are
-//! written sequentially in row-major index order, so the last write wins,
-//! as in a naive loop.
+//! `unsafe` is the transpose (tiles, or columns when there are few), whose
+//! corner offsets are checked before its loop runs. Destinations whose
+//! strides overlap (e.g. stride 0) are written sequentially in row-major
+//! index order, so the last write wins, as in a naive loop.
 
 use rayon::prelude::*;
 
@@ -371,6 +371,43 @@ fn transpose<const E: usize>(
     cols: usize,
 ) {
     let es = if E == 0 { es } else { E };
+    if E == 4 && rows.min(cols) <= 8 && rows > 0 && cols > 0 {
+        // Few columns or few rows (a 3-channel NCHW image to NHWC, an
+        // NHWC map of a few classes back to NCHW): a loop over the short
+        // side outside, the long side inside, one element per iteration
+        // with no tile bookkeeping.
+        let corner = |r: usize, c: usize| s0 + r as isize * sr + c as isize * sc;
+        let corners = [
+            corner(0, 0),
+            corner(0, cols - 1),
+            corner(rows - 1, 0),
+            corner(rows - 1, cols - 1),
+        ];
+        let smin = *corners.iter().min().unwrap_or(&0);
+        let smax = *corners.iter().max().unwrap_or(&0);
+        assert!(smin >= 0 && smax as usize + es <= src.len());
+        assert!(d0 + (rows - 1) * dq + cols * es <= dst.len());
+        // (outer count, inner count, source and destination steps of each)
+        let (outer, inner, (so, do_), (si, di)) = if cols <= rows {
+            (cols, rows, (sc, es), (sr, dq))
+        } else {
+            (rows, cols, (sr, dq), (sc, es))
+        };
+        for o in 0..outer {
+            // SAFETY: every (r, c) offset lies between the corners checked
+            // above (both offsets are affine in (r, c)).
+            unsafe {
+                let mut sp = src.as_ptr().offset(s0 + o as isize * so);
+                let mut dp = dst.as_mut_ptr().add(d0 + o * do_);
+                for _ in 0..inner {
+                    std::ptr::write_unaligned(dp.cast::<u32>(), std::ptr::read_unaligned(sp.cast::<u32>()));
+                    sp = sp.wrapping_offset(si);
+                    dp = dp.wrapping_add(di);
+                }
+            }
+        }
+        return;
+    }
     let tile = tile(es);
     for rb in (0..rows).step_by(tile) {
         let re = (rb + tile).min(rows);

@@ -5,10 +5,13 @@
 //! Blocking (BLIS order): columns in blocks of `nc`, depth in blocks of `kc`,
 //! rows in blocks of `mc`; each `mc × kc` block of A is packed once and
 //! stays in L2 while the loop over B micro-panels (`kc × 16·panels`, in L1)
-//! and over A micro-panels calls the register-tile kernel. The last rows of
+//! and over A micro-panels calls the register-tile kernel. When a column
+//! block fits one register tile (n ≤ 32 on AVX-512: convolutions with few
+//! output channels) each A row meets one tile, so packing would copy every
+//! element to read it once: the AVX-512 kernels then read A in place. The last rows of
 //! a block run a kernel of just that many rows (same operations per
 //! element, so the same results); a tile cut by `n` runs on a scratch tile
-//! whose live columns are copied back. The
+//! (its epilogue with the bias padded) whose live columns are copied back. The
 //! epilogue (bias per column, then relu) is applied to each tile right after
 //! its last depth block, while the tile is still in L1.
 //!
@@ -111,6 +114,20 @@ impl Default for GemmOptions<'_> {
 type TileFn =
     unsafe fn(usize, *const f32, *const f32, usize, *mut f32, usize, bool, Option<&TileEpi>);
 
+/// A register-tile kernel reading A in place with row stride `lda` (the
+/// third argument); otherwise as [`TileFn`].
+type UnpackedTileFn = unsafe fn(
+    usize,
+    *const f32,
+    usize,
+    *const f32,
+    usize,
+    *mut f32,
+    usize,
+    bool,
+    Option<&TileEpi>,
+);
+
 /// The epilogue a register-tile kernel applies to a full tile as it stores
 /// it after the last depth block: the bias of each column, then `max(x,
 /// lo)` and `min(x, hi)` where present (a relu is `lo = 0`). The same
@@ -148,6 +165,8 @@ struct Level {
     max_panels: usize,
     /// Kernel for a tile of `p` panels and `r` rows is `tiles[p - 1][r - 1]`.
     tiles: &'static [&'static [TileFn]],
+    /// As `tiles`, reading A unpacked (levels that have them).
+    unpacked: &'static [&'static [UnpackedTileFn]],
     mc: usize,
     kc: usize,
     /// Column block, a multiple of `16·max_panels`.
@@ -159,6 +178,14 @@ struct Level {
 macro_rules! rows {
     ($np:literal; $($r:literal)+) => {
         [$(super::avx512::tile::<$np, $r> as TileFn),+]
+    };
+}
+
+/// The AVX-512 tiles reading A unpacked, as [`rows!`].
+#[cfg(target_arch = "x86_64")]
+macro_rules! unpacked_rows {
+    ($np:literal; $($r:literal)+) => {
+        [$(super::avx512::tile_unpacked::<$np, $r> as UnpackedTileFn),+]
     };
 }
 
@@ -178,6 +205,10 @@ fn level(isa: Isa) -> Level {
                     &rows!(1; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
                     &rows!(2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
                 ],
+                unpacked: &[
+                    &unpacked_rows!(1; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                    &unpacked_rows!(2; 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                ],
                 mc: 24 * MR,
                 kc: 256,
                 nc: 4096,
@@ -193,6 +224,7 @@ fn level(isa: Isa) -> Level {
                 tiles: &[&[
                     tile::<1>, tile::<2>, tile::<3>, tile::<4>, tile::<5>, tile::<6>,
                 ]],
+                unpacked: &[],
                 mc: 24 * MR,
                 kc: 256,
                 nc: 4096,
@@ -210,6 +242,7 @@ fn scalar_level() -> Level {
         mr: MR,
         max_panels: MAX_PANELS,
         tiles: &[&[tile::<1>, tile::<2>, tile::<3>, tile::<4>]],
+        unpacked: &[],
         mc: 32 * MR,
         kc: 256,
         nc: 4096,
@@ -491,6 +524,8 @@ struct Job<'a> {
 
 /// Largest tile any level uses: 14 rows × 32 columns.
 const SCRATCH: usize = 14 * 32;
+/// The widest register tile of any level, in columns.
+const MAX_TILE_COLS: usize = 32;
 
 impl Job<'_> {
     /// Computes rows `i0..i1` × columns `j0..j1` of C (`j0` a multiple of
@@ -525,16 +560,23 @@ impl Job<'_> {
                 let kb = lv.kc.min(k - pc);
                 let load_c = pc > 0 || self.opts.accumulate;
                 let last = pc + kb == k;
+                // Columns that fit one tile: each A row is read once per
+                // depth block, so the kernel reads A in place instead of
+                // packing it (a convolution with few output channels: the
+                // unfolded pixels would be copied twice).
+                let unpacked = !lv.unpacked.is_empty() && nb <= tile_cols;
                 for ic in (i0..i1).step_by(lv.mc) {
                     let mb = lv.mc.min(i1 - ic);
-                    pack_a(
-                        lv.mr,
-                        &self.a[ic * self.lda + pc..],
-                        self.lda,
-                        mb,
-                        kb,
-                        apack,
-                    );
+                    if !unpacked {
+                        pack_a(
+                            lv.mr,
+                            &self.a[ic * self.lda + pc..],
+                            self.lda,
+                            mb,
+                            kb,
+                            apack,
+                        );
+                    }
                     for jr in (0..nb).step_by(tile_cols) {
                         let col = jc + jr;
                         let cols = tile_cols.min(nb - jr);
@@ -545,8 +587,34 @@ impl Job<'_> {
                             unsafe { bdata.add((col / PANEL_WIDTH) * bstride + pc * PANEL_WIDTH) };
                         for ir in (0..mb).step_by(lv.mr) {
                             let rows = lv.mr.min(mb - ir);
-                            let kernel = kernels[rows - 1];
-                            let ap = apack[ir * kb..].as_ptr();
+                            let packed_kernel = kernels[rows - 1];
+                            let lda = self.lda;
+                            let ap = if unpacked {
+                                self.a[(ic + ir) * lda + pc..].as_ptr()
+                            } else {
+                                apack[ir * kb..].as_ptr()
+                            };
+                            let unpacked_kernel = if unpacked {
+                                Some(lv.unpacked[panels - 1][rows - 1])
+                            } else {
+                                None
+                            };
+                            // SAFETY (of each call): as for the packed
+                            // kernel; unpacked, rows ic+ir.. of A hold
+                            // columns pc..pc+kb (A was checked m × k).
+                            let kernel = |kb: usize,
+                                          ap: *const f32,
+                                          bp: *const f32,
+                                          bstride: usize,
+                                          c: *mut f32,
+                                          ldc: usize,
+                                          load_c: bool,
+                                          epi: Option<&TileEpi>| unsafe {
+                                match unpacked_kernel {
+                                    Some(f) => f(kb, ap, lda, bp, bstride, c, ldc, load_c, epi),
+                                    None => packed_kernel(kb, ap, bp, bstride, c, ldc, load_c, epi),
+                                }
+                            };
                             // SAFETY: row ic+ir, column col lie inside C.
                             let cp = unsafe { self.c.0.add((ic + ir) * ldc + col) };
                             // The next tile of C (below this one, or the top
@@ -603,7 +671,19 @@ impl Job<'_> {
                                         }
                                     }
                                     let sp = scratch.as_mut_ptr();
-                                    kernel(kb, ap, bp, bstride, sp, sld, load_c, None);
+                                    // A tile cut by n: the kernel applies
+                                    // the epilogue on the scratch tile with
+                                    // the bias padded to the full width (it
+                                    // has no values past n).
+                                    let mut padded = [0.0f32; MAX_TILE_COLS];
+                                    let epi = has_epi.then(|| {
+                                        let bias = self.opts.bias.map(|b| {
+                                            padded[..cols].copy_from_slice(&b[col..col + cols]);
+                                            &padded[..]
+                                        });
+                                        TileEpi::new(bias, 0, post)
+                                    });
+                                    kernel(kb, ap, bp, bstride, sp, sld, load_c, epi.as_ref());
                                     for i in 0..rows {
                                         std::ptr::copy_nonoverlapping(
                                             scratch[i * sld..].as_ptr(),
@@ -611,12 +691,9 @@ impl Job<'_> {
                                             cols,
                                         );
                                     }
-                                    // A tile cut by n: its live columns only
-                                    // (the bias has no values past n).
-                                    if has_epi || (last && self.opts.gelu) {
-                                        let bias = self.opts.bias.map(|b| &b[col..col + cols]);
+                                    if last && self.opts.gelu {
                                         let tile = (cp, ldc, rows, cols);
-                                        epilogue_tile(self.isa, tile, bias, post, self.opts.gelu);
+                                        epilogue_tile(self.isa, tile, None, Post::default(), true);
                                     }
                                 }
                             }

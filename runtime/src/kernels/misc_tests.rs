@@ -209,6 +209,18 @@ fn copy_large_transposes_in_parallel() {
 }
 
 #[test]
+fn copy_transposes_with_few_rows_or_columns() {
+    // A 3-channel 40x50 NCHW image to NHWC (3 columns of 2000 rows), an
+    // NHWC map of 5 classes back to NCHW (5 rows of 2000 columns), and a
+    // reversed source of 7 columns: the column and row loops of the
+    // transpose, against the naive copy.
+    check_copy(4, &[40, 50, 3], 6000, 0, &[50, 1, 2000], &[150, 3, 1], 6000);
+    check_copy(4, &[5, 40, 50], 10000, 0, &[1, 250, 5], &[2000, 50, 1], 10000);
+    check_copy(4, &[300, 7], 2100, 2099, &[-1, -300], &[7, 1], 2100);
+    check_copy(4, &[2, 9, 600], 10800, 0, &[5400, 1, 9], &[5400, 600, 1], 10800);
+}
+
+#[test]
 fn copy_negative_strides_reverse() {
     // A 4x6 matrix reversed along both axes, then along the columns only.
     let src: Vec<f32> = (0..24).map(|i| i as f32).collect();

@@ -115,9 +115,6 @@ pub(crate) fn pool_dims(geom: &ConvGeom, ceil_mode: bool) -> Result<Dims, Kernel
     Ok(g)
 }
 
-/// Channels per accumulator block (kept in registers across a window).
-const CH: usize = 64;
-
 /// `max` that propagates NaN from either side (as the IR interpreter and
 /// numpy do), written as a select so it vectorizes.
 #[inline(always)]
@@ -149,53 +146,87 @@ multiversion! {
                 PoolKind::AvgExcludePad => ((ky1 - ky0) * (kx1 - kx0)) as f32,
                 PoolKind::AvgIncludePad => ((py1 - py0) * (px1 - px0)) as f32,
             };
+            let taps = ((ky0, ky1), (kx0, kx1));
             let mut c0 = 0;
             while c0 < c {
-                let len = CH.min(c - c0);
-                let init = match kind {
-                    PoolKind::Max => f32::NEG_INFINITY,
-                    PoolKind::AvgExcludePad | PoolKind::AvgIncludePad => 0.0,
+                // Blocks of 64 down to 1 channels, each a fixed-size
+                // accumulator in registers (16 channels are one block of
+                // 16, not 16 lanes of a 64-wide loop).
+                let n = match c - c0 {
+                    64.. => 64,
+                    32.. => 32,
+                    16.. => 16,
+                    8.. => 8,
+                    4.. => 4,
+                    2.. => 2,
+                    _ => 1,
                 };
-                let mut acc = [init; CH];
-                for ky in ky0..ky1 {
-                    let iy = (by + (ky * g.dilation[0]) as isize) as usize;
-                    for kx in kx0..kx1 {
-                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
-                        let xs = &x[((b * g.h + iy) * g.w + ix) * c + c0..][..len];
-                        match (kind, xs.first_chunk::<CH>()) {
-                            (PoolKind::Max, Some(xs)) => {
-                                for i in 0..CH {
-                                    acc[i] = max_nan(acc[i], xs[i]);
-                                }
-                            }
-                            (PoolKind::Max, None) => {
-                                for i in 0..len {
-                                    acc[i] = max_nan(acc[i], xs[i]);
-                                }
-                            }
-                            (_, Some(xs)) => {
-                                for i in 0..CH {
-                                    acc[i] += xs[i];
-                                }
-                            }
-                            (_, None) => {
-                                for i in 0..len {
-                                    acc[i] += xs[i];
-                                }
-                            }
-                        }
+                let at = (b, by, bx);
+                match n {
+                    64 => pool_block::<64>(kind, g, x, at, taps, c0, divisor, out),
+                    32 => pool_block::<32>(kind, g, x, at, taps, c0, divisor, out),
+                    16 => pool_block::<16>(kind, g, x, at, taps, c0, divisor, out),
+                    8 => pool_block::<8>(kind, g, x, at, taps, c0, divisor, out),
+                    4 => pool_block::<4>(kind, g, x, at, taps, c0, divisor, out),
+                    2 => pool_block::<2>(kind, g, x, at, taps, c0, divisor, out),
+                    _ => pool_block::<1>(kind, g, x, at, taps, c0, divisor, out),
+                }
+                c0 += n;
+            }
+        }
+    }
+}
+
+/// Channels `c0 .. c0 + N` of one output pixel of a pool: `at` is (image,
+/// top-left input coordinate), `taps` the valid tap ranges, `divisor` the
+/// average's count.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn pool_block<const N: usize>(
+    kind: PoolKind,
+    g: &Dims,
+    x: &[f32],
+    (b, by, bx): (usize, isize, isize),
+    ((ky0, ky1), (kx0, kx1)): ((usize, usize), (usize, usize)),
+    c0: usize,
+    divisor: f32,
+    out: &mut [f32],
+) {
+    let c = g.c;
+    let init = match kind {
+        PoolKind::Max => f32::NEG_INFINITY,
+        PoolKind::AvgExcludePad | PoolKind::AvgIncludePad => 0.0,
+    };
+    let mut acc = [init; N];
+    for ky in ky0..ky1 {
+        let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+        for kx in kx0..kx1 {
+            let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+            let Some(xs) = x[((b * g.h + iy) * g.w + ix) * c + c0..].first_chunk::<N>() else {
+                continue;
+            };
+            match kind {
+                PoolKind::Max => {
+                    for i in 0..N {
+                        acc[i] = max_nan(acc[i], xs[i]);
                     }
                 }
-                let dst = &mut out[c0..c0 + len];
-                match kind {
-                    PoolKind::Max => dst.copy_from_slice(&acc[..len]),
-                    PoolKind::AvgExcludePad | PoolKind::AvgIncludePad => {
-                        for (d, a) in dst.iter_mut().zip(&acc) {
-                            *d = a / divisor;
-                        }
+                PoolKind::AvgExcludePad | PoolKind::AvgIncludePad => {
+                    for i in 0..N {
+                        acc[i] += xs[i];
                     }
                 }
-                c0 += len;
+            }
+        }
+    }
+    let Some(dst) = out[c0..].first_chunk_mut::<N>() else {
+        return;
+    };
+    match kind {
+        PoolKind::Max => *dst = acc,
+        PoolKind::AvgExcludePad | PoolKind::AvgIncludePad => {
+            for (d, a) in dst.iter_mut().zip(&acc) {
+                *d = a / divisor;
             }
         }
     }
@@ -402,8 +433,10 @@ mod tests {
     fn pool_matches_reference_with_ceil_mode_pads_and_dilation() {
         // (input nhwc, kernel, stride, dilation, pads).
         type Case = ([u64; 4], [u64; 2], [u64; 2], [u64; 2], [u64; 4]);
-        let cases: [Case; 5] = [
+        let cases: [Case; 6] = [
             ([1, 5, 7, 3], [3, 3], [2, 2], [1, 1], [1, 0, 1, 1]),
+            // Every channel block size: 127 = 64 + 32 + 16 + 8 + 4 + 2 + 1.
+            ([1, 5, 6, 127], [3, 3], [2, 2], [1, 1], [1; 4]),
             ([2, 5, 7, 3], [2, 3], [2, 2], [2, 1], [0, 1, 1, 2]),
             ([1, 6, 6, 70], [3, 3], [2, 2], [1, 1], [1; 4]),
             ([1, 4, 9, 5], [3, 2], [3, 3], [1, 1], [0; 4]),

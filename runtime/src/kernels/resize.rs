@@ -126,6 +126,16 @@ multiversion! {
             tmp.extend(r0.iter().zip(r1).map(|(&a, &b)| a + fy * (b - a)));
             tmp
         };
+        // A few channels (a segmentation map's classes): fixed-size pixels,
+        // not a loop of `c` iterations per output pixel.
+        match c {
+            1 => return blend_columns::<1>(src, tx, yrow),
+            2 => return blend_columns::<2>(src, tx, yrow),
+            3 => return blend_columns::<3>(src, tx, yrow),
+            4 => return blend_columns::<4>(src, tx, yrow),
+            8 => return blend_columns::<8>(src, tx, yrow),
+            _ => {}
+        }
         for (out, t) in yrow.chunks_exact_mut(c).zip(tx) {
             let a = &src[t.i0 * c..][..c];
             if t.f == 0.0 {
@@ -136,6 +146,27 @@ multiversion! {
             for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
                 *o = a + t.f * (b - a);
             }
+        }
+    }
+}
+
+/// The column pass of [`resize_row`] for `C` channels: the same blend per
+/// element, in the same order.
+#[inline(always)]
+fn blend_columns<const C: usize>(src: &[f32], tx: &[Tap], yrow: &mut [f32]) {
+    for (out, t) in yrow.chunks_exact_mut(C).zip(tx) {
+        let (Some(out), Some(a)) = (out.first_chunk_mut::<C>(), src[t.i0 * C..].first_chunk::<C>()) else {
+            return;
+        };
+        if t.f == 0.0 {
+            *out = *a;
+            continue;
+        }
+        let Some(b) = src[t.i1 * C..].first_chunk::<C>() else {
+            return;
+        };
+        for i in 0..C {
+            out[i] = a[i] + t.f * (b[i] - a[i]);
         }
     }
 }
@@ -209,6 +240,10 @@ mod tests {
             ([2, 5, 7, 3], 9, 4),
             ([1, 3, 4, 17], 7, 11),
             ([1, 4, 3, 2], 1, 6),
+            // The fixed-size pixels of 1, 4 and 8 channels.
+            ([1, 3, 5, 1], 8, 9),
+            ([2, 4, 4, 4], 16, 16),
+            ([1, 5, 3, 8], 6, 7),
         ] {
             let [n, h, w, c] = shape;
             let x = values(n * h * w * c, 3);

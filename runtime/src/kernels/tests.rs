@@ -171,6 +171,17 @@ fn gemm_large_shapes_cross_cache_blocks() {
             ldb: 4100,
             ldc: 4100,
         },
+        // One column tile (n ≤ 32): the AVX-512 kernels read A in place,
+        // across row blocks (m > mc) and depth blocks (k > kc), with a cut
+        // tile (n = 24) and a padded A.
+        Case {
+            m: 700,
+            n: 24,
+            k: 300,
+            lda: 311,
+            ldb: 24,
+            ldc: 29,
+        },
     ];
     for isa in supported_levels() {
         for cs in &cases {

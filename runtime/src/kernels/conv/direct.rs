@@ -46,6 +46,14 @@ pub fn depthwise_conv2d(
     if g.y_len == 0 {
         return Ok(());
     }
+    if narrow_pays(&g) {
+        let wrep = repeated_taps(&g, w);
+        y[..g.y_len]
+            .par_chunks_mut(row)
+            .enumerate()
+            .for_each(|(r, yrow)| depthwise_row_narrow(&g, x, &wrep, bias, post, r, yrow));
+        return Ok(());
+    }
     y[..g.y_len]
         .par_chunks_mut(row)
         .enumerate()
@@ -53,8 +61,87 @@ pub fn depthwise_conv2d(
     Ok(())
 }
 
+/// Whether [`depthwise_row_narrow`] serves this convolution: multiplier 1,
+/// unit stride along W and fewer channels than one 16-lane vector (a
+/// GhostNet's 2 to 12), where the per-pixel loop spends its time on
+/// indexing and channel tails rather than multiply-adds.
+fn narrow_pays(g: &Dims) -> bool {
+    g.oc == g.c && g.c < 16 && g.stride[1] == 1
+}
+
+/// Each tap's `c` weights repeated for every output column: `kh·kw` rows
+/// of `ow·c` floats, so a tap's contribution to an output row is one
+/// multiply-add of two contiguous runs.
+fn repeated_taps(g: &Dims, w: &[f32]) -> Vec<f32> {
+    let row = g.ow * g.c;
+    let mut out = vec![0.0f32; g.kh * g.kw * row];
+    for (t, dst) in out.chunks_exact_mut(row.max(1)).enumerate() {
+        for px in dst.chunks_exact_mut(g.c) {
+            px.copy_from_slice(&w[t * g.c..(t + 1) * g.c]);
+        }
+    }
+    out
+}
+
+multiversion! {
+    /// Output row `r` (flat over `n·oh`) of a depthwise convolution that
+    /// [`narrow_pays`] accepts. With unit stride along W, tap `(ky, kx)`
+    /// reads, for the output columns whose input column is inside the
+    /// image, one contiguous run of input row `iy`, so the row accumulates
+    /// tap by tap as whole-row multiply-adds (`wrep` from
+    /// [`repeated_taps`]). Each output starts at its bias and adds the taps
+    /// in the per-pixel loop's order, so results are the same bits.
+    fn depthwise_row_narrow(
+        g: &Dims,
+        x: &[f32],
+        wrep: &[f32],
+        bias: Option<&[f32]>,
+        post: Post,
+        r: usize,
+        yrow: &mut [f32],
+    ) {
+        let (b, oy) = (r / g.oh, r % g.oh);
+        let (c, ow) = (g.c, g.ow);
+        let yrow = &mut yrow[..ow * c];
+        match bias {
+            Some(bias) => {
+                for px in yrow.chunks_exact_mut(c) {
+                    px.copy_from_slice(&bias[..c]);
+                }
+            }
+            None => yrow.fill(0.0),
+        }
+        let by = g.base(oy, 0);
+        let ky = tap_range(by, g.dilation[0], g.kh, g.h);
+        let bx = g.base(0, 1);
+        for ky in ky.0..ky.1 {
+            let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+            let xrow = &x[(b * g.h + iy) * g.w * c..][..g.w * c];
+            for kx in 0..g.kw {
+                // Output column ox reads input column ox + off.
+                let off = bx + (kx * g.dilation[1]) as isize;
+                let lo = (-off).max(0) as usize;
+                let hi = (g.w as isize - off).clamp(0, ow as isize) as usize;
+                if lo >= hi {
+                    continue;
+                }
+                let n = (hi - lo) * c;
+                let xs = &xrow[(lo as isize + off) as usize * c..][..n];
+                let ws = &wrep[((ky * g.kw + kx) * ow + lo) * c..][..n];
+                let ys = &mut yrow[lo * c..][..n];
+                for ((y, &xv), &wv) in ys.iter_mut().zip(xs).zip(ws) {
+                    *y += xv * wv;
+                }
+            }
+        }
+        for v in yrow.iter_mut() {
+            *v = post.apply(*v);
+        }
+    }
+}
+
 /// One output pixel of a depthwise convolution with multiplier 1, channels
-/// `c0 .. c0 + N`: the accumulators (N ≤ 64 floats: 4 zmm or 8 ymm) stay in
+/// `c0 .. c0 + N`: the accumulators (N ≤ 64 floats: at most 4 zmm) stay in
 /// registers across the taps. `at` is (image, top-left input coordinate),
 /// `ky`, `kx` the valid tap ranges.
 #[inline(always)]
@@ -117,24 +204,32 @@ multiversion! {
             let mut c0 = 0;
             while c0 < oc {
                 let rem = oc - c0;
-                if mult == 1 && rem >= 8 {
+                if mult == 1 {
+                    // Blocks of 64 down to 1 channels: a tail of 4 costs
+                    // one 4-wide block, not the general loop below.
                     let n = match rem {
                         64.. => 64,
                         32.. => 32,
                         16.. => 16,
-                        _ => 8,
+                        8.. => 8,
+                        4.. => 4,
+                        2.. => 2,
+                        _ => 1,
                     };
                     match n {
                         64 => depthwise_block::<64>(g, x, w, bias, post, at, taps, c0, out),
                         32 => depthwise_block::<32>(g, x, w, bias, post, at, taps, c0, out),
                         16 => depthwise_block::<16>(g, x, w, bias, post, at, taps, c0, out),
-                        _ => depthwise_block::<8>(g, x, w, bias, post, at, taps, c0, out),
+                        8 => depthwise_block::<8>(g, x, w, bias, post, at, taps, c0, out),
+                        4 => depthwise_block::<4>(g, x, w, bias, post, at, taps, c0, out),
+                        2 => depthwise_block::<2>(g, x, w, bias, post, at, taps, c0, out),
+                        _ => depthwise_block::<1>(g, x, w, bias, post, at, taps, c0, out),
                     }
                     c0 += n;
                     continue;
                 }
-                // Channel tails and multipliers above 1: output `o` reads
-                // input channel `o / mult`.
+                // Multipliers above 1: output `o` reads input channel
+                // `o / mult`.
                 let len = rem.min(64);
                 let mut acc = [0.0f32; 64];
                 if let Some(bias) = bias {
@@ -178,9 +273,6 @@ pub(super) fn grouped_weights(g: &Dims, w_packed: &[f32]) -> Vec<f32> {
     }
     out
 }
-
-/// Output channels per accumulator block of [`grouped_rows`].
-const GCH: usize = 64;
 
 /// Output rows `oy0 ..` of image `b` (as many as `yrows` holds) of a
 /// convolution with many narrow groups. The input rows their windows need
@@ -256,40 +348,76 @@ multiversion! {
         ky1: usize,
         yrow: &mut [f32],
     ) {
-        let (cg, oc) = (g.c / g.group, g.oc);
-        let erow = g.w * cg * oc;
+        let oc = g.oc;
         for (ox, out) in yrow.chunks_exact_mut(oc).enumerate() {
             let bx = g.base(ox, 1);
             let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+            let taps = (ky0, ky1, kx0, kx1);
             let mut o0 = 0;
             while o0 < oc {
-                let len = GCH.min(oc - o0);
-                let mut acc = [0.0f32; GCH];
-                for ky in ky0..ky1 {
-                    for kx in kx0..kx1 {
-                        let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
-                        let ep = &e[(e0 + (ky - ky0) * g.dilation[0]) * erow + ix * cg * oc..][..cg * oc];
-                        let wp = &wt[(ky * g.kw + kx) * cg * oc..][..cg * oc];
-                        for (er, wr) in ep.chunks_exact(oc).zip(wp.chunks_exact(oc)) {
-                            let (er, wr) = (&er[o0..o0 + len], &wr[o0..o0 + len]);
-                            if let (Some(er), Some(wr)) = (er.first_chunk::<GCH>(), wr.first_chunk::<GCH>()) {
-                                for l in 0..GCH {
-                                    acc[l] += er[l] * wr[l];
-                                }
-                            } else {
-                                for l in 0..len {
-                                    acc[l] += er[l] * wr[l];
-                                }
-                            }
-                        }
+                // Blocks of 64 down to 1 output channels, each a fixed-size
+                // accumulator (ResNeXt's 16 channels are one block of 16).
+                let n = match oc - o0 {
+                    64.. => 64,
+                    32.. => 32,
+                    16.. => 16,
+                    8.. => 8,
+                    4.. => 4,
+                    2.. => 2,
+                    _ => 1,
+                };
+                let at = (e0, bx, o0);
+                match n {
+                    64 => grouped_block::<64>(g, e, wt, bias, post, at, taps, out),
+                    32 => grouped_block::<32>(g, e, wt, bias, post, at, taps, out),
+                    16 => grouped_block::<16>(g, e, wt, bias, post, at, taps, out),
+                    8 => grouped_block::<8>(g, e, wt, bias, post, at, taps, out),
+                    4 => grouped_block::<4>(g, e, wt, bias, post, at, taps, out),
+                    2 => grouped_block::<2>(g, e, wt, bias, post, at, taps, out),
+                    _ => grouped_block::<1>(g, e, wt, bias, post, at, taps, out),
+                }
+                o0 += n;
+            }
+        }
+    }
+}
+
+/// Output channels `o0 .. o0 + N` of one output pixel of
+/// [`grouped_accumulate`]: `at` is (expanded row of tap row `ky0`, left
+/// input column, `o0`), `taps` the valid tap ranges `(ky0, ky1, kx0, kx1)`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn grouped_block<const N: usize>(
+    g: &Dims,
+    e: &[f32],
+    wt: &[f32],
+    bias: Option<&[f32]>,
+    post: Post,
+    (e0, bx, o0): (usize, isize, usize),
+    (ky0, ky1, kx0, kx1): (usize, usize, usize, usize),
+    out: &mut [f32],
+) {
+    let (cg, oc) = (g.c / g.group, g.oc);
+    let erow = g.w * cg * oc;
+    let mut acc = [0.0f32; N];
+    for ky in ky0..ky1 {
+        for kx in kx0..kx1 {
+            let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+            let ep = &e[(e0 + (ky - ky0) * g.dilation[0]) * erow + ix * cg * oc..][..cg * oc];
+            let wp = &wt[(ky * g.kw + kx) * cg * oc..][..cg * oc];
+            for (er, wr) in ep.chunks_exact(oc).zip(wp.chunks_exact(oc)) {
+                if let (Some(er), Some(wr)) = (er[o0..].first_chunk::<N>(), wr[o0..].first_chunk::<N>()) {
+                    for l in 0..N {
+                        acc[l] += er[l] * wr[l];
                     }
                 }
-                for (l, d) in out[o0..o0 + len].iter_mut().enumerate() {
-                    let v = acc[l] + bias.map_or(0.0, |b| b[o0 + l]);
-                    *d = post.apply(v);
-                }
-                o0 += len;
             }
+        }
+    }
+    if let Some(dst) = out[o0..].first_chunk_mut::<N>() {
+        for (l, d) in dst.iter_mut().enumerate() {
+            let v = acc[l] + bias.map_or(0.0, |b| b[o0 + l]);
+            *d = post.apply(v);
         }
     }
 }
