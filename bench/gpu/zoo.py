@@ -25,30 +25,16 @@ import sys
 import time
 import warnings
 
-import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "scripts"))
+sys.path.insert(0, HERE)
 import gen_zoo  # noqa: E402
+from run import cuda_median_ms  # noqa: E402  (bench/gpu/run.py: CUDA events, median)
 
 warnings.filterwarnings("ignore")
-
-
-def cuda_median_ms(fn, iters, warmup=10):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return float(np.median(times))
 
 
 def torch_model(name):

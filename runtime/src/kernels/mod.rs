@@ -75,6 +75,15 @@ mod testdata;
 pub use detect::Isa;
 pub use gemm::{GemmError, GemmOptions, SharedAPart, gemm, gemm_shared_a};
 
+/// The width of the next block of a loop over `rest` (at least 1) channels
+/// in fixed-size blocks of 64 down to 1: the largest power of two not above
+/// `rest` or 64. Each width is a const generic of the block kernel, so a
+/// tail of 4 channels costs one 4-wide block, not 4 lanes of a 64-wide one.
+pub(crate) fn block_width(rest: usize) -> usize {
+    debug_assert!(rest > 0);
+    1 << rest.min(64).ilog2()
+}
+
 /// The error of every kernel: a message naming the expectation.
 pub type KernelError = GemmError;
 pub use pack::{PANEL_WIDTH, PackedB, PackedBRef, pack_b};

@@ -152,15 +152,7 @@ multiversion! {
                 // Blocks of 64 down to 1 channels, each a fixed-size
                 // accumulator in registers (16 channels are one block of
                 // 16, not 16 lanes of a 64-wide loop).
-                let n = match c - c0 {
-                    64.. => 64,
-                    32.. => 32,
-                    16.. => 16,
-                    8.. => 8,
-                    4.. => 4,
-                    2.. => 2,
-                    _ => 1,
-                };
+                let n = crate::kernels::block_width(c - c0);
                 let at = (b, by, bx);
                 match n {
                     64 => pool_block::<64>(kind, g, x, at, taps, c0, divisor, out),

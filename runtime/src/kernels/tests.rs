@@ -630,3 +630,11 @@ fn post_keeps_nan() {
     assert_eq!(relu.apply(-1.0), 0.0);
     assert_eq!(relu.apply(f32::INFINITY), f32::INFINITY);
 }
+
+#[test]
+fn block_width_is_the_largest_power_of_two_within_64() {
+    let want = [(1, 1), (2, 2), (3, 2), (4, 4), (7, 4), (16, 16), (31, 16), (63, 32), (64, 64), (65, 64), (1000, 64)];
+    for (rest, w) in want {
+        assert_eq!(super::block_width(rest), w, "{rest}");
+    }
+}

@@ -93,25 +93,43 @@ pub(super) fn gemm_output(step: &Step) -> Option<(Buf, u64, u64)> {
     }
 }
 
-/// A pointwise step right after a GEMM writing `c` (`m × n`, row major,
-/// contiguous) that rewrites `c` in place and reads it at the element it
-/// writes becomes that GEMM's epilogue: returns the epilogue and the extra
-/// buffers (its other operands, in order).
-pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Vec<Buf>)> {
+/// What a pointwise step right after a GEMM writing `c` (`m × n`, row
+/// major, contiguous) must be to become its epilogue, wherever it stores:
+/// an f32 kernel over the `m × n` elements with one f32 operand reading
+/// `c` at the element it writes and no other operand reading `c` (it
+/// would see the value before the epilogue). Returns the kernel, its
+/// output buffer, its operands, and which of them reads `c`.
+fn product_reader<'k, 's>(
+    c: &Buf,
+    m: u64,
+    n: u64,
+    next: &'s Step,
+    kernels: &HashMap<&str, &'k PointwiseKernel>,
+) -> Option<(&'k PointwiseKernel, &'s Buf, &'s [Buf], usize)> {
     let Step::Pointwise { code, args, .. } = next else { return None };
-    let k = kernels.get(code.as_str())?;
+    let k = *kernels.get(code.as_str())?;
     let (out, ins) = args.split_last()?;
-    if out != c || k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 || ins.len() != k.operands.len() {
+    if k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 || ins.len() != k.operands.len() {
         return None;
     }
     if k.dims.iter().product::<u64>() != m * n {
         return None;
     }
-    // The operand that reads c where the kernel writes: row-major strides.
     let dense = row_major(&k.dims);
     let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == dense && op.dtype == Scalar::F32)?;
-    // No other operand may read c (it would see the value before the epilogue).
     if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, c)) {
+        return None;
+    }
+    Some((k, out, ins, me))
+}
+
+/// A pointwise step right after a GEMM writing `c` (`m × n`, row major,
+/// contiguous) that rewrites `c` in place and reads it at the element it
+/// writes becomes that GEMM's epilogue: returns the epilogue and the extra
+/// buffers (its other operands, in order).
+pub(super) fn fusable_epilogue(c: &Buf, m: u64, n: u64, next: &Step, kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Vec<Buf>)> {
+    let (k, out, ins, me) = product_reader(c, m, n, next, kernels)?;
+    if out != c {
         return None;
     }
     as_epilogue(k, ins, me, m, n)
@@ -138,20 +156,11 @@ pub(super) fn moved_epilogue(
     later: &[Step],
     kernels: &HashMap<&str, &PointwiseKernel>,
 ) -> Option<MovedEpilogue> {
-    let Step::Pointwise { code, args, .. } = next else { return None };
-    let k = kernels.get(code.as_str())?;
-    let (out, ins) = args.split_last()?;
-    if c.space != Space::Arena || out == c || out.len != c.len || k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 || ins.len() != k.operands.len() {
-        return None;
-    }
-    if k.dims.iter().product::<u64>() != m * n {
+    let (k, out, ins, me) = product_reader(c, m, n, next, kernels)?;
+    if c.space != Space::Arena || out == c || out.len != c.len {
         return None;
     }
     let dense = row_major(&k.dims);
-    let me = ins.iter().zip(&k.operands).position(|(b, op)| b == c && op.strides == dense && op.dtype == Scalar::F32)?;
-    if ins.iter().enumerate().any(|(i, b)| i != me && overlaps(b, c)) {
-        return None;
-    }
     let a = match step {
         Step::Gemm { a, .. } | Step::MatMul { a, .. } => *a,
         Step::Conv2d { x, .. } => *x,

@@ -207,15 +207,7 @@ multiversion! {
                 if mult == 1 {
                     // Blocks of 64 down to 1 channels: a tail of 4 costs
                     // one 4-wide block, not the general loop below.
-                    let n = match rem {
-                        64.. => 64,
-                        32.. => 32,
-                        16.. => 16,
-                        8.. => 8,
-                        4.. => 4,
-                        2.. => 2,
-                        _ => 1,
-                    };
+                    let n = crate::kernels::block_width(rem);
                     match n {
                         64 => depthwise_block::<64>(g, x, w, bias, post, at, taps, c0, out),
                         32 => depthwise_block::<32>(g, x, w, bias, post, at, taps, c0, out),
@@ -357,15 +349,7 @@ multiversion! {
             while o0 < oc {
                 // Blocks of 64 down to 1 output channels, each a fixed-size
                 // accumulator (ResNeXt's 16 channels are one block of 16).
-                let n = match oc - o0 {
-                    64.. => 64,
-                    32.. => 32,
-                    16.. => 16,
-                    8.. => 8,
-                    4.. => 4,
-                    2.. => 2,
-                    _ => 1,
-                };
+                let n = crate::kernels::block_width(oc - o0);
                 let at = (e0, bx, o0);
                 match n {
                     64 => grouped_block::<64>(g, e, wt, bias, post, at, taps, out),
