@@ -45,6 +45,11 @@
 //!   1, 2 or a multiple of 4; transposed: `oc / group % 4 == 0`), else one
 //!   output element. Transposed convolution is a gather: an output sums the
 //!   taps whose input position exists (no atomics).
+//! - [`unfold_w`] `(x, dst)`: an 8-bit convolution's input with each output
+//!   column's `kw` taps of `c` channels as one pixel of `cp` channels (a
+//!   multiple of 16), so that a stem's 3 channels reach the `wgmma` kernel
+//!   in 16-byte chunks; an item is one unfolded pixel, stored as 16-byte
+//!   vectors.
 //!
 //! Invariants:
 //! - Only element alignment is assumed of a pointer. A 16-byte (or 8-, 4-
@@ -84,6 +89,7 @@ mod gather;
 mod grid_sample;
 mod pad;
 mod resize;
+mod unfold;
 
 pub use conv::{conv_transpose2d, depthwise_conv2d};
 pub use copy::{CopyDim, CopyForm, CopyPlan, copy, copy_plan};
@@ -92,3 +98,4 @@ pub use gather::gather;
 pub use grid_sample::grid_sample;
 pub use pad::{PAD_MAX, pad_half};
 pub use resize::resize;
+pub use unfold::{UNFOLD_MAX, unfold_w, unfold_w_geom, unfold_w_weights, unfolded_channels};

@@ -412,7 +412,10 @@ impl<'a> Tr<'a, '_> {
             // them (its int8_elementwise is off).
             Step::QMaxPool { x, y, geom, ceil_mode, signed } => {
                 let (geom, ceil, signed) = (*geom, *ceil_mode, *signed);
-                let k = self.kernel("qmax_pool", (&geom, ceil, signed), |m, n| rows::qmax_pool(m, n, &geom, ceil, signed))?;
+                // The vector form's alignment: the largest power of two up
+                // to 16 dividing both offsets (bases are 256-byte aligned).
+                let align = 1u64 << (x.offset | y.offset | 16).trailing_zeros();
+                let k = self.kernel("qmax_pool", (&geom, ceil, signed, align), |m, n| rows::qmax_pool(m, n, &geom, ceil, signed, align))?;
                 self.launch(k, vec![Arg::In(*x), Arg::Out(*y)], origin);
                 Ok(())
             }
@@ -452,20 +455,30 @@ impl<'a> Tr<'a, '_> {
         if w.len != need {
             return Err(format!("internal error: qconv2d weights hold {} bytes, the geometry needs {need}", w.len));
         }
-        // Hopper's wgmma where the channels come in 16-byte chunks
-        // of one group, else mma.sync.
+        // Hopper's wgmma where the channels come in 16-byte chunks of one
+        // group (or do once unfolded along W), else mma.sync.
         let sm = self.sm;
-        let wg = gemm_wgmma::supports(&spec, sm).then(|| gemm_wgmma::choose_q_tile(&spec));
-        if epi.is_some() && wg.is_none() {
+        let form = q_wgmma_form(&spec, sm);
+        if epi.is_some() && form.is_none() {
             return Err("internal error: an epilogue for an int8 convolution without wgmma".to_string());
         }
-        if spec.q.elem != QuantElem::Int8 && wg.is_none() {
+        if spec.q.elem != QuantElem::Int8 && form.is_none() {
             return Err(format!("internal error: an fp8 convolution for {sm}, which has no fp8 wgmma kernel for it (please report)"));
         }
-        let packed = match wg {
-            Some(tile) => self.weights.s8_wg_packed(w, &spec, tile)?,
-            None => self.weights.s8_packed(w, &spec)?,
+        let (spec, x, packed, wg) = match form {
+            Some(Some(cp)) => {
+                let (unfolded, xu) = self.unfold_w(&spec, x, cp, origin)?;
+                let tile = gemm_wgmma::choose_q_tile(&unfolded);
+                let packed = self.weights.s8_wg_unfolded(w, &spec, cp, tile)?;
+                (unfolded, xu, packed, Some(tile))
+            }
+            Some(None) => {
+                let tile = gemm_wgmma::choose_q_tile(&spec);
+                (spec, *x, self.weights.s8_wg_packed(w, &spec, tile)?, Some(tile))
+            }
+            None => (spec, *x, self.weights.s8_packed(w, &spec)?, None),
         };
+        let x = &x;
         let out = epi.map_or(y, |(_, _, out)| out);
         // The kernel moves x, w and y in 16-byte chunks; the arena and
         // the weights align every tensor, only a view inside one could
@@ -489,6 +502,23 @@ impl<'a> Tr<'a, '_> {
             QuantElem::E4M3ToF32 => self.note("fp8: e4m3 x e4m3 wgmma, f32 accumulation, f32 result".to_string()),
         }
         Ok(())
+    }
+
+    /// The input `x` of the 8-bit convolution `spec` unfolded along W into
+    /// `cp` channels (`index::unfold_w`) in the scratch, by a launch made
+    /// here: the convolution to run on it and the buffer.
+    fn unfold_w(&mut self, spec: &QConvSpec, x: &Buf, cp: u64, origin: &str) -> Result<(QConvSpec, Buf), String> {
+        let g = spec.geom;
+        let unfolded = QConvSpec { geom: index::unfold_w_geom(&g, cp), q: spec.q };
+        let fill = if spec.q.elem == QuantElem::Int8 { spec.q.x_zero as u8 } else { 0 };
+        let len = g.n * g.h * g.ow * cp;
+        let to = Buf { space: Space::Arena, index: 0, offset: self.scratch.at, len };
+        self.scratch.uses(len);
+        // The unfolded input overwrites whatever half copies the scratch held.
+        self.halves.scratch_overwritten();
+        let kern = self.kernel("unfold_w", (g, cp, fill), |m, n| index::unfold_w(m, n, &g, cp, fill))?;
+        self.launch(kern, vec![Arg::In(*x), Arg::Out(to)], origin);
+        Ok((unfolded, to))
     }
 
     fn pointwise(&mut self, code: &str, bufs: &[Buf], origin: &str) -> Result<(), String> {
@@ -532,6 +562,19 @@ impl<'a> Tr<'a, '_> {
         self.launch((name, g), args, origin);
         Ok(())
     }
+}
+
+/// How the 8-bit convolution `spec` runs on sm_90a's `wgmma`: as it is
+/// (`Some(None)`), on its input unfolded along W into `cp` channels
+/// (`Some(Some(cp))`: too few channels for 16-byte chunks, as a stem's 3),
+/// or not at all (`None`: `mma.sync`).
+fn q_wgmma_form(spec: &QConvSpec, sm: Sm) -> Option<Option<u64>> {
+    if gemm_wgmma::supports(spec, sm) {
+        return Some(None);
+    }
+    let cp = index::unfolded_channels(&spec.geom).filter(|_| spec.geom.group == 1)?;
+    let unfolded = QConvSpec { geom: index::unfold_w_geom(&spec.geom, cp), q: spec.q };
+    gemm_wgmma::supports(&unfolded, sm).then_some(Some(cp))
 }
 
 /// Translates `lowered` for `sm` at `precision`. Half-precision weight
@@ -614,7 +657,7 @@ pub fn translate_tuned(
             let spec = QConvSpec { geom: *geom, q: *q };
             let mn = (geom.n * geom.oh * geom.ow, geom.oc);
             // The chain of pointwise steps after it, merged, longest first.
-            let fused = (gemm_wgmma::supports(&spec, sm) && q.elem == QuantElem::Int8)
+            let fused = (q_wgmma_form(&spec, sm).is_some() && q.elem == QuantElem::Int8)
                 .then(|| {
                     merge::epilogue_chains(&steps[i + 1..], &[], y, &tr.pointwise).into_iter().find_map(|(k, args, len)| {
                         q_epilogue((x, y, q.y_signed), mn, &k, &args, &steps[i + 1 + len..]).map(|e| (e, len))

@@ -22,6 +22,7 @@ use crate::kernels::GemmSpec;
 use crate::kernels::gemm_s8::{self, QConvSpec};
 use crate::kernels::gemm_sp::{SparsePadding, pack_weight};
 use crate::kernels::gemm_wgmma::{WgPrecision, WgTile, pack_b, pack_weights_wg};
+use crate::kernels::index::{unfold_w_geom, unfold_w_weights};
 
 /// The weight blobs, their offsets in the section, and the derived ones
 /// made so far.
@@ -111,6 +112,18 @@ impl<'a> WeightSection<'a> {
         self.derived(w, &format!("s8wg{}x{}", tile.bn, tile.stages), Scalar::I8, |bytes| {
             let ohwi: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
             pack_weights_wg(spec, tile, &ohwi).into_iter().map(|v| v as u8).collect()
+        })
+    }
+
+    /// The int8 OHWI weights at `w` of the convolution `spec` unfolded
+    /// along W into `cp` channels (`index::unfold_w_weights`), packed for
+    /// `gemm_wgmma::qconv_wgmma` with `tile` on the unfolded geometry.
+    pub(super) fn s8_wg_unfolded(&mut self, w: &Buf, spec: &QConvSpec, cp: u64, tile: WgTile) -> Result<Buf, String> {
+        let g = spec.geom;
+        let unfolded = QConvSpec { geom: unfold_w_geom(&g, cp), q: spec.q };
+        self.derived(w, &format!("s8wg{}x{}.u{cp}", tile.bn, tile.stages), Scalar::I8, |bytes| {
+            let ohwi: Vec<i8> = unfold_w_weights(&g, cp, bytes).into_iter().map(|b| b as i8).collect();
+            pack_weights_wg(&unfolded, tile, &ohwi).into_iter().map(|v| v as u8).collect()
         })
     }
 

@@ -21,6 +21,8 @@ use inkwell::targets::{CodeModel, InitializationConfig, RelocMode, Target, Targe
 thread_local! {
     static TID: Cell<u32> = const { Cell::new(0) };
     static CTAID: Cell<[u32; 2]> = const { Cell::new([0, 0]) };
+    /// The launch's block size and grid size (x).
+    static NTID: Cell<[u32; 2]> = const { Cell::new([0, 0]) };
     static BARRIER: RefCell<Option<Arc<Barrier>>> = const { RefCell::new(None) };
 }
 
@@ -34,6 +36,14 @@ extern "C" fn sim_ctaid_x() -> u32 {
 
 extern "C" fn sim_ctaid_z() -> u32 {
     CTAID.with(|t| t.get()[1])
+}
+
+extern "C" fn sim_ntid_x() -> u32 {
+    NTID.with(|t| t.get()[0])
+}
+
+extern "C" fn sim_nctaid_x() -> u32 {
+    NTID.with(|t| t.get()[1])
 }
 
 extern "C" fn sim_fma(a: f32, b: f32, c: f32) -> f32 {
@@ -237,13 +247,15 @@ pub fn with_jit_hooks(ir: &str, extra: &[(&str, usize)], f: impl FnOnce(&dyn Fn(
     let ee = module
         .create_jit_execution_engine(OptimizationLevel::Default)
         .unwrap();
-    let hooks: [(&str, usize); 7] = [
+    let hooks: [(&str, usize); 9] = [
         ("sim.fma", sim_fma as *const () as usize),
         ("sim.cvt.rni", sim_cvt_rni as *const () as usize),
         ("sim.cvt.rzi", sim_cvt_rzi as *const () as usize),
         ("sim.tid.x", sim_tid as *const () as usize),
         ("sim.ctaid.x", sim_ctaid_x as *const () as usize),
         ("sim.ctaid.z", sim_ctaid_z as *const () as usize),
+        ("sim.ntid.x", sim_ntid_x as *const () as usize),
+        ("sim.nctaid.x", sim_nctaid_x as *const () as usize),
         ("sim.barrier", sim_barrier as *const () as usize),
     ];
     for &(name, addr) in hooks.iter().chain(extra) {
@@ -267,6 +279,7 @@ pub fn with_jit_hooks(ir: &str, extra: &[(&str, usize)], f: impl FnOnce(&dyn Fn(
         let call = move |tid: u32, ctaid: [u32; 2]| {
             TID.with(|t| t.set(tid));
             CTAID.with(|t| t.set(ctaid));
+            NTID.with(|t| t.set([g.block[0], g.grid[0]]));
             // SAFETY: the wrapper reads one pointer per kernel parameter
             // from `ptrs`, which the caller sized to the kernel's ABI.
             unsafe {

@@ -904,3 +904,105 @@ fn pad_half_kernels_run_like_the_step() {
         }
     });
 }
+
+// ---------------------------------------------------------------- unfold_w
+
+/// `Σ (x − zp)·w` of an NHWC byte convolution of one group with OHWI
+/// weights, the padding reading `zp`: the integer sums the int8 kernels
+/// compute before requantizing.
+fn conv_sums(g: &ConvGeom, x: &[u8], w: &[u8], zp: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for n in 0..g.n {
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                for o in 0..g.oc {
+                    let mut acc = 0i32;
+                    for ky in 0..g.kh {
+                        for kx in 0..g.kw {
+                            let iy = (oy * g.stride[0] + ky * g.dilation[0]) as i64 - g.pads[0] as i64;
+                            let ix = (ox * g.stride[1] + kx * g.dilation[1]) as i64 - g.pads[1] as i64;
+                            let inside = (0..g.h as i64).contains(&iy) && (0..g.w as i64).contains(&ix);
+                            for ci in 0..g.c {
+                                let v = if inside { x[(((n * g.h + iy as u64) * g.w + ix as u64) * g.c + ci) as usize] as i32 } else { zp };
+                                let wv = w[(((o * g.kh + ky) * g.kw + kx) * g.c + ci) as usize] as i8 as i32;
+                                acc += (v - zp) * wv;
+                            }
+                        }
+                    }
+                    out.push(acc);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `unfold_w` writes each output column's taps as one pixel (the zero
+/// point where a tap is in the padding and past `kw·c`), and a convolution
+/// on that input with the unfolded weights and geometry sums exactly what
+/// the original convolution does: strides, dilations, asymmetric pads, a
+/// single output column. Windows too wide to unfold and grouped
+/// convolutions are refused.
+#[test]
+fn unfold_w_keeps_the_convolution() {
+    let geom = |n, h, w, c, oc, (kh, kw), stride: [u64; 2], dilation: [u64; 2], pads: [u64; 4]| {
+        let out = |i: u64, k: u64, s: u64, d: u64, p0: u64, p1: u64| (i + p0 + p1 - d * (k - 1) - 1) / s + 1;
+        ConvGeom {
+            n,
+            h,
+            w,
+            c,
+            oh: out(h, kh, stride[0], dilation[0], pads[0], pads[2]),
+            ow: out(w, kw, stride[1], dilation[1], pads[1], pads[3]),
+            oc,
+            kh,
+            kw,
+            stride,
+            dilation,
+            pads,
+            group: 1,
+        }
+    };
+    let cases = [
+        (geom(2, 13, 11, 3, 5, (7, 7), [2, 2], [1, 1], [3, 3, 3, 3]), 128u8),
+        (geom(1, 6, 9, 3, 4, (3, 3), [1, 1], [1, 1], [1, 1, 1, 1]), 0),
+        (geom(1, 9, 10, 5, 3, (3, 3), [2, 2], [2, 2], [0, 2, 1, 0]), 7),
+        (geom(2, 4, 12, 4, 2, (1, 5), [1, 3], [1, 1], [0, 1, 0, 2]), 255),
+        (geom(1, 5, 3, 2, 3, (3, 3), [1, 1], [1, 1], [1, 0, 1, 0]), 1),
+    ];
+    let mut m = ModuleText::new();
+    let mut geoms = Vec::new();
+    for (i, (g, zp)) in cases.iter().enumerate() {
+        let cp = index::unfolded_channels(g).unwrap();
+        geoms.push((cp, index::unfold_w(&mut m, &format!("unfold{i}"), g, cp, *zp).unwrap()));
+    }
+    let (wide, grouped) = (geom(1, 4, 4, 16, 2, (5, 5), [1, 1], [1, 1], [2, 2, 2, 2]), ConvGeom { group: 3, ..cases[1].0 });
+    assert_eq!(index::unfolded_channels(&wide), None);
+    assert!(index::unfold_w(&mut m, "bad0", &wide, 80, 0).is_err());
+    assert!(index::unfold_w(&mut m, "bad1", &grouped, 16, 0).is_err());
+    assert!(index::unfold_w(&mut m, "bad2", &cases[0].0, 16, 0).is_err(), "the wrong channel count");
+    let ir = m.finish();
+    let ptx = lower_everywhere(&ir, "index_unfold_w");
+    assert!(stores16(entry(&ptx, "unfold0")));
+    with_jit(&ir, |run| {
+        for (i, ((g, zp), &(cp, lg))) in cases.iter().zip(&geoms).enumerate() {
+            let x = noise((g.n * g.h * g.w * g.c) as usize, i as u64 + 11);
+            let w = noise((g.oc * g.kh * g.kw * g.c) as usize, i as u64 + 29);
+            let len = (g.n * g.h * g.ow * cp) as usize;
+            let mut xs = Mem::new(&x, 0);
+            let mut d = Mem::new(&noise(len, 3), 0);
+            run(&format!("unfold{i}"), lg, &mut [&mut xs, &mut d]);
+            let xu = d.bytes().to_vec();
+            assert_eq!(xu.len(), len);
+            // Bytes past kw·c are the fill.
+            for px in xu.chunks(cp as usize) {
+                assert!(px[(g.kw * g.c) as usize..].iter().all(|b| b == zp), "unfold{i}: padding channels");
+            }
+            let ug = index::unfold_w_geom(g, cp);
+            let uw = index::unfold_w_weights(g, cp, &w);
+            assert_eq!(uw.len() as u64, g.oc * g.kh * cp);
+            assert_eq!((ug.oh, ug.ow), (g.oh, g.ow));
+            assert_eq!(conv_sums(&ug, &xu, &uw, *zp as i32), conv_sums(g, &x, &w, *zp as i32), "unfold{i}: {g:?}");
+        }
+    });
+}

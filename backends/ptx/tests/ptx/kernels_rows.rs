@@ -449,25 +449,60 @@ fn pool_half_copy() {
     }
 }
 
+/// The byte max pool, scalar (3 channels, or a buffer aligned to 2) and
+/// vector (4, 8, 16 channels a thread), runs bit for bit as the CPU's
+/// `qmax_pool2d`: ResNet's stem pool (3×3, stride 2, pads 1, ceil mode or
+/// not), a dilated window with asymmetric pads, u8 and i8.
 #[test]
 fn qmax_pool_reads_and_stores_bytes() {
-    // ResNet's stem pool (3×3, stride 2, pads 1) over u8 and i8.
-    let g = geom([2, 9, 9, 16], [5, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]);
+    use super::host_sim::{Mem, with_jit};
+    let cases = [
+        (geom([2, 9, 9, 16], [5, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]), false, 16, "16 bytes"),
+        (geom([2, 9, 9, 16], [5, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]), true, 16, "16 bytes"),
+        (geom([1, 8, 7, 24], [4, 4], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]), true, 16, "8 bytes"),
+        (geom([1, 10, 9, 12], [4, 3], [3, 2], [2, 3], [2, 1], [0, 1, 1, 0]), false, 16, "4 bytes"),
+        (geom([1, 9, 9, 16], [5, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]), false, 2, "st.global.u8"),
+        (geom([2, 9, 9, 3], [5, 5], [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]), true, 16, "st.global.u8"),
+    ];
     let mut m = ModuleText::new();
-    for (name, signed) in [("qp_u8", false), ("qp_i8", true)] {
-        let geo = rows::qmax_pool(&mut m, name, &g, false, signed).unwrap();
-        check_block(&geo, name);
+    let mut geos = Vec::new();
+    for (i, &(g, signed, align, _)) in cases.iter().enumerate() {
+        let geo = rows::qmax_pool(&mut m, &format!("qp{i}"), &g, false, signed, align).unwrap();
+        check_block(&geo, "qp");
+        geos.push(geo);
     }
-    // The f32 pool's refusals hold.
-    assert!(rows::qmax_pool(&mut m, "qp_bad", &ConvGeom { oc: 3, ..g }, false, true).is_err());
-    let ptx = lower_all(&m.finish(), "qmax_pool");
-    for (name, signed) in [("qp_u8", false), ("qp_i8", true)] {
-        let body = entry(&ptx, name);
-        let load = if signed { "ld.global.s8" } else { "ld.global.u8" };
-        assert!(body.contains(load) || body.contains("ld.global.nc"), "{name}: no byte load");
-        assert!(body.contains("st.global.u8") || body.contains("st.global.b8"), "{name}: no byte store");
-        assert!(!body.contains("st.global.f32"), "{name}");
+    // The f32 pool's refusals hold, in both forms.
+    let g = cases[0].0;
+    assert!(rows::qmax_pool(&mut m, "qp_bad", &ConvGeom { oc: 3, ..g }, false, true, 16).is_err());
+    assert!(rows::qmax_pool(&mut m, "qp_bad2", &ConvGeom { oh: 4, ..g }, false, true, 16).is_err());
+    let ir = m.finish();
+    let ptx = lower_all(&ir, "qmax_pool");
+    for (i, (_, _, _, store)) in cases.iter().enumerate() {
+        let body = entry(&ptx, &format!("qp{i}"));
+        let bytes = body.contains("st.global.u8") || body.contains("st.global.b8");
+        assert_eq!(bytes, *store == "st.global.u8", "qp{i}: byte stores where {store} was meant");
+        assert!(!body.contains("st.global.f32"), "qp{i}");
     }
+    let noise = |n: usize, seed: u64| -> Vec<u8> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (s >> 33) as u8
+            })
+            .collect()
+    };
+    with_jit(&ir, |run| {
+        for (i, (&(g, signed, _, _), &geo)) in cases.iter().zip(&geos).enumerate() {
+            let x = noise((g.n * g.h * g.w * g.c) as usize, i as u64 + 3);
+            let mut want = vec![0u8; (g.n * g.oh * g.ow * g.c) as usize];
+            aoc_runtime::kernels::qelem::qmax_pool2d(&g, false, signed, &x, &mut want).unwrap();
+            let mut xs = Mem::new(&x, 0);
+            let mut y = Mem::new(&noise(want.len(), 99), 0);
+            run(&format!("qp{i}"), geo, &mut [&mut xs, &mut y]);
+            assert!(y.bytes() == &want[..], "qp{i}: {g:?} signed {signed}");
+        }
+    });
 }
 
 /// A layer norm with its quantization as a byte output: one more pointer,

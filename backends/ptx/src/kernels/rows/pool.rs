@@ -66,8 +66,94 @@ pub fn pool(
 /// `Step::QMaxPool`: [`pool`]'s max over 8-bit values (i8 when `signed`,
 /// else u8), the stored maximum, bit for bit the CPU's `qmax_pool` (the
 /// bytes convert to f32 exactly and back). Parameters `(x, y)`.
-pub fn qmax_pool(m: &mut ModuleText, name: &str, geom: &ConvGeom, ceil_mode: bool, signed: bool) -> Result<Geometry, String> {
-    pool_elems(m, name, PoolKind::Max, geom, ceil_mode, None, Some(signed))
+/// With channels in multiples of 4, `x` and `y` aligned to `align` bytes
+/// (a power of two) and at most [`QMAX_TAPS`] window taps, a thread takes
+/// up to 16 channels of an output pixel as one vector (as many as divide
+/// both): the window's taps unrolled, each a vector load where it lies
+/// inside the input, combined by an integer max (the same maximum).
+pub fn qmax_pool(m: &mut ModuleText, name: &str, geom: &ConvGeom, ceil_mode: bool, signed: bool, align: u64) -> Result<Geometry, String> {
+    let lanes = [16, 8, 4].into_iter().find(|l| geom.c.is_multiple_of(*l) && align.is_multiple_of(*l));
+    match lanes {
+        Some(l) if geom.kh * geom.kw <= QMAX_TAPS && geom.c == geom.oc => {
+            // The scalar generator validates the geometry; its kernel is
+            // discarded.
+            pool_elems(&mut ModuleText::new(), name, PoolKind::Max, geom, ceil_mode, None, Some(signed))?;
+            qmax_pool_lanes(m, name, geom, signed, l)
+        }
+        _ => pool_elems(m, name, PoolKind::Max, geom, ceil_mode, None, Some(signed)),
+    }
+}
+
+/// The most window taps [`qmax_pool`]'s vector form unrolls.
+pub const QMAX_TAPS: u64 = 49;
+
+/// [`qmax_pool`] with `lanes` channels a thread (`c % lanes == 0`, the
+/// geometry validated): one item per `lanes` channels of an output pixel.
+fn qmax_pool_lanes(m: &mut ModuleText, name: &str, geom: &ConvGeom, signed: bool, lanes: u64) -> Result<Geometry, String> {
+    let g = *geom;
+    let mut k = Kernel::new(m, name)?;
+    let groups = g.c / lanes;
+    let big = || format!("pool of {geom:?} is too large");
+    let prod = |v: &[u64]| v.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+    let items = prod(&[g.n, g.oh, g.ow, groups]).ok_or_else(big)?;
+    let x_len = prod(&[g.n, g.h, g.w, g.c]).ok_or_else(big)?;
+    let y_len = prod(&[g.n, g.oh, g.ow, g.c]).ok_or_else(big)?;
+    if items == 0 {
+        return Ok(k.empty(2));
+    }
+    let reach = (g.oh * g.stride[0] + g.kh * g.dilation[0] + g.h + g.pads[0]).max(g.ow * g.stride[1] + g.kw * g.dilation[1] + g.w + g.pads[1]);
+    let ty = if x_len.max(y_len).max(reach) < 1 << 30 { "i32" } else { "i64" };
+    let vt = format!("<{lanes} x i8>");
+    let max = format!("llvm.{}max.v{lanes}i8", if signed { "s" } else { "u" });
+    k.m.declare(&format!("declare {vt} @{max}({vt}, {vt})"));
+    // The type's least value: any tap inside the window beats it, and every
+    // window has one (the output size rule).
+    let least = if signed { -128 } else { 0 };
+    k.grid_stride(items, |k, q64| {
+        let q = if ty == "i32" { k.v(format!("trunc i64 {q64} to i32")) } else { q64.to_string() };
+        let grp = k.v(format!("urem {ty} {q}, {groups}"));
+        let ch = k.v(format!("mul {ty} {grp}, {lanes}"));
+        let r = k.v(format!("udiv {ty} {q}, {groups}"));
+        let ox = k.v(format!("urem {ty} {r}, {}", g.ow));
+        let r2 = k.v(format!("udiv {ty} {r}, {}", g.ow));
+        let oy = k.v(format!("urem {ty} {r2}, {}", g.oh));
+        let img = k.v(format!("udiv {ty} {r2}, {}", g.oh));
+        let sy = k.v(format!("mul {ty} {oy}, {}", g.stride[0]));
+        let by = k.v(format!("sub {ty} {sy}, {}", g.pads[0]));
+        let sx = k.v(format!("mul {ty} {ox}, {}", g.stride[1]));
+        let bx = k.v(format!("sub {ty} {sx}, {}", g.pads[1]));
+        let mut acc = format!("splat (i8 {least})");
+        for ky in 0..g.kh {
+            let iy = k.v(format!("add {ty} {by}, {}", ky * g.dilation[0]));
+            let y_lo = k.v(format!("icmp sge {ty} {iy}, 0"));
+            let y_hi = k.v(format!("icmp slt {ty} {iy}, {}", g.h));
+            let y_in = k.v(format!("and i1 {y_lo}, {y_hi}"));
+            let ih = k.v(format!("mul {ty} {img}, {}", g.h));
+            let row = k.v(format!("add {ty} {ih}, {iy}"));
+            let row = k.v(format!("mul {ty} {row}, {}", g.w));
+            for kx in 0..g.kw {
+                let ix = k.v(format!("add {ty} {bx}, {}", kx * g.dilation[1]));
+                let x_lo = k.v(format!("icmp sge {ty} {ix}, 0"));
+                let x_hi = k.v(format!("icmp slt {ty} {ix}, {}", g.w));
+                let x_in = k.v(format!("and i1 {x_lo}, {x_hi}"));
+                let inside = k.v(format!("and i1 {y_in}, {x_in}"));
+                let cell = k.v(format!("add {ty} {row}, {ix}"));
+                let off = k.v(format!("mul {ty} {cell}, {}", g.c));
+                let off = k.v(format!("add {ty} {off}, {ch}"));
+                // A tap outside reads the first vector and drops it.
+                let off = k.v(format!("select i1 {inside}, {ty} {off}, {ty} 0"));
+                let at = k.v(format!("getelementptr inbounds i8, ptr addrspace(1) %p0, {ty} {off}"));
+                let v = k.v(format!("load {vt}, ptr addrspace(1) {at}, align {lanes}"));
+                let m = k.v(format!("call {vt} @{max}({vt} {acc}, {vt} {v})"));
+                acc = k.v(format!("select i1 {inside}, {vt} {m}, {vt} {acc}"));
+            }
+        }
+        let o = k.v(format!("mul {ty} {q}, {lanes}"));
+        let at = k.v(format!("getelementptr inbounds i8, ptr addrspace(1) %p1, {ty} {o}"));
+        k.ins(format!("store {vt} {acc}, ptr addrspace(1) {at}, align {lanes}"));
+    });
+    k.finish(2);
+    Ok(flat_geometry(items))
 }
 
 /// [`pool`] that also writes a [`HalfCopy`] of `y` through a third
