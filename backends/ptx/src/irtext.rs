@@ -96,7 +96,9 @@ pub(crate) fn bf16_bits(b: &mut Body, x: &str) -> String {
 /// instructions that redo this).
 pub(crate) fn f32_to_i32_sat(b: &mut Body, x: &str, nearest: bool) -> String {
     let mode = if nearest { "rni" } else { "rzi" };
-    b.v(format!("call i32 asm \"cvt.{mode}.s32.f32 $0, $1;\", \"=r,f\"(float {x})"))
+    // `memory(none)`: the conversion touches no memory, so loads and
+    // stores around it still combine into vectors.
+    b.v(format!("call i32 asm \"cvt.{mode}.s32.f32 $0, $1;\", \"=r,f\"(float {x}) memory(none)"))
 }
 
 /// f32 `x` rounded to fp8 e4m3 (to nearest even, saturating to ±448, NaN
@@ -104,7 +106,7 @@ pub(crate) fn f32_to_i32_sat(b: &mut Body, x: &str, nearest: bool) -> String {
 pub(crate) fn f32_to_e4m3(b: &mut Body, x: &str) -> String {
     // The second source goes to the low byte.
     let h = b.v(format!(
-        "call i16 asm \"cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;\", \"=h,f,f\"(float 0.0, float {x})"
+        "call i16 asm \"cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;\", \"=h,f,f\"(float 0.0, float {x}) memory(none)"
     ));
     b.v(format!("trunc i16 {h} to i8"))
 }
@@ -113,7 +115,7 @@ pub(crate) fn f32_to_e4m3(b: &mut Body, x: &str) -> String {
 /// `cvt.rn.f16x2.e4m3x2`, sm_89 and newer).
 pub(crate) fn e4m3_to_f32(b: &mut Body, x: &str) -> String {
     let w = b.v(format!("zext i8 {x} to i16"));
-    let h2 = b.v(format!("call i32 asm \"cvt.rn.f16x2.e4m3x2 $0, $1;\", \"=r,h\"(i16 {w})"));
+    let h2 = b.v(format!("call i32 asm \"cvt.rn.f16x2.e4m3x2 $0, $1;\", \"=r,h\"(i16 {w}) memory(none)"));
     let lo = b.v(format!("trunc i32 {h2} to i16"));
     let h = b.v(format!("bitcast i16 {lo} to half"));
     b.v(format!("fpext half {h} to float"))

@@ -423,7 +423,7 @@ pub fn gemm_wgmma_with(
         sig.push("ptr addrspace(1) noalias %h".to_string());
     }
     let p = Operands::Half(prec);
-    write(m, name, &sig, spec, p, tile, (row, conv), epi_fn, half)
+    write(m, name, &sig, spec, p, tile, (row, conv), (epi_fn, Vec::new()), half)
 }
 
 /// Writes kernel `name` with parameters `sig` (checked: `spec`, `tile`,
@@ -437,7 +437,7 @@ fn write(
     p: Operands,
     tile: WgTile,
     (row, conv): (u64, Option<ConvGeom>),
-    epi: Option<EpiFn>,
+    (epi, epi_ops): (Option<EpiFn>, Vec<(&'static str, u64)>),
     half: Option<HalfCopy>,
 ) -> Result<Geometry, String> {
     let (ktiles, ntn) = tiles(spec, tile, p.bk());
@@ -467,6 +467,7 @@ fn write(
             ntm,
             ntn,
             epi,
+            epi_ops,
             half,
             acc: String::new(),
             scratch: String::new(),
@@ -598,6 +599,9 @@ struct Gen<'a> {
     ntn: u64,
     /// The epilogue's helper and its operands' strides `[b, i, j]`.
     epi: Option<EpiFn>,
+    /// The int8 kernel's epilogue operands' LLVM types and sizes, for its
+    /// value-taking helper `@{epi}v` (`quant`'s stores); empty elsewhere.
+    epi_ops: Vec<(&'static str, u64)>,
     /// Stores of C also write a half copy through `%h`.
     half: Option<HalfCopy>,
     acc: String,

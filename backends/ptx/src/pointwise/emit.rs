@@ -106,6 +106,13 @@ impl Gen<'_> {
             "load {ty}, ptr addrspace(1) {p}, align {}",
             e.size()
         ));
+        self.raw_to_f32(e, &x)
+    }
+
+    /// A loaded element `x` (of LLVM type `e.ll()`) as f32, as [`Gen::load`]
+    /// converts it (the f32 compute kinds).
+    pub(super) fn raw_to_f32(&mut self, e: Elem, x: &str) -> String {
+        let (ty, x) = (e.ll(), x.to_string());
         match e {
             Elem::F32 => x,
             Elem::F64 => self.b.v(format!("fptrunc double {x} to float")),

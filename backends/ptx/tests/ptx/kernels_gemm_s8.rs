@@ -841,9 +841,12 @@ fn qconv_wgmma_takes_an_epilogue() {
     for (name, s, out) in &cases {
         let body = super::entry(&ptx, name);
         // The residual operand is read (bytes) and the result stored in
-        // its type: 16-byte pieces where oc is a multiple of 16.
-        assert!(body.contains("ld.global") && body.contains(".u8") || body.contains(".s8"), "{name}");
+        // its type: 16-byte pieces where oc is a multiple of 16, and the
+        // residual then read in 16-byte pieces too, never byte by byte.
         let whole = s.geom.oc % 16 == 0;
+        let byte_loads = ["ld.global.nc.u8", "ld.global.nc.s8", "ld.global.u8", "ld.global.s8"].iter().any(|l| body.contains(l));
+        assert_eq!(byte_loads, !whole, "{name}: byte loads of the residual");
+        assert!(!whole || body.contains("ld.global.nc.v4"), "{name}: no 16-byte residual load");
         let want: &[&str] = match (out, whole) {
             (Scalar::F32, true) => &["st.global.v4.f32", "st.global.v4.b32"],
             (Scalar::F32, false) => &["st.global.f32", "st.global.b32"],
