@@ -468,6 +468,7 @@ fn write(
             ntn,
             epi,
             epi_ops,
+            ahead: Vec::new(),
             half,
             acc: String::new(),
             scratch: String::new(),
@@ -602,6 +603,8 @@ struct Gen<'a> {
     /// The int8 kernel's epilogue operands' LLVM types and sizes, for its
     /// value-taking helper `@{epi}v` (`quant`'s stores); empty elsewhere.
     epi_ops: Vec<(&'static str, u64)>,
+    /// The entry-block slots of those operands' vectors, one each.
+    ahead: Vec<String>,
     /// Stores of C also write a half copy through `%h`.
     half: Option<HalfCopy>,
     acc: String,
@@ -636,6 +639,10 @@ impl Gen<'_> {
             self.scratch = self.v(format!("alloca [{nacc} x float], align 4"));
         }
         let ktp = self.v("alloca i32, align 4");
+        // Entry-block slots (promoted to registers) for the int8
+        // epilogue's operands loaded a run ahead (`quant`'s stores).
+        let ops = self.epi_ops.clone();
+        self.ahead = ops.iter().map(|(ty, _)| self.v(format!("alloca <16 x {ty}>, align 16"))).collect();
         self.tid = self.v("call i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
         let bx = self.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()");
         // Grouped raster order (module doc).

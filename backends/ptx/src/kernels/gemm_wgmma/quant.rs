@@ -239,16 +239,14 @@ impl Gen<'_> {
         let abs = self.v(format!("add i32 {base}, {}", ALIGN - 1));
         let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
         let tile = self.v(format!("sub i32 {abs}, {base}"));
-        // The epilogue's narrow operands (a quantized residual) for every
-        // run, loaded now so that their latency passes under the
-        // requantization and the staging.
+        // The epilogue's narrow operands (a quantized residual) of this
+        // thread's first run, loaded now so that their latency passes under
+        // the requantization and the staging ([`Gen::store_runs`] loads
+        // each next run's while it computes one).
         let whole = oc.is_multiple_of(16);
-        let early: Vec<Vec<Option<String>>> = (0..t.bn / 32)
-            .map(|c| {
-                let at = self.run_at(c);
-                self.run_vectors(&at, whole, true)
-            })
-            .collect();
+        let at0 = self.run_at("0");
+        let first = self.run_vectors(&at0, whole, true);
+        let ahead = self.hold_vectors(&first);
         // Every warpgroup is past its last wgmma reading the ring.
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
         for j in 0..t.bn / 8 {
@@ -300,7 +298,7 @@ impl Gen<'_> {
         }
         let lut = self.epilogue_table(q, out, &tile, pitch);
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
-        self.store_runs(q, out, &tile, pitch, lut.as_deref(), early);
+        self.store_runs(q, out, &tile, pitch, lut.as_deref(), &ahead);
     }
 
     /// An epilogue of the requantized byte alone (no other operand) that
@@ -394,10 +392,11 @@ impl Gen<'_> {
     /// Where this thread's run `c` of 16 bytes of the staging tile lies
     /// (runs are numbered `c·256 + tid` row-major over the tile's rows of
     /// `bn / 16` runs).
-    fn run_at(&mut self, c: u32) -> RunAt {
+    fn run_at(&mut self, c: &str) -> RunAt {
         let (t, s) = (self.t, self.s);
         let per_row = t.bn / 16;
-        let idx = self.v(format!("add i32 {}, {}", self.tid, c * THREADS));
+        let idx = self.v(format!("mul i32 {c}, {THREADS}"));
+        let idx = self.v(format!("add i32 {idx}, {}", self.tid));
         let r = self.v(format!("udiv i32 {idx}, {per_row}"));
         let u = self.v(format!("urem i32 {idx}, {per_row}"));
         let u16 = self.v(format!("shl i32 {u}, 4"));
@@ -436,14 +435,36 @@ impl Gen<'_> {
             .collect()
     }
 
-    /// The second half of [`Gen::requantize`]: this thread's runs of 16
-    /// bytes of the staging tile at byte `tile` (rows `pitch` bytes apart),
-    /// unrolled, each through the epilogue and stored: as one vector where
-    /// `oc` is a multiple of 16 (a run is then all in range or all out, and
-    /// 16-byte aligned in y), else element by element. The epilogue's
-    /// operands come from `early` (vectors loaded before the
-    /// requantization, per run), vector loads here, or element loads.
-    fn store_runs(&mut self, q: QuantConv, out: Scalar, tile: &str, pitch: u32, lut: Option<&str>, early: Vec<Vec<Option<String>>>) {
+    /// `vecs`, the vectors of [`Gen::run_vectors`], stored in their
+    /// operands' entry-block slots (registers after `mem2reg`): the slots
+    /// and vector types.
+    fn hold_vectors(&mut self, vecs: &[Option<String>]) -> Vec<Option<(String, String)>> {
+        let ops = self.epi_ops.clone();
+        let slots = self.ahead.clone();
+        vecs.iter()
+            .zip(ops)
+            .zip(slots)
+            .map(|((v, (ty, _)), slot)| {
+                v.as_ref().map(|v| {
+                    let vt = format!("<16 x {ty}>");
+                    self.ins(format!("store {vt} {v}, ptr {slot}, align 16"));
+                    (slot, vt)
+                })
+            })
+            .collect()
+    }
+
+    /// The second half of [`Gen::requantize`]: a loop over this thread's
+    /// runs of 16 bytes of the staging tile at byte `tile` (rows `pitch`
+    /// bytes apart), each through the epilogue and stored: as one vector
+    /// where `oc` is a multiple of 16 (a run is then all in range or all
+    /// out, and 16-byte aligned in y), else element by element. The
+    /// epilogue's narrow operands come from `ahead` (the slots of
+    /// [`Gen::hold_vectors`], filled with the first run's before the
+    /// requantization; each iteration loads the next run's into them
+    /// before computing its own), the other contiguous ones from a vector
+    /// load per run, the rest element by element.
+    fn store_runs(&mut self, q: QuantConv, out: Scalar, tile: &str, pitch: u32, lut: Option<&str>, ahead: &[Option<(String, String)>]) {
         let (t, s) = (self.t, self.s);
         let (oty, osize) = stored_type(out).expect("checked by qconv_wgmma_tile");
         let oc = s.n;
@@ -452,101 +473,125 @@ impl Gen<'_> {
         let e4m3 = q.elem == QuantElem::E4M3;
         let strides = self.epi.as_ref().map(|(_, st)| st.clone()).unwrap_or_default();
         let ops = self.epi_ops.clone();
-        for c in 0..t.bn / 32 {
-            let at = self.run_at(c);
-            let mut vecs = early.get(c as usize).cloned().unwrap_or_default();
-            let (l_body, l_next) = (self.b.label("run.body"), self.b.label("run.next"));
-            self.b.cond_br(&at.ok, &l_body, &l_next);
-            self.b.place(&l_body);
-            if lut.is_none() {
-                let here = self.run_vectors(&at, whole, false);
-                vecs.resize(here.len(), None);
-                for (v, h) in vecs.iter_mut().zip(here) {
-                    if v.is_none() {
-                        *v = h;
-                    }
+        let cp = self.v("alloca i32, align 4");
+        self.ins(format!("store i32 0, ptr {cp}, align 4"));
+        let (l_loop, l_body, l_next, l_end) =
+            (self.b.label("run"), self.b.label("run.body"), self.b.label("run.next"), self.b.label("run.end"));
+        self.b.br(&l_loop);
+        self.b.place(&l_loop);
+        let c = self.v(format!("load i32, ptr {cp}, align 4"));
+        // This run's narrow operands, then the next run's loads (a run past
+        // the last is out of range: its loads read element 0).
+        let mut vecs: Vec<Option<String>> = ahead
+            .iter()
+            .map(|h| h.as_ref().map(|(slot, vt)| self.v(format!("load {vt}, ptr {slot}, align 16"))))
+            .collect();
+        if ahead.iter().any(Option::is_some) {
+            let nc = self.v(format!("add i32 {c}, 1"));
+            let atn = self.run_at(&nc);
+            let next = self.run_vectors(&atn, whole, true);
+            for (h, v) in ahead.iter().zip(next) {
+                if let (Some((slot, vt)), Some(v)) = (h, v) {
+                    self.ins(format!("store {vt} {v}, ptr {slot}, align 16"));
                 }
             }
-            let sat = self.v(format!("mul i32 {}, {pitch}", at.r));
-            let sat = self.v(format!("add i32 {sat}, {}", at.u16));
-            let sat = self.v(format!("add i32 {sat}, {tile}"));
-            let sp = self.smem(&sat);
-            let run = self.v(format!("load <16 x i8>, ptr addrspace(3) {sp}, align 16"));
-            let r64 = self.v(format!("zext i32 {} to i64", at.row));
-            let o = self.v(format!("mul i64 {r64}, {oc}"));
-            let c64 = self.v(format!("zext i32 {} to i64", at.col));
-            let o = self.v(format!("add i64 {o}, {c64}"));
-            let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &at.row, &at.col);
-            let mut vals = Vec::new();
-            for e in 0..16u32 {
-                let guard = (!whole).then(|| {
-                    let ce = self.v(format!("add i32 {}, {e}", at.col));
-                    self.v(format!("icmp ult i32 {ce}, {oc}"))
-                });
-                let (l_el, l_el_end) = (self.b.label("el"), self.b.label("el.end"));
-                if let Some(g) = &guard {
-                    self.b.cond_br(g, &l_el, &l_el_end);
-                    self.b.place(&l_el);
-                }
-                let b = self.v(format!("extractelement <16 x i8> {run}, i32 {e}"));
-                let y = match (self.epi.clone(), lut) {
-                    (None, _) => b,
-                    (Some(_), Some(at)) => {
-                        let i = self.v(format!("zext i8 {b} to i32"));
-                        let p = self.v(format!("add i32 {at}, {i}"));
-                        let sp = self.smem(&p);
-                        self.v(format!("load i8, ptr addrspace(3) {sp}, align 1"))
-                    }
-                    (Some((f, _)), None) => {
-                        let x = if e4m3 {
-                            crate::irtext::e4m3_to_f32(&mut self.b, &b)
-                        } else {
-                            self.v(format!("{conv} i8 {b} to float"))
-                        };
-                        let mut args = vec![format!("float {x}")];
-                        for (k, ((&[_, _, s2], &(ty, size)), base)) in strides.iter().zip(&ops).zip(&ebase).enumerate() {
-                            let v = match &vecs[k] {
-                                Some(v) => self.v(format!("extractelement <16 x {ty}> {v}, i32 {e}")),
-                                None => {
-                                    // Where the element exists (the code
-                                    // runs), in range; elsewhere dead.
-                                    let d = (e as u64).wrapping_mul(s2) as i64;
-                                    let off = self.v(format!("add i64 {base}, {d}"));
-                                    let p = self.v(format!("getelementptr {ty}, ptr addrspace(1) %e{}, i64 {off}", k + 1));
-                                    self.v(format!("load {ty}, ptr addrspace(1) {p}, align {size}"))
-                                }
-                            };
-                            args.push(format!("{ty} {v}"));
-                        }
-                        self.v(format!("call {oty} @{f}v({})", args.join(", ")))
-                    }
-                };
-                if guard.is_some() {
-                    let oe = self.v(format!("add i64 {o}, {e}"));
-                    let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {oe}"));
-                    self.ins(format!("store {oty} {y}, ptr addrspace(1) {p}, align {osize}"));
-                    self.b.br(&l_el_end);
-                    self.b.place(&l_el_end);
-                } else {
-                    vals.push(y);
-                }
-            }
-            if whole {
-                // 16 bytes, or four 16-byte pieces of f32.
-                let per = 16 / osize as usize;
-                for (k, part) in vals.chunks(per).enumerate() {
-                    let mut v = "poison".to_string();
-                    for (i, y) in part.iter().enumerate() {
-                        v = self.v(format!("insertelement <{per} x {oty}> {v}, {oty} {y}, i32 {i}"));
-                    }
-                    let ok = self.v(format!("add i64 {o}, {}", k * per));
-                    let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {ok}"));
-                    self.ins(format!("store <{per} x {oty}> {v}, ptr addrspace(1) {p}, align 16"));
-                }
-            }
-            self.b.br(&l_next);
-            self.b.place(&l_next);
         }
+        let at = self.run_at(&c);
+        self.b.cond_br(&at.ok, &l_body, &l_next);
+        self.b.place(&l_body);
+        if lut.is_none() {
+            let here = self.run_vectors(&at, whole, false);
+            vecs.resize(here.len(), None);
+            for (v, h) in vecs.iter_mut().zip(here) {
+                if v.is_none() {
+                    *v = h;
+                }
+            }
+        }
+        let sat = self.v(format!("mul i32 {}, {pitch}", at.r));
+        let sat = self.v(format!("add i32 {sat}, {}", at.u16));
+        let sat = self.v(format!("add i32 {sat}, {tile}"));
+        let sp = self.smem(&sat);
+        let run = self.v(format!("load <16 x i8>, ptr addrspace(3) {sp}, align 16"));
+        let r64 = self.v(format!("zext i32 {} to i64", at.row));
+        let o = self.v(format!("mul i64 {r64}, {oc}"));
+        let c64 = self.v(format!("zext i32 {} to i64", at.col));
+        let o = self.v(format!("add i64 {o}, {c64}"));
+        let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &at.row, &at.col);
+        let mut vals = Vec::new();
+        for e in 0..16u32 {
+            let guard = (!whole).then(|| {
+                let ce = self.v(format!("add i32 {}, {e}", at.col));
+                self.v(format!("icmp ult i32 {ce}, {oc}"))
+            });
+            let (l_el, l_el_end) = (self.b.label("el"), self.b.label("el.end"));
+            if let Some(g) = &guard {
+                self.b.cond_br(g, &l_el, &l_el_end);
+                self.b.place(&l_el);
+            }
+            let b = self.v(format!("extractelement <16 x i8> {run}, i32 {e}"));
+            let y = match (self.epi.clone(), lut) {
+                (None, _) => b,
+                (Some(_), Some(at)) => {
+                    let i = self.v(format!("zext i8 {b} to i32"));
+                    let p = self.v(format!("add i32 {at}, {i}"));
+                    let sp = self.smem(&p);
+                    self.v(format!("load i8, ptr addrspace(3) {sp}, align 1"))
+                }
+                (Some((f, _)), None) => {
+                    let x = if e4m3 {
+                        crate::irtext::e4m3_to_f32(&mut self.b, &b)
+                    } else {
+                        self.v(format!("{conv} i8 {b} to float"))
+                    };
+                    let mut args = vec![format!("float {x}")];
+                    for (k, ((&[_, _, s2], &(ty, size)), base)) in strides.iter().zip(&ops).zip(&ebase).enumerate() {
+                        let v = match &vecs[k] {
+                            Some(v) => self.v(format!("extractelement <16 x {ty}> {v}, i32 {e}")),
+                            None => {
+                                // Where the element exists (the code
+                                // runs), in range; elsewhere dead.
+                                let d = (e as u64).wrapping_mul(s2) as i64;
+                                let off = self.v(format!("add i64 {base}, {d}"));
+                                let p = self.v(format!("getelementptr {ty}, ptr addrspace(1) %e{}, i64 {off}", k + 1));
+                                self.v(format!("load {ty}, ptr addrspace(1) {p}, align {size}"))
+                            }
+                        };
+                        args.push(format!("{ty} {v}"));
+                    }
+                    self.v(format!("call {oty} @{f}v({})", args.join(", ")))
+                }
+            };
+            if guard.is_some() {
+                let oe = self.v(format!("add i64 {o}, {e}"));
+                let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {oe}"));
+                self.ins(format!("store {oty} {y}, ptr addrspace(1) {p}, align {osize}"));
+                self.b.br(&l_el_end);
+                self.b.place(&l_el_end);
+            } else {
+                vals.push(y);
+            }
+        }
+        if whole {
+            // 16 bytes, or four 16-byte pieces of f32.
+            let per = 16 / osize as usize;
+            for (k, part) in vals.chunks(per).enumerate() {
+                let mut v = "poison".to_string();
+                for (i, y) in part.iter().enumerate() {
+                    v = self.v(format!("insertelement <{per} x {oty}> {v}, {oty} {y}, i32 {i}"));
+                }
+                let ok = self.v(format!("add i64 {o}, {}", k * per));
+                let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {ok}"));
+                self.ins(format!("store <{per} x {oty}> {v}, ptr addrspace(1) {p}, align 16"));
+            }
+        }
+        self.b.br(&l_next);
+        self.b.place(&l_next);
+        let nc = self.v(format!("add i32 {c}, 1"));
+        self.ins(format!("store i32 {nc}, ptr {cp}, align 4"));
+        let more = self.v(format!("icmp ult i32 {nc}, {}", t.bn / 32));
+        self.b.cond_br(&more, &l_loop, &l_end);
+        self.b.place(&l_end);
     }
 }
 
