@@ -574,6 +574,13 @@ fn int8_uses_s8_mma() -> Result<(), Failed> {
     if !own.is_empty() {
         return Err(format!("steps the int8 convolutions should have taken as epilogues:\n{}", own.join("\n")).into());
     }
+    // The stem's 3 input channels are unfolded along W so that it runs on
+    // wgmma too: every convolution is a qconv_wgmma launch, none mma.sync.
+    let launches = |kind: &str| items.lines().filter(|l| l.starts_with("; item") && l.contains(&format!("launch {kind}_"))).count();
+    if launches("unfold_w") != 1 || launches("qconv_s8") != 0 || launches("qconv_wgmma") == 0 {
+        let list: Vec<&str> = items.lines().filter(|l| l.starts_with("; item")).collect();
+        return Err(format!("the stem did not run on wgmma through one unfold:\n{}", list.join("\n")).into());
+    }
     // The max pool of quantized values runs on bytes.
     let pools: Vec<&str> = items.lines().filter(|l| l.starts_with("; item") && l.contains("<- core.max_pool2d")).collect();
     if pools.is_empty() || pools.iter().any(|l| !l.contains("launch qmax_pool")) {
