@@ -39,6 +39,8 @@ use super::pack::{PackedBRef, packed_len};
 use crate::plan::ConvGeom;
 
 mod direct;
+#[cfg(target_arch = "x86_64")]
+mod planar;
 mod transpose;
 
 // The weight layouts and the checked geometry are the contract with the
@@ -50,6 +52,8 @@ pub use aoc_plan::pack::{
 
 pub use direct::depthwise_conv2d;
 use direct::{grouped_rows, grouped_weights};
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) use planar::{conv2d_planar, planar_pays};
 pub use transpose::conv_transpose2d;
 
 /// Defines a function whose body is compiled three times (AVX-512, AVX2 +
@@ -233,6 +237,12 @@ pub fn conv2d(
                     grouped_rows(&g, x, &wt, &src_of, bias, post, (b, i * block), yrows)
                 });
         });
+        return Ok(());
+    }
+    // Few output channels: pixels in the vector lanes (`planar.rs`).
+    #[cfg(target_arch = "x86_64")]
+    if planar::planar_pays(&g) {
+        planar::conv2d_planar(&g, x, w_packed, bias, post, y, threads);
         return Ok(());
     }
     // Implicit GEMM over blocks of output pixels: enough blocks to occupy

@@ -1,0 +1,358 @@
+//! Direct convolution with output pixels in the vector lanes, for layers
+//! with few output channels (U-Net's 8 and 16, a segmentation stem's 16 at
+//! stride 2), where the implicit GEMM of `conv2d` puts channels in the
+//! lanes and leaves most of each 16-wide panel idle, after unfolding every
+//! window (im2col) to read it once.
+//!
+//! Each image is first copied into zero-padded *planes*, one per input
+//! channel and stride phase: phase `(py, px)` holds the padded input's
+//! rows `py, py + sy, ...` and columns `px, px + sx, ...`. Tap `(ky, kx)`
+//! of output `(oy, ox)` then reads element `(oy + ky·dy / sy, ox + kx·dx /
+//! sx)` of phase `(ky·dy mod sy, kx·dx mod sx)`: with output positions
+//! numbered `oy·pw + ox` at the planes' width `pw`, every tap reads a
+//! contiguous run of its plane, so a block of 48 consecutive positions is
+//! three unaligned vector loads per tap and input channel, each multiplied
+//! into 8 output channels' accumulators by a broadcast weight (the packed
+//! GEMM weights, whose 16-float rows hold one tap's outputs). Positions
+//! with `ox ≥ ow` are computed and dropped; `planar_pays` weighs that
+//! waste against the GEMM's idle lanes.
+//!
+//! Each output sums its taps in the GEMM's row order `(ky, kx, c)`, starts
+//! from zero and adds the bias last, then relu and clip. A tap whose rows
+//! lie in the padding for a whole block is skipped: it would add products
+//! of zero to a sum that starts at `+0`, which leaves every bit unchanged,
+//! so results do not depend on how the positions are cut into blocks or
+//! threads.
+//!
+//! AVX-512 only: [`planar_pays`] refuses other levels, which keep the
+//! implicit GEMM.
+
+use rayon::prelude::*;
+
+use super::{Dims, with_scratch};
+use crate::kernels::Isa;
+use crate::kernels::act::Post;
+use crate::kernels::pack::PANEL_WIDTH;
+
+/// Vectors of 16 positions per block.
+const V: usize = 3;
+/// Output positions per block.
+const BLOCK: usize = 16 * V;
+/// Output channels per register tile (`V·OB` = 24 accumulators).
+const OB: usize = 8;
+/// Least work (vector multiply-adds) per task before the positions are
+/// split over threads: below it, waking a second worker costs more than it
+/// saves.
+const MIN_TASK_FMAS: usize = 12_000;
+
+/// The planes of one image and where each tap reads them.
+pub(super) struct Planes {
+    /// Stride phases (`sy·sx`) and floats per plane.
+    phases: usize,
+    plane: usize,
+    /// Rows and columns of a plane (`pw` is the positions' row width).
+    ph: usize,
+    pw: usize,
+    /// Per tap `(ky, kx)`: first float of its run in channel 0's planes
+    /// (phase plane plus offset).
+    taps: Vec<usize>,
+}
+
+impl Planes {
+    pub(super) fn new(g: &Dims) -> Planes {
+        let [sy, sx] = g.stride;
+        let [dy, dx] = g.dilation;
+        let ph = g.oh + (g.kh - 1) * dy / sy;
+        let pw = g.ow + (g.kw - 1) * dx / sx;
+        // The last block of a task may start anywhere in the last output
+        // row and reads BLOCK positions past it at the largest offset.
+        let max_off = ((g.kh - 1) * dy / sy) * pw + (g.kw - 1) * dx / sx;
+        let plane = (ph * pw).max(g.oh * pw + BLOCK + max_off);
+        let mut taps = Vec::with_capacity(g.kh * g.kw);
+        for ky in 0..g.kh {
+            for kx in 0..g.kw {
+                let phase = (ky * dy % sy) * sx + kx * dx % sx;
+                taps.push(phase * plane + (ky * dy / sy) * pw + kx * dx / sx);
+            }
+        }
+        Planes {
+            phases: sy * sx,
+            plane,
+            ph,
+            pw,
+            taps,
+        }
+    }
+
+    /// Floats of one image's planes.
+    fn len(&self, g: &Dims) -> usize {
+        g.c * self.phases * self.plane
+    }
+}
+
+/// Whether the planar kernel serves this convolution: an AVX-512 CPU, one
+/// group, and less work than the implicit GEMM, counted in 16-lane
+/// multiply-adds. The GEMM does one per pixel, tap row element and panel
+/// of 16 outputs (idle lanes included) and unfolds each pixel's window as
+/// one copy per contiguous run (about 40 multiply-adds' time each, plus a
+/// sixteenth per element). The planar kernel does one per 16 positions,
+/// tap row element and output, 15% slower per multiply-add (more loads per
+/// product than the GEMM's 14×32 tile), plus its plane copy (1.25 per
+/// element, 2 with stride phases: a gather) and a scalar write-back (0.5
+/// per output). Calibrated on this repository's zoo (U-Net's 32×32×16 → 8:
+/// 23 against 56 µs; DeepLab's 32×32×16 → 16×16×24 at stride 2, which the
+/// count calls even: 23 against 19 µs).
+pub(crate) fn planar_pays(g: &Dims) -> bool {
+    if Isa::best() != Isa::Avx512 || g.group != 1 {
+        return false;
+    }
+    let p = Planes::new(g);
+    let kdim = g.kh * g.kw * g.c;
+    let px = g.n * g.oh * g.ow;
+    let runs = if g.dilation[1] == 1 { g.kh } else { g.kh * g.kw };
+    let gemm = px * kdim * g.oc.div_ceil(PANEL_WIDTH) + px * (runs * 40 + kdim / 16);
+    let fmas = g.n * (g.oh * p.pw).div_ceil(16) * kdim * g.oc.div_ceil(OB) * OB;
+    let fill = g.n * p.len(g) * if p.phases > 1 { 8 } else { 5 } / 4;
+    let planar = fmas + fmas * 3 / 20 + fill + px * g.oc / 2;
+    planar < gemm
+}
+
+/// The convolution of `conv2d` (one group, packed weights `w`) on the
+/// planar kernel; the caller has checked the geometry and slice lengths.
+pub(crate) fn conv2d_planar(
+    g: &Dims,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    post: Post,
+    y: &mut [f32],
+    threads: usize,
+) {
+    let p = Planes::new(g);
+    let kdim = g.kh * g.kw * g.c;
+    // Vector multiply-adds per output row, for the split.
+    let row_work = p.pw.div_ceil(16) * kdim * g.oc.div_ceil(OB) * OB;
+    let tasks = (g.oh * row_work / MIN_TASK_FMAS).clamp(1, threads.max(1));
+    let rows = g.oh.div_ceil(tasks);
+    let image = g.oh * g.ow * g.oc;
+    with_scratch(p.len(g), |planes| {
+        for (b, yimg) in y[..g.n * image].chunks_exact_mut(image).enumerate() {
+            // SAFETY: as for `rows_avx512` below.
+            unsafe { fill_planes(g, &p, &x[b * g.h * g.w * g.c..][..g.h * g.w * g.c], planes) };
+            let planes = &*planes;
+            let run = |(i, yrows): (usize, &mut [f32])| {
+                // SAFETY: `planar_pays` chose this kernel only on an
+                // AVX-512 CPU; `Planes::new` sized the planes for every
+                // block of every output row, `w` holds the packed panels
+                // of `kdim` rows and `yrows` whole output rows.
+                unsafe { rows_avx512(g, &p, planes, w, bias, post, i * rows, yrows) }
+            };
+            if tasks > 1 {
+                yimg.par_chunks_mut(rows * g.ow * g.oc).enumerate().for_each(run);
+            } else {
+                yimg.chunks_mut(rows * g.ow * g.oc).enumerate().for_each(run);
+            }
+        }
+    });
+}
+
+/// Copies one NHWC image `x` into its zero-padded phase planes: per plane
+/// row, the padding zeroed and the input columns gathered 16 at a time
+/// (`vgatherdps`, one channel at a stride of `sx·c`).
+///
+/// # Safety
+/// The CPU supports AVX-512F; `x` holds one `h × w × c` image and
+/// `planes` the `Planes::len` floats of `p`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], planes: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let [sy, sx] = g.stride;
+    let (pt, pl) = (g.pads[0], g.pads[1]);
+    // Element offsets of 16 columns `sx` apart (the geometry is bounded,
+    // and a plane row's columns lie inside one input row).
+    let step = (sx * g.c) as i32;
+    let idx = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(step),
+    );
+    let cstride = p.phases * p.plane;
+    for phase in 0..p.phases {
+        let (py, px) = (phase / sx, phase % sx);
+        // Plane columns j whose input column j·sx + px − pl is inside.
+        let j0 = pl.saturating_sub(px).div_ceil(sx).min(p.pw);
+        let j1 = (g.w + pl).saturating_sub(px).div_ceil(sx).clamp(j0, p.pw);
+        for ci in 0..g.c {
+            let plane = &mut planes[ci * cstride + phase * p.plane..][..p.plane];
+            let (body, tail) = plane.split_at_mut(p.ph * p.pw);
+            tail.fill(0.0);
+            for (i, prow) in body.chunks_exact_mut(p.pw).enumerate() {
+                let iy = (i * sy + py) as isize - pt as isize;
+                if iy < 0 || iy >= g.h as isize {
+                    prow.fill(0.0);
+                } else {
+                    prow[..j0].fill(0.0);
+                    prow[j1..].fill(0.0);
+                }
+            }
+        }
+        if j0 == j1 {
+            continue;
+        }
+        let ix0 = j0 * sx + px - pl;
+        for i in 0..p.ph {
+            let iy = (i * sy + py) as isize - pt as isize;
+            if iy < 0 || iy >= g.h as isize {
+                continue;
+            }
+            let src = &x[(iy as usize * g.w + ix0) * g.c..];
+            // Columns 16 at a time, every channel of them while their
+            // input pixels are in L1.
+            for k in (j0..j1).step_by(16) {
+                let len = 16.min(j1 - k);
+                let m: __mmask16 = if len == 16 { !0 } else { (1u16 << len) - 1 };
+                for ci in 0..g.c {
+                    let dst = &mut planes[ci * cstride + phase * p.plane + i * p.pw + k..][..len];
+                    // SAFETY: lane l < len reads input column
+                    // ix0 + (k − j0 + l)·sx < w of this row, inside `src`;
+                    // masked lanes read nothing.
+                    unsafe {
+                        let base = src.as_ptr().add((k - j0) * sx * g.c + ci);
+                        let v = _mm512_mask_i32gather_ps::<4>(
+                            _mm512_setzero_ps(),
+                            m,
+                            idx,
+                            base.cast(),
+                        );
+                        _mm512_mask_storeu_ps(dst.as_mut_ptr(), m, v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Output rows `r0 ..` of one image (`yrows` holds whole rows) from its
+/// planes.
+///
+/// # Safety
+/// The CPU supports AVX-512F; the arguments are as `conv2d_planar` passes
+/// them.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_avx512(
+    g: &Dims,
+    p: &Planes,
+    planes: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    post: Post,
+    r0: usize,
+    yrows: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (oc, ow, c, pw) = (g.oc, g.ow, g.c, p.pw);
+    let nrows = yrows.len() / (ow * oc);
+    let kdim = g.kh * g.kw * c;
+    let cstride = p.phases * p.plane;
+    let [sy, sx] = g.stride;
+    let [dy, dx] = g.dilation;
+    let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
+    // Taps along W whose columns are all padding for every output.
+    let kx_live: Vec<bool> = (0..g.kw)
+        .map(|kx| {
+            let lo = (kx * dx) as isize - pl;
+            let hi = ((ow - 1) * sx + kx * dx) as isize - pl;
+            hi >= 0 && lo < g.w as isize
+        })
+        .collect();
+    let (q_begin, q_end) = (r0 * pw, (r0 + nrows) * pw);
+    let mut tile = [[0.0f32; BLOCK]; OB];
+    let mut q0 = q_begin;
+    while q0 < q_end {
+        // Output rows this block touches, and the taps along H that read
+        // an input row for at least one of them.
+        let (ra, rb) = (q0 / pw, ((q0 + BLOCK - 1) / pw).min(r0 + nrows - 1));
+        let ky_live = |ky: usize| {
+            let lo = (ra * sy + ky * dy) as isize - pt;
+            let hi = (rb * sy + ky * dy) as isize - pt;
+            hi >= 0 && lo < g.h as isize
+        };
+        for o0 in (0..oc).step_by(OB) {
+            let wpanel = (o0 / PANEL_WIDTH) * kdim * PANEL_WIDTH + o0 % PANEL_WIDTH;
+            // SAFETY: the planes hold every position q0 + BLOCK past each
+            // tap's offset (`Planes::new`), and the packed panel holds
+            // `kdim` rows of 16 floats, zero past `oc`, so o0 + OB ≤ 16·⌈oc/16⌉.
+            unsafe {
+                let mut acc = [[_mm512_setzero_ps(); V]; OB];
+                for ky in (0..g.kh).filter(|&ky| ky_live(ky)) {
+                    for kx in (0..g.kw).filter(|&kx| kx_live[kx]) {
+                        let t = ky * g.kw + kx;
+                        let mut xp = planes.as_ptr().add(p.taps[t] + q0);
+                        let mut wp = w.as_ptr().add(wpanel + t * c * PANEL_WIDTH);
+                        for _ in 0..c {
+                            let mut xv = [_mm512_setzero_ps(); V];
+                            for (v, xv) in xv.iter_mut().enumerate() {
+                                *xv = _mm512_loadu_ps(xp.add(16 * v));
+                            }
+                            for (o, acc) in acc.iter_mut().enumerate() {
+                                let wv = _mm512_set1_ps(*wp.add(o));
+                                for (a, &xv) in acc.iter_mut().zip(&xv) {
+                                    *a = _mm512_fmadd_ps(wv, xv, *a);
+                                }
+                            }
+                            xp = xp.add(cstride);
+                            wp = wp.add(PANEL_WIDTH);
+                        }
+                    }
+                }
+                let (lo, hi) = bounds(post);
+                for (o, (acc, trow)) in acc.iter().zip(tile.iter_mut()).enumerate() {
+                    let b = match bias {
+                        Some(b) if o0 + o < oc => b[o0 + o],
+                        _ => 0.0,
+                    };
+                    for (v, &a) in acc.iter().enumerate() {
+                        // As the GEMM's epilogue: the bound first, so NaN is kept.
+                        let mut r = _mm512_add_ps(a, _mm512_set1_ps(b));
+                        if let Some(lo) = lo {
+                            r = _mm512_max_ps(_mm512_set1_ps(lo), r);
+                        }
+                        if let Some(hi) = hi {
+                            r = _mm512_min_ps(_mm512_set1_ps(hi), r);
+                        }
+                        _mm512_storeu_ps(trow.as_mut_ptr().add(16 * v), r);
+                    }
+                }
+            }
+            // Scatter the tile's live positions into NHWC rows.
+            let nb = OB.min(oc - o0);
+            let (mut oy, mut ox) = (ra - r0, q0 % pw);
+            for pos in 0..BLOCK.min(q_end - q0) {
+                if ox < ow {
+                    let dst = &mut yrows[(oy * ow + ox) * oc + o0..][..nb];
+                    for (o, d) in dst.iter_mut().enumerate() {
+                        *d = tile[o][pos];
+                    }
+                }
+                ox += 1;
+                if ox == pw {
+                    (oy, ox) = (oy + 1, 0);
+                }
+            }
+        }
+        q0 += BLOCK;
+    }
+}
+
+/// The lower and upper bounds `post` applies after the bias (relu is a
+/// lower bound of 0, then the clip's), as the GEMM's tile epilogue takes
+/// them: `max(lo, x)` then `min(hi, x)`.
+fn bounds(post: Post) -> (Option<f32>, Option<f32>) {
+    let relu = post.relu.then_some(0.0f32);
+    match post.clip {
+        Some([lo, hi]) => (Some(relu.map_or(lo, |r| r.max(lo))), Some(hi)),
+        None => (relu, None),
+    }
+}
