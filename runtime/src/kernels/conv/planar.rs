@@ -27,9 +27,11 @@
 //! AVX-512 only: [`planar_pays`] refuses other levels, which keep the
 //! implicit GEMM.
 
+use std::arch::x86_64::*;
+
 use rayon::prelude::*;
 
-use super::{Dims, with_scratch};
+use super::{Dims, tap_range, with_scratch};
 use crate::kernels::Isa;
 use crate::kernels::act::Post;
 use crate::kernels::pack::PANEL_WIDTH;
@@ -166,7 +168,6 @@ pub(crate) fn conv2d_planar(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], planes: &mut [f32]) {
-    use std::arch::x86_64::*;
     let [sy, sx] = g.stride;
     let (pt, pl) = (g.pads[0], g.pads[1]);
     // Element offsets of 16 columns `sx` apart (the geometry is bounded,
@@ -251,98 +252,184 @@ unsafe fn rows_avx512(
     r0: usize,
     yrows: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
     let (oc, ow, c, pw) = (g.oc, g.ow, g.c, p.pw);
     let nrows = yrows.len() / (ow * oc);
     let kdim = g.kh * g.kw * c;
     let cstride = p.phases * p.plane;
-    let [sy, sx] = g.stride;
-    let [dy, dx] = g.dilation;
-    let (pt, pl) = (g.pads[0] as isize, g.pads[1] as isize);
-    // Taps along W whose columns are all padding for every output.
-    let kx_live: Vec<bool> = (0..g.kw)
-        .map(|kx| {
-            let lo = (kx * dx) as isize - pl;
-            let hi = ((ow - 1) * sx + kx * dx) as isize - pl;
-            hi >= 0 && lo < g.w as isize
-        })
+    let (sy, dy, pt) = (g.stride[0], g.dilation[0], g.pads[0] as isize);
+    // The taps along H that read an input row for some output of a block
+    // (a range: the union over the rows of each row's range, which may
+    // hold a tap reading padding only, at no cost to the result).
+    let span = |base_lo: isize, base_hi: isize| {
+        (
+            tap_range(base_hi, dy, g.kh, g.h).0,
+            tap_range(base_lo, dy, g.kh, g.h).1,
+        )
+    };
+    // Per tap row element k = (ky·kw + kx)·c + ci: its first float in the
+    // planes (channel ci's phase plane plus the tap's offset).
+    let xoff: Vec<usize> = p
+        .taps
+        .iter()
+        .flat_map(|&t| (0..c).map(move |ci| t + ci * cstride))
         .collect();
     let (q_begin, q_end) = (r0 * pw, (r0 + nrows) * pw);
-    let mut tile = [[0.0f32; BLOCK]; OB];
+    let (lo, hi) = bounds(post);
+    // Per position of a block: its first output float in `yrows`, or
+    // `usize::MAX` for a dropped one (ox ≥ ow, or past the rows).
+    let mut dst = [usize::MAX; BLOCK];
     let mut q0 = q_begin;
     while q0 < q_end {
         // Output rows this block touches, and the taps along H that read
         // an input row for at least one of them.
         let (ra, rb) = (q0 / pw, ((q0 + BLOCK - 1) / pw).min(r0 + nrows - 1));
-        let ky_live = |ky: usize| {
-            let lo = (ra * sy + ky * dy) as isize - pt;
-            let hi = (rb * sy + ky * dy) as isize - pt;
-            hi >= 0 && lo < g.h as isize
-        };
+        let (ky0, ky1) = span((ra * sy) as isize - pt, (rb * sy) as isize - pt);
+        let (mut oy, mut ox) = (ra - r0, q0 % pw);
+        for (pos, d) in dst.iter_mut().enumerate() {
+            *d = if q0 + pos < q_end && ox < ow {
+                (oy * ow + ox) * oc
+            } else {
+                usize::MAX
+            };
+            ox += 1;
+            if ox == pw {
+                (oy, ox) = (oy + 1, 0);
+            }
+        }
         for o0 in (0..oc).step_by(OB) {
             let wpanel = (o0 / PANEL_WIDTH) * kdim * PANEL_WIDTH + o0 % PANEL_WIDTH;
+            let nb = OB.min(oc - o0);
             // SAFETY: the planes hold every position q0 + BLOCK past each
             // tap's offset (`Planes::new`), and the packed panel holds
             // `kdim` rows of 16 floats, zero past `oc`, so o0 + OB ≤ 16·⌈oc/16⌉.
             unsafe {
-                let mut acc = [[_mm512_setzero_ps(); V]; OB];
-                for ky in (0..g.kh).filter(|&ky| ky_live(ky)) {
-                    for kx in (0..g.kw).filter(|&kx| kx_live[kx]) {
-                        let t = ky * g.kw + kx;
-                        let mut xp = planes.as_ptr().add(p.taps[t] + q0);
-                        let mut wp = w.as_ptr().add(wpanel + t * c * PANEL_WIDTH);
-                        for _ in 0..c {
-                            let mut xv = [_mm512_setzero_ps(); V];
-                            for (v, xv) in xv.iter_mut().enumerate() {
-                                *xv = _mm512_loadu_ps(xp.add(16 * v));
-                            }
-                            for (o, acc) in acc.iter_mut().enumerate() {
-                                let wv = _mm512_set1_ps(*wp.add(o));
-                                for (a, &xv) in acc.iter_mut().zip(&xv) {
-                                    *a = _mm512_fmadd_ps(wv, xv, *a);
-                                }
-                            }
-                            xp = xp.add(cstride);
-                            wp = wp.add(PANEL_WIDTH);
-                        }
-                    }
-                }
-                let (lo, hi) = bounds(post);
-                for (o, (acc, trow)) in acc.iter().zip(tile.iter_mut()).enumerate() {
+                let (k0, k1) = (ky0 * g.kw * c, ky1.max(ky0) * g.kw * c);
+                let mut acc = block_sums(
+                    &xoff[k0..k1],
+                    planes.as_ptr().add(q0),
+                    w.as_ptr().add(wpanel + k0 * PANEL_WIDTH),
+                );
+                for (o, acc) in acc.iter_mut().enumerate() {
                     let b = match bias {
                         Some(b) if o0 + o < oc => b[o0 + o],
                         _ => 0.0,
                     };
-                    for (v, &a) in acc.iter().enumerate() {
+                    for a in acc.iter_mut() {
                         // As the GEMM's epilogue: the bound first, so NaN is kept.
-                        let mut r = _mm512_add_ps(a, _mm512_set1_ps(b));
+                        let mut r = _mm512_add_ps(*a, _mm512_set1_ps(b));
                         if let Some(lo) = lo {
                             r = _mm512_max_ps(_mm512_set1_ps(lo), r);
                         }
                         if let Some(hi) = hi {
                             r = _mm512_min_ps(_mm512_set1_ps(hi), r);
                         }
-                        _mm512_storeu_ps(trow.as_mut_ptr().add(16 * v), r);
+                        *a = r;
                     }
                 }
-            }
-            // Scatter the tile's live positions into NHWC rows.
-            let nb = OB.min(oc - o0);
-            let (mut oy, mut ox) = (ra - r0, q0 % pw);
-            for pos in 0..BLOCK.min(q_end - q0) {
-                if ox < ow {
-                    let dst = &mut yrows[(oy * ow + ox) * oc + o0..][..nb];
-                    for (o, d) in dst.iter_mut().enumerate() {
-                        *d = tile[o][pos];
-                    }
-                }
-                ox += 1;
-                if ox == pw {
-                    (oy, ox) = (oy + 1, 0);
+                // Positions to NHWC: each vector's 8 × 16 block transposed
+                // in registers, then one masked store of `nb` floats per
+                // live position.
+                let m = (1u16 << nb) - 1;
+                let out = yrows.as_mut_ptr();
+                for v in 0..V {
+                    let r: [__m512; OB] = std::array::from_fn(|o| acc[o][v]);
+                    let pos = &dst[16 * v..16 * v + 16];
+                    store_transposed(r, pos, o0, m, out);
                 }
             }
         }
         q0 += BLOCK;
+    }
+}
+
+/// The block's sums: for each tap row element (its first float `x +
+/// off` in the planes, its 16 packed weights from `w` on), the block's
+/// `V` position vectors times the weights of `OB` outputs.
+///
+/// # Safety
+/// AVX-512F; `x + off` holds `16·V` floats for each `off`, `w` a packed
+/// row of 16 floats for each.
+#[inline(always)]
+unsafe fn block_sums(xoff: &[usize], x: *const f32, w: *const f32) -> [[__m512; V]; OB] {
+    // SAFETY: AVX-512F, as for this function.
+    let mut acc = [[unsafe { _mm512_setzero_ps() }; V]; OB];
+    let mut wp = w;
+    for &off in xoff {
+        // SAFETY: as for this function.
+        unsafe {
+            let xp = x.add(off);
+            let mut xv = [_mm512_setzero_ps(); V];
+            for (v, xv) in xv.iter_mut().enumerate() {
+                *xv = _mm512_loadu_ps(xp.add(16 * v));
+            }
+            for (o, acc) in acc.iter_mut().enumerate() {
+                let wv = _mm512_set1_ps(*wp.add(o));
+                for (a, &xv) in acc.iter_mut().zip(&xv) {
+                    *a = _mm512_fmadd_ps(wv, xv, *a);
+                }
+            }
+            wp = wp.add(PANEL_WIDTH);
+        }
+    }
+    acc
+}
+
+/// Stores 8 vectors `r[o]` (output channel `o0 + o` of 16 consecutive
+/// positions) as each position's 8 channels at `out + pos[i] + o0`, the
+/// first lanes of mask `m` only; positions at `usize::MAX` are dropped.
+///
+/// # Safety
+/// AVX-512F; every live position's `m` lanes lie inside `out`'s rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_transposed(r: [__m512; OB], pos: &[usize], o0: usize, m: u16, out: *mut f32) {
+    // Within each 128-bit lane L (positions 4L..4L+3): s[j] holds
+    // channels 0..3 of position 4L + j, s[4 + j] channels 4..7.
+    let t = [
+        _mm512_unpacklo_ps(r[0], r[1]),
+        _mm512_unpackhi_ps(r[0], r[1]),
+        _mm512_unpacklo_ps(r[2], r[3]),
+        _mm512_unpackhi_ps(r[2], r[3]),
+        _mm512_unpacklo_ps(r[4], r[5]),
+        _mm512_unpackhi_ps(r[4], r[5]),
+        _mm512_unpacklo_ps(r[6], r[7]),
+        _mm512_unpackhi_ps(r[6], r[7]),
+    ];
+    let s = [
+        _mm512_shuffle_ps::<0x44>(t[0], t[2]),
+        _mm512_shuffle_ps::<0xEE>(t[0], t[2]),
+        _mm512_shuffle_ps::<0x44>(t[1], t[3]),
+        _mm512_shuffle_ps::<0xEE>(t[1], t[3]),
+        _mm512_shuffle_ps::<0x44>(t[4], t[6]),
+        _mm512_shuffle_ps::<0xEE>(t[4], t[6]),
+        _mm512_shuffle_ps::<0x44>(t[5], t[7]),
+        _mm512_shuffle_ps::<0xEE>(t[5], t[7]),
+    ];
+    let store = |z: __m512, lo: usize, hi: usize| {
+        // SAFETY: as for this function; a masked lane is not accessed.
+        unsafe {
+            if lo != usize::MAX {
+                _mm512_mask_storeu_ps(out.add(lo + o0), m, z);
+            }
+            if hi != usize::MAX {
+                _mm512_mask_storeu_ps(out.wrapping_add(hi + o0).wrapping_sub(8), m << 8, z);
+            }
+        }
+    };
+    for j in 0..4 {
+        let (a, b) = (s[j], s[4 + j]);
+        // Lanes [a0, b0, a1, b1]: positions j (low half) and 4 + j.
+        let u = _mm512_shuffle_f32x4::<0xD8>(
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+            _mm512_shuffle_f32x4::<0x44>(a, b),
+        );
+        // Lanes [a2, b2, a3, b3]: positions 8 + j and 12 + j.
+        let w = _mm512_shuffle_f32x4::<0xD8>(
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+            _mm512_shuffle_f32x4::<0xEE>(a, b),
+        );
+        store(u, pos[j], pos[4 + j]);
+        store(w, pos[8 + j], pos[12 + j]);
     }
 }
 
