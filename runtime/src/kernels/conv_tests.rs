@@ -664,13 +664,14 @@ fn planar_conv_matches_reference() {
     for (what, g) in &cases {
         check_conv_with(g, what, |g, x, w, b, post, y| {
             let d = Dims::new(g).unwrap();
-            conv2d_planar(&d, x, w, b, post, y, rayon::current_num_threads());
+            conv2d_planar(&d, x, w, b, post, y, rayon::current_num_threads()).unwrap();
         });
     }
 }
 
-/// The planar kernel by its cost: U-Net's and a stem's narrow layers take
-/// it, wide or small dilated layers keep the implicit GEMM.
+/// The planar kernel by its cost: U-Net's narrow layers take it; wide,
+/// grouped and small dilated layers keep the implicit GEMM; a large image
+/// runs in bands that fit the scratch budget.
 #[test]
 fn planar_path_follows_the_work() {
     if !Isa::Avx512.is_supported() {
@@ -683,4 +684,10 @@ fn planar_path_follows_the_work() {
     assert!(!pays(conv_geom([1, 8, 8, 32], 32, [3, 3], [1, 1], [6, 6], [6; 4], 1)));
     assert!(!pays(conv_geom([1, 56, 56, 64], 64, [3, 3], [1, 1], [1, 1], [1; 4], 1)));
     assert!(!pays(conv_geom([1, 16, 16, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 2)));
+    // Planes of the whole image would pass the scratch budget (16 × 514
+    // × 514 floats): it runs in bands.
+    let big = Dims::new(&conv_geom([1, 512, 512, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)).unwrap();
+    assert!(planar_pays(&big));
+    let (rows, _) = planar_bands(&big, 1).unwrap();
+    assert!(rows < 512 && rows > 64, "{rows} rows per band");
 }

@@ -4,8 +4,10 @@
 //! lanes and leaves most of each 16-wide panel idle, after unfolding every
 //! window (im2col) to read it once.
 //!
-//! Each image is first copied into zero-padded *planes*, one per input
-//! channel and stride phase: phase `(py, px)` holds the padded input's
+//! Each band of output rows (one per thread, smaller where the scratch
+//! budget asks) first copies the input rows it reads into zero-padded
+//! *planes* in its thread's scratch, one per input channel and stride
+//! phase: phase `(py, px)` holds the padded input's
 //! rows `py, py + sy, ...` and columns `px, px + sx, ...`. Tap `(ky, kx)`
 //! of output `(oy, ox)` then reads element `(oy + ky·dy / sy, ox + kx·dx /
 //! sx)` of phase `(ky·dy mod sy, kx·dx mod sx)`: with output positions
@@ -31,7 +33,7 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::{Dims, tap_range, with_scratch};
+use super::{Dims, KernelError, kerr, tap_range, with_scratch};
 use crate::kernels::Isa;
 use crate::kernels::act::Post;
 use crate::kernels::pack::PANEL_WIDTH;
@@ -42,12 +44,17 @@ const V: usize = 3;
 const BLOCK: usize = 16 * V;
 /// Output channels per register tile (`V·OB` = 24 accumulators).
 const OB: usize = 8;
-/// Least work (vector multiply-adds) per task before the positions are
-/// split over threads: below it, waking a second worker costs more than it
-/// saves.
+/// The most floats of one band's planes (4 MiB, a per-thread scratch like
+/// the implicit GEMM's unfolded blocks): taller images run in several
+/// bands of output rows.
+const MAX_PLANE_FLOATS: usize = 1 << 20;
+/// Least work (vector multiply-adds) per task before the rows are split
+/// over threads: below it, a second worker costs more than it saves.
 const MIN_TASK_FMAS: usize = 12_000;
 
-/// The planes of one image and where each tap reads them.
+/// The planes of one band of `rows` output rows and where each tap reads
+/// them: plane row `i` of phase `(py, px)` is padded input row
+/// `(r0 + i)·sy + py` for the band's first output row `r0`.
 pub(super) struct Planes {
     /// Stride phases (`sy·sx`) and floats per plane.
     phases: usize,
@@ -61,15 +68,15 @@ pub(super) struct Planes {
 }
 
 impl Planes {
-    pub(super) fn new(g: &Dims) -> Planes {
+    pub(super) fn new(g: &Dims, rows: usize) -> Planes {
         let [sy, sx] = g.stride;
         let [dy, dx] = g.dilation;
-        let ph = g.oh + (g.kh - 1) * dy / sy;
+        let ph = rows + (g.kh - 1) * dy / sy;
         let pw = g.ow + (g.kw - 1) * dx / sx;
-        // The last block of a task may start anywhere in the last output
-        // row and reads BLOCK positions past it at the largest offset.
+        // The last block may start anywhere in the band's last row and
+        // reads BLOCK positions past it at the largest offset.
         let max_off = ((g.kh - 1) * dy / sy) * pw + (g.kw - 1) * dx / sx;
-        let plane = (ph * pw).max(g.oh * pw + BLOCK + max_off);
+        let plane = (ph * pw).max(rows * pw + BLOCK + max_off);
         let mut taps = Vec::with_capacity(g.kh * g.kw);
         for ky in 0..g.kh {
             for kx in 0..g.kw {
@@ -86,10 +93,29 @@ impl Planes {
         }
     }
 
-    /// Floats of one image's planes.
+    /// Floats of one band's planes.
     fn len(&self, g: &Dims) -> usize {
         g.c * self.phases * self.plane
     }
+}
+
+/// How `conv2d_planar` cuts an image: bands of `rows` output rows (the
+/// last may be shorter), run in parallel when `parallel`; `None` when even
+/// one row's planes pass the scratch budget.
+pub(crate) fn bands(g: &Dims, threads: usize) -> Option<(usize, bool)> {
+    let kdim = g.kh * g.kw * g.c;
+    let one = Planes::new(g, 1);
+    // Vector multiply-adds per output row, for the split.
+    let row_work = one.pw.div_ceil(16) * kdim * g.oc.div_ceil(OB) * OB;
+    let tasks = (g.n * g.oh * row_work / MIN_TASK_FMAS).clamp(1, threads.max(1));
+    let mut rows = (g.n * g.oh).div_ceil(tasks).min(g.oh);
+    // Each further row adds a row to every plane.
+    let per_row = g.c * one.phases * one.pw;
+    if one.len(g) > MAX_PLANE_FLOATS {
+        return None;
+    }
+    rows = rows.min(1 + (MAX_PLANE_FLOATS - one.len(g)) / per_row);
+    Some((rows, tasks > 1))
 }
 
 /// Whether the planar kernel serves this convolution: an AVX-512 CPU, one
@@ -100,27 +126,33 @@ impl Planes {
 /// sixteenth per element). The planar kernel does one per 16 positions,
 /// tap row element and output, 15% slower per multiply-add (more loads per
 /// product than the GEMM's 14×32 tile), plus its plane copy (1.25 per
-/// element, 2 with stride phases: a gather) and a scalar write-back (0.5
-/// per output). Calibrated on this repository's zoo (U-Net's 32×32×16 → 8:
-/// 23 against 56 µs; DeepLab's 32×32×16 → 16×16×24 at stride 2, which the
-/// count calls even: 23 against 19 µs).
+/// element, 2 with stride phases: a gather; bands repeat the rows their
+/// taps share) and the write-back (0.5 per output). Calibrated on this
+/// repository's zoo (U-Net's 32×32×16 → 8: 23 against 56 µs; DeepLab's
+/// 32×32×16 → 16×16×24 at stride 2, which the count calls even: 23
+/// against 19 µs), counting the bands of 2 threads.
 pub(crate) fn planar_pays(g: &Dims) -> bool {
     if Isa::best() != Isa::Avx512 || g.group != 1 {
         return false;
     }
-    let p = Planes::new(g);
+    let Some((rows, _)) = bands(g, 2) else {
+        return false;
+    };
+    let p = Planes::new(g, rows);
     let kdim = g.kh * g.kw * g.c;
     let px = g.n * g.oh * g.ow;
     let runs = if g.dilation[1] == 1 { g.kh } else { g.kh * g.kw };
     let gemm = px * kdim * g.oc.div_ceil(PANEL_WIDTH) + px * (runs * 40 + kdim / 16);
     let fmas = g.n * (g.oh * p.pw).div_ceil(16) * kdim * g.oc.div_ceil(OB) * OB;
-    let fill = g.n * p.len(g) * if p.phases > 1 { 8 } else { 5 } / 4;
+    let fill = g.n * g.oh.div_ceil(rows) * p.len(g) * if p.phases > 1 { 8 } else { 5 } / 4;
     let planar = fmas + fmas * 3 / 20 + fill + px * g.oc / 2;
     planar < gemm
 }
 
 /// The convolution of `conv2d` (one group, packed weights `w`) on the
 /// planar kernel; the caller has checked the geometry and slice lengths.
+/// Each band of output rows copies its own planes into its thread's
+/// scratch, so a band's thread reads only what it wrote.
 pub(crate) fn conv2d_planar(
     g: &Dims,
     x: &[f32],
@@ -129,37 +161,41 @@ pub(crate) fn conv2d_planar(
     post: Post,
     y: &mut [f32],
     threads: usize,
-) {
-    let p = Planes::new(g);
-    let kdim = g.kh * g.kw * g.c;
-    // Vector multiply-adds per output row, for the split.
-    let row_work = p.pw.div_ceil(16) * kdim * g.oc.div_ceil(OB) * OB;
-    let tasks = (g.oh * row_work / MIN_TASK_FMAS).clamp(1, threads.max(1));
-    let rows = g.oh.div_ceil(tasks);
-    let image = g.oh * g.ow * g.oc;
-    with_scratch(p.len(g), |planes| {
-        for (b, yimg) in y[..g.n * image].chunks_exact_mut(image).enumerate() {
-            // SAFETY: as for `rows_avx512` below.
-            unsafe { fill_planes(g, &p, &x[b * g.h * g.w * g.c..][..g.h * g.w * g.c], planes) };
-            let planes = &*planes;
-            let run = |(i, yrows): (usize, &mut [f32])| {
-                // SAFETY: `planar_pays` chose this kernel only on an
-                // AVX-512 CPU; `Planes::new` sized the planes for every
-                // block of every output row, `w` holds the packed panels
-                // of `kdim` rows and `yrows` whole output rows.
-                unsafe { rows_avx512(g, &p, planes, w, bias, post, i * rows, yrows) }
-            };
-            if tasks > 1 {
-                yimg.par_chunks_mut(rows * g.ow * g.oc).enumerate().for_each(run);
-            } else {
-                yimg.chunks_mut(rows * g.ow * g.oc).enumerate().for_each(run);
+) -> Result<(), KernelError> {
+    let Some((rows, parallel)) = bands(g, threads) else {
+        return Err(kerr(format!(
+            "planar convolution: one row's planes pass the scratch budget ({} × {} × {} input)",
+            g.h, g.w, g.c
+        )));
+    };
+    let p = Planes::new(g, rows);
+    let (image, ximage) = (g.oh * g.ow * g.oc, g.h * g.w * g.c);
+    let band_len = rows * g.ow * g.oc;
+    let run = |b: usize, (i, yrows): (usize, &mut [f32])| {
+        with_scratch(p.len(g), |planes| {
+            // SAFETY: `planar_pays` chose this kernel only on an AVX-512
+            // CPU; `Planes::new` sized the planes for every block of the
+            // band's rows, `w` holds the packed panels of `kh·kw·c` rows
+            // and `yrows` whole output rows.
+            unsafe {
+                fill_planes(g, &p, &x[b * ximage..][..ximage], i * rows, planes);
+                rows_avx512(g, &p, planes, w, bias, post, i * rows, yrows);
             }
+        })
+    };
+    for (b, yimg) in y[..g.n * image].chunks_exact_mut(image).enumerate() {
+        if parallel {
+            yimg.par_chunks_mut(band_len).enumerate().for_each(|t| run(b, t));
+        } else {
+            yimg.chunks_mut(band_len).enumerate().for_each(|t| run(b, t));
         }
-    });
+    }
+    Ok(())
 }
 
-/// Copies one NHWC image `x` into its zero-padded phase planes: per plane
-/// row, the padding zeroed and the input columns gathered 16 at a time
+/// Copies the rows of one NHWC image `x` that the band from output row
+/// `r0` reads into its zero-padded phase planes: per plane row, the
+/// padding zeroed and the input columns gathered 16 at a time
 /// (`vgatherdps`, one channel at a stride of `sx·c`).
 ///
 /// # Safety
@@ -167,7 +203,7 @@ pub(crate) fn conv2d_planar(
 /// `planes` the `Planes::len` floats of `p`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], planes: &mut [f32]) {
+unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], r0: usize, planes: &mut [f32]) {
     let [sy, sx] = g.stride;
     let (pt, pl) = (g.pads[0], g.pads[1]);
     // Element offsets of 16 columns `sx` apart (the geometry is bounded,
@@ -188,7 +224,7 @@ unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], planes: &mut [f32]) {
             let (body, tail) = plane.split_at_mut(p.ph * p.pw);
             tail.fill(0.0);
             for (i, prow) in body.chunks_exact_mut(p.pw).enumerate() {
-                let iy = (i * sy + py) as isize - pt as isize;
+                let iy = ((r0 + i) * sy + py) as isize - pt as isize;
                 if iy < 0 || iy >= g.h as isize {
                     prow.fill(0.0);
                 } else {
@@ -202,7 +238,7 @@ unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], planes: &mut [f32]) {
         }
         let ix0 = j0 * sx + px - pl;
         for i in 0..p.ph {
-            let iy = (i * sy + py) as isize - pt as isize;
+            let iy = ((r0 + i) * sy + py) as isize - pt as isize;
             if iy < 0 || iy >= g.h as isize {
                 continue;
             }
@@ -233,8 +269,8 @@ unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], planes: &mut [f32]) {
     }
 }
 
-/// Output rows `r0 ..` of one image (`yrows` holds whole rows) from its
-/// planes.
+/// The band of output rows from `r0` of one image (`yrows` holds its
+/// whole rows) from the band's planes.
 ///
 /// # Safety
 /// The CPU supports AVX-512F; the arguments are as `conv2d_planar` passes
@@ -273,18 +309,19 @@ unsafe fn rows_avx512(
         .iter()
         .flat_map(|&t| (0..c).map(move |ci| t + ci * cstride))
         .collect();
-    let (q_begin, q_end) = (r0 * pw, (r0 + nrows) * pw);
+    // Positions of the band, numbered from its first row.
+    let q_end = nrows * pw;
     let (lo, hi) = bounds(post);
     // Per position of a block: its first output float in `yrows`, or
     // `usize::MAX` for a dropped one (ox ≥ ow, or past the rows).
     let mut dst = [usize::MAX; BLOCK];
-    let mut q0 = q_begin;
+    let mut q0 = 0;
     while q0 < q_end {
         // Output rows this block touches, and the taps along H that read
         // an input row for at least one of them.
-        let (ra, rb) = (q0 / pw, ((q0 + BLOCK - 1) / pw).min(r0 + nrows - 1));
-        let (ky0, ky1) = span((ra * sy) as isize - pt, (rb * sy) as isize - pt);
-        let (mut oy, mut ox) = (ra - r0, q0 % pw);
+        let (ra, rb) = (q0 / pw, ((q0 + BLOCK - 1) / pw).min(nrows - 1));
+        let (ky0, ky1) = span(((r0 + ra) * sy) as isize - pt, ((r0 + rb) * sy) as isize - pt);
+        let (mut oy, mut ox) = (ra, q0 % pw);
         for (pos, d) in dst.iter_mut().enumerate() {
             *d = if q0 + pos < q_end && ox < ow {
                 (oy * ow + ox) * oc
