@@ -130,7 +130,9 @@ pub(crate) fn bands(g: &Dims, threads: usize) -> Option<(usize, bool)> {
 /// taps share) and the write-back (0.5 per output). Calibrated on this
 /// repository's zoo (U-Net's 32×32×16 → 8: 23 against 56 µs; DeepLab's
 /// 32×32×16 → 16×16×24 at stride 2, which the count calls even: 23
-/// against 19 µs), counting the bands of 2 threads.
+/// against 19 µs), counting the bands of 2 threads whatever the pool's
+/// size: the choice, and so every result's bits, must not depend on the
+/// thread count.
 pub(crate) fn planar_pays(g: &Dims) -> bool {
     if Isa::best() != Isa::Avx512 || g.group != 1 {
         return false;
