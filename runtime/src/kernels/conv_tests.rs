@@ -254,6 +254,14 @@ fn conv2d_matches_reference_on_odd_geometries() {
             "5x5 deep",
             conv_geom([1, 9, 8, 40], 20, [5, 5], [1, 1], [1, 1], [2; 4], 1),
         ),
+        (
+            "U-Net 32x32x16 -> 8 (planar on AVX-512)",
+            conv_geom([1, 32, 32, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ),
+        (
+            "stem 3 -> 16 stride 2 (planar on AVX-512)",
+            conv_geom([1, 40, 40, 3], 16, [3, 3], [2, 2], [1, 1], [1; 4], 1),
+        ),
     ];
     for (what, g) in &cases {
         check_conv(g, what);
@@ -660,6 +668,9 @@ fn planar_conv_matches_reference() {
         ("one input channel, no pad", conv_geom([1, 10, 5, 1], 4, [3, 3], [1, 1], [1, 1], [0; 4], 1)),
         ("wide rows, split over threads", conv_geom([1, 40, 70, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
         ("two images, split", conv_geom([2, 30, 33, 16], 12, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        ("one output channel", conv_geom([1, 12, 13, 5], 1, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        ("5x5 kernel over a 3x3 input, pad 2", conv_geom([1, 3, 3, 4], 6, [5, 5], [1, 1], [1, 1], [2; 4], 1)),
+        ("one output row, stride 2", conv_geom([1, 3, 17, 6], 7, [3, 3], [2, 2], [1, 1], [0, 1, 0, 1], 1)),
     ];
     for (what, g) in &cases {
         check_conv_with(g, what, |g, x, w, b, post, y| {
@@ -681,6 +692,9 @@ fn planar_path_follows_the_work() {
     let pays = |g: ConvGeom| planar_pays(&Dims::new(&g).unwrap());
     assert!(pays(conv_geom([1, 32, 32, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)));
     assert!(pays(conv_geom([1, 32, 32, 8], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)));
+    assert!(pays(conv_geom([1, 40, 40, 3], 16, [3, 3], [2, 2], [1, 1], [1; 4], 1)));
+    // DeepLab's 32×32×16 → 24 at stride 2: measured 23 µs planar, 19-21 GEMM.
+    assert!(!pays(conv_geom([1, 32, 32, 16], 24, [3, 3], [2, 2], [1, 1], [1; 4], 1)));
     assert!(!pays(conv_geom([1, 8, 8, 32], 32, [3, 3], [1, 1], [6, 6], [6; 4], 1)));
     assert!(!pays(conv_geom([1, 56, 56, 64], 64, [3, 3], [1, 1], [1, 1], [1; 4], 1)));
     assert!(!pays(conv_geom([1, 16, 16, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 2)));
