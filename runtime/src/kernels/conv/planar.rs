@@ -108,7 +108,9 @@ pub(crate) fn bands(g: &Dims, threads: usize) -> Option<(usize, bool)> {
     // Vector multiply-adds per output row, for the split.
     let row_work = one.pw.div_ceil(16) * kdim * g.oc.div_ceil(OB) * OB;
     let tasks = (g.n * g.oh * row_work / MIN_TASK_FMAS).clamp(1, threads.max(1));
-    let mut rows = (g.n * g.oh).div_ceil(tasks).min(g.oh);
+    // Images run in parallel too: bands split an image only for the tasks
+    // the images do not fill.
+    let mut rows = g.oh.div_ceil(tasks.div_ceil(g.n));
     // Each further row adds a row to every plane.
     let per_row = g.c * one.phases * one.pw;
     if one.len(g) > MAX_PLANE_FLOATS {
@@ -128,9 +130,10 @@ pub(crate) fn bands(g: &Dims, threads: usize) -> Option<(usize, bool)> {
 /// product than the GEMM's 14×32 tile), plus its plane copy (1.25 per
 /// element, 2 with stride phases: a gather; bands repeat the rows their
 /// taps share) and the write-back (0.5 per output). Calibrated on this
-/// repository's zoo (U-Net's 32×32×16 → 8: 23 against 56 µs; DeepLab's
-/// 32×32×16 → 16×16×24 at stride 2, which the count calls even: 23
-/// against 19 µs), counting the bands of 2 threads whatever the pool's
+/// repository's zoo at one thread (U-Net's 32×32×16 → 8: 22-30 against
+/// 60 µs; DeepLab's 32×32×16 → 16×16×24 at stride 2, which the count
+/// keeps on the GEMM: 23 against 19-21 µs), counting the bands of 2
+/// threads whatever the pool's
 /// size: the choice, and so every result's bits, must not depend on the
 /// thread count.
 pub(crate) fn planar_pays(g: &Dims) -> bool {
@@ -164,6 +167,9 @@ pub(crate) fn conv2d_planar(
     y: &mut [f32],
     threads: usize,
 ) -> Result<(), KernelError> {
+    if !Isa::Avx512.is_supported() {
+        return Err(kerr("planar convolution needs AVX-512F".to_string()));
+    }
     let Some((rows, parallel)) = bands(g, threads) else {
         return Err(kerr(format!(
             "planar convolution: one row's planes pass the scratch budget ({} × {} × {} input)",
@@ -175,20 +181,23 @@ pub(crate) fn conv2d_planar(
     let band_len = rows * g.ow * g.oc;
     let run = |b: usize, (i, yrows): (usize, &mut [f32])| {
         with_scratch(p.len(g), |planes| {
-            // SAFETY: `planar_pays` chose this kernel only on an AVX-512
-            // CPU; `Planes::new` sized the planes for every block of the
-            // band's rows, `w` holds the packed panels of `kh·kw·c` rows
-            // and `yrows` whole output rows.
+            // SAFETY: the CPU has AVX-512F (checked above); `Planes::new`
+            // sized the planes for every block of the band's rows, `w`
+            // holds the packed panels of `kh·kw·c` rows (`conv2d` checked
+            // its length) and `yrows` whole output rows.
             unsafe {
                 fill_planes(g, &p, &x[b * ximage..][..ximage], i * rows, planes);
                 rows_avx512(g, &p, planes, w, bias, post, i * rows, yrows);
             }
         })
     };
-    for (b, yimg) in y[..g.n * image].chunks_exact_mut(image).enumerate() {
-        if parallel {
-            yimg.par_chunks_mut(band_len).enumerate().for_each(|t| run(b, t));
-        } else {
+    let y = &mut y[..g.n * image];
+    if parallel {
+        y.par_chunks_mut(image).enumerate().for_each(|(b, yimg)| {
+            yimg.par_chunks_mut(band_len).enumerate().for_each(|t| run(b, t))
+        });
+    } else {
+        for (b, yimg) in y.chunks_mut(image).enumerate() {
             yimg.chunks_mut(band_len).enumerate().for_each(|t| run(b, t));
         }
     }
