@@ -636,7 +636,8 @@ fn grouped_path_follows_the_work() {
 
 /// The planar kernel (pixels in the lanes, `conv/planar.rs`) run directly,
 /// whatever `planar_pays` would choose, on the shapes it must handle:
-/// output channels not a multiple of its 8-wide tile or of a panel,
+/// input channels copied by gathers and by 16 × 16 transposes (multiples
+/// of 16 at stride 1), output channels not a multiple of its 8-wide tile or of a panel,
 /// strides and dilations (phase planes), pads larger than the taps' reach
 /// (skipped taps), rows narrower than a vector and wider than a block,
 /// several images, one input channel; in pools of 1 and 3 threads (the
@@ -669,6 +670,10 @@ fn planar_conv_matches_reference() {
         ("wide rows, split over threads", conv_geom([1, 40, 70, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
         ("two images, split", conv_geom([2, 30, 33, 16], 12, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
         ("one output channel", conv_geom([1, 12, 13, 5], 1, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        (
+            "32 inputs (two transposed channel blocks), rows of 21 (a tail of 5)",
+            conv_geom([1, 9, 21, 32], 6, [3, 3], [1, 1], [1, 1], [1, 2, 1, 0], 1),
+        ),
         ("5x5 kernel over a 3x3 input, pad 2", conv_geom([1, 3, 3, 4], 6, [5, 5], [1, 1], [1, 1], [2; 4], 1)),
         ("one output row, stride 2", conv_geom([1, 3, 17, 6], 7, [3, 3], [2, 2], [1, 1], [0, 1, 0, 1], 1)),
     ];

@@ -259,6 +259,20 @@ unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], r0: usize, planes: &mut [
             for k in (j0..j1).step_by(16) {
                 let len = 16.min(j1 - k);
                 let m: __mmask16 = if len == 16 { !0 } else { (1u16 << len) - 1 };
+                if sx == 1 && g.c.is_multiple_of(16) {
+                    let at = phase * p.plane + i * p.pw + k;
+                    // SAFETY: the `len` pixels from column ix0 + k − j0
+                    // lie inside the row (`src`), and each channel's plane
+                    // row holds `len` floats from `at` (`Planes::new`).
+                    unsafe {
+                        let px0 = src.as_ptr().add((k - j0) * g.c);
+                        for ci0 in (0..g.c).step_by(16) {
+                            let out = planes.as_mut_ptr().add(ci0 * cstride + at);
+                            transpose_16(px0.add(ci0), g.c, len, out, cstride, m);
+                        }
+                    }
+                    continue;
+                }
                 for ci in 0..g.c {
                     let dst = &mut planes[ci * cstride + phase * p.plane + i * p.pw + k..][..len];
                     // SAFETY: lane l < len reads input column
@@ -275,6 +289,63 @@ unsafe fn fill_planes(g: &Dims, p: &Planes, x: &[f32], r0: usize, planes: &mut [
                         _mm512_mask_storeu_ps(dst.as_mut_ptr(), m, v);
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Copies `len ≤ 16` pixels' 16 channels (pixel `l`'s at `x + l·c`) into
+/// 16 channel rows (channel `q`'s at `out + q·cstride`) through an
+/// in-register 16 × 16 transpose: 64 shuffles for 256 floats, against 16
+/// gathers that each touch 16 cache lines.
+///
+/// # Safety
+/// AVX-512F; `x` holds the `len` pixels' 16 floats each, every channel row
+/// the lanes of mask `m` (the first `len`).
+#[inline(always)]
+unsafe fn transpose_16(x: *const f32, c: usize, len: usize, out: *mut f32, cstride: usize, m: __mmask16) {
+    // SAFETY: as for this function.
+    unsafe {
+        let r: [__m512; 16] = std::array::from_fn(|l| {
+            if l < len {
+                _mm512_loadu_ps(x.add(l * c))
+            } else {
+                _mm512_setzero_ps()
+            }
+        });
+        // Within each 128-bit lane L: a[2p], a[2p + 1] interleave rows 2p
+        // and 2p + 1; b[4q + j] holds rows 4q..4q + 3 of column 4L + j.
+        let a: [__m512; 16] = std::array::from_fn(|t| {
+            let (p, hi) = (t / 2, t % 2 == 1);
+            if hi {
+                _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1])
+            } else {
+                _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1])
+            }
+        });
+        let b: [__m512; 16] = std::array::from_fn(|t| {
+            let (q, j) = (t / 4, t % 4);
+            let (x, y) = (a[4 * q + j / 2], a[4 * q + 2 + j / 2]);
+            if j % 2 == 0 {
+                _mm512_shuffle_ps::<0x44>(x, y)
+            } else {
+                _mm512_shuffle_ps::<0xEE>(x, y)
+            }
+        });
+        for j in 0..4 {
+            let u01 = _mm512_shuffle_f32x4::<0x44>(b[j], b[4 + j]);
+            let u23 = _mm512_shuffle_f32x4::<0xEE>(b[j], b[4 + j]);
+            let v01 = _mm512_shuffle_f32x4::<0x44>(b[8 + j], b[12 + j]);
+            let v23 = _mm512_shuffle_f32x4::<0xEE>(b[8 + j], b[12 + j]);
+            // Column 4L + j: lane L of b[j], b[4 + j], b[8 + j], b[12 + j].
+            let cols = [
+                _mm512_shuffle_f32x4::<0x88>(u01, v01),
+                _mm512_shuffle_f32x4::<0xDD>(u01, v01),
+                _mm512_shuffle_f32x4::<0x88>(u23, v23),
+                _mm512_shuffle_f32x4::<0xDD>(u23, v23),
+            ];
+            for (l, col) in cols.into_iter().enumerate() {
+                _mm512_mask_storeu_ps(out.add((4 * l + j) * cstride), m, col);
             }
         }
     }
