@@ -659,6 +659,10 @@ fn planar_conv_matches_reference() {
             conv_geom([1, 13, 11, 6], 16, [3, 3], [2, 2], [1, 1], [1, 0, 2, 1], 1),
         ),
         ("stride 2x1, 2x3 kernel", conv_geom([2, 9, 10, 3], 9, [2, 3], [2, 1], [1, 1], [0, 1, 1, 0], 1)),
+        (
+            "stride 2x1, 16 inputs (transposed copy into two row phases)",
+            conv_geom([1, 9, 19, 16], 5, [3, 3], [2, 1], [1, 1], [1; 4], 1),
+        ),
         ("stride 3, dilation 2", conv_geom([1, 17, 19, 2], 5, [3, 3], [3, 3], [2, 2], [2, 1, 1, 2], 1)),
         (
             "dilation 6 pad 6 on 8x8 (taps in the padding)",

@@ -206,8 +206,10 @@ pub(crate) fn conv2d_planar(
 
 /// Copies the rows of one NHWC image `x` that the band from output row
 /// `r0` reads into its zero-padded phase planes: per plane row, the
-/// padding zeroed and the input columns gathered 16 at a time
-/// (`vgatherdps`, one channel at a stride of `sx·c`).
+/// padding zeroed and the input columns copied 16 at a time, by 16 × 16
+/// transposes in registers where the columns are consecutive pixels
+/// (`sx = 1`) of a multiple of 16 channels, else by gathers (`vgatherdps`,
+/// one channel at a stride of `sx·c`).
 ///
 /// # Safety
 /// The CPU supports AVX-512F; `x` holds one `h × w × c` image and
