@@ -133,6 +133,12 @@ pub fn compile_cpu(
     Ok((msg, json))
 }
 
+/// The first offset of `buf` at a 64-byte boundary (`buf` has 64 spare
+/// bytes).
+fn aligned_at(buf: &[u8]) -> usize {
+    (buf.as_ptr() as usize).next_multiple_of(64) - buf.as_ptr() as usize
+}
+
 /// Loads an artifact for running.
 pub fn load_session(path: &Path, threads: usize) -> Result<Session, String> {
     Session::load(path, &SessionOptions { threads }).map_err(|e| format!("error: {e}"))
@@ -153,22 +159,42 @@ pub fn run_artifact(path: &Path, inputs: &[InputArg], threads: usize) -> Result<
     decode_outputs(s.outputs(), outs)
 }
 
-/// Runs `warmup` untimed then `iters` timed inferences.
+/// Runs `warmup` untimed then `iters` timed inferences, on inputs and
+/// outputs at 64-byte boundaries as the runtime wants them (an unaligned
+/// caller buffer is staged through a copy each run, which a caller that
+/// cares about latency avoids, as the Python binding's output buffers do).
 pub fn bench(s: &Session, inputs: &[Vec<u8>], warmup: usize, iters: usize) -> Result<BenchResult, String> {
-    let refs: Vec<&[u8]> = inputs.iter().map(|b| b.as_slice()).collect();
+    let mut in_bufs: Vec<Vec<u8>> = inputs.iter().map(|b| vec![0u8; b.len() + 64]).collect();
+    let ins: Vec<&[u8]> = in_bufs
+        .iter_mut()
+        .zip(inputs)
+        .map(|(buf, b)| {
+            let at = aligned_at(buf);
+            buf[at..at + b.len()].copy_from_slice(b);
+            &buf[at..at + b.len()]
+        })
+        .collect();
     let mut outs: Vec<Vec<u8>> = s
         .outputs()
         .iter()
         .map(|o| {
             let w = aoc_runtime::artifact::DType::parse(&o.dtype).map_or(1, |d| d.size());
-            vec![0u8; (o.shape.iter().product::<u64>() * w) as usize]
+            vec![0u8; (o.shape.iter().product::<u64>() * w) as usize + 64]
         })
         .collect();
+    let out_lens: Vec<usize> = outs.iter().map(|v| v.len() - 64).collect();
     let mut times = Vec::with_capacity(iters);
     for i in 0..warmup + iters {
-        let mut orefs: Vec<&mut [u8]> = outs.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut orefs: Vec<&mut [u8]> = outs
+            .iter_mut()
+            .zip(&out_lens)
+            .map(|(v, &len)| {
+                let at = aligned_at(v);
+                &mut v[at..at + len]
+            })
+            .collect();
         let t0 = Instant::now();
-        s.run_into(&refs, &mut orefs).map_err(|e| format!("error: {e}"))?;
+        s.run_into(&ins, &mut orefs).map_err(|e| format!("error: {e}"))?;
         if i >= warmup {
             times.push(t0.elapsed().as_secs_f64() * 1e3);
         }

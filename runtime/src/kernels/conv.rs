@@ -7,7 +7,12 @@
 //!   multiplied by the packed weights with bias, relu and clip fused into the GEMM
 //!   epilogue. Blocks run in parallel in the current rayon pool.
 //!   Convolutions with many narrow groups (fewer than 16 outputs per group)
-//!   run directly instead (`direct.rs`).
+//!   run directly instead (`direct.rs`), and on AVX-512 one-group
+//!   convolutions with few output channels (U-Net's 8, a stem's 16 at
+//!   stride 2) run with output pixels in the vector lanes over a padded
+//!   planar copy of the input (`planar.rs`), where the GEMM would leave
+//!   most of each 16-wide panel idle; `planar_pays` counts both paths'
+//!   work.
 //! - [`depthwise_conv2d`] (`direct.rs`): a direct loop, parallel over output
 //!   rows and vectorized over channels (compiled once per instruction-set
 //!   level).
@@ -39,6 +44,8 @@ use super::pack::{PackedBRef, packed_len};
 use crate::plan::ConvGeom;
 
 mod direct;
+#[cfg(target_arch = "x86_64")]
+mod planar;
 mod transpose;
 
 // The weight layouts and the checked geometry are the contract with the
@@ -50,6 +57,8 @@ pub use aoc_plan::pack::{
 
 pub use direct::depthwise_conv2d;
 use direct::{grouped_rows, grouped_weights};
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) use planar::{bands as planar_bands, conv2d_planar, planar_pays};
 pub use transpose::conv_transpose2d;
 
 /// Defines a function whose body is compiled three times (AVX-512, AVX2 +
@@ -234,6 +243,11 @@ pub fn conv2d(
                 });
         });
         return Ok(());
+    }
+    // Few output channels: pixels in the vector lanes (`planar.rs`).
+    #[cfg(target_arch = "x86_64")]
+    if planar::planar_pays(&g) {
+        return planar::conv2d_planar(&g, x, w_packed, bias, post, y, threads);
     }
     // Implicit GEMM over blocks of output pixels: enough blocks to occupy
     // every thread, each small enough that its unfolded rows stay in cache.

@@ -158,6 +158,16 @@ fn ref_post(y: Vec<f64>, post: Post) -> Vec<f64> {
 /// Runs conv2d in pools of 1 and 3 threads, compares with the reference
 /// and checks the two thread counts agree bit for bit.
 fn check_conv(g: &ConvGeom, what: &str) {
+    check_conv_with(g, what, |g, x, w, b, post, y| conv2d(g, x, w, b, post, y).unwrap());
+}
+
+/// [`check_conv`] of the entry `run`.
+fn check_conv_with(
+    g: &ConvGeom,
+    what: &str,
+    run: impl Fn(&ConvGeom, &[f32], &[f32], Option<&[f32]>, Post, &mut [f32]) + Sync,
+) {
+    let run = &run;
     let (x_len, y_len) = (
         (g.n * g.h * g.w * g.c) as usize,
         (g.n * g.oh * g.ow * g.oc) as usize,
@@ -172,7 +182,7 @@ fn check_conv(g: &ConvGeom, what: &str) {
         let mut first: Option<Vec<f32>> = None;
         for threads in [1, 3] {
             let mut y = vec![f32::NAN; y_len];
-            in_pool(threads, || conv2d(g, &x, &packed, b, post, &mut y)).unwrap();
+            in_pool(threads, || run(g, &x, &packed, b, post, &mut y));
             assert_close(&y, &want, &format!("{what} {post:?} threads={threads}"));
             match &first {
                 None => first = Some(y),
@@ -243,6 +253,14 @@ fn conv2d_matches_reference_on_odd_geometries() {
         (
             "5x5 deep",
             conv_geom([1, 9, 8, 40], 20, [5, 5], [1, 1], [1, 1], [2; 4], 1),
+        ),
+        (
+            "U-Net 32x32x16 -> 8 (planar on AVX-512)",
+            conv_geom([1, 32, 32, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ),
+        (
+            "stem 3 -> 16 stride 2 (planar on AVX-512)",
+            conv_geom([1, 40, 40, 3], 16, [3, 3], [2, 2], [1, 1], [1; 4], 1),
         ),
     ];
     for (what, g) in &cases {
@@ -614,4 +632,85 @@ fn grouped_path_follows_the_work() {
     assert!(!pays(conv_geom([1, 14, 14, 64], 120, [3, 3], [1, 1], [1, 1], [1; 4], 8)));
     assert!(pays(conv_geom([1, 56, 56, 128], 128, [3, 3], [1, 1], [1, 1], [1; 4], 32)));
     assert!(pays(conv_geom([1, 16, 16, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 4)));
+}
+
+/// The planar kernel (pixels in the lanes, `conv/planar.rs`) run directly,
+/// whatever `planar_pays` would choose, on the shapes it must handle:
+/// input channels copied by gathers and by 16 × 16 transposes (multiples
+/// of 16 at stride 1), output channels not a multiple of its 8-wide tile or of a panel,
+/// strides and dilations (phase planes), pads larger than the taps' reach
+/// (skipped taps), rows narrower than a vector and wider than a block,
+/// several images, one input channel; in pools of 1 and 3 threads (the
+/// large cases split their rows), bit for bit the same.
+#[test]
+fn planar_conv_matches_reference() {
+    if !Isa::Avx512.is_supported() {
+        eprintln!("skipped: the planar convolution needs AVX-512F, which this CPU lacks");
+        return;
+    }
+    let cases = [
+        ("U-Net 3x3 pad 1, 16 -> 8", conv_geom([1, 32, 32, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        ("3 inputs -> 3 outputs", conv_geom([1, 9, 11, 3], 3, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        ("13 outputs, 5x5 pad 2", conv_geom([2, 7, 20, 5], 13, [5, 5], [1, 1], [1, 1], [2; 4], 1)),
+        ("20 outputs (tile across panels)", conv_geom([1, 6, 9, 7], 20, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        ("40 outputs", conv_geom([1, 5, 6, 4], 40, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        (
+            "stride 2 asymmetric pads (four phases)",
+            conv_geom([1, 13, 11, 6], 16, [3, 3], [2, 2], [1, 1], [1, 0, 2, 1], 1),
+        ),
+        ("stride 2x1, 2x3 kernel", conv_geom([2, 9, 10, 3], 9, [2, 3], [2, 1], [1, 1], [0, 1, 1, 0], 1)),
+        (
+            "stride 2x1, 16 inputs (transposed copy into two row phases)",
+            conv_geom([1, 9, 19, 16], 5, [3, 3], [2, 1], [1, 1], [1; 4], 1),
+        ),
+        ("stride 3, dilation 2", conv_geom([1, 17, 19, 2], 5, [3, 3], [3, 3], [2, 2], [2, 1, 1, 2], 1)),
+        (
+            "dilation 6 pad 6 on 8x8 (taps in the padding)",
+            conv_geom([1, 8, 8, 12], 11, [3, 3], [1, 1], [6, 6], [6; 4], 1),
+        ),
+        ("dilation 2x1", conv_geom([1, 7, 9, 4], 6, [3, 3], [1, 1], [2, 1], [2, 1, 2, 1], 1)),
+        ("1x1 stride 2 pad 1", conv_geom([1, 6, 7, 8], 8, [1, 1], [2, 2], [1, 1], [1; 4], 1)),
+        ("one input channel, no pad", conv_geom([1, 10, 5, 1], 4, [3, 3], [1, 1], [1, 1], [0; 4], 1)),
+        ("wide rows, split over threads", conv_geom([1, 40, 70, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        ("two images, split", conv_geom([2, 30, 33, 16], 12, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        ("one output channel", conv_geom([1, 12, 13, 5], 1, [3, 3], [1, 1], [1, 1], [1; 4], 1)),
+        (
+            "32 inputs (two transposed channel blocks), rows of 21 (a tail of 5)",
+            conv_geom([1, 9, 21, 32], 6, [3, 3], [1, 1], [1, 1], [1, 2, 1, 0], 1),
+        ),
+        ("5x5 kernel over a 3x3 input, pad 2", conv_geom([1, 3, 3, 4], 6, [5, 5], [1, 1], [1, 1], [2; 4], 1)),
+        ("one output row, stride 2", conv_geom([1, 3, 17, 6], 7, [3, 3], [2, 2], [1, 1], [0, 1, 0, 1], 1)),
+    ];
+    for (what, g) in &cases {
+        check_conv_with(g, what, |g, x, w, b, post, y| {
+            let d = Dims::new(g).unwrap();
+            conv2d_planar(&d, x, w, b, post, y, rayon::current_num_threads()).unwrap();
+        });
+    }
+}
+
+/// The planar kernel by its cost: U-Net's narrow layers take it; wide,
+/// grouped and small dilated layers keep the implicit GEMM; a large image
+/// runs in bands that fit the scratch budget.
+#[test]
+fn planar_path_follows_the_work() {
+    if !Isa::Avx512.is_supported() {
+        eprintln!("skipped: the planar convolution needs AVX-512F, which this CPU lacks");
+        return;
+    }
+    let pays = |g: ConvGeom| planar_pays(&Dims::new(&g).unwrap());
+    assert!(pays(conv_geom([1, 32, 32, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)));
+    assert!(pays(conv_geom([1, 32, 32, 8], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)));
+    assert!(pays(conv_geom([1, 40, 40, 3], 16, [3, 3], [2, 2], [1, 1], [1; 4], 1)));
+    // DeepLab's 32×32×16 → 24 at stride 2: measured 23 µs planar, 19-21 GEMM.
+    assert!(!pays(conv_geom([1, 32, 32, 16], 24, [3, 3], [2, 2], [1, 1], [1; 4], 1)));
+    assert!(!pays(conv_geom([1, 8, 8, 32], 32, [3, 3], [1, 1], [6, 6], [6; 4], 1)));
+    assert!(!pays(conv_geom([1, 56, 56, 64], 64, [3, 3], [1, 1], [1, 1], [1; 4], 1)));
+    assert!(!pays(conv_geom([1, 16, 16, 16], 16, [3, 3], [1, 1], [1, 1], [1; 4], 2)));
+    // Planes of the whole image would pass the scratch budget (16 × 514
+    // × 514 floats): it runs in bands.
+    let big = Dims::new(&conv_geom([1, 512, 512, 16], 8, [3, 3], [1, 1], [1, 1], [1; 4], 1)).unwrap();
+    assert!(planar_pays(&big));
+    let (rows, _) = planar_bands(&big, 1).unwrap();
+    assert!(rows < 512 && rows > 64, "{rows} rows per band");
 }
