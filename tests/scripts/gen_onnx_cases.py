@@ -153,6 +153,24 @@ def opset8_pad_attributes():
 
 
 @case
+def pad_reflect_edge_wrap():
+    # Non-constant pad modes (Silero VAD's STFT pads by reflection): per
+    # axis gathers in the lowering. Negative pads crop first.
+    nodes = [
+        helper.make_node("Pad", ["x", "p1"], ["a"], mode="reflect"),
+        helper.make_node("Pad", ["x", "p2"], ["b"], mode="edge"),
+        helper.make_node("Pad", ["x", "p3"], ["c"], mode="wrap"),
+    ]
+    inits = [
+        init("p1", np.array([0, 1, 2, 0, 0, 3], np.int64)),
+        init("p2", np.array([1, 0, 2, 0, 2, -1], np.int64)),
+        init("p3", np.array([0, 2, 1, 0, 1, 3], np.int64)),
+    ]
+    out = [("a", [2, 4, 9]), ("b", [3, 5, 5]), ("c", [2, 6, 8])]
+    return model(19, nodes, [("x", [2, 3, 4])], out, inits), [rand(2, 3, 4)]
+
+
+@case
 def opset9_clip_attributes():
     nodes = [
         helper.make_node("Clip", ["x"], ["a"], min=-0.5, max=0.25),
@@ -504,6 +522,39 @@ def if_runtime_condition_else():
     x = rand(2, 3)
     x = -x if x.sum() > 0 else x
     return model(13, nodes, [("x", [2, 3])], [("y", [2, 3])], [init("zero", np.array(0.0, np.float32))]), [x]
+
+
+def lstm_in_if(positive):
+    # Silero VAD's shape: an If on a run-time input whose branches hold
+    # recurrent layers (forward in one, reverse in the other) reading the
+    # enclosing graph's weights; the layers are expanded inside the regions.
+    def branch(name, direction):
+        lstm = helper.make_node("LSTM", ["X", "W", "R", "B"], ["", f"{name}_h"], direction=direction, hidden_size=5)
+        return helper.make_graph([lstm], name, [], [vi(f"{name}_h", [1, 1, 5])])
+    nodes = [
+        helper.make_node("ReduceSum", ["X"], ["s"], keepdims=0),
+        helper.make_node("Greater", ["s", "zero"], ["c"]),
+        helper.make_node("If", ["c"], ["y"], then_branch=branch("fwd", "forward"), else_branch=branch("rev", "reverse")),
+    ]
+    inits = [
+        init("zero", np.array(0.0, np.float32)),
+        init("W", rand(1, 20, 4, scale=0.5)),
+        init("R", rand(1, 20, 5, scale=0.5)),
+        init("B", rand(1, 40, scale=0.5)),
+    ]
+    x = rand(3, 1, 4)
+    x = x if (x.sum() > 0) == positive else -x
+    return model(14, nodes, [("X", [3, 1, 4])], [("y", [1, 1, 5])], inits), [x]
+
+
+@case
+def lstm_in_runtime_if_then():
+    return lstm_in_if(True)
+
+
+@case
+def lstm_in_runtime_if_else():
+    return lstm_in_if(False)
 
 
 def loop_body(nodes, carried, scans, inits=()):

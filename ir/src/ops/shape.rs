@@ -388,6 +388,14 @@ pub fn infer_pad(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     Ok(vec![x.with_shape(shape)])
 }
 
+/// [`pad_source`] for a mode named as in the `mode` attribute: where
+/// padded position `o` of a dimension of length `len` (pads `begin`,
+/// `end`) reads, or `None` for the constant fill. The lowering of
+/// `reflect`, `edge` and `wrap` pads gathers with these indices.
+pub fn pad_source_index(o: usize, begin: i64, end: i64, len: usize, mode: &str) -> Result<Option<usize>, String> {
+    Ok(pad_source(o, begin, end, len, pad_mode(mode)?))
+}
+
 /// The source index along one dimension of length `len` for padded
 /// position `o`, or `None` for the constant fill. Negative pads crop first;
 /// `reflect`, `edge` and `wrap` then read from the kept range `[lo, hi)`.

@@ -49,9 +49,10 @@ impl Lower<'_> {
                 (None, Some(&r)) => format!("{} %{}", inner.opcode.name(), self.func.name_of(r)),
                 (None, None) => inner.opcode.name().to_string(),
             };
-            // No expansion inside regions (`expand.rs` rewrites the
-            // function's own body): such an op is refused by name.
-            self.current = None;
+            // An op that expands (a recurrent layer, a quantized op
+            // without a kernel) is expanded inside its region too
+            // (`expand.rs` rebuilds regions).
+            self.current = Some(id);
             self.lower_op(inner).map_err(|m| format!("in its region, {}: {m}", self.origin))?;
         }
         self.origin = outer_origin;

@@ -16,6 +16,9 @@
 //! - Recurrent layers (`core.rnn`, `core.gru`, `core.lstm`) become GEMMs
 //!   and pointwise ops (`recurrent.rs`).
 //!
+//! Ops inside `core.if`/`core.loop` regions expand the same way: [`expand`]
+//! rebuilds every control op's regions with their ops expanded.
+//!
 //! The lowering asks [`expandable`] for an op that no lowering rule took,
 //! and lowers again the function [`expand`] returns (see `lower`). The
 //! integer kernels of issue-17 work replace these expansions where the
@@ -25,7 +28,7 @@
 use std::collections::{HashMap, HashSet};
 
 use aoc_ir::attr::{Attr, Attrs};
-use aoc_ir::module::{Func, OpData, OpId, ValueId};
+use aoc_ir::module::{Block, Func, OpData, OpId, ValueId};
 use aoc_ir::ops::fused;
 use aoc_ir::ops::kind::{Cell, Form, OpKind, Pool};
 use aoc_ir::ops::quant_compute::float_form;
@@ -78,14 +81,51 @@ pub(crate) fn expand(func: &Func, which: &HashSet<OpId>) -> Result<Func, String>
         let v = f.add_param(func.name_of(p), func.ty(p).clone(), func.values[p].loc.clone());
         map.insert(p, v);
     }
-    for &id in &func.body.ops {
+    expand_ops(func, &mut f, &func.body.ops, &mut map, which)?;
+    let results = func.results().iter().map(|v| map[v]).collect();
+    f.set_return(results);
+    f.result_names = func.result_names.clone();
+    Ok(f)
+}
+
+/// Appends `ops` of `func` to `f`'s body, expanded where `which` says
+/// ([`expand`]); `map` takes `func`'s values to `f`'s. A control op's
+/// regions are rebuilt the same way: their ops are appended, then moved
+/// out of the body into the new op's blocks.
+fn expand_ops(func: &Func, f: &mut Func, ops: &[OpId], map: &mut HashMap<ValueId, ValueId>, which: &HashSet<OpId>) -> Result<(), String> {
+    for &id in ops {
         let op = &func.ops[id];
         let operands: Vec<ValueId> = op.operands.iter().map(|v| map[v]).collect();
+        if aoc_ir::ops::control::control_of(op.opcode).is_some() {
+            let mut blocks = Vec::with_capacity(op.regions.len());
+            for block in &op.regions {
+                let args: Vec<ValueId> = block
+                    .args
+                    .iter()
+                    .map(|&a| {
+                        let v = f.new_region_arg(func.name_of(a), func.ty(a).clone(), func.values[a].loc.clone());
+                        map.insert(a, v);
+                        v
+                    })
+                    .collect();
+                let start = f.body.ops.len();
+                expand_ops(func, f, &block.ops, map, which)?;
+                let inner = f.body.ops.split_off(start);
+                let terminator = block.terminator.iter().map(|v| map[v]).collect();
+                blocks.push(Block { args, ops: inner, terminator, terminator_loc: block.terminator_loc.clone() });
+            }
+            let results = op.results.iter().map(|&r| (func.name_of(r).to_string(), func.ty(r).clone())).collect();
+            let new = f.push_region_op(op.opcode, operands, op.attrs.clone(), results, blocks, op.loc.clone());
+            for (&r, &n) in op.results.iter().zip(&f.ops[new].results) {
+                map.insert(r, n);
+            }
+            continue;
+        }
         let expansion = if which.contains(&id) { expandable(func, op) } else { None };
         let float = match expansion {
             Some(Expansion::Recurrent(cell)) => {
                 let base = func.name_of(op.results[0]).to_string();
-                let outs = super::recurrent::expand_recurrent(&mut f, op, cell, &operands, &base)?;
+                let outs = super::recurrent::expand_recurrent(f, op, cell, &operands, &base)?;
                 for (&r, &n) in op.results.iter().zip(&outs) {
                     if f.ty(n) != func.ty(r) {
                         return Err(format!("{}: its expansion gives {}, not {}", op.opcode.name(), f.ty(n), func.ty(r)));
@@ -98,16 +138,10 @@ pub(crate) fn expand(func: &Func, which: &HashSet<OpId>) -> Result<Func, String>
             None => None,
         };
         let Some(float) = float else {
-            if aoc_ir::ops::control::control_of(op.opcode).is_some() {
-                return Err(format!(
-                    "{}: a function with control flow whose quantized ops need expanding into float ops is not supported yet",
-                    op.opcode.name()
-                ));
-            }
             let results = op.results.iter().map(|&r| (func.name_of(r).to_string(), func.ty(r).clone())).collect();
             let new = f.push_op_unchecked(op.opcode, operands, op.attrs.clone(), results, op.loc.clone());
             if !op.regions.is_empty() {
-                fused::set_epilogue(&mut f, new, &fused::epilogue(func, op)?)?;
+                fused::set_epilogue(f, new, &fused::epilogue(func, op)?)?;
             }
             for (&r, &n) in op.results.iter().zip(&f.ops[new].results) {
                 map.insert(r, n);
@@ -176,8 +210,5 @@ pub(crate) fn expand(func: &Func, which: &HashSet<OpId>) -> Result<Func, String>
         debug_assert!(!op.opcode.info().has_trait(Trait::Epilogue));
         map.insert(result, out);
     }
-    let results = func.results().iter().map(|v| map[v]).collect();
-    f.set_return(results);
-    f.result_names = func.result_names.clone();
-    Ok(f)
+    Ok(())
 }

@@ -5,7 +5,7 @@
 use aoc_ir::attr::Attr;
 use aoc_ir::module::OpData;
 use aoc_ir::ops::shape::slice_plan_of;
-use aoc_ir::types::Scalar;
+use aoc_ir::types::{Scalar, TensorType};
 use aoc_plan::plan::{Buf, Step};
 
 use super::{Lower, Val, elem_size, identity, logical_strides, row_major};
@@ -139,8 +139,14 @@ impl Lower<'_> {
             _ => return Ok(false),
         };
         let r = xt.rank();
-        let constant = matches!(attrs.get("mode"), Some(Attr::Str(m)) if m == "constant");
-        if !constant || pads.len() != 2 * r || pads.iter().any(|&p| p < 0) {
+        let mode = match attrs.get("mode") {
+            Some(Attr::Str(m)) => m.clone(),
+            _ => "constant".to_string(),
+        };
+        if mode != "constant" && pads.len() == 2 * r {
+            return self.lower_pad_gathers(op, &pads, &mode);
+        }
+        if mode != "constant" || pads.len() != 2 * r || pads.iter().any(|&p| p < 0) {
             return Ok(false);
         }
         let value = match attrs.get("value") {
@@ -162,6 +168,51 @@ impl Lower<'_> {
             self.copy_value_into(x, y, &ys, start)?;
         }
         self.define(op.results[0], y, identity(r));
+        Ok(true)
+    }
+
+    /// A `reflect`, `edge` or `wrap` pad (negative pads crop) as one gather
+    /// per dimension it changes, each with constant indices from the
+    /// interpreter's own index rule (`pad_source_index`): native on every
+    /// backend that gathers.
+    fn lower_pad_gathers(&mut self, op: &OpData, pads: &[i64], mode: &str) -> Result<bool, String> {
+        let x = op.operands[0];
+        let (xt, yt) = (self.ty(x).clone(), self.ty(op.results[0]).clone());
+        let r = xt.rank();
+        let changed: Vec<usize> = (0..r).filter(|&d| pads[d] != 0 || pads[r + d] != 0).collect();
+        if changed.is_empty() || yt.num_elements() == 0 {
+            return Ok(false);
+        }
+        let mut cur = self.materialize(x, &identity(r))?;
+        let mut shape = xt.shape.clone();
+        for (i, &d) in changed.iter().enumerate() {
+            let len = shape[d];
+            let out_len = yt.shape[d];
+            let mut idx = Vec::with_capacity(out_len * 8);
+            for o in 0..out_len {
+                let src = aoc_ir::ops::shape::pad_source_index(o, pads[d], pads[r + d], len, mode)?
+                    .ok_or_else(|| format!("core.pad: mode {mode:?} left position {o} of dimension {d} without a source"))?;
+                idx.extend_from_slice(&(src as i64).to_le_bytes());
+            }
+            let ib = self.add_weight("pad_idx", Scalar::I64, &[out_len as u64], idx);
+            let outer = shape[..d].iter().product::<usize>() as u64;
+            let inner = shape[d + 1..].iter().product::<usize>() as u64;
+            shape[d] = out_len;
+            let ty = if i + 1 == changed.len() { yt.clone() } else { TensorType { shape: shape.clone(), ..yt.clone() } };
+            let out = self.alloc(&ty)?;
+            self.push(Step::Gather {
+                data: cur,
+                indices: ib,
+                out,
+                elem_size: elem_size(xt.elem.storage()),
+                outer,
+                axis: len as u64,
+                inner,
+                count: out_len as u64,
+            });
+            cur = out;
+        }
+        self.define(op.results[0], cur, identity(r));
         Ok(true)
     }
 
