@@ -505,6 +505,13 @@ pub struct ImportArgs {
     /// Fix the shape of input NAME, e.g. `input=1x3x224x224` (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<usize>)>,
+    /// Fix the value of input NAME, which then stops being an input:
+    /// `sr=16000`, or comma-separated values in row-major order for a
+    /// tensor (repeatable). Branches on it fold away at import, as for a
+    /// constant (a model whose `If` on a sample rate has a branch that is
+    /// invalid for the other rate's shapes).
+    #[arg(long = "input-value", value_name = "NAME=VALUES", value_parser = parse_input_value)]
+    pub input_values: Vec<(String, Vec<f64>)>,
 }
 
 #[derive(Args, Debug)]
@@ -641,6 +648,24 @@ pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), String> {
     Ok((name.trim_start_matches('%').to_string(), dims))
 }
 
+/// Parses `NAME=V[,V...]` (`--input-value`).
+pub fn parse_input_value(s: &str) -> Result<(String, Vec<f64>), String> {
+    let (name, vals) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=VALUES such as sr=16000, found `{s}`"))?;
+    if name.is_empty() {
+        return Err(format!("the input name is missing in `{s}`"));
+    }
+    let vals = vals
+        .split(',')
+        .map(|v| {
+            let v = v.trim();
+            v.parse::<f64>().map_err(|_| format!("`{v}` is not a number (in `{s}`)"))
+        })
+        .collect::<Result<Vec<f64>, String>>()?;
+    Ok((name.trim_start_matches('%').to_string(), vals))
+}
+
 /// Runs the command line `args` (including the program name) and returns the
 /// exit code. Output goes to stdout and stderr.
 pub fn main(args: Vec<OsString>) -> i32 {
@@ -713,12 +738,12 @@ fn cmd_import(a: ImportArgs) -> Result<(), String> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let (module, weights) = if crate::driver::is_mlir(&a.input) {
-        if !a.input_shapes.is_empty() {
-            return Err("error: --input-shape applies to .onnx files only (an .mlir file's shapes are static)".to_string());
+        if !a.input_shapes.is_empty() || !a.input_values.is_empty() {
+            return Err("error: --input-shape and --input-value apply to .onnx files only (an .mlir file's shapes are static)".to_string());
         }
         crate::driver::import_mlir(&a.input, &wname)?
     } else {
-        import_onnx(&a.input, &a.input_shapes, &wname)?
+        crate::driver::import_onnx_with(&a.input, &a.input_shapes, &a.input_values, &wname)?
     };
     let written = write_air(&module, &weights, &out)?;
     // Say what was written, as `compile` does.

@@ -162,10 +162,22 @@ pub fn import_onnx(
     input_shapes: &[(String, Vec<usize>)],
     weights_path: &str,
 ) -> Result<(Module, Vec<(String, Tensor)>), String> {
+    import_onnx_with(path, input_shapes, &[], weights_path)
+}
+
+/// [`import_onnx`] with inputs fixed to values (`aoc import
+/// --input-value`): they become constants.
+pub fn import_onnx_with(
+    path: &Path,
+    input_shapes: &[(String, Vec<usize>)],
+    input_values: &[(String, Vec<f64>)],
+    weights_path: &str,
+) -> Result<(Module, Vec<(String, Tensor)>), String> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| format!("error: cannot read {name}: {e}"))?;
     let opts = onnx::ImportOptions {
         input_shapes: input_shapes.to_vec(),
+        input_values: input_values.to_vec(),
         weights_name: "weights".to_string(),
         weights_path: weights_path.to_string(),
         ..Default::default()

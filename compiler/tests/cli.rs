@@ -1414,3 +1414,41 @@ fn compiled_outputs_keep_the_models_result_names() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(d.join("out/features.npy").exists());
 }
+
+/// `aoc import --input-value` fixes an input to a constant: an `If` on it
+/// (whose branches yield different shapes, so it cannot stay a run-time
+/// `If`) folds to the branch the value picks, the input disappears from the
+/// model, and the artifact computes that branch. Without it the import
+/// fails and says to use it; a wrong count, an unknown name and a value
+/// that is not a number are errors.
+#[test]
+fn input_value_fixes_an_input_and_folds_its_branch() {
+    let d = dir("input_value");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/branch_on_input.onnx");
+    let air = d.join("m.air");
+    let o = aoc(&[&"import", &model, &"-o", &air]);
+    user_error(&o, &["then_branch", "else_branch", "--input-value"]);
+    let o = aoc(&[&"import", &model, &"-o", &air, &"--input-value", &"mode=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&air).unwrap();
+    assert!(text.contains("func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32>") && !text.contains("core.if"), "{text}");
+    let vals = [-1.0, 2.0, -0.5, 0.25, 3.0, -4.0];
+    let x = f32_npy(&d, "x.npy", &[2, 3], &vals);
+    let out = d.join("out");
+    let o = aoc(&[&"run", &air, &"--input", &format!("x={}", x.display()), &"--output-dir", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want: Vec<f32> = vals.iter().map(|&v: &f64| (v.max(0.0) + 1.0) as f32).collect();
+    assert_eq!(read_f32(&out.join("y.npy")).1, want);
+    // The other value takes the other branch (a reshape to 3x2).
+    let o = aoc(&[&"import", &model, &"-o", &air, &"--input-value", &"mode=0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read_to_string(&air).unwrap().contains("-> tensor<3x2xf32>"));
+    let o = aoc(&[&"import", &model, &"-o", &air, &"--input-value", &"mode=1,2"]);
+    user_error(&o, &["--input-value mode gives 2 values", "holds 1"]);
+    let o = aoc(&[&"import", &model, &"-o", &air, &"--input-value", &"modes=1"]);
+    user_error(&o, &["--input-value names `modes`", "x, mode"]);
+    // A malformed flag is a usage error (exit 2), as for --input-shape.
+    let o = aoc(&[&"import", &model, &"-o", &air, &"--input-value", &"mode=one"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("`one` is not a number"), "{}", stderr(&o));
+}

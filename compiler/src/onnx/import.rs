@@ -188,10 +188,25 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
             continue;
         }
         let ty = input_type(vi, &name, opts)?;
+        if let Some((_, vals)) = opts.input_values.iter().find(|(n, _)| *n == name) {
+            // Fixed by --input-value: a constant, not a parameter.
+            let count = ty.num_elements();
+            if vals.len() != count {
+                return Err(Diagnostic::error(
+                    format!("--input-value {name} gives {} values, but the input ({ty}) holds {count}", vals.len()),
+                    Location::named(name.clone()),
+                ));
+            }
+            let t = Rc::new(Tensor::from_f64(ty, vals.clone()));
+            cx.name_const(&t, &name);
+            env.insert(name, V::C(t));
+            continue;
+        }
         let id = cx.func.add_param(&name, ty, Location::named(name.clone()));
         env.insert(name, V::R(id));
     }
-    for (name, _) in &opts.input_shapes {
+    let fixed = opts.input_shapes.iter().map(|(n, _)| (n, "--input-shape")).chain(opts.input_values.iter().map(|(n, _)| (n, "--input-value")));
+    for (name, flag) in fixed {
         if !graph
             .input
             .iter()
@@ -204,7 +219,7 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
                 .collect();
             return Err(Diagnostic::error(
                 format!(
-                    "--input-shape names `{name}`, but the model's inputs are: {}",
+                    "{flag} names `{name}`, but the model's inputs are: {}",
                     names.join(", ")
                 ),
                 top,
@@ -672,8 +687,15 @@ fn import_if_region(
     let keep = |_: &mut Cx, _: usize, v: V| Ok(v);
     let then_g = graph_attr(cx, node, "If", name, "then_branch")?;
     let else_g = graph_attr(cx, node, "If", name, "else_branch")?;
-    let then = import_region(cx, env, used, then_g, &[], name, "then_branch", opset, &keep)?;
-    let other = import_region(cx, env, used, else_g, &[], name, "else_branch", opset, &keep)?;
+    // A branch that does not import for these shapes is often one the
+    // model never takes with them (a sample-rate switch): say how to fold it.
+    const FOLD_HINT: &str = "if the condition depends on an input that is fixed in practice (a sample rate, a mode flag), `aoc import --input-value NAME=VALUE` makes it a constant and folds the branch away";
+    let hint = |mut d: Diagnostic, which: &str| {
+        d.message = format!("{} (in the {which} of `If` node `{name}`, whose condition is known only at run time; {FOLD_HINT})", d.message);
+        d
+    };
+    let then = import_region(cx, env, used, then_g, &[], name, "then_branch", opset, &keep).map_err(|d| hint(d, "then_branch"))?;
+    let other = import_region(cx, env, used, else_g, &[], name, "else_branch", opset, &keep).map_err(|d| hint(d, "else_branch"))?;
     if then.yields.len() != node.output.len() || other.yields.len() != node.output.len() {
         return Err(cx.err(format!(
             "ONNX `If` (node `{name}`): the branches yield {} and {} values, the node has {} outputs",
@@ -687,7 +709,7 @@ fn import_if_region(
         let (ta, tb) = (cx.func.ty(a).clone(), cx.func.ty(b).clone());
         if ta != tb {
             return Err(cx.err(format!(
-                "ONNX `If` (node `{name}`): output {i} is {ta} in then_branch and {tb} in else_branch; aoc needs one static type"
+                "ONNX `If` (node `{name}`): output {i} is {ta} in then_branch and {tb} in else_branch; aoc needs one static type ({FOLD_HINT})"
             )));
         }
         types.push(ta);

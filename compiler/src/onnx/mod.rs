@@ -49,6 +49,8 @@ use prost::Message;
 pub struct ImportOptions {
     /// Fixed shapes for inputs (overriding, or fixing symbolic dimensions).
     pub input_shapes: Vec<(String, Vec<usize>)>,
+    /// Inputs fixed to values (row-major), which become constants.
+    pub input_values: Vec<(String, Vec<f64>)>,
     /// The name of the `weights @name` declaration.
     pub weights_name: String,
     /// The file the declaration names, e.g. `model.safetensors`.
@@ -61,6 +63,7 @@ impl Default for ImportOptions {
     fn default() -> Self {
         ImportOptions {
             input_shapes: vec![],
+            input_values: vec![],
             weights_name: "weights".to_string(),
             weights_path: "model.safetensors".to_string(),
             inline_limit: 16,
