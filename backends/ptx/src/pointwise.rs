@@ -102,6 +102,28 @@ pub fn define_epilogue(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmE
 /// kernel has (the int8 convolution's epilogue reads its 8-bit result and
 /// stores 8-bit integers or f32; its generator checks which).
 pub fn define_epilogue_of(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue) -> Result<(), String> {
+    define_epilogue_helper(m, name, e, false)
+}
+
+/// The LLVM type and byte size of each operand after the first of the
+/// GEMM epilogue `e`: what [`define_epilogue_vals`]'s helper takes.
+pub fn epilogue_operand_types(e: &crate::kernels::GemmEpilogue) -> Result<Vec<(&'static str, u64)>, String> {
+    e.kernel.operands.iter().skip(1).map(|op| Elem::of(op.dtype).map(|el| (el.ll(), el.size()))).collect()
+}
+
+/// [`define_epilogue_of`] whose helper takes the other operands' stored
+/// elements as values, `@name(float %v, T1 %x1, …)` with the types of
+/// [`epilogue_operand_types`], instead of loading them: the caller loads
+/// them (as vectors, early) and the computation is the same. Without other
+/// operands the two helpers are the same function.
+pub fn define_epilogue_vals(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue) -> Result<(), String> {
+    define_epilogue_helper(m, name, e, true)
+}
+
+/// The helper of [`define_epilogue_of`] (`by_value` false: operand `i` as
+/// `ptr addrspace(1) %a{i}, i64 %o{i}`, loaded here) or of
+/// [`define_epilogue_vals`] (`by_value`: its stored element `%x{i}`).
+fn define_epilogue_helper(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue, by_value: bool) -> Result<(), String> {
     let k = &e.kernel;
     if k.operands.is_empty() {
         return Err("a GEMM epilogue's operand 0 is the GEMM result".to_string());
@@ -114,68 +136,9 @@ pub fn define_epilogue_of(m: &mut ModuleText, name: &str, e: &crate::kernels::Ge
             e.strides.len()
         ));
     }
-    let elems = k
-        .operands
-        .iter()
-        .enumerate()
-        .map(|(i, op)| Elem::of(op.dtype).map_err(|e| format!("operand {i}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let live = k.live_exprs()?;
-    let used = used_operands(k, &live);
-    let mut g = Gen {
-        b: Body::new(),
-        m,
-        k,
-        live,
-        used,
-        elems,
-        out: Elem::of(k.out_dtype)?,
-        idx: "i64",
-    };
-    let mut vals = vec![None; k.operands.len()];
-    vals[0] = Some("%v".to_string());
-    for i in 1..k.operands.len() {
-        if !g.used[i] {
-            continue;
-        }
-        let el = g.elems[i];
-        let p = g.elem_ptr(el.ll(), &format!("%a{i}"), &Some(format!("%o{i}")));
-        vals[i] = Some(g.load(el, &p));
-    }
-    let y = g.exprs(&vals);
-    let out = g.out;
-    let y = g.convert(out, &y);
-    g.b.ins(format!("ret {} {y}", out.ll()));
-    let params: Vec<String> = std::iter::once("float %v".to_string())
-        .chain((1..k.operands.len()).map(|i| format!("ptr addrspace(1) %a{i}, i64 %o{i}")))
-        .collect();
-    let text = format!(
-        "define internal {} @{name}({}) alwaysinline {{\nentry:\n{}}}\n",
-        out.ll(),
-        params.join(", "),
-        g.b.into_text()
-    );
-    m.helper(name, text);
-    Ok(())
-}
-
-/// The LLVM type and byte size of each operand after the first of the
-/// GEMM epilogue `e`: what [`define_epilogue_vals`]'s helper takes.
-pub fn epilogue_operand_types(e: &crate::kernels::GemmEpilogue) -> Result<Vec<(&'static str, u64)>, String> {
-    e.kernel.operands.iter().skip(1).map(|op| Elem::of(op.dtype).map(|el| (el.ll(), el.size()))).collect()
-}
-
-/// [`define_epilogue_of`] whose helper takes the other operands' stored
-/// elements as values, `@name(float %v, T1 %x1, …)` with the types of
-/// [`epilogue_operand_types`], instead of loading them: the caller loads
-/// them (as vectors, early) and the computation is the same.
-pub fn define_epilogue_vals(m: &mut ModuleText, name: &str, e: &crate::kernels::GemmEpilogue) -> Result<(), String> {
-    let k = &e.kernel;
-    if k.operands.is_empty() || e.strides.len() + 1 != k.operands.len() {
-        return Err("a GEMM epilogue's operand 0 is the GEMM result, one stride triple for each other".to_string());
-    }
-    if k.compute == crate::expr::Compute::I64 {
-        return Err("a GEMM epilogue computes in f32".to_string());
+    // Stored elements convert to f32 as the f32 compute kinds load them.
+    if by_value && k.compute == crate::expr::Compute::I64 {
+        return Err("a GEMM epilogue taking its operands as values computes in f32".to_string());
     }
     let elems = k
         .operands
@@ -198,16 +161,29 @@ pub fn define_epilogue_vals(m: &mut ModuleText, name: &str, e: &crate::kernels::
     let mut vals = vec![None; k.operands.len()];
     vals[0] = Some("%v".to_string());
     for i in 1..k.operands.len() {
-        if g.used[i] {
-            vals[i] = Some(g.raw_to_f32(elems[i], &format!("%x{i}")));
+        if !g.used[i] {
+            continue;
         }
+        let el = elems[i];
+        vals[i] = Some(if by_value {
+            g.raw_to_f32(el, &format!("%x{i}"))
+        } else {
+            let p = g.elem_ptr(el.ll(), &format!("%a{i}"), &Some(format!("%o{i}")));
+            g.load(el, &p)
+        });
     }
     let y = g.exprs(&vals);
     let out = g.out;
     let y = g.convert(out, &y);
     g.b.ins(format!("ret {} {y}", out.ll()));
     let params: Vec<String> = std::iter::once("float %v".to_string())
-        .chain((1..k.operands.len()).map(|i| format!("{} %x{i}", elems[i].ll())))
+        .chain((1..k.operands.len()).map(|i| {
+            if by_value {
+                format!("{} %x{i}", elems[i].ll())
+            } else {
+                format!("ptr addrspace(1) %a{i}, i64 %o{i}")
+            }
+        }))
         .collect();
     let text = format!(
         "define internal {} @{name}({}) alwaysinline {{\nentry:\n{}}}\n",

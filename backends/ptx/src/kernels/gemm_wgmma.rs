@@ -600,8 +600,8 @@ struct Gen<'a> {
     ntn: u64,
     /// The epilogue's helper and its operands' strides `[b, i, j]`.
     epi: Option<EpiFn>,
-    /// The int8 kernel's epilogue operands' LLVM types and sizes, for its
-    /// value-taking helper `@{epi}v` (`quant`'s stores); empty elsewhere.
+    /// The int8 kernel's epilogue operands' LLVM types and sizes: its
+    /// helper takes them as values (`quant`'s stores); empty elsewhere.
     epi_ops: Vec<(&'static str, u64)>,
     /// The entry-block slots of those operands' vectors, one each.
     ahead: Vec<String>,

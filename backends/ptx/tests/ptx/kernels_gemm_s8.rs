@@ -33,7 +33,7 @@ const SMS: [Sm; 5] = [Sm::Sm80, Sm::Sm86, Sm::Sm89, Sm::Sm90, Sm::Sm90a];
 /// sw]`, pads `[top, left, bottom, right]`, dilations, groups; i8 in and
 /// out, no zero points, the full i8 range.
 #[allow(clippy::too_many_arguments)]
-fn qconv(
+pub(super) fn qconv(
     n: u64,
     [h, w]: [u64; 2],
     c: u64,

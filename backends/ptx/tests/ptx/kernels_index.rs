@@ -945,23 +945,8 @@ fn conv_sums(g: &ConvGeom, x: &[u8], w: &[u8], zp: i32) -> Vec<i32> {
 /// convolutions are refused.
 #[test]
 fn unfold_w_keeps_the_convolution() {
-    let geom = |n, h, w, c, oc, (kh, kw), stride: [u64; 2], dilation: [u64; 2], pads: [u64; 4]| {
-        let out = |i: u64, k: u64, s: u64, d: u64, p0: u64, p1: u64| (i + p0 + p1 - d * (k - 1) - 1) / s + 1;
-        ConvGeom {
-            n,
-            h,
-            w,
-            c,
-            oh: out(h, kh, stride[0], dilation[0], pads[0], pads[2]),
-            ow: out(w, kw, stride[1], dilation[1], pads[1], pads[3]),
-            oc,
-            kh,
-            kw,
-            stride,
-            dilation,
-            pads,
-            group: 1,
-        }
+    let geom = |n, h, w, c, oc, (kh, kw), stride, dilation, pads| {
+        super::kernels_gemm_s8::qconv(n, [h, w], c, oc, [kh, kw], stride, pads, dilation, 1).geom
     };
     let cases = [
         (geom(2, 13, 11, 3, 5, (7, 7), [2, 2], [1, 1], [3, 3, 3, 3]), 128u8),

@@ -49,7 +49,7 @@ use super::{ALIGN, Gen, Operands, THREADS, WgTile, check_spec, choose_wg_tile, p
 use crate::irtext::{ModuleText, check_entry_name};
 use crate::kernels::gemm_s8::QConvSpec;
 use crate::kernels::{AMode, GemmEpilogue, GemmSpec, Geometry, gemm_epilogue};
-use crate::pointwise::{define_epilogue_of, define_epilogue_vals, epilogue_operand_types};
+use crate::pointwise::{define_epilogue_vals, epilogue_operand_types};
 use aoc_ir::types::Scalar;
 use crate::target::Sm;
 use aoc_plan::plan::{QuantConv, QuantElem};
@@ -195,9 +195,11 @@ pub fn qconv_wgmma_tile(
                 ));
             }
             gemm_epilogue::check(&gs, e)?;
+            // One helper taking the operands as values: the stores pass
+            // them, and the table of an epilogue without operands calls
+            // it as `gemm_epilogue::value_as` calls any helper.
             let f = format!("{name}_epi");
-            define_epilogue_of(m, &f, e)?;
-            define_epilogue_vals(m, &format!("{f}v"), e)?;
+            define_epilogue_vals(m, &f, e)?;
             sig.extend((1..=e.strides.len()).map(|k| format!("ptr addrspace(1) noalias readonly align 16 %e{k}")));
             Some((f, e.strides.clone()))
         }
@@ -559,7 +561,7 @@ impl Gen<'_> {
                         };
                         args.push(format!("{ty} {v}"));
                     }
-                    self.v(format!("call {oty} @{f}v({})", args.join(", ")))
+                    self.v(format!("call {oty} @{f}({})", args.join(", ")))
                 }
             };
             if guard.is_some() {

@@ -74,12 +74,7 @@ pub fn pool(
 pub fn qmax_pool(m: &mut ModuleText, name: &str, geom: &ConvGeom, ceil_mode: bool, signed: bool, align: u64) -> Result<Geometry, String> {
     let lanes = [16, 8, 4].into_iter().find(|l| geom.c.is_multiple_of(*l) && align.is_multiple_of(*l));
     match lanes {
-        Some(l) if geom.kh * geom.kw <= QMAX_TAPS && geom.c == geom.oc => {
-            // The scalar generator validates the geometry; its kernel is
-            // discarded.
-            pool_elems(&mut ModuleText::new(), name, PoolKind::Max, geom, ceil_mode, None, Some(signed))?;
-            qmax_pool_lanes(m, name, geom, signed, l)
-        }
+        Some(l) if geom.kh * geom.kw <= QMAX_TAPS => qmax_pool_lanes(m, name, geom, ceil_mode, signed, l),
         _ => pool_elems(m, name, PoolKind::Max, geom, ceil_mode, None, Some(signed)),
     }
 }
@@ -87,22 +82,17 @@ pub fn qmax_pool(m: &mut ModuleText, name: &str, geom: &ConvGeom, ceil_mode: boo
 /// The most window taps [`qmax_pool`]'s vector form unrolls.
 pub const QMAX_TAPS: u64 = 49;
 
-/// [`qmax_pool`] with `lanes` channels a thread (`c % lanes == 0`, the
-/// geometry validated): one item per `lanes` channels of an output pixel.
-fn qmax_pool_lanes(m: &mut ModuleText, name: &str, geom: &ConvGeom, signed: bool, lanes: u64) -> Result<Geometry, String> {
+/// [`qmax_pool`] with `lanes` channels a thread (`c % lanes == 0`): one
+/// item per `lanes` channels of an output pixel.
+fn qmax_pool_lanes(m: &mut ModuleText, name: &str, geom: &ConvGeom, ceil_mode: bool, signed: bool, lanes: u64) -> Result<Geometry, String> {
     let g = *geom;
     let mut k = Kernel::new(m, name)?;
+    let (total, ty) = checked(geom, ceil_mode)?;
     let groups = g.c / lanes;
-    let big = || format!("pool of {geom:?} is too large");
-    let prod = |v: &[u64]| v.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
-    let items = prod(&[g.n, g.oh, g.ow, groups]).ok_or_else(big)?;
-    let x_len = prod(&[g.n, g.h, g.w, g.c]).ok_or_else(big)?;
-    let y_len = prod(&[g.n, g.oh, g.ow, g.c]).ok_or_else(big)?;
+    let items = total / lanes;
     if items == 0 {
         return Ok(k.empty(2));
     }
-    let reach = (g.oh * g.stride[0] + g.kh * g.dilation[0] + g.h + g.pads[0]).max(g.ow * g.stride[1] + g.kw * g.dilation[1] + g.w + g.pads[1]);
-    let ty = if x_len.max(y_len).max(reach) < 1 << 30 { "i32" } else { "i64" };
     let vt = format!("<{lanes} x i8>");
     let max = format!("llvm.{}max.v{lanes}i8", if signed { "s" } else { "u" });
     k.m.declare(&format!("declare {vt} @{max}({vt}, {vt})"));
@@ -183,76 +173,10 @@ fn pool_elems(
     let params = 2 + usize::from(half.is_some());
     let g = *geom;
     let mut k = Kernel::new(m, name)?;
-    if g.c != g.oc {
-        return Err(format!(
-            "pool output channels must equal the input's {}, found {}",
-            g.c, g.oc
-        ));
-    }
-    if g.kh == 0 || g.kw == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
-        return Err(format!(
-            "pool window {}x{}, strides {:?} and dilations {:?} must be non-zero",
-            g.kh, g.kw, g.stride, g.dilation
-        ));
-    }
-    // Per dimension (H, W): input, window, output, stride, dilation, pads.
-    let dims = [(g.h, g.kh, g.oh, 0), (g.w, g.kw, g.ow, 1)];
-    let dim = |&(i, kk, o, d): &(u64, u64, u64, usize)| {
-        (
-            i,
-            kk,
-            o,
-            g.stride[d],
-            g.dilation[d],
-            g.pads[d],
-            g.pads[d + 2],
-        )
-    };
-    let want: Vec<Option<u64>> = dims
-        .iter()
-        .map(|d| {
-            let (i, kk, _, s, dl, p0, p1) = dim(d);
-            pool_out_size(i, kk, s, dl, p0, p1, ceil_mode)
-        })
-        .collect();
-    match (want[0], want[1]) {
-        (Some(eh), Some(ew)) if (eh, ew) == (g.oh, g.ow) => {}
-        (Some(eh), Some(ew)) => {
-            return Err(format!(
-                "pool output size must be {eh}x{ew} for this geometry, found {}x{}",
-                g.oh, g.ow
-            ));
-        }
-        _ => {
-            return Err(format!(
-                "the pool window ({}x{}, dilation {:?}) is larger than the padded input ({}x{} with pads {:?})",
-                g.kh, g.kw, g.dilation, g.h, g.w, g.pads
-            ));
-        }
-    }
-    let big = || format!("pool of {geom:?} is too large");
-    let prod = |v: &[u64]| v.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
-    let total = prod(&[g.n, g.oh, g.ow, g.c]).ok_or_else(big)?;
-    let x_len = prod(&[g.n, g.h, g.w, g.c]).ok_or_else(big)?;
+    let (total, ty) = checked(geom, ceil_mode)?;
     if total == 0 {
         return Ok(k.empty(params));
     }
-    // 32-bit arithmetic when every index and intermediate coordinate (at
-    // most a window's reach past the padded extent) stays far below 2^31;
-    // 64-bit while they stay far below 2^63.
-    let reach = dims.iter().map(|d| {
-        let (i, kk, o, s, dl, p0, p1) = dim(d);
-        o as u128 * s as u128 + kk as u128 * dl as u128 + (i + p0 + p1) as u128
-    });
-    let most = reach
-        .chain([total as u128, x_len as u128])
-        .max()
-        .unwrap_or(0);
-    let ty = match most {
-        m if m < 1 << 30 => "i32",
-        m if m < 1 << 62 => "i64",
-        _ => return Err(format!("pool of {geom:?} is too large")),
-    };
     let (x, y) = ("%p0", "%p1");
     let op = match kind {
         PoolKind::Max => Op::Max,
@@ -344,6 +268,85 @@ fn pool_elems(
     });
     k.finish(params);
     Ok(flat_geometry(total))
+}
+
+/// What every pool kernel checks of `geom` (the module doc's invariants:
+/// `c == oc`, non-zero windows, strides and dilations, the CPU's output
+/// size for `ceil_mode`) and the type of its arithmetic: the output's
+/// element count and `i32` or `i64`.
+fn checked(geom: &ConvGeom, ceil_mode: bool) -> Result<(u64, &'static str), String> {
+    let g = *geom;
+    if g.c != g.oc {
+        return Err(format!(
+            "pool output channels must equal the input's {}, found {}",
+            g.c, g.oc
+        ));
+    }
+    if g.kh == 0 || g.kw == 0 || g.stride.contains(&0) || g.dilation.contains(&0) {
+        return Err(format!(
+            "pool window {}x{}, strides {:?} and dilations {:?} must be non-zero",
+            g.kh, g.kw, g.stride, g.dilation
+        ));
+    }
+    // Per dimension (H, W): input, window, output, stride, dilation, pads.
+    let dims = [(g.h, g.kh, g.oh, 0), (g.w, g.kw, g.ow, 1)];
+    let dim = |&(i, kk, o, d): &(u64, u64, u64, usize)| {
+        (
+            i,
+            kk,
+            o,
+            g.stride[d],
+            g.dilation[d],
+            g.pads[d],
+            g.pads[d + 2],
+        )
+    };
+    let want: Vec<Option<u64>> = dims
+        .iter()
+        .map(|d| {
+            let (i, kk, _, s, dl, p0, p1) = dim(d);
+            pool_out_size(i, kk, s, dl, p0, p1, ceil_mode)
+        })
+        .collect();
+    match (want[0], want[1]) {
+        (Some(eh), Some(ew)) if (eh, ew) == (g.oh, g.ow) => {}
+        (Some(eh), Some(ew)) => {
+            return Err(format!(
+                "pool output size must be {eh}x{ew} for this geometry, found {}x{}",
+                g.oh, g.ow
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "the pool window ({}x{}, dilation {:?}) is larger than the padded input ({}x{} with pads {:?})",
+                g.kh, g.kw, g.dilation, g.h, g.w, g.pads
+            ));
+        }
+    }
+    let big = || format!("pool of {geom:?} is too large");
+    let prod = |v: &[u64]| v.iter().try_fold(1u64, |a, &b| a.checked_mul(b));
+    let total = prod(&[g.n, g.oh, g.ow, g.c]).ok_or_else(big)?;
+    let x_len = prod(&[g.n, g.h, g.w, g.c]).ok_or_else(big)?;
+    if total == 0 {
+        return Ok((0, "i32"));
+    }
+    // 32-bit arithmetic when every index and intermediate coordinate (at
+    // most a window's reach past the padded extent) stays far below 2^31;
+    // 64-bit while they stay far below 2^63.
+    let reach = dims.iter().map(|d| {
+        let (i, kk, o, s, dl, p0, p1) = dim(d);
+        o as u128 * s as u128 + kk as u128 * dl as u128 + (i + p0 + p1) as u128
+    });
+    let most = reach
+        .chain([total as u128, x_len as u128])
+        .max()
+        .unwrap_or(0);
+    let ty = match most {
+        m if m < 1 << 30 => "i32",
+        m if m < 1 << 62 => "i64",
+        _ => return Err(format!("pool of {geom:?} is too large")),
+    };
+    Ok((total, ty))
 }
 
 /// The taps `t` in `0..kk` whose coordinate `base + t·d` lies in
