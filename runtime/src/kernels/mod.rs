@@ -84,6 +84,26 @@ pub(crate) fn block_width(rest: usize) -> usize {
     1 << rest.min(64).ilog2()
 }
 
+/// Runs `block::<N>(args)` on the next block of `rest` channels, `N` being
+/// [`block_width`]`(rest)`, and gives `N` (by which the caller's loop
+/// advances).
+macro_rules! block_call {
+    ($rest:expr, $block:ident($($arg:expr),* $(,)?)) => {{
+        let n = $crate::kernels::block_width($rest);
+        match n {
+            64 => $block::<64>($($arg),*),
+            32 => $block::<32>($($arg),*),
+            16 => $block::<16>($($arg),*),
+            8 => $block::<8>($($arg),*),
+            4 => $block::<4>($($arg),*),
+            2 => $block::<2>($($arg),*),
+            _ => $block::<1>($($arg),*),
+        }
+        n
+    }};
+}
+pub(crate) use block_call;
+
 /// The error of every kernel: a message naming the expectation.
 pub type KernelError = GemmError;
 pub use pack::{PANEL_WIDTH, PackedB, PackedBRef, pack_b};

@@ -152,18 +152,8 @@ multiversion! {
                 // Blocks of 64 down to 1 channels, each a fixed-size
                 // accumulator in registers (16 channels are one block of
                 // 16, not 16 lanes of a 64-wide loop).
-                let n = crate::kernels::block_width(c - c0);
                 let at = (b, by, bx);
-                match n {
-                    64 => pool_block::<64>(kind, g, x, at, taps, c0, divisor, out),
-                    32 => pool_block::<32>(kind, g, x, at, taps, c0, divisor, out),
-                    16 => pool_block::<16>(kind, g, x, at, taps, c0, divisor, out),
-                    8 => pool_block::<8>(kind, g, x, at, taps, c0, divisor, out),
-                    4 => pool_block::<4>(kind, g, x, at, taps, c0, divisor, out),
-                    2 => pool_block::<2>(kind, g, x, at, taps, c0, divisor, out),
-                    _ => pool_block::<1>(kind, g, x, at, taps, c0, divisor, out),
-                }
-                c0 += n;
+                c0 += crate::kernels::block_call!(c - c0, pool_block(kind, g, x, at, taps, c0, divisor, out));
             }
         }
     }

@@ -207,17 +207,7 @@ multiversion! {
                 if mult == 1 {
                     // Blocks of 64 down to 1 channels: a tail of 4 costs
                     // one 4-wide block, not the general loop below.
-                    let n = crate::kernels::block_width(rem);
-                    match n {
-                        64 => depthwise_block::<64>(g, x, w, bias, post, at, taps, c0, out),
-                        32 => depthwise_block::<32>(g, x, w, bias, post, at, taps, c0, out),
-                        16 => depthwise_block::<16>(g, x, w, bias, post, at, taps, c0, out),
-                        8 => depthwise_block::<8>(g, x, w, bias, post, at, taps, c0, out),
-                        4 => depthwise_block::<4>(g, x, w, bias, post, at, taps, c0, out),
-                        2 => depthwise_block::<2>(g, x, w, bias, post, at, taps, c0, out),
-                        _ => depthwise_block::<1>(g, x, w, bias, post, at, taps, c0, out),
-                    }
-                    c0 += n;
+                    c0 += crate::kernels::block_call!(rem, depthwise_block(g, x, w, bias, post, at, taps, c0, out));
                     continue;
                 }
                 // Multipliers above 1: output `o` reads input channel
@@ -349,18 +339,8 @@ multiversion! {
             while o0 < oc {
                 // Blocks of 64 down to 1 output channels, each a fixed-size
                 // accumulator (ResNeXt's 16 channels are one block of 16).
-                let n = crate::kernels::block_width(oc - o0);
                 let at = (e0, bx, o0);
-                match n {
-                    64 => grouped_block::<64>(g, e, wt, bias, post, at, taps, out),
-                    32 => grouped_block::<32>(g, e, wt, bias, post, at, taps, out),
-                    16 => grouped_block::<16>(g, e, wt, bias, post, at, taps, out),
-                    8 => grouped_block::<8>(g, e, wt, bias, post, at, taps, out),
-                    4 => grouped_block::<4>(g, e, wt, bias, post, at, taps, out),
-                    2 => grouped_block::<2>(g, e, wt, bias, post, at, taps, out),
-                    _ => grouped_block::<1>(g, e, wt, bias, post, at, taps, out),
-                }
-                o0 += n;
+                o0 += crate::kernels::block_call!(oc - o0, grouped_block(g, e, wt, bias, post, at, taps, out));
             }
         }
     }
