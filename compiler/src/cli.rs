@@ -628,12 +628,7 @@ pub struct RunArgs {
 
 /// Parses `NAME=1x3x224x224`.
 pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), String> {
-    let (name, dims) = s
-        .split_once('=')
-        .ok_or_else(|| format!("expected NAME=DIMS such as input=1x3x224x224, found `{s}`"))?;
-    if name.is_empty() {
-        return Err(format!("the input name is missing in `{s}`"));
-    }
+    let (name, dims) = split_input_flag(s, "DIMS", "input=1x3x224x224")?;
     let dims = if dims.is_empty() {
         vec![]
     } else {
@@ -645,17 +640,25 @@ pub fn parse_input_shape(s: &str) -> Result<(String, Vec<usize>), String> {
             })
             .collect::<Result<_, _>>()?
     };
-    Ok((name.trim_start_matches('%').to_string(), dims))
+    Ok((name, dims))
+}
+
+/// `NAME=REST` of an input flag: the name (without a leading `%`) and the
+/// rest; `what` and `example` go into the message when it has no `=` or
+/// no name.
+fn split_input_flag<'a>(s: &'a str, what: &str, example: &str) -> Result<(String, &'a str), String> {
+    let (name, rest) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME={what} such as {example}, found `{s}`"))?;
+    if name.is_empty() {
+        return Err(format!("the input name is missing in `{s}`"));
+    }
+    Ok((name.trim_start_matches('%').to_string(), rest))
 }
 
 /// Parses `NAME=V[,V...]` (`--input-value`).
 pub fn parse_input_value(s: &str) -> Result<(String, Vec<f64>), String> {
-    let (name, vals) = s
-        .split_once('=')
-        .ok_or_else(|| format!("expected NAME=VALUES such as sr=16000, found `{s}`"))?;
-    if name.is_empty() {
-        return Err(format!("the input name is missing in `{s}`"));
-    }
+    let (name, vals) = split_input_flag(s, "VALUES", "sr=16000")?;
     let vals = vals
         .split(',')
         .map(|v| {
@@ -663,7 +666,7 @@ pub fn parse_input_value(s: &str) -> Result<(String, Vec<f64>), String> {
             v.parse::<f64>().map_err(|_| format!("`{v}` is not a number (in `{s}`)"))
         })
         .collect::<Result<Vec<f64>, String>>()?;
-    Ok((name.trim_start_matches('%').to_string(), vals))
+    Ok((name, vals))
 }
 
 /// Runs the command line `args` (including the program name) and returns the
