@@ -10,33 +10,21 @@
 # without OLD only fp16 and the new int8 build are timed.)
 set -e
 N=${NEW:-build/device/aoc}
+A=$N
+. bench/gpu/int8_models.sh
 O=${OLD:-}
 ROUNDS=${ROUNDS:-3}
 builds="f16 new${O:+ old}"
 
 W=/tmp/gb
-mkdir -p $W/calib/input_ids
-python3 bench/models/build_models.py $W bert_base --batch 32 --seq 128 >/dev/null
-python3 -c "
-import numpy as np
-r=np.random.default_rng(0)
-for i in range(2): np.save('$W/calib/input_ids/b%d.npy'%i, r.integers(0, 30522, (32,128)).astype(np.int64))
-"
-$N quantize $W/bert_base.onnx --calib $W/calib --method minmax --target sm_90 -o $W/q.air -q
+int8_bert $W
 $N compile $W/bert_base.onnx --target sm_90a --precision fp16 -o $W/f16.aoc | head -1
 $N compile $W/q.air --target sm_90a --precision fp16 -o $W/new.aoc | head -1
 [ -n "$O" ] && $O compile $W/q.air --target sm_90a --precision fp16 -o $W/old.aoc | head -1
 for r in $(seq $ROUNDS); do for m in $builds; do echo "bert $m $($N bench $W/$m.aoc --iters 100 | grep device)"; done; done
 
 G=/tmp/gi
-mkdir -p $G/calib
-python3 bench/models/build_models.py $G resnet50 --batch 32 >/dev/null
-python3 -c "
-import numpy as np
-r=np.random.default_rng(0)
-for i in range(4): np.save('$G/calib/b%d.npy'%i, r.standard_normal((32,3,224,224)).astype(np.float32))
-"
-$N quantize $G/resnet50.onnx --calib $G/calib --method minmax --target sm_90 -o $G/q.air -q
+int8_resnet50 $G
 $N compile $G/resnet50.onnx --target sm_90a --precision fp16 -o $G/f16.aoc | head -1
 $N compile $G/q.air --target sm_90a --precision fp16 -o $G/new.aoc | head -1
 [ -n "$O" ] && $O compile $G/q.air --target sm_90a --precision fp16 -o $G/old.aoc | head -1

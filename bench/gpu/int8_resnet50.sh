@@ -5,14 +5,8 @@
 set -e
 A=build/device/aoc
 W=/tmp/gi
-mkdir -p $W/calib
-python3 bench/models/build_models.py $W resnet50 --batch 32 >/dev/null
-python3 -c "
-import numpy as np
-r=np.random.default_rng(0)
-for i in range(4): np.save('$W/calib/b%d.npy'%i, r.standard_normal((32,3,224,224)).astype(np.float32))
-"
-/usr/bin/time -f "quantize %e s" $A quantize $W/resnet50.onnx --calib $W/calib --method minmax --target sm_90 -o $W/q.air -q
+. bench/gpu/int8_models.sh
+int8_resnet50 $W
 $A compile $W/resnet50.onnx --target sm_90a --precision fp16 -o $W/f16.aoc 2>&1 | head -1
 $A compile $W/q.air --target sm_90a --precision fp16 -o $W/i8.aoc 2>&1 | head -1
 for m in f16 i8; do echo "== $m"; $A bench $W/$m.aoc --iters 50 2>&1 | tail -3; done

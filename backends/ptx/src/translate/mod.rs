@@ -466,15 +466,15 @@ impl<'a> Tr<'a, '_> {
             return Err(format!("internal error: an fp8 convolution for {sm}, which has no fp8 wgmma kernel for it (please report)"));
         }
         let (spec, x, packed, wg) = match form {
-            Some(Some(cp)) => {
-                let (unfolded, xu) = self.unfold_w(&spec, x, cp, origin)?;
-                let tile = gemm_wgmma::choose_q_tile(&unfolded);
+            Some((run, Some(cp))) => {
+                let xu = self.unfold_w(&spec, x, cp, origin)?;
+                let tile = gemm_wgmma::choose_q_tile(&run);
                 let packed = self.weights.s8_wg_unfolded(w, &spec, cp, tile)?;
-                (unfolded, xu, packed, Some(tile))
+                (run, xu, packed, Some(tile))
             }
-            Some(None) => {
-                let tile = gemm_wgmma::choose_q_tile(&spec);
-                (spec, *x, self.weights.s8_wg_packed(w, &spec, tile)?, Some(tile))
+            Some((run, None)) => {
+                let tile = gemm_wgmma::choose_q_tile(&run);
+                (run, *x, self.weights.s8_wg_packed(w, &run, tile)?, Some(tile))
             }
             None => (spec, *x, self.weights.s8_packed(w, &spec)?, None),
         };
@@ -506,10 +506,9 @@ impl<'a> Tr<'a, '_> {
 
     /// The input `x` of the 8-bit convolution `spec` unfolded along W into
     /// `cp` channels (`index::unfold_w`) in the scratch, by a launch made
-    /// here: the convolution to run on it and the buffer.
-    fn unfold_w(&mut self, spec: &QConvSpec, x: &Buf, cp: u64, origin: &str) -> Result<(QConvSpec, Buf), String> {
+    /// here: the buffer.
+    fn unfold_w(&mut self, spec: &QConvSpec, x: &Buf, cp: u64, origin: &str) -> Result<Buf, String> {
         let g = spec.geom;
-        let unfolded = QConvSpec { geom: index::unfold_w_geom(&g, cp), q: spec.q };
         let fill = if spec.q.elem == QuantElem::Int8 { spec.q.x_zero as u8 } else { 0 };
         let len = g.n * g.h * g.ow * cp;
         let to = Buf { space: Space::Arena, index: 0, offset: self.scratch.at, len };
@@ -518,7 +517,7 @@ impl<'a> Tr<'a, '_> {
         self.halves.scratch_overwritten();
         let kern = self.kernel("unfold_w", (g, cp, fill), |m, n| index::unfold_w(m, n, &g, cp, fill))?;
         self.launch(kern, vec![Arg::In(*x), Arg::Out(to)], origin);
-        Ok((unfolded, to))
+        Ok(to)
     }
 
     fn pointwise(&mut self, code: &str, bufs: &[Buf], origin: &str) -> Result<(), String> {
@@ -564,17 +563,18 @@ impl<'a> Tr<'a, '_> {
     }
 }
 
-/// How the 8-bit convolution `spec` runs on sm_90a's `wgmma`: as it is
-/// (`Some(None)`), on its input unfolded along W into `cp` channels
-/// (`Some(Some(cp))`: too few channels for 16-byte chunks, as a stem's 3),
-/// or not at all (`None`: `mma.sync`).
-fn q_wgmma_form(spec: &QConvSpec, sm: Sm) -> Option<Option<u64>> {
+/// How the 8-bit convolution `spec` runs on sm_90a's `wgmma`: the
+/// convolution the kernel computes, with `None` when that is `spec` itself
+/// and `Some(cp)` when it runs on the input unfolded along W into `cp`
+/// channels (too few channels for 16-byte chunks, as a stem's 3); `None`
+/// when it does not run on `wgmma` (`mma.sync`).
+fn q_wgmma_form(spec: &QConvSpec, sm: Sm) -> Option<(QConvSpec, Option<u64>)> {
     if gemm_wgmma::supports(spec, sm) {
-        return Some(None);
+        return Some((*spec, None));
     }
     let cp = index::unfolded_channels(&spec.geom).filter(|_| spec.geom.group == 1)?;
     let unfolded = QConvSpec { geom: index::unfold_w_geom(&spec.geom, cp), q: spec.q };
-    gemm_wgmma::supports(&unfolded, sm).then_some(Some(cp))
+    gemm_wgmma::supports(&unfolded, sm).then_some((unfolded, Some(cp)))
 }
 
 /// Translates `lowered` for `sm` at `precision`. Half-precision weight
