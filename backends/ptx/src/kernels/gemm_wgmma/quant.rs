@@ -412,10 +412,11 @@ impl Gen<'_> {
 
     /// The epilogue operands of run `at` that load as one vector of 16
     /// elements (`whole` runs, the operand contiguous along a row in
-    /// 16-byte aligned runs), loaded here (at element 0 where the run is out
-    /// of range, so the load is always valid); `None` for the others, and
-    /// for those wider than 2 bytes an element when `early` (registers).
-    fn run_vectors(&mut self, at: &RunAt, whole: bool, early: bool) -> Vec<Option<String>> {
+    /// 16-byte aligned runs) and are `narrow` (at most 2 bytes an element:
+    /// those loaded a run ahead, cheap in registers) or, without `narrow`,
+    /// wider; loaded here (at element 0 where the run is out of range, so
+    /// the load is always valid). `None` for the others.
+    fn run_vectors(&mut self, at: &RunAt, whole: bool, narrow: bool) -> Vec<Option<String>> {
         let Some((_, strides)) = self.epi.clone() else {
             return Vec::new();
         };
@@ -427,7 +428,7 @@ impl Gen<'_> {
             .zip(base)
             .enumerate()
             .map(|(k, ((&[_, s1, s2], (ty, size)), o))| {
-                let vector = whole && s2 == 1 && (s1 * size).is_multiple_of(16) && (!early || size <= 2);
+                let vector = whole && s2 == 1 && (s1 * size).is_multiple_of(16) && (size <= 2) == narrow;
                 vector.then(|| {
                     let o = self.v(format!("select i1 {}, i64 {o}, i64 0", at.ok));
                     let p = self.v(format!("getelementptr {ty}, ptr addrspace(1) %e{}, i64 {o}", k + 1));
@@ -502,11 +503,13 @@ impl Gen<'_> {
         self.b.cond_br(&at.ok, &l_body, &l_next);
         self.b.place(&l_body);
         if lut.is_none() {
-            let here = self.run_vectors(&at, whole, false);
-            vecs.resize(here.len(), None);
-            for (v, h) in vecs.iter_mut().zip(here) {
-                if v.is_none() {
-                    *v = h;
+            // The wide operands' vectors of this run (the narrow ones came
+            // a run ahead).
+            let wide = self.run_vectors(&at, whole, false);
+            vecs.resize(wide.len(), None);
+            for (v, w) in vecs.iter_mut().zip(wide) {
+                if w.is_some() {
+                    *v = w;
                 }
             }
         }
