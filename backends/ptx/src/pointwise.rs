@@ -38,6 +38,7 @@ use crate::target::Sm;
 
 mod emit;
 pub(crate) mod math;
+mod requant;
 
 use emit::Elem;
 
@@ -172,9 +173,8 @@ fn define_epilogue_helper(m: &mut ModuleText, name: &str, e: &crate::kernels::Ge
             g.load(el, &p)
         });
     }
-    let y = g.exprs(&vals);
     let out = g.out;
-    let y = g.convert(out, &y);
+    let y = g.stored(&vals);
     g.b.ins(format!("ret {} {y}", out.ll()));
     let params: Vec<String> = std::iter::once("float %v".to_string())
         .chain((1..k.operands.len()).map(|i| {
@@ -454,7 +454,7 @@ impl Gen<'_> {
             let p = self.elem_ptr(el.ll(), &format!("%a{i}"), &offs[i]);
             vals[i] = Some(self.load(el, &p));
         }
-        let y = self.exprs(&vals);
+        let y = self.stored(&vals);
         let p = self.elem_ptr(self.out.ll(), "%out", &Some(e.to_string()));
         self.store(self.out, &y, &p);
     }

@@ -14,6 +14,7 @@ use aoc_ir::types::Scalar;
 
 use super::Gen;
 use super::math::{self, MathFn};
+use super::requant;
 use crate::expr::{Binary, Compute, Expr, Unary};
 use crate::irtext::f32_lit;
 
@@ -137,14 +138,49 @@ impl Gen<'_> {
         }
     }
 
-    /// Stores f32 `x` at `p` as `e`.
-    pub(super) fn store(&mut self, e: Elem, x: &str, p: &str) {
-        let v = self.convert(e, x);
+    /// Stores `v`, a value of `e`'s LLVM type ([`Gen::stored`]), at `p`.
+    pub(super) fn store(&mut self, e: Elem, v: &str, p: &str) {
         self.b.ins(format!(
             "store {} {v}, ptr addrspace(1) {p}, align {}",
             e.ll(),
             e.size()
         ));
+    }
+
+    /// One element's result as the output type stores it: the live
+    /// expressions then the store's conversion, or, for a quantize over an
+    /// affine sum of the loads ([`requant::fold`]), that sum as `fma`s,
+    /// one rounding conversion and an integer clamp.
+    pub(super) fn stored(&mut self, vals: &[Option<String>]) -> String {
+        if self.k.compute == Compute::F32
+            && let Some(t) = requant::fold(self.k, self.out)
+        {
+            let i = self.folded(&t, vals);
+            return self.b.v(format!("trunc i32 {i} to {}", self.out.ll()));
+        }
+        let y = self.exprs(vals);
+        self.convert(self.out, &y)
+    }
+
+    /// The folded quantize `t` (module `requant`) as an i32.
+    fn folded(&mut self, t: &requant::QuantTail, vals: &[Option<String>]) -> String {
+        self.declare("declare float @llvm.fma.f32(float, float, float)");
+        self.declare("declare i32 @llvm.smax.i32(i32, i32)");
+        self.declare("declare i32 @llvm.smin.i32(i32, i32)");
+        let mut acc = f32_lit(t.sum.constant as f32);
+        for &(op, c) in &t.sum.terms {
+            let x = vals[op].clone().expect("the loads of live expressions are loaded");
+            acc = self.b.v(format!("call float @llvm.fma.f32(float {x}, float {}, float {acc})", f32_lit(c as f32)));
+        }
+        let i = crate::irtext::f32_to_i32_sat(&mut self.b, &acc, true);
+        let i = self.b.v(format!("call i32 @llvm.smax.i32(i32 {i}, i32 {})", t.lo));
+        let i = self.b.v(format!("call i32 @llvm.smin.i32(i32 {i}, i32 {})", t.hi));
+        if !t.zero_outside {
+            return i;
+        }
+        // NaN stores (and reloads as) 0 even outside the clamp.
+        let nan = self.b.v(format!("fcmp uno float {acc}, 0.0"));
+        self.b.v(format!("select i1 {nan}, i32 0, i32 {i}"))
     }
 
     /// f32 `x` (i64 in an integer kernel) as a value of `e`'s LLVM type,
@@ -346,6 +382,13 @@ impl Gen<'_> {
                 v[j].clone()
                     .expect("live arguments are emitted before their users")
             };
+            // A merged chain's reload of a quantized intermediate, folded
+            // (its quantize's own expressions are then dead code).
+            if let Some(t) = requant::reload(k, i) {
+                let q = self.folded(&t, vals);
+                v[i] = Some(self.b.v(format!("sitofp i32 {q} to float")));
+                continue;
+            }
             let r = match *e {
                 Expr::Load(op) => vals[op].clone().expect("used operands are loaded"),
                 Expr::Const(c) => f32_lit(c),

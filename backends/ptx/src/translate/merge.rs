@@ -54,12 +54,16 @@ fn merge_pass(steps: &mut Vec<Step>, origins: &mut Vec<String>, kernels: &mut Ve
     let mut out_origins: Vec<String> = Vec::with_capacity(steps.len());
     for (i, (step, origin)) in steps.iter().zip(origins.iter()).enumerate() {
         let merged = out.last().and_then(|prev| {
-            let (Step::Pointwise { code: c1, args: a1, .. }, Step::Pointwise { code: c2, args: a2, .. }) = (prev, step) else {
-                return None;
-            };
+            let Step::Pointwise { code: c1, args: a1, .. } = prev else { return None };
             let k1 = &kernels[*by_name.get(c1)?];
-            let k2 = &kernels[*by_name.get(c2)?];
-            merge_two((k1, a1), (k2, a2), [&steps[i + 1..], &[]], None)
+            match step {
+                Step::Pointwise { code: c2, args: a2, .. } => {
+                    let k2 = &kernels[*by_name.get(c2)?];
+                    merge_two((k1, a1), (k2, a2), [&steps[i + 1..], &[]], None)
+                }
+                Step::Copy { .. } => merge_copy((k1, a1), step, &steps[i + 1..]),
+                _ => None,
+            }
         });
         match merged {
             Some((mut k, args)) => {
@@ -193,6 +197,47 @@ fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, 
     bufs.push(*u);
     let k = PointwiseKernel { name: String::new(), dims, operands, exprs, result: at2[k2.result], out_dtype: k2.out_dtype, compute: Compute::F32 };
     k.live_exprs().ok()?;
+    Some((k, bufs))
+}
+
+/// `k1` (buffers `a1`, output last) followed by `copy`, a strided copy of
+/// its output `t` into a dense buffer (a layout change, a transpose, a
+/// slice), as one kernel writing the copy's destination: where every
+/// operand `k1` loads is laid out like its output, the element the copy
+/// reads at `Σ i·src_strides` of `t` is computed from the operands'
+/// elements at that same offset, so the kernel runs over the copy's shape
+/// with the copy's source strides for each operand. `later` are the steps
+/// after the copy; `t` must be dead there.
+fn merge_copy((k1, a1): (&PointwiseKernel, &[Buf]), copy: &Step, later: &[Step]) -> Option<(PointwiseKernel, Vec<Buf>)> {
+    let Step::Copy { src, dst, elem_size, shape, src_start, src_strides, dst_strides } = copy else { return None };
+    let (t, ins) = a1.split_last()?;
+    if ins.len() != k1.operands.len() || src != t || *elem_size != k1.out_dtype.size() || *src_start != 0 {
+        return None;
+    }
+    if t.space != Space::Arena || overlaps(dst, t) || read_before_written(t, later) {
+        return None;
+    }
+    // The destination is written whole and densely, as a kernel writes.
+    let count: u64 = shape.iter().product();
+    let dense_dst = row_major(shape);
+    let unit_or = |dims: &[u64], s: &[u64], want: &[u64]| dims.iter().zip(s).zip(want).all(|((&d, a), b)| d == 1 || a == b);
+    if count == 0 || dst.len != count * elem_size || !unit_or(shape, dst_strides, &dense_dst) {
+        return None;
+    }
+    let src_strides: Vec<u64> = src_strides.iter().map(|&s| u64::try_from(s).ok()).collect::<Option<_>>()?;
+    let live = k1.live_exprs().ok()?;
+    let dense = row_major(&k1.dims);
+    for (j, (op, b)) in k1.operands.iter().zip(ins).enumerate() {
+        let used = k1.exprs.iter().zip(&live).any(|(e, &l)| l && *e == Expr::Load(j));
+        if used && !unit_or(&k1.dims, &op.strides, &dense) || overlaps(b, dst) {
+            return None;
+        }
+    }
+    let operands = k1.operands.iter().map(|op| Operand { dtype: op.dtype, strides: src_strides.clone() }).collect();
+    let k = PointwiseKernel { name: String::new(), dims: shape.clone(), operands, exprs: k1.exprs.clone(), result: k1.result, out_dtype: k1.out_dtype, compute: k1.compute };
+    k.live_exprs().ok()?;
+    let mut bufs = ins.to_vec();
+    bufs.push(*dst);
     Some((k, bufs))
 }
 
@@ -436,6 +481,53 @@ mod tests {
         let want = run(&d, &[tq]);
         let got = run(&m, &[xs, bs]);
         assert_eq!(format!("{want:?}"), format!("{got:?}"));
+    }
+
+    /// A quantize over NCHW followed by its layout copy to NHWC is one
+    /// kernel over the copy's shape, storing what the two steps stored;
+    /// not where the intermediate is read later, an operand is broadcast
+    /// or the copy does not write its destination densely.
+    #[test]
+    fn a_layout_copy_merges_into_its_producer() {
+        let (n, c, hw) = (2u64, 3u64, 4u64);
+        let q = kernel(
+            "q",
+            &[n * c * hw],
+            &[(Scalar::F32, vec![1])],
+            vec![Expr::Load(0), Expr::Const(0.25), Expr::Binary(Binary::Div, 0, 1), Expr::Unary(Unary::RoundEven, 2)],
+            Scalar::U8,
+        );
+        let (x, t, y) = (arena(0, 96), arena(128, 24), arena(160, 24));
+        // dst[n, hw, c] = t[n, c, hw]
+        let copy = |dst: Buf, dst_strides: Vec<u64>| Step::Copy {
+            src: t,
+            dst,
+            elem_size: 1,
+            shape: vec![n, hw, c],
+            src_start: 0,
+            src_strides: vec![(c * hw) as i64, 1, hw as i64],
+            dst_strides,
+        };
+        let (m, bufs) = merge_copy((&q, &[x, t]), &copy(y, vec![hw * c, c, 1]), &[]).expect("merges");
+        assert_eq!(bufs, vec![x, y]);
+        assert_eq!(m.dims, vec![n, hw, c]);
+        let xs: Vec<f32> = (0..n * c * hw).map(|i| i as f32 * 0.37 - 3.0).collect();
+        let ts = run(&q, std::slice::from_ref(&xs));
+        let want: Vec<f32> = (0..n * hw * c)
+            .map(|o| {
+                let (b, p, ch) = (o / (hw * c), o / c % hw, o % c);
+                ts[(b * c * hw + ch * hw + p) as usize]
+            })
+            .collect();
+        assert_eq!(run(&m, &[xs]), want);
+        // t read again later.
+        let later = [Step::Pointwise { code: "q".into(), args: vec![t, x], rows: 1 }];
+        assert!(merge_copy((&q, &[x, t]), &copy(y, vec![hw * c, c, 1]), &later).is_none());
+        // A destination written with gaps.
+        assert!(merge_copy((&q, &[x, t]), &copy(arena(160, 48), vec![2 * hw * c, 2 * c, 2]), &[]).is_none());
+        // An operand broadcast along a dim of the producer.
+        let b = kernel("b", &[n * c, hw], &[(Scalar::F32, vec![0, 1])], vec![Expr::Load(0)], Scalar::U8);
+        assert!(merge_copy((&b, &[x, t]), &copy(y, vec![hw * c, c, 1]), &[]).is_none());
     }
 
     #[test]

@@ -85,7 +85,8 @@ pub fn block_barrier() {
 /// globals, so that the optimizer keeps their accesses on their side of the
 /// opaque barrier calls; the register pin's constraint for an SSE register.
 /// Plus `@{name}.host(ptr args)` per kernel, which calls it with the
-/// pointers in `args` (any parameter count).
+/// pointers in `args` (any parameter count; a pointwise kernel's element
+/// limit `i64 %n` is passed as "all").
 fn host_ir(ir: &str) -> String {
     let mut text = ir
         .lines()
@@ -115,13 +116,19 @@ fn host_ir(ir: &str) -> String {
     for def in text.split("\ndefine void @").skip(1) {
         let name = &def[..def.find('(').unwrap()];
         let params = def[..def.find('\n').unwrap()].matches("ptr ").count();
+        // A pointwise kernel's trailing `i64 %n` (its element limit) is
+        // passed as all of them.
+        let count = def[..def.find('\n').unwrap()].contains("i64 %n)");
         wrappers.push_str(&format!("\ndefine void @{name}.host(ptr %args) {{\n"));
         for i in 0..params {
             wrappers.push_str(&format!(
                 "  %g{i} = getelementptr ptr, ptr %args, i64 {i}\n  %p{i} = load ptr, ptr %g{i}\n"
             ));
         }
-        let args: Vec<String> = (0..params).map(|i| format!("ptr %p{i}")).collect();
+        let mut args: Vec<String> = (0..params).map(|i| format!("ptr %p{i}")).collect();
+        if count {
+            args.push("i64 -1".to_string());
+        }
         wrappers.push_str(&format!(
             "  call void @{name}({})\n  ret void\n}}\n",
             args.join(", ")
