@@ -126,12 +126,24 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String], epilogues:
 /// as that convolution's epilogue, writing their output while other blocks
 /// of the convolution still read its input: the input (virtual buffer) stays
 /// live until the last of those steps, so their outputs never land on it.
+/// Likewise an attention or a layer norm may write the quantization of
+/// its output (the pointwise step right after it) as a second output: its
+/// inputs stay live over that step.
 fn extend_over_epilogues(steps: &[Step], last: &mut [usize]) {
     for (i, s) in steps.iter().enumerate() {
-        let Step::QConv2d { x, .. } = s else { continue };
-        let run = steps[i + 1..].iter().take_while(|s| matches!(s, Step::Pointwise { .. })).count();
-        let id = x.index as usize;
-        last[id] = last[id].max(i + run);
+        let (ins, run) = match s {
+            Step::QConv2d { x, .. } => (vec![*x], steps[i + 1..].iter().take_while(|s| matches!(s, Step::Pointwise { .. })).count()),
+            Step::Attention { q, k, v, mask, .. } => ([Some(*q), Some(*k), Some(*v), *mask].into_iter().flatten().collect(), 1),
+            Step::LayerNorm { x, gamma, beta, .. } => ([Some(*x), *gamma, *beta].into_iter().flatten().collect(), 1),
+            _ => continue,
+        };
+        if run == 0 || !matches!(steps.get(i + 1), Some(Step::Pointwise { .. })) {
+            continue;
+        }
+        for b in ins {
+            let id = b.index as usize;
+            last[id] = last[id].max(i + run);
+        }
     }
 }
 

@@ -54,7 +54,9 @@ mod simt;
 mod tc;
 
 use crate::irtext::{Body, ModuleText, check_entry_name};
-use crate::kernels::{Geometry, HalfCopy};
+use crate::kernels::{GemmEpilogue, Geometry, HalfCopy};
+use crate::pointwise::define_epilogue_of;
+use aoc_ir::types::Scalar;
 use crate::target::Sm;
 
 /// The largest `d` and `dv` the kernels handle.
@@ -115,6 +117,60 @@ pub fn attention_with(
     sm: Sm,
     half: Option<HalfCopy>,
 ) -> Result<Geometry, String> {
+    attention_impl(m, name, spec, precision, sm, half.map(Second::Half))
+}
+
+/// [`attention`] followed by a quantization of y: `epi` (a pointwise
+/// kernel of y alone, as a GEMM epilogue: operand 0 the f32 value, no
+/// other operand, an 8-bit result) stores its byte at each element of y's
+/// layout through one more parameter after y; y itself is stored only
+/// with `keep_f32` (a later step reads it). One launch instead of the
+/// attention and a quantize reading its f32 output again.
+pub fn attention_quant(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &AttentionSpec,
+    precision: AttnPrecision,
+    sm: Sm,
+    epi: &GemmEpilogue,
+    keep_f32: bool,
+) -> Result<Geometry, String> {
+    let k = &epi.kernel;
+    if !epi.strides.is_empty() || k.operands.len() != 1 || k.operands[0].dtype != Scalar::F32 || !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) {
+        return Err("an attention's quantization reads the f32 value alone and stores 8-bit integers".to_string());
+    }
+    check_entry_name(name)?;
+    let f = format!("{name}_q");
+    define_epilogue_of(m, &f, epi)?;
+    attention_impl(m, name, spec, precision, sm, Some(Second::Quant(f, keep_f32)))
+}
+
+/// A second output of y, through one more parameter after y.
+#[derive(Clone)]
+enum Second {
+    Half(HalfCopy),
+    /// Bytes of the quantizing function named, at y's element offsets;
+    /// whether y's f32 stores stay.
+    Quant(String, bool),
+}
+
+impl Second {
+    fn keep_f32(&self) -> bool {
+        match self {
+            Second::Half(h) => h.keep_f32,
+            Second::Quant(_, keep) => *keep,
+        }
+    }
+}
+
+fn attention_impl(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &AttentionSpec,
+    precision: AttnPrecision,
+    sm: Sm,
+    second: Option<Second>,
+) -> Result<Geometry, String> {
     check_entry_name(name)?;
     check(spec)?;
     let rows = match precision {
@@ -136,10 +192,10 @@ pub fn attention_with(
             "attention needs {blocks} blocks, more than a grid holds"
         ));
     }
-    let params = 4 + usize::from(s.mask.is_some()) + usize::from(half.is_some());
+    let params = 4 + usize::from(s.mask.is_some()) + usize::from(second.is_some());
     if blocks == 0 || s.dv == 0 {
         let mut e = Emit::new();
-        e.half = half.map(|h| (h, format!("%p{}", params - 1)));
+        e.second = second.map(|h| (h, format!("%p{}", params - 1)));
         e.ins("ret void");
         m.func(e.finish(name, params));
         return Ok(Geometry {
@@ -149,7 +205,7 @@ pub fn attention_with(
         });
     }
     let mut e = Emit::new();
-    e.half = half.map(|h| (h, format!("%p{}", params - 1)));
+    e.second = second.map(|h| (h, format!("%p{}", params - 1)));
     let smem = match precision {
         AttnPrecision::F32 => simt::emit(m, &mut e, s, tiles),
         AttnPrecision::F16 => tc::emit(m, &mut e, s, tiles, false),
@@ -216,8 +272,8 @@ pub(super) struct Emit {
     next_alloca: u32,
     /// Extra function attributes (text after `nvvm.maxntid`).
     attrs: String,
-    /// Stores of y also write a half copy through this parameter.
-    half: Option<(HalfCopy, String)>,
+    /// Stores of y also write a half copy or bytes through this parameter.
+    second: Option<(Second, String)>,
 }
 
 impl Emit {
@@ -227,19 +283,25 @@ impl Emit {
             allocas: String::new(),
             next_alloca: 0,
             attrs: String::new(),
-            half: None,
+            second: None,
         }
     }
 
     /// Stores f32 `y` at element `off` of y (parameter `yp`), and of the
-    /// half copy when the kernel writes one.
+    /// half copy or the quantized bytes when the kernel writes them.
     fn store_y(&mut self, y: &str, yp: usize, off: &str) {
-        if self.half.as_ref().is_none_or(|(h, _)| h.keep_f32) {
+        if self.second.as_ref().is_none_or(|(h, _)| h.keep_f32()) {
             let p = self.gptr(yp, off);
             self.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
         }
-        if let Some((h, hp)) = self.half.clone() {
-            h.store(&mut self.b, y, &hp, off);
+        match self.second.clone() {
+            Some((Second::Half(h), hp)) => h.store(&mut self.b, y, &hp, off),
+            Some((Second::Quant(f, _), qp)) => {
+                let b = self.v(format!("call i8 @{f}(float {y})"));
+                let p = self.v(format!("getelementptr inbounds i8, ptr addrspace(1) {qp}, i64 {off}"));
+                self.ins(format!("store i8 {b}, ptr addrspace(1) {p}, align 1"));
+            }
+            None => {}
         }
     }
 
@@ -324,8 +386,8 @@ impl Emit {
     }
 
     fn finish(self, name: &str, params: usize) -> String {
-        // The outputs are last: y, then the half copy.
-        let inputs = params - 1 - usize::from(self.half.is_some());
+        // The outputs are last: y, then the half copy or the bytes.
+        let inputs = params - 1 - usize::from(self.second.is_some());
         let ps: Vec<String> = (0..params)
             .map(|i| {
                 let ro = if i < inputs { " readonly" } else { "" };

@@ -196,6 +196,22 @@ pub(super) fn moved_epilogue(
 /// (a later step reads it, or it is not an arena buffer).
 pub(super) fn layer_norm_quant(step: &Step, next: &Step, later: &[Step], kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Buf, bool)> {
     let Step::LayerNorm { x, gamma, beta, y, rows, cols, .. } = step else { return None };
+    quantized_copy(y, rows * cols, &[Some(*x), *gamma, *beta], next, later, kernels)
+}
+
+/// [`layer_norm_quant`] for an attention step: the next step quantizes its
+/// output `y` alone, densely (so each byte sits at its f32 element's
+/// offset, whatever y's strides are).
+pub(super) fn attention_quant(step: &Step, next: &Step, later: &[Step], kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Buf, bool)> {
+    let Step::Attention { q, k, v, mask, y, batch, heads, sq, dv, .. } = step else { return None };
+    quantized_copy(y, batch * heads * sq * dv, &[Some(*q), Some(*k), Some(*v), *mask], next, later, kernels)
+}
+
+/// The step `next` quantizing `y` (`n` f32 elements, written whole by a
+/// step reading `inputs`) alone and densely into 8-bit integers (its
+/// output overlapping none of those buffers): the quantization as an
+/// epilogue of y alone, its output, and whether `y` must still be stored.
+fn quantized_copy(y: &Buf, n: u64, inputs: &[Option<Buf>], next: &Step, later: &[Step], kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Buf, bool)> {
     let Step::Pointwise { code, args, .. } = next else { return None };
     let k = kernels.get(code.as_str())?;
     let (out, ins) = args.split_last()?;
@@ -205,16 +221,15 @@ pub(super) fn layer_norm_quant(step: &Step, next: &Step, later: &[Step], kernels
     if !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) || k.operands[0].dtype != Scalar::F32 || k.operands[0].strides != row_major(&k.dims) {
         return None;
     }
-    let n = rows * cols;
-    if k.dims.iter().product::<u64>() != n || y.len != 4 * n || out.len != n {
+    if n == 0 || k.dims.iter().product::<u64>() != n || y.len != 4 * n || out.len != n {
         return None;
     }
-    if [Some(*x), *gamma, *beta, Some(*y)].iter().flatten().any(|b| overlaps(b, out)) {
+    if inputs.iter().chain([&Some(*y)]).flatten().any(|b| overlaps(b, out)) {
         return None;
     }
     let after: Vec<Vec<(Buf, bool)>> = std::iter::once(vec![(*out, true)]).chain(later.iter().map(super::half::bufs_of)).collect();
     let keep_f32 = y.space != Space::Arena || super::half::read_later(&after, y);
-    let (e, _) = as_epilogue(k, ins, 0, *rows, *cols)?;
+    let (e, _) = as_epilogue(k, ins, 0, 1, n)?;
     Some((e, *out, keep_f32))
 }
 

@@ -60,7 +60,7 @@ use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
 pub use epilogue::affine_over;
-use epilogue::{fusable_epilogue, gemm_output, layer_norm_quant, moved_epilogue, q_epilogue};
+use epilogue::{attention_quant, fusable_epilogue, gemm_output, layer_norm_quant, moved_epilogue, q_epilogue};
 use gemm::GemmBufs;
 use half::{HalfCopies, Remake};
 use weights::WeightSection;
@@ -371,39 +371,7 @@ impl<'a> Tr<'a, '_> {
                 self.produced(*y, Remake::LayerNorm(p));
                 Ok(())
             }
-            Step::Attention {
-                q, k, v, mask, y, batch, heads, sq, sk, d, dv, q_strides, k_strides, v_strides, mask_strides, y_strides, scale,
-            } => {
-                let spec = AttentionSpec {
-                    batch: *batch,
-                    heads: *heads,
-                    sq: *sq,
-                    sk: *sk,
-                    d: *d,
-                    dv: *dv,
-                    q: *q_strides,
-                    k: *k_strides,
-                    v: *v_strides,
-                    y: *y_strides,
-                    mask: mask.map(|_| *mask_strides),
-                    scale: *scale,
-                    aligned16: aligned16(&[q, k, v, y].into_iter().chain(mask.as_ref()).collect::<Vec<_>>()),
-                };
-                let p = match self.precision {
-                    _ if !self.sm.has_mma_f16() => AttnPrecision::F32,
-                    Precision::Fp32 | Precision::Tf32 => AttnPrecision::F32,
-                    Precision::Fp16 => AttnPrecision::F16,
-                    Precision::Bf16 => AttnPrecision::Bf16,
-                };
-                let sm = self.sm;
-                let kern = self.kernel("attention", (&spec, p), |m, n| attention::attention(m, n, &spec, p, sm))?;
-                let mut args = vec![Arg::In(*q), Arg::In(*k), Arg::In(*v)];
-                args.extend(mask.map(Arg::In));
-                args.push(Arg::Out(*y));
-                self.launch(kern, args, origin);
-                self.produced(*y, Remake::Attention(spec, p));
-                Ok(())
-            }
+            Step::Attention { .. } => self.attention(step, origin, None),
             Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
                 let spec = QConvSpec { geom: *geom, q: *q };
                 self.qconv2d(spec, [x, w, comp, scale, shift, y], origin, None)
@@ -443,6 +411,50 @@ impl<'a> Tr<'a, '_> {
                 Ok(())
             }
         }
+    }
+
+    /// An attention step (`step`), with its output's quantization as a
+    /// byte output (`quant`: the epilogue, its buffer, whether y's f32
+    /// stores stay) or alone.
+    fn attention(&mut self, step: &Step, origin: &str, quant: Option<(&GemmEpilogue, Buf, bool)>) -> Result<(), String> {
+        let Step::Attention { q, k, v, mask, y, batch, heads, sq, sk, d, dv, q_strides, k_strides, v_strides, mask_strides, y_strides, scale } = step else {
+            return Err("internal error: not an attention step".to_string());
+        };
+        let spec = AttentionSpec {
+            batch: *batch,
+            heads: *heads,
+            sq: *sq,
+            sk: *sk,
+            d: *d,
+            dv: *dv,
+            q: *q_strides,
+            k: *k_strides,
+            v: *v_strides,
+            y: *y_strides,
+            mask: mask.map(|_| *mask_strides),
+            scale: *scale,
+            aligned16: aligned16(&[q, k, v, y].into_iter().chain(mask.as_ref()).collect::<Vec<_>>()),
+        };
+        let p = match self.precision {
+            _ if !self.sm.has_mma_f16() => AttnPrecision::F32,
+            Precision::Fp32 | Precision::Tf32 => AttnPrecision::F32,
+            Precision::Fp16 => AttnPrecision::F16,
+            Precision::Bf16 => AttnPrecision::Bf16,
+        };
+        let sm = self.sm;
+        let mut args = vec![Arg::In(*q), Arg::In(*k), Arg::In(*v)];
+        args.extend(mask.map(Arg::In));
+        args.push(Arg::Out(*y));
+        let Some((e, out, keep_f32)) = quant else {
+            let kern = self.kernel("attention", (&spec, p), |m, n| attention::attention(m, n, &spec, p, sm))?;
+            self.launch(kern, args, origin);
+            self.produced(*y, Remake::Attention(spec, p));
+            return Ok(());
+        };
+        let kern = self.kernel("attention_q", (&spec, p, e, keep_f32), |m, n| attention::attention_quant(m, n, &spec, p, sm, e, keep_f32))?;
+        args.push(Arg::Out(out));
+        self.launch(kern, args, origin);
+        Ok(())
     }
 
     /// An int8 convolution `spec` on buffers `[x, w, comp, scale, shift, y]`
@@ -686,6 +698,15 @@ pub fn translate_tuned(
             args.push(Arg::Out(*y));
             args.push(Arg::Out(out));
             tr.launch(k, args, origin);
+            i += 2;
+            continue;
+        }
+        // So does an attention.
+        if let Step::Attention { .. } = step
+            && !has_control
+            && let Some((e, out, keep_f32)) = steps.get(i + 1).and_then(|next| attention_quant(step, next, &steps[i + 2..], &tr.pointwise))
+        {
+            tr.attention(step, origin, Some((&e, out, keep_f32))).map_err(|e| format!("{origin}: {e}"))?;
             i += 2;
             continue;
         }

@@ -455,3 +455,66 @@ fn attention_half_copy_is_y_rounded() {
     assert!(untouched.iter().all(|&x| x == 7.5), "y written without keep_f32");
     assert_eq!(only, f16);
 }
+
+/// An attention whose output the next step quantizes writes the bytes
+/// itself (`attention_quant`): each byte at y's element offset is y's
+/// quantization (`clamp(round_even(y / s) + z)`, folded, so within one
+/// unit of the step-by-step value and mostly equal), beside y or, without
+/// `keep_f32`, instead of it; the refusals hold.
+#[test]
+fn attention_quant_stores_y_quantized() {
+    use aoc_backend_ptx::expr::{Binary, Expr, Unary};
+    use aoc_backend_ptx::kernels::GemmEpilogue;
+    use aoc_backend_ptx::kernels::attention::attention_quant;
+    use aoc_ir::types::Scalar;
+    let mut s = spec(2, 3, 40, 37, 64, 64);
+    (s.q, s.k, s.v, s.y) = (bshf(3, 40, 64), bshf(3, 37, 64), bshf(3, 37, 64), bshf(3, 40, 64));
+    let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
+    let q = values(span(s.q, ext(s.sq, s.d)), 1);
+    let k = values(span(s.k, ext(s.sk, s.d)), 2);
+    let v = values(span(s.v, ext(s.sk, s.dv)), 3);
+    let n = span(s.y, ext(s.sq, s.dv));
+    let (scale, zero) = (0.004f32, 128.0f32);
+    let exprs = [
+        Expr::Load(0),
+        Expr::Const(scale),
+        Expr::Binary(Binary::Div, 0, 1),
+        Expr::Unary(Unary::RoundEven, 2),
+        Expr::Const(zero),
+        Expr::Binary(Binary::Add, 3, 4),
+        Expr::Const(0.0),
+        Expr::Binary(Binary::Max, 5, 6),
+        Expr::Const(255.0),
+        Expr::Binary(Binary::Min, 7, 8),
+    ];
+    let epi = GemmEpilogue { kernel: super::kernel("", &[n as u64], &[(Scalar::F32, &[1])], &exprs, Scalar::U8), strides: vec![] };
+    let run = |keep: bool| -> (Vec<f32>, Vec<u8>) {
+        let name = format!("attn_q_{}", u8::from(keep));
+        let mut m = ModuleText::new();
+        let g = attention_quant(&mut m, &name, &s, AttnPrecision::F32, Sm::Sm86, &epi, keep).unwrap();
+        let ir = m.finish().replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
+        let mut bufs = vec![Mem::from_f32s(&q), Mem::from_f32s(&k), Mem::from_f32s(&v)];
+        bufs.push(Mem::from_f32s(&vec![7.5; n]));
+        bufs.push(Mem::new(&vec![0xAB; n], 0));
+        let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
+        with_jit(&ir, |run| run(&name, g, &mut refs));
+        (bufs[3].to_f32s(), bufs[4].bytes().to_vec())
+    };
+    let (y, bytes) = run(true);
+    let mut exact = 0;
+    for (o, (&x, &b)) in y.iter().zip(&bytes).enumerate() {
+        let want = ((x / scale).round_ties_even() + zero).clamp(0.0, 255.0);
+        assert!((b as f32 - want).abs() <= 1.0, "element {o}: y = {x} stores {b}, expected {want}");
+        exact += usize::from(b as f32 == want);
+    }
+    assert!(exact * 100 >= n * 99, "{exact} of {n} bytes exact");
+    let (untouched, only) = run(false);
+    assert!(untouched.iter().all(|&x| x == 7.5), "y written without keep_f32");
+    assert_eq!(only, bytes);
+    // A quantization with another operand, or storing floats, is refused.
+    let mut m = ModuleText::new();
+    let two = GemmEpilogue { kernel: super::kernel("", &[n as u64], &[(Scalar::F32, &[1]), (Scalar::F32, &[1])], &exprs, Scalar::U8), strides: vec![[0, 0, 1]] };
+    assert!(attention_quant(&mut m, "attn_q_bad", &s, AttnPrecision::F32, Sm::Sm86, &two, true).is_err());
+    let float = GemmEpilogue { kernel: super::kernel("", &[n as u64], &[(Scalar::F32, &[1])], &exprs, Scalar::F32), strides: vec![] };
+    assert!(attention_quant(&mut m, "attn_q_bad", &s, AttnPrecision::F32, Sm::Sm86, &float, true).is_err());
+}
