@@ -61,7 +61,9 @@ fn merge_pass(steps: &mut Vec<Step>, origins: &mut Vec<String>, kernels: &mut Ve
                     let k2 = &kernels[*by_name.get(c2)?];
                     merge_two((k1, a1), (k2, a2), [&steps[i + 1..], &[]], None)
                 }
-                Step::Copy { .. } => merge_copy((k1, a1), step, &steps[i + 1..]),
+                // Not where the pointwise step may become the epilogue of
+                // the step before it (a GEMM's, a convolution's).
+                Step::Copy { .. } if !feeds_on(out.iter().rev().nth(1), a1) => merge_copy((k1, a1), step, &steps[i + 1..]),
                 _ => None,
             }
         });
@@ -198,6 +200,20 @@ fn merge_two((k1, a1): (&PointwiseKernel, &[Buf]), (k2, a2): (&PointwiseKernel, 
     let k = PointwiseKernel { name: String::new(), dims, operands, exprs, result: at2[k2.result], out_dtype: k2.out_dtype, compute: Compute::F32 };
     k.live_exprs().ok()?;
     Some((k, bufs))
+}
+
+/// Whether `before` is a step other than a pointwise one or a copy that
+/// writes one of the inputs of the pointwise step with buffers `args`
+/// (output last): the translation may run that step as its epilogue.
+fn feeds_on(before: Option<&Step>, args: &[Buf]) -> bool {
+    let Some(before) = before else { return false };
+    if matches!(before, Step::Pointwise { .. } | Step::Copy { .. }) {
+        return false;
+    }
+    let ins = &args[..args.len().saturating_sub(1)];
+    let mut writes = false;
+    before.clone().visit_bufs(|b, w| writes |= w && ins.iter().any(|i| overlaps(i, b)));
+    writes
 }
 
 /// `k1` (buffers `a1`, output last) followed by `copy`, a strided copy of
@@ -528,6 +544,25 @@ mod tests {
         // An operand broadcast along a dim of the producer.
         let b = kernel("b", &[n * c, hw], &[(Scalar::F32, vec![0, 1])], vec![Expr::Load(0)], Scalar::U8);
         assert!(merge_copy((&b, &[x, t]), &copy(y, vec![hw * c, c, 1]), &[]).is_none());
+    }
+
+    /// In a plan, the quantize and its copy merge into one step, but not
+    /// where the step before writes the pointwise step's input (the
+    /// translation may run the pointwise step as that step's epilogue).
+    #[test]
+    fn a_copy_after_a_possible_epilogue_stays() {
+        let q = kernel("q", &[8], &[(Scalar::F32, vec![1])], vec![Expr::Load(0), Expr::Unary(Unary::RoundEven, 0)], Scalar::U8);
+        let (x, t, y) = (arena(0, 32), arena(64, 8), arena(96, 8));
+        let copy = Step::Copy { src: t, dst: y, elem_size: 1, shape: vec![2, 4], src_start: 0, src_strides: vec![1, 2], dst_strides: vec![4, 1] };
+        let pw = Step::Pointwise { code: "q".into(), args: vec![x, t], rows: 1 };
+        let run = |steps: Vec<Step>| {
+            let (mut steps, mut origins, mut kernels) = (steps.clone(), vec![String::new(); steps.len()], vec![q.clone()]);
+            merge_pointwise(&mut steps, &mut origins, &mut kernels);
+            steps.iter().map(|s| s.kind()).collect::<Vec<_>>()
+        };
+        assert_eq!(run(vec![pw.clone(), copy.clone()]), vec!["pointwise"]);
+        let fill = Step::Fill { dst: x, elem_size: 4, bits: 0 };
+        assert_eq!(run(vec![fill, pw, copy]), vec!["fill", "pointwise", "copy"]);
     }
 
     #[test]
