@@ -841,13 +841,20 @@ fn qconv_wgmma_takes_an_epilogue() {
     for (name, s, out) in &cases {
         let body = super::entry(&ptx, name);
         // The residual operand is read (bytes) and the result stored in
-        // its type: 16-byte pieces where oc is a multiple of 16, and the
-        // residual then read in 16-byte pieces too, never byte by byte.
+        // its type. An 8-bit result goes through the staging tile: 16-byte
+        // pieces where oc is a multiple of 16, and the residual then read
+        // in 16-byte pieces too, never byte by byte. An f32 one (oc even)
+        // is stored from the accumulators in pairs, reading the residual
+        // at the pair, without the staging tile's barrier.
         let whole = s.geom.oc % 16 == 0;
+        let direct = *out == Scalar::F32 && s.geom.oc % 2 == 0;
         let byte_loads = ["ld.global.nc.u8", "ld.global.nc.s8", "ld.global.u8", "ld.global.s8"].iter().any(|l| body.contains(l));
-        assert_eq!(byte_loads, !whole, "{name}: byte loads of the residual");
-        assert!(!whole || body.contains("ld.global.nc.v4"), "{name}: no 16-byte residual load");
+        assert_eq!(byte_loads, !whole || direct, "{name}: byte loads of the residual");
+        assert!(!whole || direct || body.contains("ld.global.nc.v4"), "{name}: no 16-byte residual load");
+        let staged = ["st.shared.u16", "st.shared.b16"].iter().any(|l| body.contains(l));
+        assert_eq!(staged, !direct, "{name}: the staging tile");
         let want: &[&str] = match (out, whole) {
+            _ if direct => &["st.global.v2.f32", "st.global.v2.b32"],
             (Scalar::F32, true) => &["st.global.v4.f32", "st.global.v4.b32"],
             (Scalar::F32, false) => &["st.global.f32", "st.global.b32"],
             (_, true) => &["st.global.v4.b32", "st.global.v4.u32"],

@@ -224,6 +224,9 @@ impl Gen<'_> {
         if q.elem == QuantElem::E4M3ToF32 {
             return self.store_f32(q);
         }
+        if q.elem == QuantElem::Int8 && out == Scalar::F32 && self.s.n.is_multiple_of(2) {
+            return self.store_direct(q);
+        }
         let (t, s) = (self.t, self.s);
         let tid = self.tid.clone();
         let lane = self.v(format!("and i32 {tid}, 31"));
@@ -387,6 +390,105 @@ impl Gen<'_> {
                     self.b.br(&l_end);
                     self.b.place(&l_end);
                 }
+            }
+        }
+    }
+
+    /// An int8 result that its epilogue turns into f32 (a dequantize, a
+    /// residual add in float), with `oc` even: straight from the
+    /// accumulators, as the f16 kernel stores. Accumulator register
+    /// `4q + 2h + e` of lane `l` of warp `w` is row `16w + l/4 + 8h`,
+    /// column `8q + 2(l%4) + e` of the block tile; each pair of columns is
+    /// requantized (bit for bit the CPU's), goes through the epilogue with
+    /// its operands' elements loaded here, and is stored as one 8-byte
+    /// pair. No staging tile, barrier or second pass: four times the bytes
+    /// of an 8-bit result go out while the requantization of the next
+    /// pairs is computed.
+    fn store_direct(&mut self, q: QuantConv) {
+        let (t, s) = (self.t, self.s);
+        let oc = s.n;
+        let (f, strides) = self.epi.clone().expect("an int8 kernel stores f32 through an epilogue");
+        let ops = self.epi_ops.clone();
+        let conv = if q.y_signed { "sitofp" } else { "uitofp" };
+        let tid = self.tid.clone();
+        let lane = self.v(format!("and i32 {tid}, 31"));
+        let warp = self.v(format!("lshr i32 {tid}, 5"));
+        let r0 = self.v(format!("mul i32 {warp}, 16"));
+        let g = self.v(format!("lshr i32 {lane}, 2"));
+        let r0 = self.v(format!("add i32 {r0}, {g}"));
+        let r0 = self.v(format!("add i32 {r0}, {}", self.bm0));
+        let q4 = self.v(format!("and i32 {lane}, 3"));
+        let c0 = self.v(format!("shl i32 {q4}, 1"));
+        let c0 = self.v(format!("add i32 {c0}, {}", self.bn0));
+        for j in 0..t.bn / 8 {
+            let col = self.v(format!("add i32 {c0}, {}", 8 * j));
+            // The pair's requantization parameters (column 0 past the edge).
+            let cok = self.v(format!("icmp ult i32 {col}, {oc}"));
+            let mut params = Vec::new();
+            for e in 0..2 {
+                let c = self.v(format!("add i32 {col}, {e}"));
+                let c64 = self.v(format!("zext i32 {c} to i64"));
+                let o = self.v(format!("select i1 {cok}, i64 {c64}, i64 0"));
+                let mut vals = Vec::new();
+                for (p, ty) in [("%p2", "i32"), ("%p3", "float"), ("%p4", "float")] {
+                    let a = self.v(format!("getelementptr {ty}, ptr addrspace(1) {p}, i64 {o}"));
+                    vals.push(self.v(format!("load {ty}, ptr addrspace(1) {a}, align 4")));
+                }
+                params.push(vals);
+            }
+            for h in 0..2u32 {
+                let row = self.v(format!("add i32 {r0}, {}", 8 * h));
+                let rok = self.v(format!("icmp ult i32 {row}, {}", s.m));
+                let ok = self.v(format!("and i1 {rok}, {cok}"));
+                let (l_st, l_end) = (self.b.label("st"), self.b.label("st.end"));
+                self.b.cond_br(&ok, &l_st, &l_end);
+                self.b.place(&l_st);
+                let base = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &row, &col);
+                // An operand laid out along the row with even rows reads
+                // the pair as one vector (aligned: its offset is even; NVPTX
+                // still loads a pair of bytes as two).
+                let pairs: Vec<Option<String>> = strides
+                    .iter()
+                    .zip(&ops)
+                    .zip(&base)
+                    .enumerate()
+                    .map(|(k, ((&[_, s1, s2], &(ty, size)), o))| {
+                        (s2 == 1 && s1.is_multiple_of(2)).then(|| {
+                            let p = self.v(format!("getelementptr {ty}, ptr addrspace(1) %e{}, i64 {o}", k + 1));
+                            self.v(format!("load <2 x {ty}>, ptr addrspace(1) {p}, align {}", 2 * size))
+                        })
+                    })
+                    .collect();
+                let mut ys = Vec::new();
+                for (e, vals) in params.iter().enumerate() {
+                    let ap = self.acc_ptr(4 * j + 2 * h + e as u32);
+                    let a = self.v(format!("load i32, ptr {ap}, align 4"));
+                    let y = gemm_epilogue::requantize(&mut self.b, &q, &a, [&vals[0], &vals[1], &vals[2]]);
+                    let byte = self.v(format!("trunc i32 {y} to i8"));
+                    let x = self.v(format!("{conv} i8 {byte} to float"));
+                    let mut args = vec![format!("float {x}")];
+                    for (k, ((&[_, _, s2], &(ty, size)), o)) in strides.iter().zip(&ops).zip(&base).enumerate() {
+                        let v = match &pairs[k] {
+                            Some(v) => self.v(format!("extractelement <2 x {ty}> {v}, i32 {e}")),
+                            None => {
+                                let off = self.v(format!("add i64 {o}, {}", (e as u64).wrapping_mul(s2) as i64));
+                                let p = self.v(format!("getelementptr {ty}, ptr addrspace(1) %e{}, i64 {off}", k + 1));
+                                self.v(format!("load {ty}, ptr addrspace(1) {p}, align {size}"))
+                            }
+                        };
+                        args.push(format!("{ty} {v}"));
+                    }
+                    ys.push(self.v(format!("call float @{f}({})", args.join(", "))));
+                }
+                let r64 = self.v(format!("zext i32 {row} to i64"));
+                let off = self.v(format!("mul i64 {r64}, {oc}"));
+                let c64 = self.v(format!("zext i32 {col} to i64"));
+                let off = self.v(format!("add i64 {off}, {c64}"));
+                let p = self.v(format!("getelementptr float, ptr addrspace(1) %p5, i64 {off}"));
+                let st = gemm_epilogue::c_store(&mut self.b, &ys, &p);
+                self.ins(st);
+                self.b.br(&l_end);
+                self.b.place(&l_end);
             }
         }
     }
