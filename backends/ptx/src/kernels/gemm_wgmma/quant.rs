@@ -31,7 +31,10 @@
 //! 16-byte aligned (so a run's 16 bytes of a residual load as one). An
 //! epilogue of the requantized byte alone that stores a byte (a GELU or
 //! sigmoid between two int8 layers) is tabulated per block: 256 entries in
-//! shared memory, one evaluation per thread, then a lookup per element.
+//! shared memory, one evaluation per thread, then a lookup per element. An
+//! int8 result the epilogue turns into f32 with `oc` even skips the staging
+//! tile: each pair of columns goes through the epilogue from the
+//! accumulators and out as one 8-byte store ([`Gen::store_direct`]).
 //!
 //! fp8 (`q.elem` = [`QuantElem::E4M3`]): the same kernel on e4m3 bytes,
 //! `wgmma` m64nNk32 `.f32.e4m3.e4m3` (the same k32 byte layout), f32
