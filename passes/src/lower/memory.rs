@@ -64,8 +64,10 @@ pub(crate) fn finish(mut lw: Lower<'_>, inputs: Vec<IoSpec>, outputs: Vec<IoSpec
 
 /// The arena offset of each virtual buffer (0 for the others) and the
 /// arena's size, for `steps` over `bufs`; checked (module doc). `origins`
-/// name the steps in errors. With `epilogues`, an int8 convolution's input
-/// stays live over the pointwise steps right after it ([`extend_over_epilogues`]).
+/// name the steps in errors. With `epilogues` (the GPU's plans), an int8
+/// convolution's input stays live over the pointwise steps right after it,
+/// an attention's or a layer norm's inputs over the one step after it
+/// ([`extend_over_epilogues`]).
 fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String], epilogues: bool) -> Result<(Vec<u64>, u64), String> {
     let n = bufs.len();
     let mut first = vec![usize::MAX; n];
