@@ -54,9 +54,8 @@ mod simt;
 mod tc;
 
 use crate::irtext::{Body, ModuleText, check_entry_name};
-use crate::kernels::{GemmEpilogue, Geometry, HalfCopy};
+use crate::kernels::{GemmEpilogue, Geometry, HalfCopy, gemm_epilogue};
 use crate::pointwise::define_epilogue_of;
-use aoc_ir::types::Scalar;
 use crate::target::Sm;
 
 /// The largest `d` and `dv` the kernels handle.
@@ -135,10 +134,7 @@ pub fn attention_quant(
     epi: &GemmEpilogue,
     keep_f32: bool,
 ) -> Result<Geometry, String> {
-    let k = &epi.kernel;
-    if !epi.strides.is_empty() || k.operands.len() != 1 || k.operands[0].dtype != Scalar::F32 || !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) {
-        return Err("an attention's quantization reads the f32 value alone and stores 8-bit integers".to_string());
-    }
+    gemm_epilogue::check_quantization(epi, "an attention")?;
     check_entry_name(name)?;
     let f = format!("{name}_q");
     define_epilogue_of(m, &f, epi)?;

@@ -10,6 +10,7 @@
 
 use super::{GemmEpilogue, GemmSpec};
 use crate::irtext::{Body, ModuleText, f32_lit};
+use aoc_ir::types::Scalar;
 use aoc_plan::plan::QuantConv;
 use crate::pointwise::define_epilogue;
 
@@ -58,6 +59,17 @@ pub(crate) fn check(s: &GemmSpec, e: &GemmEpilogue) -> Result<(), String> {
                 k + 1
             ));
         }
+    }
+    Ok(())
+}
+
+/// Checks that `epi` quantizes one f32 value alone (operand 0 the value,
+/// no other operand, an 8-bit result): the second output a layer norm or
+/// an attention writes. `what` names the producer in the error.
+pub(crate) fn check_quantization(epi: &GemmEpilogue, what: &str) -> Result<(), String> {
+    let k = &epi.kernel;
+    if !epi.strides.is_empty() || k.operands.len() != 1 || k.operands[0].dtype != Scalar::F32 || !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) {
+        return Err(format!("{what}'s quantization reads the f32 value alone and stores 8-bit integers"));
     }
     Ok(())
 }

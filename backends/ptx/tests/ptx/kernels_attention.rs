@@ -419,6 +419,19 @@ fn attention_f32_runs_masks_and_no_keys() {
     run_case("attn_run_nokeys", &spec(2, 2, 3, 0, 4, 5), None);
 }
 
+/// Runs the f32 kernel `name` of `m` on `qkv` with y (`n` elements, 7.5
+/// beforehand) and a second output of `bytes` bytes an element after it;
+/// returns both.
+fn run_second(m: ModuleText, name: &str, g: Geometry, qkv: [&[f32]; 3], n: usize, bytes: usize) -> (Vec<f32>, Vec<u8>) {
+    let ir = m.finish().replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
+    let mut bufs: Vec<Mem> = qkv.iter().map(|x| Mem::from_f32s(x)).collect();
+    bufs.push(Mem::from_f32s(&vec![7.5; n]));
+    bufs.push(Mem::new(&vec![0xAB; bytes * n], 0));
+    let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
+    with_jit(&ir, |run| run(name, g, &mut refs));
+    (bufs[3].to_f32s(), bufs[4].bytes().to_vec())
+}
+
 /// The half copy of y (for a following `wgmma` GEMM) holds each element
 /// of y rounded to nearest even, at y's element offsets, f16 and bf16;
 /// without `keep_f32` y itself is left untouched and the copy is the same.
@@ -435,14 +448,8 @@ fn attention_half_copy_is_y_rounded() {
         let name = format!("attn_half_{}_{}", u8::from(h.bf16), u8::from(h.keep_f32));
         let mut m = ModuleText::new();
         let g = attention_with(&mut m, &name, &s, AttnPrecision::F32, Sm::Sm86, Some(h)).unwrap();
-        let ir = m.finish().replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
-        let mut bufs = vec![Mem::from_f32s(&q), Mem::from_f32s(&k), Mem::from_f32s(&v)];
-        bufs.push(Mem::from_f32s(&vec![7.5; n]));
-        bufs.push(Mem::new(&vec![0xAB; 2 * n], 0));
-        let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
-        with_jit(&ir, |run| run(&name, g, &mut refs));
-        let copy = bufs[4].bytes().chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-        (bufs[3].to_f32s(), copy)
+        let (y, copy) = run_second(m, &name, g, [&q, &k, &v], n, 2);
+        (y, copy.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
     };
     let (y, f16) = run(HalfCopy::F16);
     let (y2, bf16) = run(HalfCopy::BF16);
@@ -492,13 +499,7 @@ fn attention_quant_stores_y_quantized() {
         let name = format!("attn_q_{}", u8::from(keep));
         let mut m = ModuleText::new();
         let g = attention_quant(&mut m, &name, &s, AttnPrecision::F32, Sm::Sm86, &epi, keep).unwrap();
-        let ir = m.finish().replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
-        let mut bufs = vec![Mem::from_f32s(&q), Mem::from_f32s(&k), Mem::from_f32s(&v)];
-        bufs.push(Mem::from_f32s(&vec![7.5; n]));
-        bufs.push(Mem::new(&vec![0xAB; n], 0));
-        let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
-        with_jit(&ir, |run| run(&name, g, &mut refs));
-        (bufs[3].to_f32s(), bufs[4].bytes().to_vec())
+        run_second(m, &name, g, [&q, &k, &v], n, 1)
     };
     let (y, bytes) = run(true);
     let mut exact = 0;

@@ -231,14 +231,7 @@ impl Gen<'_> {
             return self.store_direct(q);
         }
         let (t, s) = (self.t, self.s);
-        let tid = self.tid.clone();
-        let lane = self.v(format!("and i32 {tid}, 31"));
-        let warp = self.v(format!("lshr i32 {tid}, 5"));
-        let r0 = self.v(format!("mul i32 {warp}, 16"));
-        let g = self.v(format!("lshr i32 {lane}, 2"));
-        let r0 = self.v(format!("add i32 {r0}, {g}"));
-        let q4 = self.v(format!("and i32 {lane}, 3"));
-        let c0 = self.v(format!("shl i32 {q4}, 1"));
+        let (r0, c0) = self.fragment_origin();
         let oc = s.n;
         // The staging tile: 128 rows of bn bytes, 16 bytes of padding per
         // row so the 8 rows one store instruction covers hit distinct banks.
@@ -264,20 +257,12 @@ impl Gen<'_> {
                 let col = self.v(format!("add i32 {}, {}", self.bn0, 8 * j + e));
                 let col = self.v(format!("add i32 {col}, {c0}"));
                 let ok = self.v(format!("icmp ult i32 {col}, {oc}"));
-                let c64 = self.v(format!("zext i32 {col} to i64"));
-                let o = self.v(format!("select i1 {ok}, i64 {c64}, i64 0"));
-                let mut vals = Vec::new();
-                for (p, ty) in [("%p2", "i32"), ("%p3", "float"), ("%p4", "float")] {
-                    let a = self.v(format!("getelementptr {ty}, ptr addrspace(1) {p}, i64 {o}"));
-                    vals.push(self.v(format!("load {ty}, ptr addrspace(1) {a}, align 4")));
-                }
-                cols.push(vals);
+                cols.push(self.column_params(&col, &ok));
             }
             for h in 0..2u32 {
                 let mut ys = Vec::new();
-                for (e, vals) in cols.iter().enumerate() {
+                for (e, [c, sc, sh]) in cols.iter().enumerate() {
                     let ap = self.acc_ptr(4 * j + 2 * h + e as u32);
-                    let [c, sc, sh] = [&vals[0], &vals[1], &vals[2]];
                     let y = match q.elem {
                         QuantElem::Int8 => {
                             let a = self.v(format!("load i32, ptr {ap}, align 4"));
@@ -343,15 +328,8 @@ impl Gen<'_> {
     fn store_f32(&mut self, q: QuantConv) {
         let (t, s) = (self.t, self.s);
         let oc = s.n;
-        let tid = self.tid.clone();
-        let lane = self.v(format!("and i32 {tid}, 31"));
-        let warp = self.v(format!("lshr i32 {tid}, 5"));
-        let r0 = self.v(format!("mul i32 {warp}, 16"));
-        let g = self.v(format!("lshr i32 {lane}, 2"));
-        let r0 = self.v(format!("add i32 {r0}, {g}"));
+        let (r0, c0) = self.fragment_origin();
         let r0 = self.v(format!("add i32 {r0}, {}", self.bm0));
-        let q4 = self.v(format!("and i32 {lane}, 3"));
-        let c0 = self.v(format!("shl i32 {q4}, 1"));
         let c0 = self.v(format!("add i32 {c0}, {}", self.bn0));
         let bound = |b: i32| (b != i32::MIN && b != i32::MAX).then(|| crate::irtext::f32_lit(b as f32));
         let (lo, hi) = (bound(q.y_min), bound(q.y_max));
@@ -413,32 +391,16 @@ impl Gen<'_> {
         let (f, strides) = self.epi.clone().expect("an int8 kernel stores f32 through an epilogue");
         let ops = self.epi_ops.clone();
         let conv = if q.y_signed { "sitofp" } else { "uitofp" };
-        let tid = self.tid.clone();
-        let lane = self.v(format!("and i32 {tid}, 31"));
-        let warp = self.v(format!("lshr i32 {tid}, 5"));
-        let r0 = self.v(format!("mul i32 {warp}, 16"));
-        let g = self.v(format!("lshr i32 {lane}, 2"));
-        let r0 = self.v(format!("add i32 {r0}, {g}"));
+        let (r0, c0) = self.fragment_origin();
         let r0 = self.v(format!("add i32 {r0}, {}", self.bm0));
-        let q4 = self.v(format!("and i32 {lane}, 3"));
-        let c0 = self.v(format!("shl i32 {q4}, 1"));
         let c0 = self.v(format!("add i32 {c0}, {}", self.bn0));
         for j in 0..t.bn / 8 {
             let col = self.v(format!("add i32 {c0}, {}", 8 * j));
-            // The pair's requantization parameters (column 0 past the edge).
+            // The pair's requantization parameters (with oc even, both
+            // columns are in range where the first is).
             let cok = self.v(format!("icmp ult i32 {col}, {oc}"));
-            let mut params = Vec::new();
-            for e in 0..2 {
-                let c = self.v(format!("add i32 {col}, {e}"));
-                let c64 = self.v(format!("zext i32 {c} to i64"));
-                let o = self.v(format!("select i1 {cok}, i64 {c64}, i64 0"));
-                let mut vals = Vec::new();
-                for (p, ty) in [("%p2", "i32"), ("%p3", "float"), ("%p4", "float")] {
-                    let a = self.v(format!("getelementptr {ty}, ptr addrspace(1) {p}, i64 {o}"));
-                    vals.push(self.v(format!("load {ty}, ptr addrspace(1) {a}, align 4")));
-                }
-                params.push(vals);
-            }
+            let col1 = self.v(format!("add i32 {col}, 1"));
+            let params = [self.column_params(&col, &cok), self.column_params(&col1, &cok)];
             for h in 0..2u32 {
                 let row = self.v(format!("add i32 {r0}, {}", 8 * h));
                 let rok = self.v(format!("icmp ult i32 {row}, {}", s.m));
@@ -466,7 +428,8 @@ impl Gen<'_> {
                 for (e, vals) in params.iter().enumerate() {
                     let ap = self.acc_ptr(4 * j + 2 * h + e as u32);
                     let a = self.v(format!("load i32, ptr {ap}, align 4"));
-                    let y = gemm_epilogue::requantize(&mut self.b, &q, &a, [&vals[0], &vals[1], &vals[2]]);
+                    let [c, sc, sh] = vals;
+                    let y = gemm_epilogue::requantize(&mut self.b, &q, &a, [c, sc, sh]);
                     let byte = self.v(format!("trunc i32 {y} to i8"));
                     let x = self.v(format!("{conv} i8 {byte} to float"));
                     let mut args = vec![format!("float {x}")];
@@ -494,6 +457,32 @@ impl Gen<'_> {
                 self.b.place(&l_end);
             }
         }
+    }
+
+    /// This thread's first accumulator row and column in the block tile
+    /// (i32): register `4q + 2h + e` of lane `l` of warp `w` is row `16w +
+    /// l/4 + 8h`, column `8q + 2(l%4) + e`.
+    fn fragment_origin(&mut self) -> (String, String) {
+        let tid = self.tid.clone();
+        let lane = self.v(format!("and i32 {tid}, 31"));
+        let warp = self.v(format!("lshr i32 {tid}, 5"));
+        let r0 = self.v(format!("mul i32 {warp}, 16"));
+        let g = self.v(format!("lshr i32 {lane}, 2"));
+        let r0 = self.v(format!("add i32 {r0}, {g}"));
+        let q4 = self.v(format!("and i32 {lane}, 3"));
+        let c0 = self.v(format!("shl i32 {q4}, 1"));
+        (r0, c0)
+    }
+
+    /// Output column `col`'s requantization `[comp, scale, shift]` (i32,
+    /// f32, f32), read at column 0 where `ok` is false (past the edge).
+    fn column_params(&mut self, col: &str, ok: &str) -> [String; 3] {
+        let c64 = self.v(format!("zext i32 {col} to i64"));
+        let o = self.v(format!("select i1 {ok}, i64 {c64}, i64 0"));
+        [("%p2", "i32"), ("%p3", "float"), ("%p4", "float")].map(|(p, ty)| {
+            let a = self.v(format!("getelementptr {ty}, ptr addrspace(1) {p}, i64 {o}"));
+            self.v(format!("load {ty}, ptr addrspace(1) {a}, align 4"))
+        })
     }
 
     /// Where this thread's run `c` of 16 bytes of the staging tile lies

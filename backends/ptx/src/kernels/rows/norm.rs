@@ -17,7 +17,6 @@ use super::row::{Elem, RowPlan};
 use crate::irtext::{ModuleText, f32_lit};
 use crate::kernels::{GemmEpilogue, Geometry, HalfCopy};
 use crate::pointwise::define_epilogue_of;
-use aoc_ir::types::Scalar;
 use crate::pointwise::math::{self, MathFn};
 
 /// Softmax (`log`: log-softmax) over each `cols`-long row of the row-major
@@ -106,10 +105,7 @@ pub fn layer_norm_quant(
     epi: &GemmEpilogue,
     keep_f32: bool,
 ) -> Result<Geometry, String> {
-    let k = &epi.kernel;
-    if !epi.strides.is_empty() || k.operands.len() != 1 || k.operands[0].dtype != Scalar::F32 || !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) {
-        return Err("a layer norm's quantization reads the f32 value alone and stores 8-bit integers".to_string());
-    }
+    crate::kernels::gemm_epilogue::check_quantization(epi, "a layer norm")?;
     let f = format!("{name}_q");
     define_epilogue_of(m, &f, epi)?;
     layer_norm_impl(m, name, (rows, cols, epsilon, gamma, beta), None, Some((f, keep_f32)))
