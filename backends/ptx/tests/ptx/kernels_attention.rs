@@ -419,6 +419,20 @@ fn attention_f32_runs_masks_and_no_keys() {
     run_case("attn_run_nokeys", &spec(2, 2, 3, 0, 4, 5), None);
 }
 
+/// The problem the second-output tests run: BERT's `[b, s, h, d]`
+/// layout, two query tiles and two key tiles (both partial); its Q, K, V
+/// values and y's element count.
+fn second_output_case() -> (AttentionSpec, [Vec<f32>; 3], usize) {
+    let mut s = spec(2, 3, 40, 37, 64, 64);
+    (s.q, s.k, s.v, s.y) = (bshf(3, 40, 64), bshf(3, 37, 64), bshf(3, 37, 64), bshf(3, 40, 64));
+    let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
+    let q = values(span(s.q, ext(s.sq, s.d)), 1);
+    let k = values(span(s.k, ext(s.sk, s.d)), 2);
+    let v = values(span(s.v, ext(s.sk, s.dv)), 3);
+    let n = span(s.y, ext(s.sq, s.dv));
+    (s, [q, k, v], n)
+}
+
 /// Runs the f32 kernel `name` of `m` on `qkv` with y (`n` elements, 7.5
 /// beforehand) and a second output of `bytes` bytes an element after it;
 /// returns both.
@@ -437,13 +451,7 @@ fn run_second(m: ModuleText, name: &str, g: Geometry, qkv: [&[f32]; 3], n: usize
 /// without `keep_f32` y itself is left untouched and the copy is the same.
 #[test]
 fn attention_half_copy_is_y_rounded() {
-    let mut s = spec(2, 3, 40, 37, 64, 64);
-    (s.q, s.k, s.v, s.y) = (bshf(3, 40, 64), bshf(3, 37, 64), bshf(3, 37, 64), bshf(3, 40, 64));
-    let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
-    let q = values(span(s.q, ext(s.sq, s.d)), 1);
-    let k = values(span(s.k, ext(s.sk, s.d)), 2);
-    let v = values(span(s.v, ext(s.sk, s.dv)), 3);
-    let n = span(s.y, ext(s.sq, s.dv));
+    let (s, [q, k, v], n) = second_output_case();
     let run = |h: HalfCopy| -> (Vec<f32>, Vec<u16>) {
         let name = format!("attn_half_{}_{}", u8::from(h.bf16), u8::from(h.keep_f32));
         let mut m = ModuleText::new();
@@ -474,13 +482,7 @@ fn attention_quant_stores_y_quantized() {
     use aoc_backend_ptx::kernels::GemmEpilogue;
     use aoc_backend_ptx::kernels::attention::attention_quant;
     use aoc_ir::types::Scalar;
-    let mut s = spec(2, 3, 40, 37, 64, 64);
-    (s.q, s.k, s.v, s.y) = (bshf(3, 40, 64), bshf(3, 37, 64), bshf(3, 37, 64), bshf(3, 40, 64));
-    let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
-    let q = values(span(s.q, ext(s.sq, s.d)), 1);
-    let k = values(span(s.k, ext(s.sk, s.d)), 2);
-    let v = values(span(s.v, ext(s.sk, s.dv)), 3);
-    let n = span(s.y, ext(s.sq, s.dv));
+    let (s, [q, k, v], n) = second_output_case();
     let (scale, zero) = (0.004f32, 128.0f32);
     let exprs = [
         Expr::Load(0),
