@@ -112,7 +112,7 @@ pub(super) fn reload(k: &PointwiseKernel, i: usize) -> Option<QuantTail> {
 fn whole(e: &[Expr], i: usize) -> Option<i32> {
     match e[i] {
         Expr::Const(c) if c.is_finite() && c.fract() == 0.0 && c.abs() <= 65536.0 => Some(c as i32),
-        Expr::Int(c) if c.abs() <= 65536 => Some(c as i32),
+        Expr::Int(c) if c.unsigned_abs() <= 65536 => Some(c as i32),
         _ => None,
     }
 }
@@ -132,7 +132,7 @@ fn tail(k: &PointwiseKernel, i: usize, (tlo, thi): (i32, i32)) -> Option<QuantTa
         (_, Expr::Unary(Unary::RoundEven, u)) => (u, whole(e, a)?),
         _ => return None,
     };
-    let sum = affine(e, r, 0)?.plus(Affine::constant(z as f64));
+    let sum = affine(e, r)?.plus(Affine::constant(z as f64));
     // A sum with no load is a constant the tail needs no help with; a
     // coefficient past f32 would store differently from the reference.
     let fits = |c: f64| c.is_finite() && (c as f32).is_finite();
@@ -142,36 +142,34 @@ fn tail(k: &PointwiseKernel, i: usize, (tlo, thi): (i32, i32)) -> Option<QuantTa
     Some(QuantTail { sum, lo, hi, zero_outside: lo > 0 || hi < 0 })
 }
 
-/// Expression `i` as an affine sum of loads, at most 64 levels deep.
-fn affine(e: &[Expr], i: usize, depth: u32) -> Option<Affine> {
-    if depth > 64 {
-        return None;
+/// Expression `i` as an affine sum of loads: one pass over the
+/// expressions up to `i` (each refers to earlier ones), so a shared
+/// subexpression is summed once however often it is used.
+fn affine(e: &[Expr], i: usize) -> Option<Affine> {
+    let mut sums: Vec<Option<Affine>> = Vec::with_capacity(i + 1);
+    for x in &e[..=i] {
+        let at = |j: usize| sums.get(j).cloned().flatten();
+        let sum = match *x {
+            Expr::Load(op) => Some(Affine { terms: vec![(op, 1.0)], constant: 0.0 }),
+            Expr::Const(c) => Some(Affine::constant(c as f64)),
+            Expr::Int(c) => Some(Affine::constant(c as f32 as f64)),
+            Expr::Unary(Unary::Neg, a) => at(a).map(|s| s.scaled(-1.0)),
+            Expr::Binary(Binary::Add, a, b) => at(a).zip(at(b)).map(|(x, y)| x.plus(y)),
+            Expr::Binary(Binary::Sub, a, b) => at(a).zip(at(b)).map(|(x, y)| x.plus(y.scaled(-1.0))),
+            Expr::Binary(Binary::Mul, a, b) => at(a).zip(at(b)).and_then(|(x, y)| match (x.as_constant(), y.as_constant()) {
+                (_, Some(c)) => Some(x.scaled(c)),
+                (Some(c), _) => Some(y.scaled(c)),
+                _ => None,
+            }),
+            Expr::Binary(Binary::Div, a, b) => match at(b).and_then(|y| y.as_constant()) {
+                Some(c) if c != 0.0 && c.is_finite() => at(a).map(|x| x.scaled(1.0 / c)),
+                _ => None,
+            },
+            _ => None,
+        };
+        sums.push(sum);
     }
-    let sub = |j: usize| affine(e, j, depth + 1);
-    Some(match e[i] {
-        Expr::Load(op) => Affine { terms: vec![(op, 1.0)], constant: 0.0 },
-        Expr::Const(c) => Affine::constant(c as f64),
-        Expr::Int(c) => Affine::constant(c as f32 as f64),
-        Expr::Unary(Unary::Neg, a) => sub(a)?.scaled(-1.0),
-        Expr::Binary(Binary::Add, a, b) => sub(a)?.plus(sub(b)?),
-        Expr::Binary(Binary::Sub, a, b) => sub(a)?.plus(sub(b)?.scaled(-1.0)),
-        Expr::Binary(Binary::Mul, a, b) => {
-            let (x, y) = (sub(a)?, sub(b)?);
-            match (x.as_constant(), y.as_constant()) {
-                (_, Some(c)) => x.scaled(c),
-                (Some(c), _) => y.scaled(c),
-                _ => return None,
-            }
-        }
-        Expr::Binary(Binary::Div, a, b) => {
-            let c = sub(b)?.as_constant()?;
-            if c == 0.0 || !c.is_finite() {
-                return None;
-            }
-            sub(a)?.scaled(1.0 / c)
-        }
-        _ => return None,
-    })
+    sums.pop().flatten()
 }
 
 #[cfg(test)]
@@ -236,6 +234,20 @@ mod tests {
         // The clamp narrows to the stored type.
         let t = fold(&kernel(quantize(vec![Expr::Load(0)], 2.0, 0.0, -1000.0, 1000.0)), Elem::I8).unwrap();
         assert_eq!((t.lo, t.hi, t.sum.terms.clone()), (-128, 127, vec![(0, 0.5)]));
+    }
+
+    #[test]
+    fn shared_subexpressions_sum_once() {
+        // x doubled 200 times: a walk of the tree would take 2^200 steps.
+        let mut e = vec![Expr::Load(0)];
+        for i in 0..200 {
+            e.push(Expr::Binary(Binary::Add, i, i));
+        }
+        let last = e.len() - 1;
+        let sum = affine(&e, last).unwrap();
+        assert_eq!(sum.terms, vec![(0, 2f64.powi(200))]);
+        // Past f32 the tail does not fold.
+        assert!(fold(&kernel(quantize(e, 1.0, 0.0, 0.0, 255.0)), Elem::U8).is_none());
     }
 
     #[test]
