@@ -1233,6 +1233,123 @@ fn nan_through_epilogues() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Eight calibration batches of `shape` (uniform in [-2, 2), seeded) in
+/// `d/calib`; the folder.
+fn calibration(d: &Path, shape: &[usize]) -> Result<PathBuf, Failed> {
+    let calib = d.join("calib");
+    std::fs::create_dir_all(&calib)?;
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for b in 0..8 {
+        let vals: Vec<f64> = (0..shape.iter().product::<usize>())
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+            })
+            .collect();
+        let t = Tensor::from_f64(aoc_ir::types::TensorType::new(shape.to_vec(), aoc_ir::types::Scalar::F32), vals);
+        aoc_compiler::npy::write_npy(&calib.join(format!("b{b}.npy")), &t)?;
+    }
+    Ok(calib)
+}
+
+/// A BERT-style attention block (batch 2, 64 tokens, 2 heads of 64):
+/// q, k and v projections with biases, reshaped and transposed into heads,
+/// scaled dot-product attention, heads merged, an output projection;
+/// quantized by `aoc quantize --target sm_90`, which leaves the attention
+/// in float: each projection's bytes are dequantized for the attention
+/// alone.
+fn int8_attention_model(tag: &str) -> Result<Model, Failed> {
+    let (b, s, h, heads) = (2, 64, 128, 2);
+    let hd = h / heads;
+    let d = scratch(&format!("int8_attention_{tag}"));
+    let bias = |seed| {
+        let v = dense(1, h, seed);
+        v[1..v.len() - 1].to_string()
+    };
+    let mut text = format!("func @main(%x: tensor<{b}x{s}x{h}xf32>) -> tensor<{b}x{s}x{h}xf32> {{\n");
+    for (i, (name, perm, shape)) in [
+        ("q", "0, 2, 1, 3", format!("{b}x{heads}x{s}x{hd}")),
+        ("k", "0, 2, 3, 1", format!("{b}x{heads}x{hd}x{s}")),
+        ("v", "0, 2, 1, 3", format!("{b}x{heads}x{s}x{hd}")),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        text += &format!(
+            "  %w{name} = const dense<{}> : tensor<{h}x{h}xf32>\n  \
+             %b{name} = const dense<{}> : tensor<{h}xf32>\n  \
+             %{name}0 = core.matmul %x, %w{name} : tensor<{b}x{s}x{h}xf32>\n  \
+             %{name}1 = core.add %{name}0, %b{name} : tensor<{b}x{s}x{h}xf32>\n  \
+             %{name}2 = core.reshape %{name}1 {{shape = [{b}, {s}, {heads}, {hd}]}} : tensor<{b}x{s}x{heads}x{hd}xf32>\n  \
+             %{name} = core.transpose %{name}2 {{perm = [{perm}]}} : tensor<{shape}xf32>\n",
+            dense(h, h, 11 + i),
+            bias(21 + i)
+        );
+    }
+    text += &format!(
+        "  %sc = core.matmul %q, %k : tensor<{b}x{heads}x{s}x{s}xf32>\n  \
+         %c = const dense<0.125> : tensor<f32>\n  \
+         %ss = core.mul %sc, %c : tensor<{b}x{heads}x{s}x{s}xf32>\n  \
+         %p = core.softmax %ss : tensor<{b}x{heads}x{s}x{s}xf32>\n  \
+         %o = core.matmul %p, %v : tensor<{b}x{heads}x{s}x{hd}xf32>\n  \
+         %ot = core.transpose %o {{perm = [0, 2, 1, 3]}} : tensor<{b}x{s}x{heads}x{hd}xf32>\n  \
+         %om = core.reshape %ot {{shape = [{b}, {s}, {h}]}} : tensor<{b}x{s}x{h}xf32>\n  \
+         %wo = const dense<{}> : tensor<{h}x{h}xf32>\n  \
+         %y = core.matmul %om, %wo : tensor<{b}x{s}x{h}xf32>\n  \
+         return %y : tensor<{b}x{s}x{h}xf32>\n}}\n",
+        dense(h, h, 31)
+    );
+    // Every op named, as an imported model's are (`aoc quantize` keeps a
+    // named layer without an integer kernel on the target in float).
+    let text: String = text
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix('%').and_then(|r| r.split_once(" = core.")) {
+            Some((name, _)) => format!("{l} loc(\"{name}\")\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    let float = d.join("float.air");
+    std::fs::write(&float, text)?;
+    let calib = calibration(&d, &[b, s, h])?;
+    let file = d.join("model.air");
+    run(&["quantize", &float.display().to_string(), "--calib", &calib.display().to_string(), "--target", "sm_90", "-o", &file.display().to_string(), "-q"])?;
+    Ok(Model {
+        name: "int8_attention".to_string(),
+        file,
+        inputs: vec![format!("x=@random:{b}x{s}x{h}")],
+        shapes: vec![],
+        quantized: true,
+        bf16_tolerance: None,
+    })
+}
+
+/// The attention of [`int8_attention_model`] reads the projections' bytes
+/// and dequantizes them as it stages them (`attention::attention_bytes`):
+/// its kernel defines a dequantization for each of q, k and v, and no
+/// launch before it dequantizes (`make gpu-test` runs the model against
+/// the interpreter as `gpu_int8_attention_*`).
+fn int8_attention_reads_bytes() -> Result<(), Failed> {
+    let m = int8_attention_model("build")?;
+    let d = scratch("int8_attention_emit");
+    for target in ["sm_90a", "sm_86"] {
+        let ll = emit(&m.file, target, "fp16", "llvm", &d.join("model.ll"))?;
+        let dq = |i: usize| ll.lines().any(|l| l.starts_with("define internal float @attention") && l.contains(&format!("_dq{i}(")));
+        if !(dq(0) && dq(1) && dq(2)) {
+            return Err(format!("{target}: the attention does not dequantize q, k and v itself").into());
+        }
+        let ptx = emit(&m.file, target, "fp16", "ptx", &d.join("model.ptx"))?;
+        // Before the attention (the model's output may be dequantized alone on sm_86).
+        let launches = launch_lines(&ptx);
+        let attention = launches.iter().position(|l| l.contains("launch attention")).ok_or("no attention launch")?;
+        if launches[..attention].iter().any(|l| l.split_once("<- ").is_some_and(|(_, o)| o.starts_with("quant.dequantize"))) {
+            return Err(format!("{target}: a dequantize launched before the attention: {launches:#?}").into());
+        }
+    }
+    Ok(())
+}
+
 /// `aoc quantize --target sm_90` of the encoder layer, compiled with
 /// `--precision fp16` for sm_90a: its int8 matmuls are s8 `mma.sync`
 /// launches, the attention's products (no integer GPU kernel) run in fp16,
@@ -1243,21 +1360,7 @@ fn quantized_for_the_gpu() -> Result<(), Failed> {
     let d = scratch("quantized_for_sm_90");
     let model = root().join("examples/encoder_layer/model.air");
     let input = read_npy(&model.with_file_name("input.npy"))?;
-    let calib = d.join("calib");
-    std::fs::create_dir_all(&calib)?;
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    for b in 0..8 {
-        let vals: Vec<f64> = (0..input.ty.shape.iter().product::<usize>())
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                (state >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
-            })
-            .collect();
-        let t = Tensor::from_f64(aoc_ir::types::TensorType::new(input.ty.shape.clone(), aoc_ir::types::Scalar::F32), vals);
-        aoc_compiler::npy::write_npy(&calib.join(format!("b{b}.npy")), &t)?;
-    }
+    let calib = calibration(&d, &input.ty.shape)?;
     let q = d.join("q.air");
     let note = run(&["quantize", &model.display().to_string(), "--calib", &calib.display().to_string(), "--target", "sm_90", "-o", &q.display().to_string()])?;
     if !note.contains("--precision fp16") || !note.contains("fp16") {
@@ -1626,6 +1729,10 @@ fn main() {
     trials.push(Trial::test("sparse_gemm_builds", sparse_gemm_builds));
     trials.push(Trial::test("sparse_ffn_builds", sparse_ffn_builds));
     trials.push(Trial::test("int8_layer_norm_writes_bytes", int8_layer_norm_writes_bytes));
+    trials.push(Trial::test("int8_attention_reads_bytes", int8_attention_reads_bytes));
+    for t in ["sm_90a", "sm_86"] {
+        trials.push(Trial::test(format!("gpu_int8_attention_{t}_fp16"), move || check_on_gpu(&int8_attention_model(&format!("gpu_{t}"))?, t, "fp16")));
+    }
     for (t, p) in [("sm_90a", "fp16"), ("sm_86", "fp16"), ("sm_90a", "bf16")] {
         trials.push(Trial::test(format!("gpu_sparse_ffn_{t}_{p}"), move || check_on_gpu(&sparse_ffn_model(&format!("gpu_{t}_{p}"))?, t, p)));
     }

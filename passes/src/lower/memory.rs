@@ -130,8 +130,28 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String], epilogues:
 /// live until the last of those steps, so their outputs never land on it.
 /// Likewise an attention or a layer norm may write the quantization of
 /// its output (the pointwise step right after it) as a second output: its
-/// inputs stay live over that step.
+/// inputs stay live over that step. And an attention may read the 8-bit
+/// input of the step that dequantized its q, k or v (a pointwise step of
+/// one input a quarter of its output's size) in place of the f32 tensor:
+/// that input stays live over the attention and the step after it.
 fn extend_over_epilogues(steps: &[Step], last: &mut [usize]) {
+    let mut dequantized: Vec<(u32, u32)> = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        match s {
+            Step::Pointwise { args, .. } if args.len() == 2 && args[0].len.checked_mul(4) == Some(args[1].len) => {
+                dequantized.push((args[1].index, args[0].index));
+            }
+            Step::Attention { q, k, v, .. } => {
+                for b in [q, k, v] {
+                    for &(_, input) in dequantized.iter().filter(|(out, _)| *out == b.index) {
+                        let id = input as usize;
+                        last[id] = last[id].max((i + 1).min(steps.len() - 1));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
     for (i, s) in steps.iter().enumerate() {
         let (ins, run) = match s {
             Step::QConv2d { x, .. } => (vec![*x], steps[i + 1..].iter().take_while(|s| matches!(s, Step::Pointwise { .. })).count()),
@@ -254,5 +274,52 @@ mod tests {
         // ...with them it may not: the fused kernel writes it while reading x.
         let (place1, _) = place(&bufs, &mut steps(), &origins, true).unwrap();
         assert!(place1[2] >= 256 || place1[0] >= 1024, "{place1:?}");
+    }
+
+    #[test]
+    fn bytes_an_attention_may_read_outlive_their_dequantize_step() {
+        let arena = |size| VirtualBuf { home: Home::Arena, size };
+        // 0: bytes, 1: their f32 dequantization (q, k and v), 2: a buffer
+        // written between (the mask), 3: the attention's output, 4: what
+        // the step after it writes.
+        let bufs = [arena(256), arena(1024), arena(256), arena(1024), arena(256)];
+        let b = |id, len| vbuf(id, 0, len);
+        let attention = Step::Attention {
+            q: b(1, 1024),
+            k: b(1, 1024),
+            v: b(1, 1024),
+            mask: Some(b(2, 256)),
+            y: b(3, 1024),
+            batch: 1,
+            heads: 1,
+            sq: 16,
+            sk: 16,
+            d: 16,
+            dv: 16,
+            q_strides: [0, 0, 16, 1],
+            k_strides: [0, 0, 16, 1],
+            v_strides: [0, 0, 16, 1],
+            mask_strides: [0, 0, 16, 1],
+            y_strides: [0, 0, 16, 1],
+            scale: 0.25,
+        };
+        let steps = || {
+            vec![
+                fill(0, 0, 256),
+                Step::Pointwise { code: "pw0".into(), args: vec![b(0, 256), b(1, 1024)], rows: 1 },
+                fill(2, 0, 256),
+                attention.clone(),
+                Step::Pointwise { code: "pw1".into(), args: vec![b(3, 1024), b(4, 256)], rows: 1 },
+            ]
+        };
+        let origins: Vec<String> = (0..5).map(|i| format!("op {i}")).collect();
+        let apart = |p: &[u64], a: usize, b: usize| p[a] + bufs[a].size <= p[b] || p[b] + bufs[b].size <= p[a];
+        // Without the GPU's rule a later buffer may take the
+        // bytes' place...
+        let (p0, _) = place(&bufs, &mut steps(), &origins, false).unwrap();
+        assert!(!(apart(&p0, 0, 2) && apart(&p0, 0, 3) && apart(&p0, 0, 4)), "{p0:?}");
+        // ...with it the bytes stay until the step after the attention.
+        let (p1, _) = place(&bufs, &mut steps(), &origins, true).unwrap();
+        assert!(apart(&p1, 0, 2) && apart(&p1, 0, 3) && apart(&p1, 0, 4), "{p1:?}");
     }
 }

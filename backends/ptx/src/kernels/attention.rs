@@ -17,7 +17,12 @@
 //! returned [`Geometry`] says (at most 52 KiB). `R` is 32 for
 //! [`AttnPrecision::F32`] and 64 for the tensor-core precisions. An empty
 //! problem (`batch`, `heads`, `sq` or `dv` zero) gives a kernel that
-//! returns at once, grid `[1, 1, 1]`.
+//! returns at once, grid `[1, 1, 1]`. An operand of q, k, v given a
+//! dequantization ([`attention_bytes`]) is passed as 8-bit integers at the
+//! f32 operand's element offsets (4-byte loads where the f32 form loads 16
+//! bytes), each dequantized to the f32 value as it is staged: the kernel
+//! computes what it would on the dequantized f32 tensor, from a quarter of
+//! the bytes.
 //!
 //! - [`AttnPrecision::F32`] (`simt`, every architecture): CUDA cores, key
 //!   tiles of 32, fp32 throughout; the exponential is `pointwise::math`'s
@@ -103,7 +108,7 @@ pub fn attention(
     precision: AttnPrecision,
     sm: Sm,
 ) -> Result<Geometry, String> {
-    attention_with(m, name, spec, precision, sm, None)
+    attention_impl(m, name, spec, precision, sm, [None, None, None], None)
 }
 
 /// [`attention`] that also writes a [`HalfCopy`] of y through one more
@@ -116,7 +121,7 @@ pub fn attention_with(
     sm: Sm,
     half: Option<HalfCopy>,
 ) -> Result<Geometry, String> {
-    attention_impl(m, name, spec, precision, sm, half.map(Second::Half))
+    attention_impl(m, name, spec, precision, sm, [None, None, None], half.map(Second::Half))
 }
 
 /// [`attention`] followed by a quantization of y: `epi` (a pointwise
@@ -134,11 +139,43 @@ pub fn attention_quant(
     epi: &GemmEpilogue,
     keep_f32: bool,
 ) -> Result<Geometry, String> {
-    gemm_epilogue::check_quantization(epi, "an attention")?;
+    attention_bytes(m, name, spec, precision, sm, [None, None, None], Some((epi, keep_f32)))
+}
+
+/// The general form: operand `i` of q, k, v given `Some(dq)` in `inputs`
+/// is passed as 8-bit integers (at the f32 operand's element offsets and
+/// strides) and dequantized by `dq` (a pointwise kernel of the byte alone
+/// giving f32, as a GEMM epilogue without other operands) as the kernel
+/// stages it, the value the f32 operand would have held: a quarter of the
+/// bytes read. With `quant`, y's quantization as in [`attention_quant`].
+pub fn attention_bytes(
+    m: &mut ModuleText,
+    name: &str,
+    spec: &AttentionSpec,
+    precision: AttnPrecision,
+    sm: Sm,
+    inputs: [Option<&GemmEpilogue>; 3],
+    quant: Option<(&GemmEpilogue, bool)>,
+) -> Result<Geometry, String> {
     check_entry_name(name)?;
-    let f = format!("{name}_q");
-    define_epilogue_of(m, &f, epi)?;
-    attention_impl(m, name, spec, precision, sm, Some(Second::Quant(f, keep_f32)))
+    let mut loads: [Option<(String, bool)>; 3] = [None, None, None];
+    for (i, dq) in inputs.into_iter().enumerate() {
+        let Some(dq) = dq else { continue };
+        let signed = gemm_epilogue::check_dequantization(dq, &format!("attention operand {}", ["q", "k", "v"][i]))?;
+        let f = format!("{name}_dq{i}");
+        define_epilogue_of(m, &f, dq)?;
+        loads[i] = Some((f, signed));
+    }
+    let second = match quant {
+        Some((epi, keep_f32)) => {
+            gemm_epilogue::check_quantization(epi, "an attention")?;
+            let f = format!("{name}_q");
+            define_epilogue_of(m, &f, epi)?;
+            Some(Second::Quant(f, keep_f32))
+        }
+        None => None,
+    };
+    attention_impl(m, name, spec, precision, sm, loads, second)
 }
 
 /// A second output of y, through one more parameter after y.
@@ -165,6 +202,7 @@ fn attention_impl(
     spec: &AttentionSpec,
     precision: AttnPrecision,
     sm: Sm,
+    loads: [Option<(String, bool)>; 3],
     second: Option<Second>,
 ) -> Result<Geometry, String> {
     check_entry_name(name)?;
@@ -202,6 +240,7 @@ fn attention_impl(
     }
     let mut e = Emit::new();
     e.second = second.map(|h| (h, format!("%p{}", params - 1)));
+    e.loads = loads;
     let smem = match precision {
         AttnPrecision::F32 => simt::emit(m, &mut e, s, tiles),
         AttnPrecision::F16 => tc::emit(m, &mut e, s, tiles, false),
@@ -270,6 +309,9 @@ pub(super) struct Emit {
     attrs: String,
     /// Stores of y also write a half copy or bytes through this parameter.
     second: Option<(Second, String)>,
+    /// Per q, k, v: read as bytes (signed or not) and dequantized by the
+    /// helper named as they are staged.
+    loads: [Option<(String, bool)>; 3],
 }
 
 impl Emit {
@@ -280,6 +322,7 @@ impl Emit {
             next_alloca: 0,
             attrs: String::new(),
             second: None,
+            loads: [None, None, None],
         }
     }
 
@@ -519,18 +562,40 @@ fn stage(e: &mut Emit, tid: &str, t: &Tile, mut put: impl FnMut(&mut Emit, &str,
                 ok = e.v(format!("and i1 {ok}, {fok}"));
             }
             let o = offset(e, t.base, t.st, &row, &f0, &ok);
-            let p = e.gptr(t.param, &o);
-            let vals: Vec<String> = if t.vec {
-                let x = e.v(format!("load <4 x float>, ptr addrspace(1) {p}, align 16"));
-                let x = e.v(format!(
-                    "select i1 {ok}, <4 x float> {x}, <4 x float> zeroinitializer"
-                ));
-                (0..4)
-                    .map(|i| e.v(format!("extractelement <4 x float> {x}, i32 {i}")))
-                    .collect()
-            } else {
-                let x = e.v(format!("load float, ptr addrspace(1) {p}, align 4"));
-                vec![e.v(format!("select i1 {ok}, float {x}, float 0.0"))]
+            let vals: Vec<String> = match e.loads.get(t.param).cloned().flatten() {
+                // Bytes at the f32 operand's element offsets, dequantized.
+                Some((f, signed)) => {
+                    let p = e.v(format!("getelementptr inbounds i8, ptr addrspace(1) %p{}, i64 {o}", t.param));
+                    let raw: Vec<String> = if t.vec {
+                        let x = e.v(format!("load <4 x i8>, ptr addrspace(1) {p}, align 4"));
+                        (0..4).map(|i| e.v(format!("extractelement <4 x i8> {x}, i32 {i}"))).collect()
+                    } else {
+                        vec![e.v(format!("load i8, ptr addrspace(1) {p}, align 1"))]
+                    };
+                    let conv = if signed { "sitofp" } else { "uitofp" };
+                    raw.iter()
+                        .map(|b| {
+                            let x = e.v(format!("{conv} i8 {b} to float"));
+                            let x = e.v(format!("call float @{f}(float {x})"));
+                            e.v(format!("select i1 {ok}, float {x}, float 0.0"))
+                        })
+                        .collect()
+                }
+                None if t.vec => {
+                    let p = e.gptr(t.param, &o);
+                    let x = e.v(format!("load <4 x float>, ptr addrspace(1) {p}, align 16"));
+                    let x = e.v(format!(
+                        "select i1 {ok}, <4 x float> {x}, <4 x float> zeroinitializer"
+                    ));
+                    (0..4)
+                        .map(|i| e.v(format!("extractelement <4 x float> {x}, i32 {i}")))
+                        .collect()
+                }
+                None => {
+                    let p = e.gptr(t.param, &o);
+                    let x = e.v(format!("load float, ptr addrspace(1) {p}, align 4"));
+                    vec![e.v(format!("select i1 {ok}, float {x}, float 0.0"))]
+                }
             };
             put(e, &r, &f0, &vals);
         };

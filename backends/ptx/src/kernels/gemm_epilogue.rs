@@ -74,6 +74,22 @@ pub(crate) fn check_quantization(epi: &GemmEpilogue, what: &str) -> Result<(), S
     Ok(())
 }
 
+/// Checks that `epi` is a dequantization of an 8-bit operand read alone
+/// (operand 0 u8 or i8, an f32 result, no other operand), the form a
+/// kernel reading bytes in place of f32 values (`what`) evaluates as it
+/// loads them. Returns whether the bytes are signed.
+pub(crate) fn check_dequantization(epi: &GemmEpilogue, what: &str) -> Result<bool, String> {
+    let k = &epi.kernel;
+    if !epi.strides.is_empty() || k.operands.len() != 1 || k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 {
+        return Err(format!("{what}'s dequantization reads an 8-bit value alone and gives f32"));
+    }
+    match k.operands[0].dtype {
+        Scalar::U8 => Ok(false),
+        Scalar::I8 => Ok(true),
+        other => Err(format!("{what}'s dequantization reads 8-bit integers, not {}", other.name())),
+    }
+}
+
 /// The kernel's parameters `%p0 …` (A, B, bias if any, C; all read-only
 /// but C) and the epilogue's operands `%e1 …` after C; with an epilogue,
 /// defines its helper `@{name}_epi` and returns it. Called also for an

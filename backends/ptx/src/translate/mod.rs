@@ -60,7 +60,7 @@ use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
 pub use epilogue::affine_over;
-use epilogue::{attention_quant, fusable_epilogue, gemm_output, layer_norm_quant, moved_epilogue, q_epilogue};
+use epilogue::{attention_quant, dequantized_for_attention, fusable_epilogue, gemm_output, layer_norm_quant, moved_epilogue, q_epilogue};
 use gemm::GemmBufs;
 use half::{HalfCopies, Remake};
 use weights::WeightSection;
@@ -371,7 +371,7 @@ impl<'a> Tr<'a, '_> {
                 self.produced(*y, Remake::LayerNorm(p));
                 Ok(())
             }
-            Step::Attention { .. } => self.attention(step, origin, None),
+            Step::Attention { .. } => self.attention(step, origin, None, &[None, None, None]),
             Step::QConv2d { x, w, comp, scale, shift, y, geom, q } => {
                 let spec = QConvSpec { geom: *geom, q: *q };
                 self.qconv2d(spec, [x, w, comp, scale, shift, y], origin, None)
@@ -415,11 +415,14 @@ impl<'a> Tr<'a, '_> {
 
     /// An attention step (`step`), with its output's quantization as a
     /// byte output (`quant`: the epilogue, its buffer, whether y's f32
-    /// stores stay) or alone.
-    fn attention(&mut self, step: &Step, origin: &str, quant: Option<(&GemmEpilogue, Buf, bool)>) -> Result<(), String> {
+    /// stores stay) or alone, reading q, k, v as bytes where `bytes` gives
+    /// their buffer and dequantization ([`dequantized_for_attention`]).
+    fn attention(&mut self, step: &Step, origin: &str, quant: Option<(&GemmEpilogue, Buf, bool)>, bytes: &[Option<(Buf, GemmEpilogue)>; 3]) -> Result<(), String> {
         let Step::Attention { q, k, v, mask, y, batch, heads, sq, sk, d, dv, q_strides, k_strides, v_strides, mask_strides, y_strides, scale } = step else {
             return Err("internal error: not an attention step".to_string());
         };
+        // The buffers the kernel reads: the bytes in place of a dequantized f32 operand.
+        let [q, k, v] = [(q, &bytes[0]), (k, &bytes[1]), (v, &bytes[2])].map(|(b, by)| by.as_ref().map_or(*b, |(bb, _)| *bb));
         let spec = AttentionSpec {
             batch: *batch,
             heads: *heads,
@@ -433,7 +436,7 @@ impl<'a> Tr<'a, '_> {
             y: *y_strides,
             mask: mask.map(|_| *mask_strides),
             scale: *scale,
-            aligned16: aligned16(&[q, k, v, y].into_iter().chain(mask.as_ref()).collect::<Vec<_>>()),
+            aligned16: aligned16(&[&q, &k, &v, y].into_iter().chain(mask.as_ref()).collect::<Vec<_>>()),
         };
         let p = match self.precision {
             _ if !self.sm.has_mma_f16() => AttnPrecision::F32,
@@ -442,17 +445,19 @@ impl<'a> Tr<'a, '_> {
             Precision::Bf16 => AttnPrecision::Bf16,
         };
         let sm = self.sm;
-        let mut args = vec![Arg::In(*q), Arg::In(*k), Arg::In(*v)];
+        let mut args = vec![Arg::In(q), Arg::In(k), Arg::In(v)];
         args.extend(mask.map(Arg::In));
         args.push(Arg::Out(*y));
-        let Some((e, out, keep_f32)) = quant else {
+        let dq = [0, 1, 2].map(|i| bytes[i].as_ref().map(|(_, e)| e));
+        if quant.is_none() && dq.iter().all(Option::is_none) {
             let kern = self.kernel("attention", (&spec, p), |m, n| attention::attention(m, n, &spec, p, sm))?;
             self.launch(kern, args, origin);
             self.produced(*y, Remake::Attention(spec, p));
             return Ok(());
-        };
-        let kern = self.kernel("attention_q", (&spec, p, e, keep_f32), |m, n| attention::attention_quant(m, n, &spec, p, sm, e, keep_f32))?;
-        args.push(Arg::Out(out));
+        }
+        let q = quant.map(|(e, _, keep)| (e, keep));
+        let kern = self.kernel("attention_q", (&spec, p, q, dq), |m, n| attention::attention_bytes(m, n, &spec, p, sm, dq, q))?;
+        args.extend(quant.map(|(_, out, _)| Arg::Out(out)));
         self.launch(kern, args, origin);
         Ok(())
     }
@@ -654,6 +659,9 @@ pub fn translate_tuned(
         unmoved: None,
     };
     let has_control = steps.iter().any(Step::is_control);
+    // Attention operands read as bytes: (attention step, the f32 buffer it
+    // names, the bytes, their dequantization).
+    let mut byte_inputs: Vec<(usize, Buf, Buf, GemmEpilogue)> = Vec::new();
     let mut i = 0;
     // The first item of each step (`None` for a step fused into the one
     // before it), for control items' targets.
@@ -668,6 +676,17 @@ pub fn translate_tuned(
             // fp8 one stores its e4m3 bytes.
             let spec = QConvSpec { geom: *geom, q: *q };
             let mn = (geom.n * geom.oh * geom.ow, geom.oc);
+            // Bytes that attentions dequantize as they read them: the
+            // convolution stores them, the dequantize step goes.
+            if !has_control
+                && q.elem == QuantElem::Int8
+                && let Some((dq, f32_buf, readers)) = steps.get(i + 1).and_then(|next| dequantized_for_attention((y, q.y_signed), next, &steps[i + 2..], &tr.pointwise))
+            {
+                tr.qconv2d(spec, [x, w, comp, scale, shift, y], origin, None).map_err(|e| format!("{origin}: {e}"))?;
+                byte_inputs.extend(readers.into_iter().map(|r| (i + 2 + r, f32_buf, *y, dq.clone())));
+                i += 2;
+                continue;
+            }
             // The chain of pointwise steps after it, merged, longest first.
             let fused = (q_wgmma_form(&spec, sm).is_some() && q.elem == QuantElem::Int8)
                 .then(|| {
@@ -701,13 +720,13 @@ pub fn translate_tuned(
             i += 2;
             continue;
         }
-        // So does an attention.
-        if let Step::Attention { .. } = step
-            && !has_control
-            && let Some((e, out, keep_f32)) = steps.get(i + 1).and_then(|next| attention_quant(step, next, &steps[i + 2..], &tr.pointwise))
-        {
-            tr.attention(step, origin, Some((&e, out, keep_f32))).map_err(|e| format!("{origin}: {e}"))?;
-            i += 2;
+        // So does an attention; it may read bytes for q, k, v.
+        if let Step::Attention { q, k, v, .. } = step {
+            let bytes = [q, k, v].map(|b| byte_inputs.iter().find(|(at, f, _, _)| *at == i && f == b).map(|(_, _, y, dq)| (*y, dq.clone())));
+            let quant = if has_control { None } else { steps.get(i + 1).and_then(|next| attention_quant(step, next, &steps[i + 2..], &tr.pointwise)) }
+                .filter(|(_, out, _)| bytes.iter().flatten().all(|(b, _)| !overlaps(b, out)));
+            tr.attention(step, origin, quant.as_ref().map(|(e, out, keep)| (e, *out, *keep)), &bytes).map_err(|e| format!("{origin}: {e}"))?;
+            i += if quant.is_some() { 2 } else { 1 };
             continue;
         }
         let fused = gemm_output(step)

@@ -521,3 +521,98 @@ fn attention_quant_stores_y_quantized() {
     let float = GemmEpilogue { kernel: super::kernel("", &[n as u64], &[(Scalar::F32, &[1])], &exprs, Scalar::F32), strides: vec![] };
     assert!(attention_quant(&mut m, "attn_q_bad", &s, AttnPrecision::F32, Sm::Sm86, &float, true).is_err());
 }
+
+/// An attention reading q, k or v as bytes (`attention_bytes`) computes
+/// exactly what it does on the dequantized f32 tensors: each byte goes
+/// through its dequantization (`(b − z)·s`, u8 or i8) as it is staged.
+/// Runs the f32 kernel on the host JIT, in BERT's layout (4-byte loads)
+/// and an odd one (byte loads), every operand as bytes and one alone, with
+/// y's quantization beside; the PTX of the tensor-core kernels assembles
+/// without spills; a dequantization of f32 values is refused.
+#[test]
+fn attention_reads_dequantized_bytes() {
+    use aoc_backend_ptx::expr::{Binary, Expr};
+    use aoc_backend_ptx::kernels::GemmEpilogue;
+    use aoc_backend_ptx::kernels::attention::attention_bytes;
+    use aoc_ir::types::Scalar;
+    let dequantize = |n: usize, dtype: Scalar, zero: f32, scale: f32| {
+        let exprs = [Expr::Load(0), Expr::Const(zero), Expr::Binary(Binary::Sub, 0, 1), Expr::Const(scale), Expr::Binary(Binary::Mul, 2, 3)];
+        GemmEpilogue { kernel: super::kernel("", &[n as u64], &[(dtype, &[1])], &exprs, Scalar::F32), strides: vec![] }
+    };
+    let (bert, _, _) = second_output_case();
+    let mut odd = spec(1, 2, 5, 7, 3, 5);
+    odd.mask = Some([0, 0, 7, 1]);
+    for (case, s) in [("bert", bert), ("odd", odd)] {
+        let ext = |r: u64, f: u64| [s.batch, s.heads, r, f];
+        let lens = [span(s.q, ext(s.sq, s.d)), span(s.k, ext(s.sk, s.d)), span(s.v, ext(s.sk, s.dv))];
+        let n = span(s.y, ext(s.sq, s.dv));
+        let mask = s.mask.map(|m| values(span(m, [s.batch, s.heads, s.sq, s.sk]), 4));
+        // q and v unsigned, k signed; the bytes, their dequantization, and
+        // the f32 values it gives.
+        let params = [(Scalar::U8, 121.0, 0.021f32), (Scalar::I8, -3.0, 0.017), (Scalar::U8, 130.0, 0.013)];
+        let mut seed = 7u64;
+        let raw: Vec<Vec<u8>> = lens
+            .iter()
+            .map(|&len| {
+                (0..len)
+                    .map(|_| {
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        (seed >> 56) as u8
+                    })
+                    .collect()
+            })
+            .collect();
+        let dqs: Vec<GemmEpilogue> = (0..3).map(|i| dequantize(lens[i], params[i].0, params[i].1, params[i].2)).collect();
+        let floats: Vec<Vec<f32>> = (0..3)
+            .map(|i| {
+                let (t, z, sc) = params[i];
+                raw[i].iter().map(|&b| (if t == Scalar::I8 { b as i8 as f32 } else { b as f32 } - z) * sc).collect()
+            })
+            .collect();
+        let run = |name: &str, which: [bool; 3]| -> Vec<f32> {
+            let mut m = ModuleText::new();
+            let inputs = [0, 1, 2].map(|i| which[i].then_some(&dqs[i]));
+            let g = attention_bytes(&mut m, name, &s, AttnPrecision::F32, Sm::Sm86, inputs, None).unwrap();
+            let ir = m.finish().replace("@llvm.nvvm.ex2.approx.f32", "@llvm.exp2.f32");
+            let mut bufs: Vec<Mem> = (0..3).map(|i| if which[i] { Mem::new(&raw[i], 0) } else { Mem::from_f32s(&floats[i]) }).collect();
+            bufs.extend(mask.as_ref().map(|m| Mem::from_f32s(m)));
+            bufs.push(Mem::from_f32s(&vec![7.5; n]));
+            let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
+            with_jit(&ir, |run| run(name, g, &mut refs));
+            bufs.last().unwrap().to_f32s()
+        };
+        let want = run(&format!("attn_dq_{case}_none"), [false; 3]);
+        assert!(want.iter().any(|&x| x != 7.5 && x != 0.0), "{case}: y not written");
+        for (tag, which) in [("all", [true; 3]), ("k", [false, true, false])] {
+            let got = run(&format!("attn_dq_{case}_{tag}"), which);
+            for (o, (&a, &b)) in got.iter().zip(&want).enumerate() {
+                assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{case} {tag}: element {o}: {a} from bytes, {b} from f32");
+            }
+        }
+    }
+    // The tensor-core kernels with bytes in and bytes out assemble.
+    let (s, _, n) = second_output_case();
+    let q_exprs = [Expr::Load(0), Expr::Const(0.01), Expr::Binary(Binary::Div, 0, 1), Expr::Const(0.0), Expr::Binary(Binary::Max, 2, 3), Expr::Const(255.0), Expr::Binary(Binary::Min, 4, 5)];
+    let quant = GemmEpilogue { kernel: super::kernel("", &[n as u64], &[(Scalar::F32, &[1])], &q_exprs, Scalar::U8), strides: vec![] };
+    let dq = dequantize(n, Scalar::U8, 128.0, 0.02);
+    for (p, sm) in [(AttnPrecision::F16, Sm::Sm90a), (AttnPrecision::Bf16, Sm::Sm86), (AttnPrecision::F32, Sm::Sm75)] {
+        let mut m = ModuleText::new();
+        attention_bytes(&mut m, "attn_dq_tc", &s, p, sm, [Some(&dq); 3], Some((&quant, false))).unwrap();
+        let ptx = ir_to_ptx(&m.finish(), sm).unwrap_or_else(|e| panic!("{sm}: {e}"));
+        let body = super::entry(&ptx, "attn_dq_tc");
+        assert!(!body.contains("ld.global.nc.v4.f32") && !body.contains("ld.global.v4.f32"), "{sm}: f32 vector loads of byte operands");
+        assert!(body.contains(".u32") || body.contains(".b32"), "{sm}");
+        if let Ok(x) = super::find_ptxas() {
+            let report = super::assemble(&x, &ptx, sm, "attention-bytes");
+            assert!(report.contains(" 0 bytes spill stores, 0 bytes spill loads"), "{sm}: {report}");
+        }
+    }
+    // Refused: a dequantization reading f32, or with another operand.
+    let mut m = ModuleText::new();
+    let f32_in = dequantize(n, Scalar::F32, 0.0, 1.0);
+    assert!(attention_bytes(&mut m, "attn_dq_bad", &s, AttnPrecision::F32, Sm::Sm86, [Some(&f32_in), None, None], None).is_err());
+    let mut two = dequantize(n, Scalar::U8, 0.0, 1.0);
+    two.kernel.operands.push(two.kernel.operands[0].clone());
+    two.strides.push([0, 0, 1]);
+    assert!(attention_bytes(&mut m, "attn_dq_bad", &s, AttnPrecision::F32, Sm::Sm86, [None, Some(&two), None], None).is_err());
+}
