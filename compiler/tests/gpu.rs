@@ -1256,10 +1256,11 @@ fn calibration(d: &Path, shape: &[usize]) -> Result<PathBuf, Failed> {
 
 /// A BERT-style attention block (batch 2, 64 tokens, 2 heads of 64):
 /// q, k and v projections with biases, reshaped and transposed into heads,
-/// scaled dot-product attention, heads merged, an output projection;
-/// quantized by `aoc quantize --target sm_90`, which leaves the attention
-/// in float: each projection's bytes are dequantized for the attention
-/// alone.
+/// scaled dot-product attention, heads merged, an output projection, the
+/// residual add and a layer norm; quantized by `aoc quantize --target
+/// sm_90`, which leaves the attention and the layer norm in float: each
+/// projection's bytes are dequantized for the attention alone, and the
+/// residual sum's for the layer norm.
 fn int8_attention_model(tag: &str) -> Result<Model, Failed> {
     let (b, s, h, heads) = (2, 64, 128, 2);
     let hd = h / heads;
@@ -1297,9 +1298,15 @@ fn int8_attention_model(tag: &str) -> Result<Model, Failed> {
          %ot = core.transpose %o {{perm = [0, 2, 1, 3]}} : tensor<{b}x{s}x{heads}x{hd}xf32>\n  \
          %om = core.reshape %ot {{shape = [{b}, {s}, {h}]}} : tensor<{b}x{s}x{h}xf32>\n  \
          %wo = const dense<{}> : tensor<{h}x{h}xf32>\n  \
-         %y = core.matmul %om, %wo : tensor<{b}x{s}x{h}xf32>\n  \
+         %y0 = core.matmul %om, %wo : tensor<{b}x{s}x{h}xf32>\n  \
+         %r = core.add %y0, %x : tensor<{b}x{s}x{h}xf32>\n  \
+         %g = const dense<{}> : tensor<{h}xf32>\n  \
+         %be = const dense<{}> : tensor<{h}xf32>\n  \
+         %y = core.layer_norm %r, %g, %be {{epsilon = 1e-5}} : tensor<{b}x{s}x{h}xf32>\n  \
          return %y : tensor<{b}x{s}x{h}xf32>\n}}\n",
-        dense(h, h, 31)
+        dense(h, h, 31),
+        bias(41),
+        bias(42)
     );
     // Every op named, as an imported model's are (`aoc quantize` keeps a
     // named layer without an integer kernel on the target in float).
@@ -1326,10 +1333,12 @@ fn int8_attention_model(tag: &str) -> Result<Model, Failed> {
 }
 
 /// The attention of [`int8_attention_model`] reads the projections' bytes
-/// and dequantizes them as it stages them (`attention::attention_bytes`):
-/// its kernel defines a dequantization for each of q, k and v, and no
-/// launch before it dequantizes (`make gpu-test` runs the model against
-/// the interpreter as `gpu_int8_attention_*`).
+/// and dequantizes them as it stages them (`attention::attention_bytes`),
+/// and so does the layer norm with the residual sum
+/// (`rows::layer_norm_bytes`): their kernels define a dequantization for
+/// each of q, k and v and for x, and no launch dequantizes before the
+/// attention (`make gpu-test` runs the model against the interpreter as
+/// `gpu_int8_attention_*`).
 fn int8_attention_reads_bytes() -> Result<(), Failed> {
     let m = int8_attention_model("build")?;
     let d = scratch("int8_attention_emit");
@@ -1338,6 +1347,9 @@ fn int8_attention_reads_bytes() -> Result<(), Failed> {
         let dq = |i: usize| ll.lines().any(|l| l.starts_with("define internal float @attention") && l.contains(&format!("_dq{i}(")));
         if !(dq(0) && dq(1) && dq(2)) {
             return Err(format!("{target}: the attention does not dequantize q, k and v itself").into());
+        }
+        if !ll.lines().any(|l| l.starts_with("define internal float @layer_norm") && l.contains("_dq(")) {
+            return Err(format!("{target}: the layer norm does not dequantize its input itself").into());
         }
         let ptx = emit(&m.file, target, "fp16", "ptx", &d.join("model.ptx"))?;
         // Before the attention (the model's output may be dequantized alone on sm_86).

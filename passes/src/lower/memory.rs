@@ -130,10 +130,11 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String], epilogues:
 /// live until the last of those steps, so their outputs never land on it.
 /// Likewise an attention or a layer norm may write the quantization of
 /// its output (the pointwise step right after it) as a second output: its
-/// inputs stay live over that step. And an attention may read the 8-bit
-/// input of the step that dequantized its q, k or v (a pointwise step of
-/// one input a quarter of its output's size) in place of the f32 tensor:
-/// that input stays live over the attention and the step after it.
+/// inputs stay live over that step. And an attention (a layer norm) may
+/// read the 8-bit input of the step that dequantized its q, k or v (its
+/// x), a pointwise step of one input a quarter of its output's size, in
+/// place of the f32 tensor: that input stays live over the reader and the
+/// step after it.
 fn extend_over_epilogues(steps: &[Step], last: &mut [usize]) {
     let mut dequantized: Vec<(u32, u32)> = Vec::new();
     for (i, s) in steps.iter().enumerate() {
@@ -141,8 +142,13 @@ fn extend_over_epilogues(steps: &[Step], last: &mut [usize]) {
             Step::Pointwise { args, .. } if args.len() == 2 && args[0].len.checked_mul(4) == Some(args[1].len) => {
                 dequantized.push((args[1].index, args[0].index));
             }
-            Step::Attention { q, k, v, .. } => {
-                for b in [q, k, v] {
+            Step::Attention { .. } | Step::LayerNorm { .. } => {
+                let read: Vec<&aoc_plan::plan::Buf> = match s {
+                    Step::Attention { q, k, v, .. } => vec![q, k, v],
+                    Step::LayerNorm { x, .. } => vec![x],
+                    _ => unreachable!(),
+                };
+                for b in read {
                     for &(_, input) in dequantized.iter().filter(|(out, _)| *out == b.index) {
                         let id = input as usize;
                         last[id] = last[id].max((i + 1).min(steps.len() - 1));

@@ -63,6 +63,6 @@ mod pool;
 mod reduce;
 mod row;
 
-pub use norm::{layer_norm, layer_norm_quant, layer_norm_with, softmax};
+pub use norm::{layer_norm, layer_norm_bytes, layer_norm_quant, layer_norm_with, softmax};
 pub use pool::{pool, pool_with, qmax_pool};
 pub use reduce::reduce;

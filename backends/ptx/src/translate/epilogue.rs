@@ -233,70 +233,6 @@ fn quantized_copy(y: &Buf, n: u64, inputs: &[Option<Buf>], next: &Step, later: &
     Some((e, *out, keep_f32))
 }
 
-/// An int8 convolution's bytes `y` (signed when `y_signed`) that the next
-/// step (`next`) dequantizes alone, densely, into f32 `out` read by
-/// attention steps only (as q, k or v, the whole buffer) before anything
-/// overwrites it: those attentions can read the bytes and dequantize them
-/// as they stage (`attention::attention_bytes`), so the convolution stores
-/// its bytes, the dequantize step goes, and nothing stores or reloads the
-/// f32 tensor, four times the bytes. Holds only while no step up to the
-/// last of those attentions writes over `y` (the GPU memory plan keeps `y`
-/// live that long: `passes::lower::memory`). Returns the dequantization
-/// (an epilogue of the byte alone), `out`, and the indices in `later` of
-/// the attentions that read it.
-pub(super) fn dequantized_for_attention(
-    (y, y_signed): (&Buf, bool),
-    next: &Step,
-    later: &[Step],
-    kernels: &HashMap<&str, &PointwiseKernel>,
-) -> Option<(GemmEpilogue, Buf, Vec<usize>)> {
-    let Step::Pointwise { code, args, .. } = next else { return None };
-    let k = kernels.get(code.as_str())?;
-    let [input, out] = args.as_slice() else { return None };
-    let own = if y_signed { Scalar::I8 } else { Scalar::U8 };
-    if input != y || k.operands.len() != 1 || k.operands[0].dtype != own || k.operands[0].strides != row_major(&k.dims) {
-        return None;
-    }
-    let n = k.dims.iter().product::<u64>();
-    if k.out_dtype != Scalar::F32 || k.compute != crate::expr::Compute::F32 || n == 0 || y.len != n || out.len != 4 * n {
-        return None;
-    }
-    if out.space != Space::Arena || overlaps(out, y) {
-        return None;
-    }
-    // The attentions reading `out`, up to the first step writing over it.
-    let mut readers = Vec::new();
-    let mut end = later.len();
-    for (j, s) in later.iter().enumerate() {
-        let bufs = super::half::bufs_of(s);
-        if bufs.iter().any(|(b, w)| *w && overlaps(b, out)) {
-            end = j;
-            break;
-        }
-        if !bufs.iter().any(|(b, _)| overlaps(b, out)) {
-            continue;
-        }
-        let Step::Attention { q, k, v, mask, y: ay, .. } = s else { return None };
-        let qkv_only = [q, k, v].iter().all(|b| *b == out || !overlaps(b, out)) && mask.is_none_or(|m| !overlaps(&m, out));
-        if !qkv_only || overlaps(ay, y) {
-            return None;
-        }
-        readers.push(j);
-    }
-    let &last = readers.last()?;
-    // Nothing after the first write reads what is left of `out`, and `y`
-    // keeps its bytes until the last reader.
-    let rest: Vec<Vec<(Buf, bool)>> = later[end..].iter().map(super::half::bufs_of).collect();
-    if super::half::read_later(&rest, out) {
-        return None;
-    }
-    if later[..=last].iter().any(|s| super::half::bufs_of(s).iter().any(|(b, w)| *w && overlaps(b, y))) {
-        return None;
-    }
-    let (dq, _) = as_epilogue(k, &args[..1], 0, 1, n)?;
-    Some((dq, *out, readers))
-}
-
 /// What [`moved_epilogue`] found.
 pub(super) struct MovedEpilogue {
     pub epilogue: GemmEpilogue,
@@ -393,7 +329,7 @@ pub(super) fn row_major(dims: &[u64]) -> Vec<u64> {
 /// Kernel `k` (operands `ins`) as the epilogue of an `m × n` product that
 /// operand `me` reads: that operand first, the others' strides over the
 /// product (each must be affine), and their buffers in order.
-fn as_epilogue(k: &PointwiseKernel, ins: &[Buf], me: usize, m: u64, n: u64) -> Option<(GemmEpilogue, Vec<Buf>)> {
+pub(super) fn as_epilogue(k: &PointwiseKernel, ins: &[Buf], me: usize, m: u64, n: u64) -> Option<(GemmEpilogue, Vec<Buf>)> {
     let mut order = vec![me];
     order.extend((0..ins.len()).filter(|&i| i != me));
     let mut kernel = (*k).clone();

@@ -59,6 +59,11 @@ fn merge_pass(steps: &mut Vec<Step>, origins: &mut Vec<String>, kernels: &mut Ve
             match step {
                 Step::Pointwise { code: c2, args: a2, .. } => {
                     let k2 = &kernels[*by_name.get(c2)?];
+                    // A dequantize whose readers take its bytes goes later
+                    // (`bytes.rs`): the step before keeps storing them.
+                    if super::bytes::read_as_bytes(k2, a2, &steps[i + 1..]).is_some() {
+                        return None;
+                    }
                     merge_two((k1, a1), (k2, a2), [&steps[i + 1..], &[]], None)
                 }
                 // Not where the pointwise step may become the epilogue of

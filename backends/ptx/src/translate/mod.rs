@@ -35,6 +35,7 @@
 //!   slots and split-k's partial sums (read by the launch right after
 //!   they are written); a split-k GEMM forgets every half copy.
 
+mod bytes;
 mod epilogue;
 mod gemm;
 mod half;
@@ -60,7 +61,7 @@ use crate::pointwise::{add_to_module, is_vectorized, work_items};
 use crate::target::Sm;
 
 pub use epilogue::affine_over;
-use epilogue::{attention_quant, dequantized_for_attention, fusable_epilogue, gemm_output, layer_norm_quant, moved_epilogue, q_epilogue};
+use epilogue::{attention_quant, fusable_epilogue, gemm_output, layer_norm_quant, moved_epilogue, q_epilogue};
 use gemm::GemmBufs;
 use half::{HalfCopies, Remake};
 use weights::WeightSection;
@@ -642,6 +643,7 @@ pub fn translate_tuned(
     let mut steps = lowered.plan.steps.clone();
     let mut origins = lowered.plan.origins.clone();
     merge::merge_pointwise(&mut steps, &mut origins, &mut kernels);
+    let byte_inputs = bytes::drop_dequantize_steps(&mut steps, &mut origins, &kernels.iter().map(|k| (k.name.as_str(), k)).collect());
     let scratch_at = lowered.arena_bytes.div_ceil(256) * 256;
     let mut tr = Tr {
         sm,
@@ -659,9 +661,6 @@ pub fn translate_tuned(
         unmoved: None,
     };
     let has_control = steps.iter().any(Step::is_control);
-    // Attention operands read as bytes: (attention step, the f32 buffer it
-    // names, the bytes, their dequantization).
-    let mut byte_inputs: Vec<(usize, Buf, Buf, GemmEpilogue)> = Vec::new();
     let mut i = 0;
     // The first item of each step (`None` for a step fused into the one
     // before it), for control items' targets.
@@ -676,17 +675,6 @@ pub fn translate_tuned(
             // fp8 one stores its e4m3 bytes.
             let spec = QConvSpec { geom: *geom, q: *q };
             let mn = (geom.n * geom.oh * geom.ow, geom.oc);
-            // Bytes that attentions dequantize as they read them: the
-            // convolution stores them, the dequantize step goes.
-            if !has_control
-                && q.elem == QuantElem::Int8
-                && let Some((dq, f32_buf, readers)) = steps.get(i + 1).and_then(|next| dequantized_for_attention((y, q.y_signed), next, &steps[i + 2..], &tr.pointwise))
-            {
-                tr.qconv2d(spec, [x, w, comp, scale, shift, y], origin, None).map_err(|e| format!("{origin}: {e}"))?;
-                byte_inputs.extend(readers.into_iter().map(|r| (i + 2 + r, f32_buf, *y, dq.clone())));
-                i += 2;
-                continue;
-            }
             // The chain of pointwise steps after it, merged, longest first.
             let fused = (q_wgmma_form(&spec, sm).is_some() && q.elem == QuantElem::Int8)
                 .then(|| {
@@ -701,28 +689,30 @@ pub fn translate_tuned(
         }
         // A layer norm whose output the next step quantizes writes the
         // bytes itself.
-        if let Step::LayerNorm { x, gamma, beta, y, rows: r, cols, epsilon } = step
-            && !has_control
-            && let Some((e, out, keep_f32)) = steps.get(i + 1).and_then(|next| layer_norm_quant(step, next, &steps[i + 2..], &tr.pointwise))
-        {
-            let p = (*r, *cols, epsilon.to_bits(), gamma.is_some(), beta.is_some());
-            let k = tr
-                .kernel("layer_norm_q", (p, &e, keep_f32), |m, n| {
-                    rows::layer_norm_quant(m, n, p.0, p.1, f32::from_bits(p.2), p.3, p.4, &e, keep_f32)
-                })
-                .map_err(|e| format!("{origin}: {e}"))?;
-            let mut args = vec![Arg::In(*x)];
-            args.extend(gamma.map(Arg::In));
-            args.extend(beta.map(Arg::In));
-            args.push(Arg::Out(*y));
-            args.push(Arg::Out(out));
-            tr.launch(k, args, origin);
-            i += 2;
-            continue;
+        if let Step::LayerNorm { x, gamma, beta, y, rows: r, cols, epsilon } = step {
+            let x_bytes = byte_inputs.iter().find(|b| b.step == i).map(|b| (b.bytes, b.dq.clone()));
+            let quant = if has_control { None } else { steps.get(i + 1).and_then(|next| layer_norm_quant(step, next, &steps[i + 2..], &tr.pointwise)) }
+                .filter(|(_, out, _)| x_bytes.as_ref().is_none_or(|(b, _)| !overlaps(b, out)));
+            if quant.is_some() || x_bytes.is_some() {
+                let p = (*r, *cols, epsilon.to_bits(), gamma.is_some(), beta.is_some());
+                let (dq, q) = (x_bytes.as_ref().map(|(_, e)| e), quant.as_ref().map(|(e, _, keep)| (e, *keep)));
+                let kind = if q.is_some() { "layer_norm_q" } else { "layer_norm_dq" };
+                let k = tr
+                    .kernel(kind, (p, q, dq), |m, n| rows::layer_norm_bytes(m, n, p.0, p.1, f32::from_bits(p.2), p.3, p.4, dq, q))
+                    .map_err(|e| format!("{origin}: {e}"))?;
+                let mut args = vec![Arg::In(x_bytes.as_ref().map_or(*x, |(b, _)| *b))];
+                args.extend(gamma.map(Arg::In));
+                args.extend(beta.map(Arg::In));
+                args.push(Arg::Out(*y));
+                args.extend(quant.as_ref().map(|(_, out, _)| Arg::Out(*out)));
+                tr.launch(k, args, origin);
+                i += if quant.is_some() { 2 } else { 1 };
+                continue;
+            }
         }
         // So does an attention; it may read bytes for q, k, v.
-        if let Step::Attention { q, k, v, .. } = step {
-            let bytes = [q, k, v].map(|b| byte_inputs.iter().find(|(at, f, _, _)| *at == i && f == b).map(|(_, _, y, dq)| (*y, dq.clone())));
+        if let Step::Attention { .. } = step {
+            let bytes = [0, 1, 2].map(|o| byte_inputs.iter().find(|b| b.step == i && b.operand == o).map(|b| (b.bytes, b.dq.clone())));
             let quant = if has_control { None } else { steps.get(i + 1).and_then(|next| attention_quant(step, next, &steps[i + 2..], &tr.pointwise)) }
                 .filter(|(_, out, _)| bytes.iter().flatten().all(|(b, _)| !overlaps(b, out)));
             tr.attention(step, origin, quant.as_ref().map(|(e, out, keep)| (e, *out, *keep)), &bytes).map_err(|e| format!("{origin}: {e}"))?;

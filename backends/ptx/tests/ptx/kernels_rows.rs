@@ -549,3 +549,55 @@ fn layer_norm_quant_stores_bytes() {
         assert!(keep || f32_stores == 0, "{name}");
     }
 }
+
+/// A layer norm reading its input as bytes (`layer_norm_bytes`): x's
+/// loads are single bytes, converted as u8 or i8 by the dequantization's
+/// operand, and no f32 value is loaded (no gamma or beta here), for register rows
+/// and streamed ones, with and without the quantized output; a
+/// dequantization of f32 values, or with a second operand, is refused.
+/// (`make gpu-test` runs an int8 attention block whose layer norm reads
+/// bytes against the interpreter, `gpu_int8_attention_*`.)
+#[test]
+fn layer_norm_reads_bytes() {
+    use aoc_backend_ptx::expr::{Binary, Expr};
+    use aoc_backend_ptx::kernels::GemmEpilogue;
+    use aoc_ir::types::Scalar;
+    let dq = |rows: u64, cols: u64, t: Scalar| {
+        let exprs = [Expr::Load(0), Expr::Const(128.0), Expr::Binary(Binary::Sub, 0, 1), Expr::Const(0.05), Expr::Binary(Binary::Mul, 2, 3)];
+        GemmEpilogue { kernel: super::kernel("", &[rows, cols], &[(t, &[cols, 1])], &exprs, Scalar::F32), strides: vec![] }
+    };
+    let quant = |rows: u64, cols: u64| {
+        let exprs = [Expr::Load(0), Expr::Const(20.0), Expr::Binary(Binary::Mul, 0, 1)];
+        GemmEpilogue { kernel: super::kernel("", &[rows, cols], &[(Scalar::F32, &[cols, 1])], &exprs, Scalar::I8), strides: vec![] }
+    };
+    let cases: [(&str, u64, u64, Scalar, bool); 4] = [
+        ("lnb_u8", 16, 768, Scalar::U8, false),
+        ("lnb_i8_q", 16, 768, Scalar::I8, true),
+        ("lnb_long", 3, 20000, Scalar::U8, false),
+        ("lnb_long_q", 3, 20000, Scalar::I8, true),
+    ];
+    let mut m = ModuleText::new();
+    for (name, r, c, t, q) in cases {
+        let qe = quant(r, c);
+        let g = rows::layer_norm_bytes(&mut m, name, r, c, 1e-5, false, false, Some(&dq(r, c, t)), q.then_some((&qe, false))).unwrap();
+        check_rows_geometry(&g, r, c, name);
+    }
+    let mut two = dq(2, 8, Scalar::U8);
+    two.kernel.operands.push(two.kernel.operands[0].clone());
+    two.strides.push([0, 8, 1]);
+    for bad in [dq(2, 8, Scalar::F32), two] {
+        assert!(rows::layer_norm_bytes(&mut m, "lnb_bad", 2, 8, 1e-5, false, false, Some(&bad), None).is_err());
+    }
+    let ptx = lower_all(&m.finish(), "rows_layer_norm_bytes");
+    for (name, _, _, t, q) in cases {
+        let b = entry(&ptx, name);
+        assert_eq!(b.matches(".param .u64").count(), 2 + usize::from(q), "{name}");
+        let loads: Vec<&str> = b.lines().filter(|l| l.contains("ld.global")).collect();
+        let byte = |l: &&&str| [".b8", ".u8", ".s8"].iter().any(|t| l.contains(t));
+        assert!(!loads.is_empty() && loads.iter().all(|l| byte(&l)), "{name}: loads other than bytes: {loads:?}");
+        let convert = if t == Scalar::I8 { "cvt.rn.f32.s16" } else { "cvt.rn.f32.u16" };
+        assert!(b.contains(convert), "{name}: no {convert}");
+        let f32_stores = b.matches("st.global.f32").count() + b.matches("st.global.b32").count();
+        assert_eq!(f32_stores == 0, q, "{name}: {f32_stores} f32 stores");
+    }
+}

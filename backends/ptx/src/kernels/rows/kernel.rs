@@ -68,6 +68,9 @@ pub(super) struct Kernel<'m> {
     /// (a quantization after the kernel), and the f32 value only where the
     /// flag says.
     pub(super) byte_out: Option<(String, String, bool)>,
+    /// Row loads read bytes (signed or not) and dequantize each through
+    /// `@fn` (an input passed as its 8-bit form).
+    pub(super) byte_in: Option<(String, bool)>,
 }
 
 impl<'m> Kernel<'m> {
@@ -80,6 +83,7 @@ impl<'m> Kernel<'m> {
             cur: "entry".to_string(),
             half: None,
             byte_out: None,
+            byte_in: None,
         })
     }
 

@@ -105,10 +105,46 @@ pub fn layer_norm_quant(
     epi: &GemmEpilogue,
     keep_f32: bool,
 ) -> Result<Geometry, String> {
-    crate::kernels::gemm_epilogue::check_quantization(epi, "a layer norm")?;
-    let f = format!("{name}_q");
-    define_epilogue_of(m, &f, epi)?;
-    layer_norm_impl(m, name, (rows, cols, epsilon, gamma, beta), None, Some((f, keep_f32)))
+    layer_norm_bytes(m, name, rows, cols, epsilon, gamma, beta, None, Some((epi, keep_f32)))
+}
+
+/// The general form: with `dq`, `x` is passed as 8-bit integers (one per
+/// element, at its f32 element offsets) and each is dequantized by `dq` (a
+/// pointwise kernel of the byte alone giving f32, as a GEMM epilogue
+/// without other operands) as it is loaded: the layer norm of the
+/// dequantized tensor from a quarter of the bytes. With `quant`, the
+/// quantized output as in [`layer_norm_quant`].
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_bytes(
+    m: &mut ModuleText,
+    name: &str,
+    rows: u64,
+    cols: u64,
+    epsilon: f32,
+    gamma: bool,
+    beta: bool,
+    dq: Option<&GemmEpilogue>,
+    quant: Option<(&GemmEpilogue, bool)>,
+) -> Result<Geometry, String> {
+    let byte_in = match dq {
+        Some(dq) => {
+            let signed = crate::kernels::gemm_epilogue::check_dequantization(dq, "a layer norm's input")?;
+            let f = format!("{name}_dq");
+            define_epilogue_of(m, &f, dq)?;
+            Some((f, signed))
+        }
+        None => None,
+    };
+    let byte_out = match quant {
+        Some((epi, keep_f32)) => {
+            crate::kernels::gemm_epilogue::check_quantization(epi, "a layer norm")?;
+            let f = format!("{name}_q");
+            define_epilogue_of(m, &f, epi)?;
+            Some((f, keep_f32))
+        }
+        None => None,
+    };
+    layer_norm_impl(m, name, (rows, cols, epsilon, gamma, beta), None, byte_out, byte_in)
 }
 
 /// [`layer_norm`] that also writes a [`HalfCopy`] of `y` through one more
@@ -124,19 +160,22 @@ pub fn layer_norm_with(
     beta: bool,
     half: Option<HalfCopy>,
 ) -> Result<Geometry, String> {
-    layer_norm_impl(m, name, (rows, cols, epsilon, gamma, beta), half, None)
+    layer_norm_impl(m, name, (rows, cols, epsilon, gamma, beta), half, None, None)
 }
 
 /// The layer norm kernel with at most one second output: a half copy, or
-/// a quantizing function's bytes (its name, and whether `y` is stored).
+/// a quantizing function's bytes (its name, and whether `y` is stored);
+/// with `byte_in`, x read as bytes and dequantized by the function named.
 fn layer_norm_impl(
     m: &mut ModuleText,
     name: &str,
     (rows, cols, epsilon, gamma, beta): (u64, u64, f32, bool, bool),
     half: Option<HalfCopy>,
     byte_out: Option<(String, bool)>,
+    byte_in: Option<(String, bool)>,
 ) -> Result<Geometry, String> {
     let mut k = Kernel::new(m, name)?;
+    k.byte_in = byte_in;
     let second = half.is_some() || byte_out.is_some();
     let params = 2 + usize::from(gamma) + usize::from(beta) + usize::from(second);
     if rows == 0 || cols == 0 {

@@ -324,7 +324,16 @@ impl Kernel<'_> {
     /// Element `c` of this thread's row of `p`.
     fn row_load(&mut self, r: &Rows, p: &str, c: &str) -> String {
         let off = self.v(format!("add i64 {}, {c}", r.off));
-        self.load(p, "i64", &off)
+        match self.byte_in.clone() {
+            Some((f, signed)) => {
+                let a = self.v(format!("getelementptr i8, ptr addrspace(1) {p}, i64 {off}"));
+                let b = self.v(format!("load i8, ptr addrspace(1) {a}, align 1"));
+                let conv = if signed { "sitofp" } else { "uitofp" };
+                let x = self.v(format!("{conv} i8 {b} to float"));
+                self.v(format!("call float @{f}(float {x})"))
+            }
+            None => self.load(p, "i64", &off),
+        }
     }
 
     fn row_store(&mut self, r: &Rows, p: &str, c: &str, ok: &Option<String>, val: &str) {
