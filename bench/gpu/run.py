@@ -14,11 +14,20 @@ bench/models/build_models.py with seeded random weights), at batch 1 and 32:
 Plus fp16 GEMMs (4096³, 8192³): an aoc model of one matmul with a constant
 B against torch.matmul (cuBLAS) on the same shapes.
 
+With --quant int8,fp8, each model is also quantized by `aoc quantize`
+(min-max over seeded calibration batches: normal noise for images, random
+token ids for BERT; int8 `--target sm_90`, fp8 `--precision fp8 --target
+sm_90a`), compiled for SM at --precision fp16 (layers without an integer
+kernel run in fp16) and timed the same way: ratios against aoc's fp16
+build and against torch.compile's best fp16, and the quantized output's
+SQNR against aoc fp16 on one seeded input.
+
 Ratios are aoc / peer (below 1.0: aoc is faster). Figures move between runs,
 so only ratios from one run mean anything.
 
     run.py --aoc build/device/aoc [--sm sm_90a] [--models resnet50,bert_base]
-           [--batches 1,32] [--gemm 4096,8192] [--iters 50] [--out results.json]
+           [--batches 1,32] [--gemm 4096,8192] [--quant int8,fp8] [--iters 50]
+           [--out results.json]
 """
 import argparse
 import json
@@ -81,6 +90,57 @@ def aoc_bench(aoc, path, sm, iters, extra=()):
             "summary": err.strip().splitlines()[0]}
 
 
+def graph_inputs(model):
+    """(name, shape, is_int64) of each graph input that is not a weight."""
+    inits = {i.name for i in model.graph.initializer}
+    return [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim], i.type.tensor_type.elem_type == onnx.TensorProto.INT64)
+            for i in model.graph.input if i.name not in inits]
+
+
+def seeded_input(shape, is_int, rng):
+    if is_int:
+        return rng.integers(0, 30522, shape).astype(np.int64)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def aoc_quant_bench(aoc, path, sm, iters, precision, fp16_art):
+    """`aoc quantize` of `path` (int8 or fp8), compiled and timed as aoc_bench
+    does; its output's SQNR (dB) against the fp16 artifact on one input."""
+    base = path.rsplit(".", 1)[0]
+    model = onnx.load(path, load_external_data=False)
+    ins = graph_inputs(model)
+    calib = f"{base}_calib"
+    rng = np.random.default_rng(0)
+    if not os.path.isdir(calib):
+        batches = max(2, 8 // ins[0][1][0]) if ins[0][1] else 2
+        for name, shape, is_int in ins:
+            os.makedirs(os.path.join(calib, name), exist_ok=True)
+            for b in range(batches):
+                np.save(os.path.join(calib, name, f"b{b}.npy"), seeded_input(shape, is_int, rng))
+    q = f"{base}.{precision}.air"
+    target = "sm_90" if precision == "int8" else "sm_90a"
+    t0 = time.perf_counter()
+    sh([aoc, "quantize", path, "--calib", calib, "--method", "minmax", "--precision", precision, "--target", target, "-o", q, "-q"])
+    quantize_s = time.perf_counter() - t0
+    r = aoc_bench(aoc, q, sm, iters)
+    r["quantize_s"] = quantize_s
+    # SQNR against the fp16 build on one seeded input.
+    feeds, outs = [], {}
+    d = f"{base}_eval"
+    os.makedirs(d, exist_ok=True)
+    for name, shape, is_int in ins:
+        f = os.path.join(d, f"{name}.npy")
+        np.save(f, seeded_input(shape, is_int, np.random.default_rng(1)))
+        feeds += ["-i", f"{name}={f}"]
+    for tag, art in [("f16", fp16_art), ("q", q.rsplit(".", 1)[0] + f".{sm}.aoc")]:
+        o = os.path.join(d, tag)
+        sh([aoc, "run", art, *feeds, "--output-dir", o])
+        outs[tag] = [np.load(os.path.join(o, f)).astype(np.float64) for f in sorted(os.listdir(o)) if f.endswith(".npy")]
+    ref, got = outs["f16"][0], outs["q"][0]
+    r["sqnr_db_vs_fp16"] = float(10 * np.log10(np.sum(ref ** 2) / max(np.sum((ref - got) ** 2), 1e-30)))
+    return r
+
+
 def torch_bench(path, cnn, iters):
     model = onnx.load(path)
     m = OnnxModule(model, dtype=torch.float16, device="cuda", channels_last=cnn).eval()
@@ -135,6 +195,7 @@ def main():
     ap.add_argument("--gemm", default="4096,8192")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--workdir", default=os.path.join(ROOT, "build/bench-gpu"))
+    ap.add_argument("--quant", default="", help="also aoc quantize each model: int8 and/or fp8")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -148,11 +209,20 @@ def main():
                 row["aoc"] = aoc_bench(a.aoc, path, a.sm, a.iters)
             except Exception as e:  # report and go on: the peers still get measured
                 row["aoc_error"] = str(e)[-2000:]
+            for prec in [p for p in a.quant.split(",") if p] if "aoc" in row else []:
+                try:
+                    row[f"aoc_{prec}"] = aoc_quant_bench(a.aoc, path, a.sm, a.iters, prec, path.rsplit(".", 1)[0] + f".{a.sm}.aoc")
+                except Exception as e:
+                    row[f"aoc_{prec}_error"] = str(e)[-2000:]
             row["torch"] = torch_bench(path, name.startswith("resnet"), a.iters)
             if "aoc" in row:
                 t = row["torch"]
                 row["ratio_vs_eager"] = row["aoc"]["device_p50_ms"] / t["eager_ms"]
                 row["ratio_vs_compile_best"] = row["aoc"]["device_p50_ms"] / t["compiled_best_ms"]
+                for prec in [p for p in a.quant.split(",") if p and f"aoc_{p}" in row]:
+                    q = row[f"aoc_{prec}"]["device_p50_ms"]
+                    row[f"{prec}_vs_aoc_fp16"] = q / row["aoc"]["device_p50_ms"]
+                    row[f"{prec}_vs_compile_best"] = q / t["compiled_best_ms"]
             print(json.dumps(row), flush=True)
             results.append(row)
     for n in [int(v) for v in a.gemm.split(",") if v]:
