@@ -186,6 +186,13 @@ def gemm_model(n, outdir):
     return path
 
 
+def save(path, results):
+    """The results so far, after each row (a run cut short keeps them)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--aoc", default=os.path.join(ROOT, "build/device/aoc"))
@@ -225,6 +232,7 @@ def main():
                     row[f"{prec}_vs_compile_best"] = q / t["compiled_best_ms"]
             print(json.dumps(row), flush=True)
             results.append(row)
+            save(a.out, results)
     for n in [int(v) for v in a.gemm.split(",") if v]:
         path = gemm_model(n, a.workdir)
         row = {"gemm": n}
@@ -242,9 +250,7 @@ def main():
             row["ratio_of_cublas"] = cublas / row["aoc"]["device_p50_ms"]
         print(json.dumps(row), flush=True)
         results.append(row)
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump(results, f, indent=1)
+        save(a.out, results)
 
 
 if __name__ == "__main__":
