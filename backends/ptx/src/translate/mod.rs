@@ -25,6 +25,9 @@
 //! - `weights`: the weights section and the blobs derived from its
 //!   weights (half copies, packed layouts, `WeightSection`);
 //! - `epilogue`: which pointwise step fuses into the GEMM before it;
+//! - `merge`: chains of pointwise steps merged into one kernel;
+//! - `bytes`: dequantize steps dropped where their readers (attention,
+//!   layer norm) take the bytes and dequantize as they load;
 //! - `sparse`: 2:4 sparse layers on `mma.sp` or the dense kernels, by a
 //!   cost model per layer, with the reason in the plan's notes.
 //!
@@ -417,7 +420,7 @@ impl<'a> Tr<'a, '_> {
     /// An attention step (`step`), with its output's quantization as a
     /// byte output (`quant`: the epilogue, its buffer, whether y's f32
     /// stores stay) or alone, reading q, k, v as bytes where `bytes` gives
-    /// their buffer and dequantization ([`dequantized_for_attention`]).
+    /// their buffer and dequantization (`bytes::drop_dequantize_steps`).
     fn attention(&mut self, step: &Step, origin: &str, quant: Option<(&GemmEpilogue, Buf, bool)>, bytes: &[Option<(Buf, GemmEpilogue)>; 3]) -> Result<(), String> {
         let Step::Attention { q, k, v, mask, y, batch, heads, sq, sk, d, dv, q_strides, k_strides, v_strides, mask_strides, y_strides, scale } = step else {
             return Err("internal error: not an attention step".to_string());
