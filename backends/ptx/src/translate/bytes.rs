@@ -42,9 +42,12 @@ pub(super) struct ByteInput {
     pub dq: GemmEpilogue,
 }
 
-/// The operands of `step` that may be read as bytes, as (operand number,
+/// A reader's operands that may be read as bytes, as (operand number,
 /// buffer), and its other buffers (read or written).
-fn byte_operands(step: &Step) -> Option<(Vec<(usize, Buf)>, Vec<Buf>)> {
+type ReaderBufs = (Vec<(usize, Buf)>, Vec<Buf>);
+
+/// The [`ReaderBufs`] of `step`, if it is a reader that can take bytes.
+fn byte_operands(step: &Step) -> Option<ReaderBufs> {
     match step {
         Step::Attention { q, k, v, mask, y, .. } => Some((vec![(0, *q), (1, *k), (2, *v)], mask.iter().copied().chain([*y]).collect())),
         Step::LayerNorm { x, gamma, beta, y, .. } => Some((vec![(0, *x)], gamma.iter().chain(beta).copied().chain([*y]).collect())),
