@@ -111,9 +111,9 @@ pub fn f8_to_f64(s: Scalar, b: u8) -> f64 {
         _ => {}
     }
     let mag = if e == 0 {
-        m as f64 * 2f64.powi(1 - bias - mbits as i32)
+        m as f64 * crate::tensor::pow2(1 - bias - mbits as i32)
     } else {
-        (1.0 + m as f64 / (1 << mbits) as f64) * 2f64.powi(e - bias)
+        (1.0 + m as f64 / (1 << mbits) as f64) * crate::tensor::pow2(e - bias)
     };
     sign * mag
 }
@@ -142,12 +142,12 @@ pub fn f64_to_f8(s: Scalar, v: f64) -> u8 {
     let (efield, m) = if e < min_normal_exp {
         (
             0,
-            (a / 2f64.powi(min_normal_exp - mbits as i32)).round() as u32,
+            (a / crate::tensor::pow2(min_normal_exp - mbits as i32)).round() as u32,
         )
     } else {
         (
             (e + bias) as u32,
-            ((a / 2f64.powi(e) - 1.0) * (1 << mbits) as f64).round() as u32,
+            ((a / crate::tensor::pow2(e) - 1.0) * (1 << mbits) as f64).round() as u32,
         )
     };
     sign | ((efield << mbits) as u8) | (m as u8)

@@ -277,9 +277,10 @@ pub fn round_f8(s: Scalar, v: f64, saturate: bool) -> f64 {
     if a == 0.0 {
         return v;
     }
-    // Spacing of representable values around `a`.
-    let e = (a.log2().floor() as i32).max(min_exp);
-    let ulp = 2f64.powi(e - mant_bits);
+    // Spacing of representable values around `a` (a normal f64: its
+    // exponent field is floor(log2(a)) exactly).
+    let e = (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(min_exp);
+    let ulp = pow2(e - mant_bits);
     // Dividing by a power of two is exact, so ties are seen exactly.
     let rounded = (a / ulp).round_ties_even() * ulp;
     let out = if rounded > max {
@@ -288,13 +289,20 @@ pub fn round_f8(s: Scalar, v: f64, saturate: bool) -> f64 {
             (false, Scalar::F8E4M3FN) => return f64::NAN,
             (false, _) => {
                 // E5M2 rounds to infinity only past the halfway point above max.
-                if a >= max + 2f64.powi(15 - mant_bits - 1) { f64::INFINITY } else { max }
+                if a >= max + pow2(15 - mant_bits - 1) { f64::INFINITY } else { max }
             }
         }
     } else {
         rounded
     };
     out.copysign(v)
+}
+
+/// 2^k for a normal f64 exponent `k` (−1022 ≤ k ≤ 1023), exactly, without
+/// `powi`'s loop (fp8 rounding runs per element of large tensors).
+pub(crate) fn pow2(k: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&k));
+    f64::from_bits(((k + 1023) as u64) << 52)
 }
 
 #[cfg(test)]
@@ -319,5 +327,64 @@ mod tests {
         assert_eq!(round_f8(Scalar::F8E5M2, -3.0, true), -3.0);
         assert_eq!(round_f8(Scalar::F8E4M3FN, 2f64.powi(-9), true), 2f64.powi(-9)); // smallest subnormal
         assert_eq!(wrap_int(Scalar::I8, 200), -56);
+    }
+
+    /// fp8 rounding takes the exponent from the bits and builds powers of
+    /// two directly: the same results as `log2`/`powi` (the previous form,
+    /// kept here as the reference) for every f32 bit pattern in a sweep,
+    /// both types, saturating or not, and the encoding of each rounded
+    /// value decodes back to it.
+    #[test]
+    fn fp8_rounding_matches_the_log2_form() {
+        fn reference(s: Scalar, v: f64, saturate: bool) -> f64 {
+            let (mant_bits, min_exp, max) = match s {
+                Scalar::F8E4M3FN => (3, -6, 448.0),
+                _ => (2, -14, 57344.0),
+            };
+            if v.is_nan() {
+                return f64::NAN;
+            }
+            let v = v as f32 as f64;
+            if v.is_infinite() {
+                return match (saturate, s) {
+                    (true, _) => max * v.signum(),
+                    (false, Scalar::F8E4M3FN) => f64::NAN,
+                    (false, _) => v,
+                };
+            }
+            let a = v.abs();
+            if a == 0.0 {
+                return v;
+            }
+            let e = (a.log2().floor() as i32).max(min_exp);
+            let ulp = 2f64.powi(e - mant_bits);
+            let rounded = (a / ulp).round_ties_even() * ulp;
+            let out = if rounded > max {
+                match (saturate, s) {
+                    (true, _) => max,
+                    (false, Scalar::F8E4M3FN) => return f64::NAN,
+                    (false, _) => {
+                        if a >= max + 2f64.powi(15 - mant_bits - 1) { f64::INFINITY } else { max }
+                    }
+                }
+            } else {
+                rounded
+            };
+            out.copysign(v)
+        }
+        let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        for s in [Scalar::F8E4M3FN, Scalar::F8E5M2] {
+            for bits in (0..=u32::MAX).step_by(4099) {
+                let v = f32::from_bits(bits) as f64;
+                for sat in [false, true] {
+                    let (got, want) = (round_f8(s, v, sat), reference(s, v, sat));
+                    assert!(same(got, want), "{s:?} {v:e} (bits {bits:#x}) saturate {sat}: {got:e}, expected {want:e}");
+                    if got.is_finite() {
+                        let b = crate::bytes::f64_to_f8(s, got);
+                        assert!(same(crate::bytes::f8_to_f64(s, b), got), "{s:?} {got:e} encodes to {b:#04x}");
+                    }
+                }
+            }
+        }
     }
 }
