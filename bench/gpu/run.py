@@ -145,11 +145,8 @@ def torch_bench(path, cnn, iters):
     model = onnx.load(path)
     m = OnnxModule(model, dtype=torch.float16, device="cuda", channels_last=cnn).eval()
     inputs = []
-    for i in model.graph.input:
-        if i.name in {init.name for init in model.graph.initializer}:
-            continue
-        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
-        if i.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+    for _, shape, is_int in graph_inputs(model):
+        if is_int:
             inputs.append(torch.randint(0, 1000, shape, device="cuda"))
         else:
             inputs.append(torch.randn(shape, device="cuda"))
