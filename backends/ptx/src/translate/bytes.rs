@@ -58,6 +58,7 @@ fn byte_operands(step: &Step) -> Option<ReaderBufs> {
 /// Whether the pointwise step of kernel `k` on `args` is a dequantize
 /// step whose output `later` reads only through readers that can take its
 /// bytes (module doc): those readers' indices in `later` and operands.
+/// For plans without control flow only (both callers check the plan once).
 pub(super) fn read_as_bytes(k: &PointwiseKernel, args: &[Buf], later: &[Step]) -> Option<Vec<(usize, usize)>> {
     let [bytes, out] = args else { return None };
     let n = k.dims.iter().product::<u64>();
@@ -67,7 +68,7 @@ pub(super) fn read_as_bytes(k: &PointwiseKernel, args: &[Buf], later: &[Step]) -
     if k.out_dtype != Scalar::F32 || k.compute != Compute::F32 || n == 0 || bytes.len != n || out.len != 4 * n {
         return None;
     }
-    if out.space != Space::Arena || overlaps(out, bytes) || later.iter().any(Step::is_control) {
+    if out.space != Space::Arena || overlaps(out, bytes) {
         return None;
     }
     let mut readers = Vec::new();

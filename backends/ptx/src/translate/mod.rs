@@ -718,9 +718,11 @@ pub fn translate_tuned(
             let bytes = [0, 1, 2].map(|o| byte_inputs.iter().find(|b| b.step == i && b.operand == o).map(|b| (b.bytes, b.dq.clone())));
             let quant = if has_control { None } else { steps.get(i + 1).and_then(|next| attention_quant(step, next, &steps[i + 2..], &tr.pointwise)) }
                 .filter(|(_, out, _)| bytes.iter().flatten().all(|(b, _)| !overlaps(b, out)));
-            tr.attention(step, origin, quant.as_ref().map(|(e, out, keep)| (e, *out, *keep)), &bytes).map_err(|e| format!("{origin}: {e}"))?;
-            i += if quant.is_some() { 2 } else { 1 };
-            continue;
+            if quant.is_some() || bytes.iter().any(Option::is_some) {
+                tr.attention(step, origin, quant.as_ref().map(|(e, out, keep)| (e, *out, *keep)), &bytes).map_err(|e| format!("{origin}: {e}"))?;
+                i += if quant.is_some() { 2 } else { 1 };
+                continue;
+            }
         }
         let fused = gemm_output(step)
             .zip(steps.get(i + 1))
