@@ -17,7 +17,10 @@
 //!   in registers, so `x` is read once. Longer rows: a block per row
 //!   (`grid = rows`), `block = clamp(⌈cols / 16⌉ rounded up to 32, 128,
 //!   1024)`; up to 16 values per thread in registers (cols ≤ 16384), else
-//!   three passes over the row (it stays in L1/L2).
+//!   three passes over the row (it stays in L1/L2). The layer norm may
+//!   also store y's quantized bytes through a parameter after y
+//!   ([`layer_norm_quant`]), and read x as bytes it dequantizes as it
+//!   loads them ([`layer_norm_bytes`]).
 //! - [`reduce`] `(x, y)`, `y[o][i] = reduce_l x[o][l][i]`. `inner == 1`
 //!   (contiguous runs): lane groups as above over `len` (a block of 512
 //!   per output when `len > 1024` and `outer < 2048`); the group's first
