@@ -1773,7 +1773,7 @@ fn main() {
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     trials.push(Trial::test("gpu_quantized_for_sm_90_runs_int8_and_fp16", quantized_for_the_gpu));
     trials.push(Trial::test("fp8_builds_use_e4m3_wgmma", fp8::fp8_builds));
-    for which in ["cnn", "matmul"] {
+    for which in ["cnn", "matmul", "residual"] {
         for t in ["sm_90a", "sm_90"] {
             trials.push(Trial::test(format!("gpu_fp8_{which}_{t}"), move || fp8::fp8_on_gpu(which, t)));
         }

@@ -526,8 +526,20 @@ pub fn quantize(
             }
         }
     }
+    // fp8 computes in convolutions and matmuls only. A residual add reads
+    // the e4m3 form of an operand that such a layer reads anyway (the
+    // block's input: TensorRT's residual placement), so that on the GPU
+    // the add joins the epilogue of the GEMM making its other operand,
+    // which stays float, and reads one byte per element instead of four.
+    let fp8_inputs: HashSet<ValueId> =
+        layers.iter().filter(|l| l.kind.has_weights() && l.unsupported.is_none()).flat_map(|l| l.acts.iter().map(|&(_, v)| v)).collect();
     for l in &mut layers {
-        if cfg.precision == Precision::Fp8 && l.unsupported.is_none() && !l.kind.has_weights() {
+        if cfg.precision == Precision::Fp8 && l.unsupported.is_none() && l.kind == LayerKind::Add {
+            l.acts.retain(|(_, v)| fp8_inputs.contains(v));
+            if l.acts.is_empty() {
+                l.unsupported = Some("fp8: neither operand is a convolution's or matmul's input".to_string());
+            }
+        } else if cfg.precision == Precision::Fp8 && l.unsupported.is_none() && !l.kind.has_weights() {
             l.unsupported = Some("fp8 runs convolutions and matmuls only".to_string());
         }
         if l.unsupported.is_none() && !l.acts.iter().map(|&(_, v)| v).chain([l.output]).all(|v| func.ty(v).elem.is_float()) {
@@ -810,6 +822,10 @@ pub fn quantize(
         Target::Gpu(sm) => int8_locs(&engine::gpu_plan(&out_module, weights, sm)?),
     };
     let kernel_note = |l: &place::Layer| -> Option<String> {
+        if cfg.precision == Precision::Fp8 && l.kind == LayerKind::Add {
+            let names: Vec<String> = l.acts.iter().map(|&(_, v)| format!("%{}", func.name_of(v))).collect();
+            return Some(format!("adds in f32, reading {} as e4m3", names.join(" and ")));
+        }
         let loc = func.values[l.output].loc.name.as_deref()?;
         (!int8_locs.contains(loc)).then(|| match (cfg.precision, cfg.target) {
             (Precision::Int8, _) => format!("no integer kernel on {target} yet: runs as dequantize, float, quantize"),

@@ -1,13 +1,15 @@
 //! fp8 (e4m3) models on the GPU (issue 17): `aoc quantize --precision fp8
-//! --target sm_90a` of a small CNN (examples/resnet_block) and of a small
-//! MatMul model, then
+//! --target sm_90a` of a small CNN (examples/resnet_block), of a small
+//! MatMul model and of a residual block of matmuls, then
 //! - `fp8_builds_use_e4m3_wgmma` (everywhere): for sm_90a the PTX has the
 //!   e4m3 `wgmma` (`k32.f32.e4m3.e4m3`) and the e4m3 conversions, the
-//!   compile summary `qconv_wgmma` launches, `aoc explain` notes them, and
-//!   ptxas accepts it; for sm_89 and sm_90 (no fp8 tensor-core kernel)
+//!   compile summary `qconv_wgmma` launches, `aoc explain` notes them, the
+//!   residual adds (with their relu and quantize) have no launch of their
+//!   own (they are the epilogues of the products before them), and ptxas
+//!   accepts it; for sm_89 and sm_90 (no fp8 tensor-core kernel)
 //!   the quantize/dequantize steps are e4m3 kernels and the products run
 //!   in float (no wgmma), and ptxas accepts that too;
-//! - `gpu_fp8_{cnn,matmul}_{sm_90a,sm_90}` (on a GPU): the artifact gives
+//! - `gpu_fp8_{cnn,matmul,residual}_{sm_90a,sm_90}` (on a GPU): the artifact gives
 //!   the quantized model's interpreter outputs within the quantized
 //!   models' tolerance (0.1 of max(1, max|expected|), as int8).
 
@@ -52,7 +54,32 @@ fn matmul_air(dir: &Path, m: usize) -> Result<PathBuf, Failed> {
     Ok(path)
 }
 
-/// Model `which` ("cnn" or "matmul") quantized to fp8 for sm_90a, in a
+/// A residual block of matmuls (`m × 64`): `a = x·w1`, `r = relu(a + x)`,
+/// `y = |r·w2|` with 18 columns. Quantized for fp8, the add reads x's e4m3
+/// form (the first product reads it anyway), so on sm_90a the add, relu
+/// and r's quantization are the first product's epilogue, reading x's
+/// bytes in runs of 4; the abs is the second's, on 18 columns (not a
+/// multiple of 4: element by element).
+fn residual_air(dir: &Path, m: usize) -> Result<PathBuf, Failed> {
+    let text = format!(
+        "func @main(%x: tensor<{m}x64xf32>) -> tensor<{m}x18xf32> {{\n  \
+         %w1 = const dense<{}> : tensor<64x64xf32>\n  \
+         %w2 = const dense<{}> : tensor<64x18xf32>\n  \
+         %a = core.matmul %x, %w1 : tensor<{m}x64xf32>\n  \
+         %s = core.add %a, %x : tensor<{m}x64xf32>\n  \
+         %r = core.relu %s : tensor<{m}x64xf32>\n  \
+         %p = core.matmul %r, %w2 : tensor<{m}x18xf32>\n  \
+         %y = core.abs %p : tensor<{m}x18xf32>\n  \
+         return %y : tensor<{m}x18xf32>\n}}\n",
+        dense(64, 64, 7),
+        dense(64, 18, 11)
+    );
+    let path = dir.join("residual.air");
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// Model `which` ("cnn", "matmul" or "residual") quantized to fp8 for sm_90a, in a
 /// scratch folder of its own (`tag` keeps concurrent trials apart).
 fn fp8_model(which: &str, tag: &str) -> Result<Model, Failed> {
     let d = scratch(&format!("fp8_{which}_{tag}"));
@@ -62,6 +89,7 @@ fn fp8_model(which: &str, tag: &str) -> Result<Model, Failed> {
             let input = f.with_file_name("input.npy").display().to_string();
             (f, vec![1, 3, 32, 32], input)
         }
+        "residual" => (residual_air(&d, 200)?, vec![200, 64], "x=@random:200x64".to_string()),
         _ => (matmul_air(&d, 256)?, vec![256, 64], "x=@random:256x64".to_string()),
     };
     calib(&d.join("calib"), &shape, 4)?;
@@ -95,7 +123,7 @@ fn ptx_of(m: &Model, target: &str, out: &Path) -> Result<String, Failed> {
 }
 
 pub(super) fn fp8_builds() -> Result<(), Failed> {
-    for which in ["cnn", "matmul"] {
+    for which in ["cnn", "matmul", "residual"] {
         let m = fp8_model(which, "build")?;
         let d = scratch(&format!("fp8_build_{which}"));
         let ptx = ptx_of(&m, "sm_90a", &d.join("m90a.ptx"))?;
@@ -118,6 +146,22 @@ pub(super) fn fp8_builds() -> Result<(), Failed> {
         let plan = explain(&d.join("m.aoc"))?;
         if !plan.contains("fp8: e4m3 x e4m3 wgmma") {
             return Err(format!("{which}: `aoc explain` shows no fp8 step:\n{plan}").into());
+        }
+        // fp8's residual add reads the block input's e4m3 bytes in the
+        // epilogue of the convolution (product) before it, with the relu
+        // and the next layer's quantization: no launch of its own.
+        let fused_away: &[&str] = match which {
+            "cnn" => &["/layer1/Add", "/layer1/relu_1/Relu"],
+            "residual" => &["%s", "%r", "%y"],
+            _ => &[],
+        };
+        for op in fused_away {
+            if let Some(line) = plan.lines().find(|l| l.contains("<-") && l.contains(op)) {
+                return Err(format!("{which}: {op} has a launch of its own ({line}):\n{plan}").into());
+            }
+        }
+        if which == "residual" && !(summary.contains(" 3 launches") && plan.contains("epilogue (reading 1 other tensor), stored as f8E4M3FN")) {
+            return Err(format!("residual: expected the quantize of x and two fp8 products with their epilogues:\n{summary}\n{plan}").into());
         }
         check_compiles(&m, "sm_90a")?;
         // Without sm_90a's wgmma: e4m3 quantize/dequantize kernels, float

@@ -134,7 +134,11 @@ fn place(bufs: &[VirtualBuf], steps: &mut [Step], origins: &[String], epilogues:
 /// read the 8-bit input of the step that dequantized its q, k or v (its
 /// x), a pointwise step of one input a quarter of its output's size, in
 /// place of the f32 tensor: that input stays live over the reader and the
-/// step after it.
+/// step after it. Finally, consecutive pointwise steps may merge into one
+/// kernel (the float glue of a quantized graph: dequantize, residual add,
+/// relu, quantize), which reads every step's inputs while it writes the
+/// last step's output: what a step of such a run reads stays live until
+/// the run's last step.
 fn extend_over_epilogues(steps: &[Step], last: &mut [usize]) {
     let mut dequantized: Vec<(u32, u32)> = Vec::new();
     for (i, s) in steps.iter().enumerate() {
@@ -172,6 +176,21 @@ fn extend_over_epilogues(steps: &[Step], last: &mut [usize]) {
             let id = b.index as usize;
             last[id] = last[id].max(i + run);
         }
+    }
+    let mut i = 0;
+    while i < steps.len() {
+        let run = steps[i..].iter().take_while(|s| matches!(s, Step::Pointwise { .. })).count();
+        if run > 1 {
+            for s in &steps[i..i + run] {
+                if let Step::Pointwise { args, .. } = s {
+                    for b in &args[..args.len() - 1] {
+                        let id = b.index as usize;
+                        last[id] = last[id].max(i + run - 1);
+                    }
+                }
+            }
+        }
+        i += run.max(1);
     }
 }
 
@@ -327,5 +346,37 @@ mod tests {
         // ...with it the bytes stay until the step after the attention.
         let (p1, _) = place(&bufs, &mut steps(), &origins, true).unwrap();
         assert!(apart(&p1, 0, 2) && apart(&p1, 0, 3) && apart(&p1, 0, 4), "{p1:?}");
+    }
+
+    #[test]
+    fn a_pointwise_runs_inputs_outlive_the_run() {
+        let arena = |size| VirtualBuf { home: Home::Arena, size };
+        // A quantized residual's glue: 0 the block input's bytes, 1 the
+        // convolution's f32 result, 2 the bytes dequantized, 3 the add's
+        // f32 result, 4 its quantization; 5 what a step after the run
+        // writes.
+        let bufs = [arena(256), arena(1024), arena(1024), arena(1024), arena(256), arena(1024)];
+        let b = |id, len| vbuf(id, 0, len);
+        let pw = |code: &str, args: Vec<aoc_plan::plan::Buf>| Step::Pointwise { code: code.into(), args, rows: 1 };
+        let steps = || {
+            vec![
+                fill(0, 0, 256),
+                fill(1, 0, 1024),
+                pw("dq", vec![b(0, 256), b(2, 1024)]),
+                pw("add", vec![b(1, 1024), b(2, 1024), b(3, 1024)]),
+                pw("q", vec![b(3, 1024), b(4, 256)]),
+                pw("next", vec![b(4, 256), b(5, 1024)]),
+            ]
+        };
+        let origins: Vec<String> = (0..6).map(|i| format!("op {i}")).collect();
+        let apart = |p: &[u64], a: usize, b: usize| p[a] + bufs[a].size <= p[b] || p[b] + bufs[b].size <= p[a];
+        // Every input of the run [dq, add, q, next] against every output
+        // written after it is read: the merged kernel reads the inputs
+        // while it writes.
+        let hazards = |p: &[u64]| [(0, 3), (0, 4), (0, 5), (1, 4), (1, 5), (2, 4), (2, 5), (3, 5)].iter().filter(|&&(i, o)| !apart(p, i, o)).count();
+        let (p0, _) = place(&bufs, &mut steps(), &origins, false).unwrap();
+        assert!(hazards(&p0) > 0, "{p0:?}");
+        let (p1, _) = place(&bufs, &mut steps(), &origins, true).unwrap();
+        assert_eq!(hazards(&p1), 0, "{p1:?}");
     }
 }

@@ -642,7 +642,11 @@ impl Gen<'_> {
         // Entry-block slots (promoted to registers) for the int8
         // epilogue's operands loaded a run ahead (`quant`'s stores).
         let ops = self.epi_ops.clone();
-        self.ahead = ops.iter().map(|(ty, _)| self.v(format!("alloca <16 x {ty}>, align 16"))).collect();
+        let width = match self.p {
+            Operands::Quant(q, _) => quant::run_width(q),
+            Operands::Half(_) => 16,
+        };
+        self.ahead = ops.iter().map(|(ty, _)| self.v(format!("alloca <{width} x {ty}>, align 16"))).collect();
         self.tid = self.v("call i32 @llvm.nvvm.read.ptx.sreg.tid.x()");
         let bx = self.v("call i32 @llvm.nvvm.read.ptx.sreg.ctaid.x()");
         // Grouped raster order (module doc).

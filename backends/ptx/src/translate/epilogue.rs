@@ -246,11 +246,12 @@ pub(super) struct MovedEpilogue {
 
 /// Pointwise kernel `k` on `args` (its output last), the step right after
 /// an int8 convolution (or the merged chain of steps after it: see
-/// `merge::epilogue_chains`; `x` in, 8-bit `y` of `m × n` out, `y` signed
-/// when `y_signed`) becomes that convolution's epilogue when it reads `y`
-/// at the element it writes (as 8-bit, the way it was stored), its other
-/// operands are affine in (row, column), it stores 8-bit integers or f32
-/// densely, and the fusion changes nothing another step could see: the
+/// `merge::epilogue_chains`; `x` in, `y` of `m × n` out, stored as `own`:
+/// 8-bit, or f32 for fp8 with a float result) becomes that convolution's
+/// epilogue when it reads `y` at the element it writes (as `own`, the way
+/// it was stored), its other operands are affine in (row, column), it
+/// stores 8-bit integers, e4m3 or f32 densely, and the fusion changes
+/// nothing another step could see: the
 /// output covers `y` or no later step (`later`) reads `y`, no other
 /// operand reads `y`, and the output overlaps neither the convolution's
 /// input (other blocks still read it while one stores) nor another operand
@@ -259,14 +260,13 @@ pub(super) struct MovedEpilogue {
 /// aligned. Returns the epilogue, its extra buffers, and the output, which
 /// the fused kernel writes instead of `y`.
 pub(super) fn q_epilogue(
-    (x, y, y_signed): (&Buf, &Buf, bool),
+    (x, y, own): (&Buf, &Buf, Scalar),
     (m, n): (u64, u64),
     k: &PointwiseKernel,
     args: &[Buf],
     later: &[Step],
 ) -> Option<(GemmEpilogue, Vec<Buf>, Buf)> {
     let (out, ins) = args.split_last()?;
-    let own = if y_signed { Scalar::I8 } else { Scalar::U8 };
     // The epilogue is evaluated on f32 values (an integer kernel stays apart).
     if k.compute != crate::expr::Compute::F32
         || crate::kernels::gemm_wgmma::stored_type(k.out_dtype).is_none()

@@ -52,6 +52,7 @@ use std::fmt::Debug;
 
 use aoc_passes::lower::Lowered;
 use aoc_plan::gpu_plan::{Arg, GpuItem, GpuPlan, ItemNote, Launch};
+use aoc_ir::types::Scalar;
 use aoc_plan::plan::{Buf, QuantElem, Space, Step};
 
 use crate::expr::PointwiseKernel;
@@ -520,7 +521,15 @@ impl<'a> Tr<'a, '_> {
         match spec.q.elem {
             QuantElem::Int8 => {}
             QuantElem::E4M3 => self.note("fp8: e4m3 x e4m3 wgmma, f32 accumulation, e4m3 result".to_string()),
-            QuantElem::E4M3ToF32 => self.note("fp8: e4m3 x e4m3 wgmma, f32 accumulation, f32 result".to_string()),
+            QuantElem::E4M3ToF32 => match epi {
+                Some((e, extra, _)) => self.note(format!(
+                    "fp8: e4m3 x e4m3 wgmma, f32 accumulation, f32 result through its fused pointwise epilogue (reading {} other tensor{}), stored as {}",
+                    extra.len(),
+                    if extra.len() == 1 { "" } else { "s" },
+                    e.kernel.out_dtype.name()
+                )),
+                None => self.note("fp8: e4m3 x e4m3 wgmma, f32 accumulation, f32 result".to_string()),
+            },
         }
         Ok(())
     }
@@ -674,18 +683,24 @@ pub fn translate_tuned(
         tr.halves.at_step(i);
         if let Step::QConv2d { x, w, comp, scale, shift, y, geom, q } = step {
             // A wgmma int8 convolution takes the next pointwise step (a
-            // quantized residual add, a dequantize) as its epilogue; an
-            // fp8 one stores its e4m3 bytes.
+            // quantized residual add, a dequantize) as its epilogue, and
+            // so does an fp8 one with a float result (fp8's residual add,
+            // relu and quantize); an fp8 one with an e4m3 result stores
+            // its bytes.
             let spec = QConvSpec { geom: *geom, q: *q };
             let mn = (geom.n * geom.oh * geom.ow, geom.oc);
+            let own = match q.elem {
+                QuantElem::Int8 if q.y_signed => Some(Scalar::I8),
+                QuantElem::Int8 => Some(Scalar::U8),
+                QuantElem::E4M3ToF32 => Some(Scalar::F32),
+                QuantElem::E4M3 => None,
+            };
             // The chain of pointwise steps after it, merged, longest first.
-            let fused = (q_wgmma_form(&spec, sm).is_some() && q.elem == QuantElem::Int8)
-                .then(|| {
-                    merge::epilogue_chains(&steps[i + 1..], &[], y, &tr.pointwise).into_iter().find_map(|(k, args, len)| {
-                        q_epilogue((x, y, q.y_signed), mn, &k, &args, &steps[i + 1 + len..]).map(|e| (e, len))
-                    })
+            let fused = own.filter(|_| q_wgmma_form(&spec, sm).is_some()).and_then(|own| {
+                merge::epilogue_chains(&steps[i + 1..], &[], y, &tr.pointwise).into_iter().find_map(|(k, args, len)| {
+                    q_epilogue((x, y, own), mn, &k, &args, &steps[i + 1 + len..]).map(|e| (e, len))
                 })
-                .flatten();
+            });
             tr.qconv2d(spec, [x, w, comp, scale, shift, y], origin, fused.as_ref().map(|(e, _)| e)).map_err(|e| format!("{origin}: {e}"))?;
             i += 1 + fused.map_or(0, |(_, len)| len);
             continue;

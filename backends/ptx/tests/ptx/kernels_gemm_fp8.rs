@@ -183,3 +183,86 @@ fn e4m3_pointwise_assembles_for_sm_89_and_90a() {
         }
     }
 }
+
+/// fp8's residual epilogue on a float-result convolution (the block's
+/// last convolution with the residual add, relu and the next layer's
+/// quantization): `max(y + r·0.03, 0) / 0.05`, `r` the block input's e4m3
+/// bytes laid out as the output, stored as `out`.
+fn fp8_residual_epilogue(s: &QConvSpec, out: Scalar) -> aoc_backend_ptx::kernels::GemmEpilogue {
+    let (m, n) = (s.geom.n * s.geom.oh * s.geom.ow, s.geom.oc);
+    let dense: &[u64] = &[n, 1];
+    let exprs = [
+        Expr::Load(0),
+        Expr::Load(1),
+        Expr::Const(0.03),
+        Expr::Binary(Binary::Mul, 1, 2),
+        Expr::Binary(Binary::Add, 0, 3),
+        Expr::Const(0.0),
+        Expr::Binary(Binary::Max, 4, 5),
+        Expr::Const(0.05),
+        Expr::Binary(Binary::Div, 6, 7),
+    ];
+    aoc_backend_ptx::kernels::GemmEpilogue {
+        kernel: super::kernel("", &[m, n], &[(Scalar::F32, dense), (Scalar::F8E4M3FN, dense)], &exprs, out),
+        strides: vec![[0, n, 1]],
+    }
+}
+
+/// An fp8 convolution with a float result takes an epilogue that reads
+/// that f32 value: the values are staged as f32 (8-byte shared stores,
+/// no byte staging, read back 16 bytes at a time), and with `oc` a
+/// multiple of 4 each thread's run of 4 reads the residual's 4 bytes as
+/// one load and stores its 4 e4m3 bytes (or 16 bytes of f32) as one;
+/// otherwise element by element. An epilogue reading the result as e4m3
+/// is refused. All assemble without spills.
+#[test]
+fn qconv_wgmma_fp8_float_result_takes_an_epilogue() {
+    use super::kernels_gemm_s8::sq;
+    let sm = Sm::Sm90a;
+    let mut m = ModuleText::new();
+    let even = e4m3(sq(2, 9, 32, 48, 3, 1, 1, 1), false, true);
+    let odd = e4m3(sq(1, 7, 16, 18, 1, 1, 0, 1), true, true);
+    let mut cases = Vec::new();
+    for (what, s) in [("x4", even), ("odd", odd)] {
+        for out in [Scalar::F8E4M3FN, Scalar::F32] {
+            let name = format!("f8e_{what}_{}", out.name());
+            let e = fp8_residual_epilogue(&s, out);
+            qconv_wgmma_tile(&mut m, &name, &s, sm, choose_q_tile(&s), Some(&e)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            cases.push((name, s, out));
+        }
+    }
+    let mut bad = fp8_residual_epilogue(&even, Scalar::F8E4M3FN);
+    bad.kernel.operands[0].dtype = Scalar::F8E4M3FN;
+    let e = qconv_wgmma_tile(&mut m, "f8e_bad", &even, sm, choose_q_tile(&even), Some(&bad)).unwrap_err();
+    assert!(e.contains("reads its f32 output"), "{e}");
+    let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
+    for (name, s, out) in &cases {
+        let body = super::entry(&ptx, name);
+        let whole = s.geom.oc % 4 == 0;
+        assert!(body.contains("st.shared.v2.f32") || body.contains("st.shared.v2.b32"), "{name}: no f32 staging");
+        assert!(body.contains("ld.shared.v4"), "{name}: runs not read back as 16 bytes");
+        assert!(!body.contains("st.shared.u16") && !body.contains("st.shared.b16"), "{name}: byte staging");
+        // The residual's e4m3 bytes are converted as they are read.
+        assert!(body.contains("cvt.rn.f16x2.e4m3x2"), "{name}: no e4m3 conversion of the residual");
+        assert_eq!(body.contains("cvt.rn.satfinite.e4m3x2.f32"), *out == Scalar::F8E4M3FN, "{name}");
+        let byte_loads = ["ld.global.nc.u8", "ld.global.nc.b8", "ld.global.u8", "ld.global.b8"].iter().any(|l| body.contains(l));
+        assert_eq!(byte_loads, !whole, "{name}: byte loads of the residual");
+        let want: &[&str] = match (out, whole) {
+            (Scalar::F32, true) => &["st.global.v4.f32", "st.global.v4.b32"],
+            (Scalar::F32, false) => &["st.global.f32", "st.global.b32"],
+            (_, true) => &["st.global.u32", "st.global.b32"],
+            _ => &["st.global.u8", "st.global.b8"],
+        };
+        assert!(want.iter().any(|w| body.contains(w)), "{name}: none of {want:?}");
+    }
+    match super::find_ptxas() {
+        Ok(x) => {
+            let report = super::assemble(&x, &ptx, sm, "qconv_wgmma_fp8_epilogue");
+            for line in report.lines() {
+                assert!(!line.contains("spill stores") || line.contains(" 0 bytes spill stores"), "{line}");
+                assert!(!line.contains("serialized"), "{line}");
+            }
+        }
+        Err(why) => println!("skipping the ptxas part: {why}"),
+    }
+}

@@ -76,7 +76,7 @@ pub(super) fn qconv(
 
 /// A square `k×k` convolution with equal pads and stride, no dilation.
 #[allow(clippy::too_many_arguments)]
-fn sq(n: u64, hw: u64, c: u64, oc: u64, k: u64, stride: u64, pad: u64, group: u64) -> QConvSpec {
+pub(super) fn sq(n: u64, hw: u64, c: u64, oc: u64, k: u64, stride: u64, pad: u64, group: u64) -> QConvSpec {
     qconv(
         n,
         [hw, hw],

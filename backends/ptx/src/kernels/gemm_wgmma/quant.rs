@@ -45,8 +45,13 @@
 //! is byte 0 (+0.0). An epilogue reads the e4m3 result as its value.
 //! With [`QuantElem::E4M3ToF32`] there is no requantization: each thread
 //! stores its accumulators' `fma(acc, scale, shift)`, clamped where
-//! bounded, as f32 at `y` (row-major `M × oc`), straight from registers;
-//! no epilogue.
+//! bounded, as f32 at `y` (row-major `M × oc`), straight from registers.
+//! With an epilogue (a residual add reading the block input's e4m3 bytes,
+//! then a relu and the quantization of the next layer's input: fp8's
+//! residual placement) those f32 values are staged instead of bytes, in
+//! runs of 4 (16 bytes, as a run of 16 bytes), and go through the
+//! epilogue as the 8-bit runs do: the run's residual elements load as one
+//! vector, its results store as one (4 e4m3 bytes or 16 bytes of f32).
 
 use super::{ALIGN, Gen, Operands, THREADS, WgTile, check_spec, choose_wg_tile, packed_offset, tiles, write};
 use crate::irtext::{ModuleText, check_entry_name};
@@ -134,10 +139,10 @@ pub fn qconv_wgmma(m: &mut ModuleText, name: &str, spec: &QConvSpec, sm: Sm) -> 
 }
 
 /// The LLVM type and bytes of a stored output element of type `s` (the
-/// kernel stores 8-bit integers and f32).
+/// kernel stores 8-bit integers, e4m3 bytes and f32).
 pub fn stored_type(s: Scalar) -> Option<(&'static str, u32)> {
     match s {
-        Scalar::I8 | Scalar::U8 => Some(("i8", 1)),
+        Scalar::I8 | Scalar::U8 | Scalar::F8E4M3FN => Some(("i8", 1)),
         Scalar::F32 => Some(("float", 4)),
         _ => None,
     }
@@ -186,18 +191,21 @@ pub fn qconv_wgmma_tile(
         None => None,
         Some(e) => {
             let own = match spec.q.elem {
-                QuantElem::E4M3ToF32 => return Err("an fp8 convolution with a float result takes no epilogue".to_string()),
+                QuantElem::E4M3ToF32 => Scalar::F32,
                 QuantElem::E4M3 => Scalar::F8E4M3FN,
                 QuantElem::Int8 if spec.q.y_signed => Scalar::I8,
                 QuantElem::Int8 => Scalar::U8,
             };
             if e.kernel.operands.first().map(|o| o.dtype) != Some(own) || stored_type(e.kernel.out_dtype).is_none() {
                 return Err(format!(
-                    "a quantized convolution's epilogue reads its {} output and stores 8-bit integers or f32",
+                    "a quantized convolution's epilogue reads its {} output and stores 8-bit integers, e4m3 or f32",
                     own.name()
                 ));
             }
             gemm_epilogue::check(&gs, e)?;
+            if spec.q.elem == QuantElem::E4M3ToF32 && ALIGN + 128 * staging_pitch(tile.bn, true) > tile.smem_bytes() {
+                return Err(format!("the fp8 convolution's f32 staging tile does not fit tile {tile:?}'s shared memory"));
+            }
             // One helper taking the operands as values: the stores pass
             // them, and the table of an epilogue without operands calls
             // it as `gemm_epilogue::value_as` calls any helper.
@@ -209,22 +217,53 @@ pub fn qconv_wgmma_tile(
     };
     let epi_ops = epi.map(epilogue_operand_types).transpose()?.unwrap_or_default();
     let out = match (spec.q.elem, epi) {
-        (QuantElem::E4M3ToF32, _) => Scalar::F32,
+        (QuantElem::E4M3ToF32, None) => Scalar::F32,
         (_, None) => Scalar::I8,
         (_, Some(e)) => e.kernel.out_dtype,
     };
     write(m, name, &sig, &gs, Operands::Quant(spec.q, out), tile, (row, conv), (epi_fn, epi_ops), None)
 }
 
+/// The elements of a run of the staging tile: 16 bytes, which are 16
+/// 8-bit values or, for [`QuantElem::E4M3ToF32`] (staged only with an
+/// epilogue), 4 f32 values.
+pub(super) fn run_width(q: QuantConv) -> u32 {
+    if q.elem == QuantElem::E4M3ToF32 { 4 } else { 16 }
+}
+
+/// The byte pitch of the staging tile's rows of `bn` elements (f32 or
+/// 8-bit): padding so that the rows one store instruction covers hit
+/// distinct banks (8 rows of 2 bytes a thread: 16 bytes; f32, 4 rows of
+/// 32 bytes per half-warp: 32).
+fn staging_pitch(bn: u32, f32: bool) -> u32 {
+    if f32 { 4 * bn + 32 } else { bn + 16 }
+}
+
+/// The staging tile: its byte offset in shared memory, its row pitch, and
+/// whether it holds f32 values (runs of 4) rather than bytes (runs of 16).
+struct Staging {
+    tile: String,
+    pitch: u32,
+    f32: bool,
+}
+
+impl Staging {
+    fn width(&self) -> u32 {
+        if self.f32 { 4 } else { 16 }
+    }
+}
+
 impl Gen<'_> {
     /// Requantization, the epilogue and the stores (module doc); `out` is
-    /// the stored type. The block's requantized bytes go through shared
-    /// memory (the ring is free after the k loop): each thread writes its
-    /// accumulators' bytes there, then reads back runs of 16 bytes of one
+    /// the stored type. The block's requantized bytes (or, for an f32
+    /// result with an epilogue, its f32 values) go through shared memory
+    /// (the ring is free after the k loop): each thread writes its
+    /// accumulators' values there, then reads back runs of 16 bytes of one
     /// row, so the epilogue's operands are read and the output written in
-    /// whole 16-byte pieces where `oc` allows.
+    /// whole pieces where `oc` allows.
     pub(super) fn requantize(&mut self, q: QuantConv, out: Scalar) {
-        if q.elem == QuantElem::E4M3ToF32 {
+        let f32 = q.elem == QuantElem::E4M3ToF32;
+        if f32 && self.epi.is_none() {
             return self.store_f32(q);
         }
         if q.elem == QuantElem::Int8 && out == Scalar::F32 && self.s.n.is_multiple_of(2) {
@@ -233,21 +272,20 @@ impl Gen<'_> {
         let (t, s) = (self.t, self.s);
         let (r0, c0) = self.fragment_origin();
         let oc = s.n;
-        // The staging tile: 128 rows of bn bytes, 16 bytes of padding per
-        // row so the 8 rows one store instruction covers hit distinct banks.
-        let pitch = t.bn + 16;
+        let pitch = staging_pitch(t.bn, f32);
         let base = self.v("ptrtoint ptr addrspace(3) @aoc_wg_smem to i32");
         let abs = self.v(format!("add i32 {base}, {}", ALIGN - 1));
         let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
         let tile = self.v(format!("sub i32 {abs}, {base}"));
+        let st = Staging { tile: tile.clone(), pitch, f32 };
         // The epilogue's narrow operands (a quantized residual) of this
         // thread's first run, loaded now so that their latency passes under
         // the requantization and the staging ([`Gen::store_runs`] loads
         // each next run's while it computes one).
-        let whole = oc.is_multiple_of(16);
-        let at0 = self.run_at("0");
-        let first = self.run_vectors(&at0, whole, true);
-        let ahead = self.hold_vectors(&first);
+        let whole = oc.is_multiple_of(st.width() as u64);
+        let at0 = self.run_at(&st, "0");
+        let first = self.run_vectors(&at0, st.width(), whole, true);
+        let ahead = self.hold_vectors(&first, st.width());
         // Every warpgroup is past its last wgmma reading the ring.
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
         for j in 0..t.bn / 8 {
@@ -260,6 +298,25 @@ impl Gen<'_> {
                 cols.push(self.column_params(&col, &ok));
             }
             for h in 0..2u32 {
+                let r = self.v(format!("add i32 {r0}, {}", 8 * h));
+                if f32 {
+                    // Two f32 values, one 8-byte store.
+                    let mut v = "poison".to_string();
+                    for (e, [_, sc, sh]) in cols.iter().enumerate() {
+                        let ap = self.acc_ptr(4 * j + 2 * h + e as u32);
+                        let a = self.v(format!("load float, ptr {ap}, align 4"));
+                        let y = self.f32_result(&q, &a, sc, sh);
+                        v = self.v(format!("insertelement <2 x float> {v}, float {y}, i32 {e}"));
+                    }
+                    let at = self.v(format!("mul i32 {r}, {pitch}"));
+                    let cb = self.v(format!("add i32 {c0}, {}", 8 * j));
+                    let cb = self.v(format!("shl i32 {cb}, 2"));
+                    let at = self.v(format!("add i32 {at}, {cb}"));
+                    let at = self.v(format!("add i32 {at}, {tile}"));
+                    let p = self.smem(&at);
+                    self.ins(format!("store <2 x float> {v}, ptr addrspace(3) {p}, align 8"));
+                    continue;
+                }
                 let mut ys = Vec::new();
                 for (e, [c, sc, sh]) in cols.iter().enumerate() {
                     let ap = self.acc_ptr(4 * j + 2 * h + e as u32);
@@ -280,7 +337,6 @@ impl Gen<'_> {
                 let lo = self.v(format!("and i16 {}, 255", ys[0]));
                 let hi = self.v(format!("shl i16 {}, 8", ys[1]));
                 let w = self.v(format!("or i16 {lo}, {hi}"));
-                let r = self.v(format!("add i32 {r0}, {}", 8 * h));
                 let at = self.v(format!("mul i32 {r}, {pitch}"));
                 let at = self.v(format!("add i32 {at}, {c0}"));
                 let at = self.v(format!("add i32 {at}, {}", 8 * j));
@@ -289,9 +345,26 @@ impl Gen<'_> {
                 self.ins(format!("store i16 {w}, ptr addrspace(3) {p}, align 2"));
             }
         }
-        let lut = self.epilogue_table(q, out, &tile, pitch);
+        let lut = if f32 { None } else { self.epilogue_table(q, out, &tile, pitch) };
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
-        self.store_runs(q, out, &tile, pitch, lut.as_deref(), &ahead);
+        self.store_runs(q, out, &st, lut.as_deref(), &ahead);
+    }
+
+    /// [`QuantElem::E4M3ToF32`]'s value of accumulator `a` of a column
+    /// with `scale` and `shift`: `fma(a, scale, shift)`, clamped where the
+    /// bounds are finite (as `f32::clamp`: a NaN stays NaN).
+    fn f32_result(&mut self, q: &QuantConv, a: &str, scale: &str, shift: &str) -> String {
+        let bound = |b: i32| (b != i32::MIN && b != i32::MAX).then(|| crate::irtext::f32_lit(b as f32));
+        let mut v = self.v(format!("call float @llvm.fma.f32(float {a}, float {scale}, float {shift})"));
+        if let Some(lo) = bound(q.y_min) {
+            let lt = self.v(format!("fcmp olt float {v}, {lo}"));
+            v = self.v(format!("select i1 {lt}, float {lo}, float {v}"));
+        }
+        if let Some(hi) = bound(q.y_max) {
+            let gt = self.v(format!("fcmp ogt float {v}, {hi}"));
+            v = self.v(format!("select i1 {gt}, float {hi}, float {v}"));
+        }
+        v
     }
 
     /// An epilogue of the requantized byte alone (no other operand) that
@@ -331,8 +404,6 @@ impl Gen<'_> {
         let (r0, c0) = self.fragment_origin();
         let r0 = self.v(format!("add i32 {r0}, {}", self.bm0));
         let c0 = self.v(format!("add i32 {c0}, {}", self.bn0));
-        let bound = |b: i32| (b != i32::MIN && b != i32::MAX).then(|| crate::irtext::f32_lit(b as f32));
-        let (lo, hi) = (bound(q.y_min), bound(q.y_max));
         for j in 0..t.bn / 8 {
             for e in 0..2u32 {
                 let col = self.v(format!("add i32 {c0}, {}", 8 * j + e));
@@ -350,16 +421,7 @@ impl Gen<'_> {
                     let ok = self.v(format!("and i1 {rok}, {cok}"));
                     let ap = self.acc_ptr(4 * j + 2 * h + e);
                     let a = self.v(format!("load float, ptr {ap}, align 4"));
-                    let mut v = self.v(format!("call float @llvm.fma.f32(float {a}, float {}, float {})", vals[0], vals[1]));
-                    // `f32::clamp`: a NaN stays NaN.
-                    if let Some(lo) = &lo {
-                        let lt = self.v(format!("fcmp olt float {v}, {lo}"));
-                        v = self.v(format!("select i1 {lt}, float {lo}, float {v}"));
-                    }
-                    if let Some(hi) = &hi {
-                        let gt = self.v(format!("fcmp ogt float {v}, {hi}"));
-                        v = self.v(format!("select i1 {gt}, float {hi}, float {v}"));
-                    }
+                    let v = self.f32_result(&q, &a, &vals[0], &vals[1]);
                     let (l_st, l_end) = (self.b.label("st"), self.b.label("st.end"));
                     self.b.cond_br(&ok, &l_st, &l_end);
                     self.b.place(&l_st);
@@ -485,32 +547,33 @@ impl Gen<'_> {
         })
     }
 
-    /// Where this thread's run `c` of 16 bytes of the staging tile lies
-    /// (runs are numbered `c·256 + tid` row-major over the tile's rows of
-    /// `bn / 16` runs).
-    fn run_at(&mut self, c: &str) -> RunAt {
+    /// Where this thread's run `c` of 16 bytes of the staging tile `st`
+    /// lies (runs are numbered `c·256 + tid` row-major over the tile's
+    /// rows of `bn / width` runs).
+    fn run_at(&mut self, st: &Staging, c: &str) -> RunAt {
         let (t, s) = (self.t, self.s);
-        let per_row = t.bn / 16;
+        let per_row = t.bn / st.width();
         let idx = self.v(format!("mul i32 {c}, {THREADS}"));
         let idx = self.v(format!("add i32 {idx}, {}", self.tid));
         let r = self.v(format!("udiv i32 {idx}, {per_row}"));
         let u = self.v(format!("urem i32 {idx}, {per_row}"));
         let u16 = self.v(format!("shl i32 {u}, 4"));
+        let uc = self.v(format!("mul i32 {u}, {}", st.width()));
         let row = self.v(format!("add i32 {}, {r}", self.bm0));
-        let col = self.v(format!("add i32 {}, {u16}", self.bn0));
+        let col = self.v(format!("add i32 {}, {uc}", self.bn0));
         let rok = self.v(format!("icmp ult i32 {row}, {}", s.m));
         let cok = self.v(format!("icmp ult i32 {col}, {}", s.n));
         let ok = self.v(format!("and i1 {rok}, {cok}"));
         RunAt { r, u16, row, col, ok }
     }
 
-    /// The epilogue operands of run `at` that load as one vector of 16
-    /// elements (`whole` runs, the operand contiguous along a row in
-    /// 16-byte aligned runs) and are `narrow` (at most 2 bytes an element:
-    /// those loaded a run ahead, cheap in registers) or, without `narrow`,
-    /// wider; loaded here (at element 0 where the run is out of range, so
-    /// the load is always valid). `None` for the others.
-    fn run_vectors(&mut self, at: &RunAt, whole: bool, narrow: bool) -> Vec<Option<String>> {
+    /// The epilogue operands of run `at` that load as one vector of
+    /// `width` elements (`whole` runs, the operand contiguous along a row
+    /// in runs aligned as the vector) and are `narrow` (at most 2 bytes an
+    /// element: those loaded a run ahead, cheap in registers) or, without
+    /// `narrow`, wider; loaded here (at element 0 where the run is out of
+    /// range, so the load is always valid). `None` for the others.
+    fn run_vectors(&mut self, at: &RunAt, width: u32, whole: bool, narrow: bool) -> Vec<Option<String>> {
         let Some((_, strides)) = self.epi.clone() else {
             return Vec::new();
         };
@@ -522,11 +585,14 @@ impl Gen<'_> {
             .zip(base)
             .enumerate()
             .map(|(k, ((&[_, s1, s2], (ty, size)), o))| {
-                let vector = whole && s2 == 1 && (s1 * size).is_multiple_of(16) && (size <= 2) == narrow;
+                // The run starts `width` elements apart along the row, so
+                // its alignment is the vector's (up to 16) where rows are.
+                let align = (u64::from(width) * size).min(16);
+                let vector = whole && s2 == 1 && (s1 * size).is_multiple_of(align) && (size <= 2) == narrow;
                 vector.then(|| {
                     let o = self.v(format!("select i1 {}, i64 {o}, i64 0", at.ok));
                     let p = self.v(format!("getelementptr {ty}, ptr addrspace(1) %e{}, i64 {o}", k + 1));
-                    self.v(format!("load <16 x {ty}>, ptr addrspace(1) {p}, align 16"))
+                    self.v(format!("load <{width} x {ty}>, ptr addrspace(1) {p}, align {align}"))
                 })
             })
             .collect()
@@ -535,7 +601,7 @@ impl Gen<'_> {
     /// `vecs`, the vectors of [`Gen::run_vectors`], stored in their
     /// operands' entry-block slots (registers after `mem2reg`): the slots
     /// and vector types.
-    fn hold_vectors(&mut self, vecs: &[Option<String>]) -> Vec<Option<(String, String)>> {
+    fn hold_vectors(&mut self, vecs: &[Option<String>], width: u32) -> Vec<Option<(String, String)>> {
         let ops = self.epi_ops.clone();
         let slots = self.ahead.clone();
         vecs.iter()
@@ -543,7 +609,7 @@ impl Gen<'_> {
             .zip(slots)
             .map(|((v, (ty, _)), slot)| {
                 v.as_ref().map(|v| {
-                    let vt = format!("<16 x {ty}>");
+                    let vt = format!("<{width} x {ty}>");
                     self.ins(format!("store {vt} {v}, ptr {slot}, align 16"));
                     (slot, vt)
                 })
@@ -552,20 +618,21 @@ impl Gen<'_> {
     }
 
     /// The second half of [`Gen::requantize`]: a loop over this thread's
-    /// runs of 16 bytes of the staging tile at byte `tile` (rows `pitch`
-    /// bytes apart), each through the epilogue and stored: as one vector
-    /// where `oc` is a multiple of 16 (a run is then all in range or all
-    /// out, and 16-byte aligned in y), else element by element. The
+    /// runs of 16 bytes of the staging tile `st` (16 bytes or 4 f32
+    /// values), each through the epilogue and stored: as one vector where
+    /// `oc` is a multiple of the run's width (a run is then all in range
+    /// or all out, and aligned in y), else element by element. The
     /// epilogue's narrow operands come from `ahead` (the slots of
     /// [`Gen::hold_vectors`], filled with the first run's before the
     /// requantization; each iteration loads the next run's into them
     /// before computing its own), the other contiguous ones from a vector
     /// load per run, the rest element by element.
-    fn store_runs(&mut self, q: QuantConv, out: Scalar, tile: &str, pitch: u32, lut: Option<&str>, ahead: &[Option<(String, String)>]) {
+    fn store_runs(&mut self, q: QuantConv, out: Scalar, st: &Staging, lut: Option<&str>, ahead: &[Option<(String, String)>]) {
         let (t, s) = (self.t, self.s);
         let (oty, osize) = stored_type(out).expect("checked by qconv_wgmma_tile");
         let oc = s.n;
-        let whole = oc.is_multiple_of(16);
+        let width = st.width();
+        let whole = oc.is_multiple_of(u64::from(width));
         let conv = if q.y_signed { "sitofp" } else { "uitofp" };
         let e4m3 = q.elem == QuantElem::E4M3;
         let strides = self.epi.as_ref().map(|(_, st)| st.clone()).unwrap_or_default();
@@ -585,21 +652,21 @@ impl Gen<'_> {
             .collect();
         if ahead.iter().any(Option::is_some) {
             let nc = self.v(format!("add i32 {c}, 1"));
-            let atn = self.run_at(&nc);
-            let next = self.run_vectors(&atn, whole, true);
+            let atn = self.run_at(st, &nc);
+            let next = self.run_vectors(&atn, width, whole, true);
             for (h, v) in ahead.iter().zip(next) {
                 if let (Some((slot, vt)), Some(v)) = (h, v) {
                     self.ins(format!("store {vt} {v}, ptr {slot}, align 16"));
                 }
             }
         }
-        let at = self.run_at(&c);
+        let at = self.run_at(st, &c);
         self.b.cond_br(&at.ok, &l_body, &l_next);
         self.b.place(&l_body);
         if lut.is_none() {
             // The wide operands' vectors of this run (the narrow ones came
             // a run ahead).
-            let wide = self.run_vectors(&at, whole, false);
+            let wide = self.run_vectors(&at, width, whole, false);
             vecs.resize(wide.len(), None);
             for (v, w) in vecs.iter_mut().zip(wide) {
                 if w.is_some() {
@@ -607,18 +674,19 @@ impl Gen<'_> {
                 }
             }
         }
-        let sat = self.v(format!("mul i32 {}, {pitch}", at.r));
+        let sat = self.v(format!("mul i32 {}, {}", at.r, st.pitch));
         let sat = self.v(format!("add i32 {sat}, {}", at.u16));
-        let sat = self.v(format!("add i32 {sat}, {tile}"));
+        let sat = self.v(format!("add i32 {sat}, {}", st.tile));
         let sp = self.smem(&sat);
-        let run = self.v(format!("load <16 x i8>, ptr addrspace(3) {sp}, align 16"));
+        let sty = if st.f32 { "float" } else { "i8" };
+        let run = self.v(format!("load <{width} x {sty}>, ptr addrspace(3) {sp}, align 16"));
         let r64 = self.v(format!("zext i32 {} to i64", at.row));
         let o = self.v(format!("mul i64 {r64}, {oc}"));
         let c64 = self.v(format!("zext i32 {} to i64", at.col));
         let o = self.v(format!("add i64 {o}, {c64}"));
         let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &at.row, &at.col);
         let mut vals = Vec::new();
-        for e in 0..16u32 {
+        for e in 0..width {
             let guard = (!whole).then(|| {
                 let ce = self.v(format!("add i32 {}, {e}", at.col));
                 self.v(format!("icmp ult i32 {ce}, {oc}"))
@@ -628,7 +696,7 @@ impl Gen<'_> {
                 self.b.cond_br(g, &l_el, &l_el_end);
                 self.b.place(&l_el);
             }
-            let b = self.v(format!("extractelement <16 x i8> {run}, i32 {e}"));
+            let b = self.v(format!("extractelement <{width} x {sty}> {run}, i32 {e}"));
             let y = match (self.epi.clone(), lut) {
                 (None, _) => b,
                 (Some(_), Some(at)) => {
@@ -638,7 +706,9 @@ impl Gen<'_> {
                     self.v(format!("load i8, ptr addrspace(3) {sp}, align 1"))
                 }
                 (Some((f, _)), None) => {
-                    let x = if e4m3 {
+                    let x = if st.f32 {
+                        b
+                    } else if e4m3 {
                         crate::irtext::e4m3_to_f32(&mut self.b, &b)
                     } else {
                         self.v(format!("{conv} i8 {b} to float"))
@@ -646,7 +716,7 @@ impl Gen<'_> {
                     let mut args = vec![format!("float {x}")];
                     for (k, ((&[_, _, s2], &(ty, size)), base)) in strides.iter().zip(&ops).zip(&ebase).enumerate() {
                         let v = match &vecs[k] {
-                            Some(v) => self.v(format!("extractelement <16 x {ty}> {v}, i32 {e}")),
+                            Some(v) => self.v(format!("extractelement <{width} x {ty}> {v}, i32 {e}")),
                             None => {
                                 // Where the element exists (the code
                                 // runs), in range; elsewhere dead.
@@ -672,8 +742,10 @@ impl Gen<'_> {
             }
         }
         if whole {
-            // 16 bytes, or four 16-byte pieces of f32.
-            let per = 16 / osize as usize;
+            // At most 16 bytes a store: a run of 16 bytes, four 16-byte
+            // pieces of f32, 4 bytes of an f32 run's e4m3 results.
+            let per = (16 / osize as usize).min(width as usize);
+            let align = per * osize as usize;
             for (k, part) in vals.chunks(per).enumerate() {
                 let mut v = "poison".to_string();
                 for (i, y) in part.iter().enumerate() {
@@ -681,14 +753,15 @@ impl Gen<'_> {
                 }
                 let ok = self.v(format!("add i64 {o}, {}", k * per));
                 let p = self.v(format!("getelementptr {oty}, ptr addrspace(1) %p5, i64 {ok}"));
-                self.ins(format!("store <{per} x {oty}> {v}, ptr addrspace(1) {p}, align 16"));
+                self.ins(format!("store <{per} x {oty}> {v}, ptr addrspace(1) {p}, align {align}"));
             }
         }
         self.b.br(&l_next);
         self.b.place(&l_next);
         let nc = self.v(format!("add i32 {c}, 1"));
         self.ins(format!("store i32 {nc}, ptr {cp}, align 4"));
-        let more = self.v(format!("icmp ult i32 {nc}, {}", t.bn / 32));
+        // 128 rows of bn / width runs over 256 threads.
+        let more = self.v(format!("icmp ult i32 {nc}, {}", t.bn / (2 * width)));
         self.b.cond_br(&more, &l_loop, &l_end);
         self.b.place(&l_end);
     }
