@@ -1262,9 +1262,17 @@ fn calibration(d: &Path, shape: &[usize]) -> Result<PathBuf, Failed> {
 /// projection's bytes are dequantized for the attention alone, and the
 /// residual sum's for the layer norm.
 fn int8_attention_model(tag: &str) -> Result<Model, Failed> {
+    attention_block_model(&format!("int8_attention_{tag}"), &["--target", "sm_90"], false)
+}
+
+/// [`int8_attention_model`]'s block, with one more projection after the
+/// layer norm where `projected` (so that a quantized layer reads the layer
+/// norm's output), in `.air` (every op named, as an imported model's) and
+/// quantized by `aoc quantize` with `args`, in the scratch folder `name`.
+pub(crate) fn attention_block_model(name: &str, args: &[&str], projected: bool) -> Result<Model, Failed> {
     let (b, s, h, heads) = (2, 64, 128, 2);
     let hd = h / heads;
-    let d = scratch(&format!("int8_attention_{tag}"));
+    let d = scratch(name);
     let bias = |seed| {
         let v = dense(1, h, seed);
         v[1..v.len() - 1].to_string()
@@ -1302,12 +1310,21 @@ fn int8_attention_model(tag: &str) -> Result<Model, Failed> {
          %r = core.add %y0, %x : tensor<{b}x{s}x{h}xf32>\n  \
          %g = const dense<{}> : tensor<{h}xf32>\n  \
          %be = const dense<{}> : tensor<{h}xf32>\n  \
-         %y = core.layer_norm %r, %g, %be {{epsilon = 1e-5}} : tensor<{b}x{s}x{h}xf32>\n  \
-         return %y : tensor<{b}x{s}x{h}xf32>\n}}\n",
+         %y = core.layer_norm %r, %g, %be {{epsilon = 1e-5}} : tensor<{b}x{s}x{h}xf32>\n",
         dense(h, h, 31),
         bias(41),
         bias(42)
     );
+    text += &if projected {
+        format!(
+            "  %w2 = const dense<{}> : tensor<{h}x{h}xf32>\n  \
+             %z = core.matmul %y, %w2 : tensor<{b}x{s}x{h}xf32>\n  \
+             return %z : tensor<{b}x{s}x{h}xf32>\n}}\n",
+            dense(h, h, 51)
+        )
+    } else {
+        format!("  return %y : tensor<{b}x{s}x{h}xf32>\n}}\n")
+    };
     // Every op named, as an imported model's are (`aoc quantize` keeps a
     // named layer without an integer kernel on the target in float).
     let text: String = text
@@ -1321,9 +1338,12 @@ fn int8_attention_model(tag: &str) -> Result<Model, Failed> {
     std::fs::write(&float, text)?;
     let calib = calibration(&d, &[b, s, h])?;
     let file = d.join("model.air");
-    run(&["quantize", &float.display().to_string(), "--calib", &calib.display().to_string(), "--target", "sm_90", "-o", &file.display().to_string(), "-q"])?;
+    let (float, calib, out) = (float.display().to_string(), calib.display().to_string(), file.display().to_string());
+    let mut cmd = vec!["quantize", &float, "--calib", &calib, "-o", &out, "-q"];
+    cmd.extend(args);
+    run(&cmd)?;
     Ok(Model {
-        name: "int8_attention".to_string(),
+        name: name.to_string(),
         file,
         inputs: vec![format!("x=@random:{b}x{s}x{h}")],
         shapes: vec![],
@@ -1773,7 +1793,8 @@ fn main() {
     trials.push(Trial::test("gpu_tune_measures_once_and_stays_correct", tune_measures_once_and_stays_correct));
     trials.push(Trial::test("gpu_quantized_for_sm_90_runs_int8_and_fp16", quantized_for_the_gpu));
     trials.push(Trial::test("fp8_builds_use_e4m3_wgmma", fp8::fp8_builds));
-    for which in ["cnn", "matmul", "residual"] {
+    trials.push(Trial::test("fp8_attention_and_layer_norm_write_e4m3", fp8::fp8_attention_builds));
+    for which in ["cnn", "matmul", "residual", "attention"] {
         for t in ["sm_90a", "sm_90"] {
             trials.push(Trial::test(format!("gpu_fp8_{which}_{t}"), move || fp8::fp8_on_gpu(which, t)));
         }

@@ -408,6 +408,38 @@ fn onnx_models_quantize_and_fp8_is_written() {
     }
 }
 
+/// fp8 for sm_90a follows its kernels: the encoder layer's products of two
+/// activations (no fp8 kernel; in float they are the fused attention)
+/// and the ResNet block's 3-channel stem (no fp8 `wgmma` form) stay in
+/// fp16, the linear layers and the other convolutions are fp8.
+#[test]
+fn fp8_for_sm_90a_places_layers_by_its_kernels() {
+    let d = dir("fp8_sm_90a");
+    for (model, shape, fp16) in [
+        (example("encoder_layer"), None, vec![("/self_attn/MatMul_1", "two activations"), ("/self_attn/MatMul_2", "two activations")]),
+        (example("resnet_block"), Some(vec![1, 3, 32, 32]), vec![("/stem/stem.0/Conv", "no fp8 kernel for it on sm_90a")]),
+    ] {
+        let name = model.parent().unwrap().file_name().unwrap().to_string_lossy().to_string();
+        let shape = shape.unwrap_or_else(|| npy::read_npy(&model.with_file_name("input.npy")).unwrap().ty.shape);
+        let calib = d.join(format!("{name}_calib"));
+        batches(&calib, &shape, 4, 1);
+        let rep = d.join(format!("{name}.json"));
+        ok(&aoc(&[&"quantize", &model, &"--calib", &calib, &"--precision", &"fp8", &"--target", &"sm_90a", &"-o", &d.join(format!("{name}.air")), &"--report", &rep, &"-q"]));
+        let r = report(&rep);
+        for l in r["layers"].as_array().unwrap() {
+            let (layer, op) = (l["name"].as_str().unwrap(), l["op"].as_str().unwrap());
+            match fp16.iter().find(|(n, _)| *n == layer) {
+                Some((_, why)) => {
+                    assert_eq!(l["precision"], "fp16", "{l}");
+                    assert!(l["why_float"].as_str().unwrap_or_default().contains(why), "{l}");
+                }
+                None if ["conv2d", "gemm", "matmul"].contains(&op) => assert_eq!(l["precision"], "fp8", "{l}"),
+                None => {}
+            }
+        }
+    }
+}
+
 /// A transformer block: the matmuls by constant weights become integer
 /// GEMM steps; the attention's matmuls of two activations have no integer
 /// kernel here and stay in float. Compiled, the model gives the

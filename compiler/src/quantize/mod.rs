@@ -526,11 +526,19 @@ pub fn quantize(
             }
         }
     }
-    // fp8 computes in convolutions and matmuls only. A residual add reads
-    // the e4m3 form of an operand that such a layer reads anyway (the
-    // block's input: TensorRT's residual placement), so that on the GPU
-    // the add joins the epilogue of the GEMM making its other operand,
-    // which stays float, and reads one byte per element instead of four.
+    // fp8 computes in convolutions and matmuls by constant weights only:
+    // no fp8 kernel multiplies two activations, and on the GPU an
+    // attention's QKᵀ and AV in float are one fused attention kernel.
+    for l in &mut layers {
+        if cfg.precision == Precision::Fp8 && l.unsupported.is_none() && l.kind.has_weights() && l.weight.is_none() {
+            l.unsupported = Some("fp8: no fp8 kernel multiplies two activations (an attention's products run in its fused kernel)".to_string());
+        }
+    }
+    // A residual add reads the e4m3 form of an operand that such a layer
+    // reads anyway (the block's input: TensorRT's residual placement), so
+    // that on the GPU the add joins the epilogue of the GEMM making its
+    // other operand, which stays float, and reads one byte per element
+    // instead of four.
     let fp8_inputs: HashSet<ValueId> =
         layers.iter().filter(|l| l.kind.has_weights() && l.unsupported.is_none()).flat_map(|l| l.acts.iter().map(|&(_, v)| v)).collect();
     for l in &mut layers {
@@ -693,7 +701,19 @@ pub fn quantize(
     let mut probe: Option<(HashSet<usize>, Session)> = None;
     let target = cfg.target.name();
     let kept_in = cfg.target.kept_precision();
-    if cfg.precision == Precision::Int8 {
+    // Whether layer `l` runs on a quantized kernel in a plan whose int8 and
+    // fp8 steps are at `locs`: by its quantized output's location, or (an
+    // fp8 layer's float result) its op's.
+    let uses = place::uses(&func);
+    let runs_quantized = |l: &place::Layer, locs: &HashSet<String>| {
+        let chain = place::through_data_movement(&func, &uses, l.output);
+        chain.iter().any(|&v| func.values[v].loc.name.as_deref().is_none_or(|n| locs.contains(n)))
+            || func.ops[l.op].loc.name.as_deref().is_some_and(|n| locs.contains(n))
+    };
+    // fp8 has its kernels on sm_90a alone; elsewhere fp8 layers run as
+    // their float expansion (and say so).
+    let fp8_kernels = matches!(cfg.target, Target::Gpu(sm) if sm == aoc_backend_ptx::Sm::Sm90a);
+    if cfg.precision == Precision::Int8 || fp8_kernels {
         let all: HashSet<usize> = candidates.iter().copied().collect();
         let m = module_for(&all)?;
         let locs = match cfg.target {
@@ -706,11 +726,13 @@ pub fn quantize(
             Target::Gpu(sm) => int8_locs(&engine::gpu_plan(&m, weights, sm)?),
         };
         candidates.retain(|&i| {
-            let runs_int8 = func.values[layers[i].output].loc.name.as_deref().is_none_or(|l| locs.contains(l));
-            if !runs_int8 {
-                kept.insert(i, format!("no integer kernel for it on {target} yet: kept in {kept_in}"));
+            // A residual add in fp8 computes in f32 (its reader's epilogue).
+            let runs = (cfg.precision == Precision::Fp8 && layers[i].kind == LayerKind::Add) || runs_quantized(&layers[i], &locs);
+            if !runs {
+                let what = if cfg.precision == Precision::Int8 { "integer" } else { "fp8" };
+                kept.insert(i, format!("no {what} kernel for it on {target} yet: kept in {kept_in}"));
             }
-            runs_int8
+            runs
         });
         if candidates.is_empty() {
             return Err(format!("error: {target} has no integer kernel for any of the model's quantizable layers"));
@@ -826,8 +848,7 @@ pub fn quantize(
             let names: Vec<String> = l.acts.iter().map(|&(_, v)| format!("%{}", func.name_of(v))).collect();
             return Some(format!("adds in f32, reading {} as e4m3", names.join(" and ")));
         }
-        let loc = func.values[l.output].loc.name.as_deref()?;
-        (!int8_locs.contains(loc)).then(|| match (cfg.precision, cfg.target) {
+        (!runs_quantized(l, &int8_locs)).then(|| match (cfg.precision, cfg.target) {
             (Precision::Int8, _) => format!("no integer kernel on {target} yet: runs as dequantize, float, quantize"),
             (Precision::Fp8, Target::Cpu) => "no fp8 kernel on this CPU (fp8 is for sm_89 / sm_90)".to_string(),
             (Precision::Fp8, Target::Gpu(sm)) if sm == aoc_backend_ptx::Sm::Sm90a => {

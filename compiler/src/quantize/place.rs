@@ -123,6 +123,25 @@ fn is_f32(t: &TensorType) -> bool {
     t.elem == ElemType::F32
 }
 
+/// `v` and the values it reaches through data movement that is its only
+/// user, then that value's only user, and so on (reshape, transpose,
+/// flatten, slice, max pool): a quantize that the `qdq` rules fold into a
+/// layer may sit after any of them (fp8 quantizes the input of the next
+/// layer, which an attention reaches through a reshape and a transpose),
+/// and the quantized op then carries that value's location.
+pub fn through_data_movement(func: &Func, uses: &HashMap<ValueId, Vec<(OpId, usize)>>, v: ValueId) -> Vec<ValueId> {
+    let mut chain = vec![v];
+    let mut v = v;
+    while let Some([(user, 0)]) = uses.get(&v).map(Vec::as_slice)
+        && passes_params(func.ops[*user].opcode)
+        && let [r] = func.ops[*user].results[..]
+    {
+        chain.push(r);
+        v = r;
+    }
+    chain
+}
+
 /// Uses of each value: (op, operand index).
 pub fn uses(func: &Func) -> HashMap<ValueId, Vec<(OpId, usize)>> {
     let mut u: HashMap<ValueId, Vec<(OpId, usize)>> = HashMap::new();

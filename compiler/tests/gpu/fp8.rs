@@ -82,6 +82,9 @@ fn residual_air(dir: &Path, m: usize) -> Result<PathBuf, Failed> {
 /// Model `which` ("cnn", "matmul" or "residual") quantized to fp8 for sm_90a, in a
 /// scratch folder of its own (`tag` keeps concurrent trials apart).
 fn fp8_model(which: &str, tag: &str) -> Result<Model, Failed> {
+    if which == "attention" {
+        return fp8_attention_model(tag);
+    }
     let d = scratch(&format!("fp8_{which}_{tag}"));
     let (file, shape, input) = match which {
         "cnn" => {
@@ -177,6 +180,46 @@ pub(super) fn fp8_builds() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The BERT-style attention block with a projection after its layer norm,
+/// quantized to fp8 for sm_90a (`tag` keeps concurrent trials apart): the
+/// projections run in fp8, the attention's products and the layer norm in
+/// float; the attention's output and the layer norm's are the next
+/// projections' inputs, quantized to e4m3.
+fn fp8_attention_model(tag: &str) -> Result<Model, Failed> {
+    attention_block_model(&format!("fp8_attention_{tag}"), &["--precision", "fp8", "--target", "sm_90a"], true)
+}
+
+/// On sm_90a (fp16) the attention and the layer norm write the e4m3 bytes
+/// the next projection reads as their second output (`attention_q`,
+/// `layer_norm_q`, each with a quantizing helper that rounds to e4m3), so
+/// no launch quantizes but the model input's; the residual add is the
+/// output projection's epilogue, reading x's bytes.
+pub(super) fn fp8_attention_builds() -> Result<(), Failed> {
+    let m = fp8_attention_model("build")?;
+    let d = scratch("fp8_attention_emit");
+    let ll = emit(&m.file, "sm_90a", "fp16", "llvm", &d.join("model.ll"))?;
+    for kind in ["attention", "layer_norm"] {
+        let helper = ll.lines().skip_while(|l| !(l.starts_with(&format!("define internal i8 @{kind}")) && l.contains("_q("))).take_while(|l| *l != "}").collect::<Vec<_>>().join("\n");
+        if !helper.contains("cvt.rn.satfinite.e4m3x2.f32") {
+            return Err(format!("no e4m3 quantizing helper for the {kind}:\n{helper}").into());
+        }
+    }
+    let summary = compile(&m, "sm_90a", "fp16", &d.join("m.aoc"))?;
+    for want in ["attention_q 1", "layer_norm_q 1", "qconv_wgmma 5"] {
+        if !summary.contains(want) {
+            return Err(format!("expected `{want}` in:\n{summary}").into());
+        }
+    }
+    let ptx = emit(&m.file, "sm_90a", "fp16", "ptx", &d.join("model.ptx"))?;
+    let quantizes: Vec<&str> = launch_lines(&ptx).into_iter().filter(|l| l.split_once("<- ").is_some_and(|(_, o)| o.starts_with("quant.quantize") || o.starts_with("core.add"))).collect();
+    if quantizes.len() != 1 {
+        return Err(format!("expected the input's quantize alone: {quantizes:#?}").into());
+    }
+    Ok(())
+}
+
 pub(super) fn fp8_on_gpu(which: &'static str, target: &'static str) -> Result<(), Failed> {
-    check_on_gpu(&fp8_model(which, &format!("gpu_{target}"))?, target, "fp32")
+    // The attention block as the benchmarks build it (fp16 float layers).
+    let precision = if which == "attention" { "fp16" } else { "fp32" };
+    check_on_gpu(&fp8_model(which, &format!("gpu_{target}"))?, target, precision)
 }

@@ -64,12 +64,17 @@ pub(crate) fn check(s: &GemmSpec, e: &GemmEpilogue) -> Result<(), String> {
 }
 
 /// Checks that `epi` quantizes one f32 value alone (operand 0 the value,
-/// no other operand, an 8-bit result): the second output a layer norm or
-/// an attention writes. `what` names the producer in the error.
+/// no other operand, an 8-bit integer or e4m3 result): the second output
+/// a layer norm or an attention writes. `what` names the producer in the
+/// error.
 pub(crate) fn check_quantization(epi: &GemmEpilogue, what: &str) -> Result<(), String> {
     let k = &epi.kernel;
-    if !epi.strides.is_empty() || k.operands.len() != 1 || k.operands[0].dtype != Scalar::F32 || !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) {
-        return Err(format!("{what}'s quantization reads the f32 value alone and stores 8-bit integers"));
+    if !epi.strides.is_empty()
+        || k.operands.len() != 1
+        || k.operands[0].dtype != Scalar::F32
+        || !matches!(k.out_dtype, Scalar::U8 | Scalar::I8 | Scalar::F8E4M3FN)
+    {
+        return Err(format!("{what}'s quantization reads the f32 value alone and stores 8-bit integers or e4m3"));
     }
     Ok(())
 }

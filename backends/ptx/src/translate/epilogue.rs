@@ -208,7 +208,7 @@ pub(super) fn attention_quant(step: &Step, next: &Step, later: &[Step], kernels:
 }
 
 /// The step `next` quantizing `y` (`n` f32 elements, written whole by a
-/// step reading `inputs`) alone and densely into 8-bit integers (its
+/// step reading `inputs`) alone and densely into 8-bit integers or e4m3 (its
 /// output overlapping none of those buffers): the quantization as an
 /// epilogue of y alone, its output, and whether `y` must still be stored.
 fn quantized_copy(y: &Buf, n: u64, inputs: &[Option<Buf>], next: &Step, later: &[Step], kernels: &HashMap<&str, &PointwiseKernel>) -> Option<(GemmEpilogue, Buf, bool)> {
@@ -218,7 +218,7 @@ fn quantized_copy(y: &Buf, n: u64, inputs: &[Option<Buf>], next: &Step, later: &
     if ins.len() != 1 || ins[0] != *y || k.operands.len() != 1 || k.compute != crate::expr::Compute::F32 {
         return None;
     }
-    if !matches!(k.out_dtype, Scalar::U8 | Scalar::I8) || k.operands[0].dtype != Scalar::F32 || k.operands[0].strides != row_major(&k.dims) {
+    if !matches!(k.out_dtype, Scalar::U8 | Scalar::I8 | Scalar::F8E4M3FN) || k.operands[0].dtype != Scalar::F32 || k.operands[0].strides != row_major(&k.dims) {
         return None;
     }
     if n == 0 || k.dims.iter().product::<u64>() != n || y.len != 4 * n || out.len != n {

@@ -607,6 +607,17 @@ fn attention_reads_dequantized_bytes() {
             assert!(report.contains(" 0 bytes spill stores, 0 bytes spill loads"), "{sm}: {report}");
         }
     }
+    // fp8: f32 q, k and v, the output quantized to e4m3 (sm_90a, fp16).
+    let e4m3 = GemmEpilogue { kernel: super::kernel("", &[n as u64], &[(Scalar::F32, &[1])], &q_exprs[..3], Scalar::F8E4M3FN), strides: vec![] };
+    let mut m = ModuleText::new();
+    attention_bytes(&mut m, "attn_e4m3", &s, AttnPrecision::F16, Sm::Sm90a, [None; 3], Some((&e4m3, false))).unwrap();
+    let ptx = ir_to_ptx(&m.finish(), Sm::Sm90a).unwrap();
+    let body = super::entry(&ptx, "attn_e4m3");
+    assert!(body.contains("cvt.rn.satfinite.e4m3x2.f32"), "no e4m3 rounding of the output");
+    if let Ok(x) = super::find_ptxas() {
+        let report = super::assemble(&x, &ptx, Sm::Sm90a, "attention-e4m3");
+        assert!(report.contains(" 0 bytes spill stores, 0 bytes spill loads"), "{report}");
+    }
     // Refused: a dequantization reading f32, or with another operand.
     let mut m = ModuleText::new();
     let f32_in = dequantize(n, Scalar::F32, 0.0, 1.0);

@@ -547,6 +547,19 @@ fn layer_norm_quant_stores_bytes() {
         assert!(bytes > 0, "{name}: no byte store");
         assert_eq!(f32_stores == bytes, keep, "{name}: {f32_stores} f32 stores, {bytes} byte stores");
         assert!(keep || f32_stores == 0, "{name}");
+        assert!(!b.contains("e4m3"), "{name}");
+    }
+    // fp8 (sm_89 and newer): the byte is the value rounded to e4m3 (nearest
+    // even, saturating).
+    let mut m = ModuleText::new();
+    rows::layer_norm_quant(&mut m, "lnq_e4m3", 16, 768, 1e-5, false, false, &quant(16, 768, Scalar::F8E4M3FN), false).unwrap();
+    let ptx = ir_to_ptx(&m.finish(), Sm::Sm90a).unwrap();
+    let b = entry(&ptx, "lnq_e4m3");
+    assert!(b.contains("cvt.rn.satfinite.e4m3x2.f32"), "no e4m3 rounding");
+    assert!(b.matches("st.global.u8").count() + b.matches("st.global.b8").count() > 0, "no byte store");
+    assert_eq!(b.matches("st.global.f32").count() + b.matches("st.global.b32").count(), 0, "f32 stores");
+    if let Ok(p) = find_ptxas() {
+        assemble(&p, &ptx, Sm::Sm90a, "rows_layer_norm_quant_e4m3");
     }
 }
 
