@@ -87,7 +87,13 @@
 //! instructions reading accumulator registers'). The sums and the
 //! scratch are two sets of `bn/2` registers, so fp8 tiles are at most
 //! [`FP8_MAX_BN`] wide. int8 sums are exact in s32 and keep the plain
-//! pipeline.
+//! pipeline. The CTA barrier of each tile keeps the two warpgroups in
+//! step, so both promote while the tensor cores wait;
+//! [`qconv_wgmma_pingpong`] lets them take turns instead (named barriers,
+//! `mainloop`'s `pingpong_loop`), one promoting while the other's `wgmma`
+//! run. It assembles without serialization; the translation does not
+//! choose it until the GPU has measured it (`gpu_checks/gemm_fp8.py
+//! --time` times its `_pp` kernels beside the lockstep ones).
 //!
 //! Blocks are ordered in groups of [`GROUP`] tile rows (block `x` is tile
 //! row `g·GROUP + (x mod (GROUP·ntn)) mod gsz`, column
@@ -106,7 +112,7 @@ mod epilogue;
 mod mainloop;
 mod quant;
 
-pub use quant::{FP8_MAX_BN, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile, stored_type, supports};
+pub use quant::{FP8_MAX_BN, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_pingpong, qconv_wgmma_tile, stored_type, supports};
 
 use super::gemm_epilogue::{self, EpiFn};
 use super::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy};
@@ -423,7 +429,7 @@ pub fn gemm_wgmma_with(
         sig.push("ptr addrspace(1) noalias %h".to_string());
     }
     let p = Operands::Half(prec);
-    write(m, name, &sig, spec, p, tile, (row, conv), (epi_fn, Vec::new()), half)
+    write(m, name, &sig, spec, p, tile, (row, conv), (epi_fn, Vec::new()), half, false)
 }
 
 /// Writes kernel `name` with parameters `sig` (checked: `spec`, `tile`,
@@ -439,6 +445,7 @@ fn write(
     (row, conv): (u64, Option<ConvGeom>),
     (epi, epi_ops): (Option<EpiFn>, Vec<(&'static str, u64)>),
     half: Option<HalfCopy>,
+    pingpong: bool,
 ) -> Result<Geometry, String> {
     let (ktiles, ntn) = tiles(spec, tile, p.bk());
     let ntm = spec.m.div_ceil(BM as u64);
@@ -470,6 +477,7 @@ fn write(
             epi_ops,
             ahead: Vec::new(),
             half,
+            pingpong,
             acc: String::new(),
             scratch: String::new(),
             tid: String::new(),
@@ -607,6 +615,9 @@ struct Gen<'a> {
     ahead: Vec<String>,
     /// Stores of C also write a half copy through `%h`.
     half: Option<HalfCopy>,
+    /// An fp8 k loop whose warpgroups take turns (`mainloop`'s
+    /// `pingpong_loop`).
+    pingpong: bool,
     acc: String,
     /// The scratch accumulators of a promoted (fp8) k loop.
     scratch: String,

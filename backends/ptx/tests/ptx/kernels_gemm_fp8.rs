@@ -10,7 +10,7 @@
 
 use super::kernels_gemm_s8::{manifest_line, wgmma_specs};
 use aoc_backend_ptx::kernels::gemm_s8::QConvSpec;
-use aoc_backend_ptx::kernels::gemm_wgmma::{FP8_MAX_BN, WgTile, choose_q_tile, qconv_wgmma_tile, supports};
+use aoc_backend_ptx::kernels::gemm_wgmma::{FP8_MAX_BN, WgTile, choose_q_tile, qconv_wgmma_pingpong, qconv_wgmma_tile, supports};
 use aoc_backend_ptx::kernels::Geometry;
 use aoc_backend_ptx::expr::{Binary, Expr};
 use aoc_backend_ptx::{ModuleText, Sm, compile_ptx, ir_to_ptx};
@@ -74,10 +74,18 @@ fn qconv_wgmma_fp8_assembles_for_sm_90a() {
     let sm = Sm::Sm90a;
     let mut m = ModuleText::new();
     let mut kernels: Vec<(String, QConvSpec, WgTile, Geometry)> = Vec::new();
-    for (name, s, tile) in fp8_specs() {
+    for (i, (name, s, tile)) in fp8_specs().into_iter().enumerate() {
         assert!(supports(&s, sm), "{name}");
         let g = qconv_wgmma_tile(&mut m, &name, &s, sm, tile, None).unwrap_or_else(|e| panic!("{name}: {e}"));
-        kernels.push((name, s, tile, g));
+        kernels.push((name.clone(), s, tile, g));
+        // The warpgroups taking turns (`qconv_wgmma_pingpong`): the timed
+        // GEMMs and every third other spec, for gemm_fp8.py to check and
+        // time beside the lockstep loop.
+        if name.starts_with("f8t_") || i % 3 == 0 {
+            let pp = format!("{name}_pp");
+            let g = qconv_wgmma_pingpong(&mut m, &pp, &s, sm, tile, None).unwrap_or_else(|e| panic!("{pp}: {e}"));
+            kernels.push((pp, s, tile, g));
+        }
     }
     let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
     for (name, s, tile, g) in &kernels {
@@ -95,6 +103,10 @@ fn qconv_wgmma_fp8_assembles_for_sm_90a() {
         // never 1) and added into the f32 sums (LLVM drops the adds of
         // columns that do not exist).
         assert!(body.contains("wgmma.wait_group.sync.aligned 0;"), "{name}");
+        // Turns: a wait on the warpgroup's own named barrier, an arrive on
+        // the other's; the lockstep loop has neither.
+        let turns = body.contains("bar.sync %r") && body.contains("bar.arrive %r");
+        assert_eq!(turns, name.ends_with("_pp"), "{name}: named-barrier turns");
         assert!(!body.contains("wgmma.wait_group.sync.aligned 1;"), "{name}: an unpromoted pipeline");
         assert!(body.contains("add.rn.f32"), "{name}: no f32 promotion");
         let f32_out = s.q.elem == QuantElem::E4M3ToF32;

@@ -249,6 +249,9 @@ impl Gen<'_> {
             self.ins("call void @llvm.nvvm.cp.async.commit.group()");
         }
         self.ins(format!("store i32 0, ptr {ktp}, align 4"));
+        if self.promoted() && self.pingpong {
+            return self.pingpong_loop(&cp, ktp, &abs, &a_wg);
+        }
         if self.promoted() {
             return self.promoted_loop(&cp, ktp, &abs, &a_wg);
         }
@@ -373,6 +376,95 @@ impl Gen<'_> {
         let l_end = self.b.label("loop.end");
         self.b.cond_br(&more, &l_loop, &l_end);
         self.b.place(&l_end);
+    }
+
+    /// [`Gen::promoted_loop`] with the two warpgroups taking turns
+    /// (`pingpong`): each issues its `wgmma` of a k-tile only in its turn,
+    /// so warpgroup 1's products of tile `t` follow warpgroup 0's and the
+    /// tensor cores run one warpgroup's while the other retires and
+    /// promotes its own. Turns are named barriers of 256 threads, one per
+    /// warpgroup (ids 1 and 2): a warpgroup waits on its own (`bar.sync`)
+    /// and gives the other its turn with `bar.arrive` on the other's, the
+    /// same instructions for both (no divergent path around a `wgmma`,
+    /// which ptxas would serialize). Per k-tile `t` a warpgroup: waits for
+    /// its turn; issues its copies of tile `t + stages − 2` (into tile
+    /// `t − 2`'s stage) and its four `wgmma`; waits for its own copies of
+    /// tile `t + 1` to land; gives the other warpgroup its turn (warpgroup
+    /// 1 does so only when there is a tile `t + 1`); retires and promotes
+    /// tile `t`. Before the loop each waits for its copies of tile 0 and
+    /// warpgroup 1 gives warpgroup 0 the first turn. So a turn implies the
+    /// other warpgroup's copies of the tile have landed, and that it has
+    /// retired tile `t − 2`, whose stage the turn's copies overwrite. Each
+    /// barrier takes exactly as many arrivals as waits, and no warpgroup
+    /// arrives twice before the other has waited.
+    fn pingpong_loop(&mut self, cp: &Copies, ktp: &str, abs: &str, a_wg: &str) {
+        let stages = self.t.stages;
+        let ktiles = self.v(format!("call i32 asm sideeffect \"mov.u32 $0, $1;\", \"=r,r\"(i32 {})", self.ktiles));
+        let wg = self.v(format!("lshr i32 {}, 7", self.tid));
+        let own = self.v(format!("add i32 {wg}, 1"));
+        let other = self.v(format!("sub i32 2, {wg}"));
+        self.own_copies_landed();
+        self.arrive("1", &wg);
+        let (l_loop, l_copy, l_copied, l_end) = (self.b.label("pp"), self.b.label("pp.copy"), self.b.label("pp.copied"), self.b.label("pp.end"));
+        self.b.br(&l_loop);
+        self.b.place(&l_loop);
+        let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
+        self.ins(format!("call void asm sideeffect \"bar.sync $0, 256;\", \"r,~{{memory}}\"(i32 {own}) convergent"));
+        let far = self.v(format!("add i32 {kt}, {}", stages - 2));
+        let has_far = self.v(format!("icmp ult i32 {far}, {}", self.ktiles));
+        self.b.cond_br(&has_far, &l_copy, &l_copied);
+        self.b.place(&l_copy);
+        let fstage = self.stage_of(&far);
+        self.issue(cp, &far, &fstage);
+        self.b.br(&l_copied);
+        self.b.place(&l_copied);
+        self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+        let (da, db) = self.tile_descs(&kt, abs, a_wg);
+        let sc = self.load_set();
+        let sc = self.tile_products(&sc, &da, &db);
+        self.own_copies_landed();
+        let nk = self.v(format!("add i32 {kt}, 1"));
+        let more = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
+        let first = self.v(format!("icmp eq i32 {wg}, 0"));
+        let give = self.v(format!("or i1 {first}, {more}"));
+        let give = self.v(format!("zext i1 {give} to i32"));
+        self.arrive(&other, &give);
+        let sc = self.tied("wgmma.wait_group.sync.aligned 0;", &sc, &[]);
+        self.promote(&sc);
+        self.store_set(&sc);
+        self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
+        self.b.cond_br(&more, &l_loop, &l_end);
+        self.b.place(&l_end);
+    }
+
+    /// This thread's copies of the oldest k-tile in flight have landed
+    /// (`stages − 3` groups may still be pending), and are visible to the
+    /// async proxy (`wgmma`) once a barrier orders the other threads'.
+    fn own_copies_landed(&mut self) {
+        self.ins(format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", self.t.stages - 3));
+        self.ins("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent");
+    }
+
+    /// `bar.arrive` of 256 threads on named barrier `id` (i32) where
+    /// `cond` (i32) is not 0: the same instruction, predicated, for every
+    /// warp (`cond` is uniform in each warpgroup).
+    fn arrive(&mut self, id: &str, cond: &str) {
+        self.ins(format!(
+            "call void asm sideeffect \"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, $1, 0;\\0A@p bar.arrive $0, 256;\\0A}}\", \"r,r,~{{memory}}\"(i32 {id}, i32 {cond}) convergent"
+        ));
+    }
+
+    /// One k-tile's four `wgmma` into the scratch set `sc` (the first with
+    /// scale-d 0), fenced and committed; returns the set in flight.
+    fn tile_products(&mut self, sc: &[String], da: &str, db: &str) -> Vec<String> {
+        let mut sc = self.tied("wgmma.fence.sync.aligned;", sc, &[]);
+        for ks in 0..ROW / 32 {
+            let a = self.v(format!("add i64 {da}, {}", 2 * ks));
+            let b = self.v(format!("add i64 {db}, {}", 2 * ks));
+            sc = self.wgmma(&sc, &a, &b, ks > 0);
+        }
+        self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
+        sc
     }
 
     /// The f32 accumulators += a retired scratch set (ordinary f32 adds).
