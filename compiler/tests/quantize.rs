@@ -406,6 +406,24 @@ fn onnx_models_quantize_and_fp8_is_written() {
         assert!(!add("/layer2/Add").contains(".dq"), "{}", add("/layer2/Add"));
         println!("fp8 {method}: {s:.2} dB, {s_float:.2} dB with --residual float");
     }
+    // Compiled for this CPU the fp8 model runs natively (its quantize and
+    // dequantize steps are generated kernels that load and store e4m3, the
+    // products float), with no reference step, and gives the interpreter's
+    // output.
+    let (q, art) = (d.join("minmax.air"), d.join("minmax.aoc"));
+    let o = aoc(&[&"compile", &q, &"--target", &"host", &"-o", &art, &"--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    assert_eq!(j["reference_ops"], serde_json::json!({}), "{j}");
+    let explain = String::from_utf8_lossy(&aoc(&[&"explain", &art]).stdout).into_owned();
+    assert!(explain.lines().any(|l| l.contains("<- quant.quantize")) && !explain.contains("reference"), "{explain}");
+    let input = d.join("eval").read_dir().unwrap().next().unwrap().unwrap().path();
+    let (qi, qc) = (d.join("fp8_interp"), d.join("fp8_cpu"));
+    ok(&aoc(&[&"run", &q, &"--input", &input, &"--output-dir", &qi]));
+    ok(&aoc(&[&"run", &art, &"--input", &input, &"--output-dir", &qc]));
+    let (want, got) = (read_f32(&qi.join("logits.npy")), read_f32(&qc.join("logits.npy")));
+    let scale = want.iter().fold(1f64, |a, v| a.max(v.abs()));
+    let err = want.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
+    assert!(err <= 1e-3 * scale, "fp8 on the CPU: max error {err} against the interpreter");
 }
 
 /// fp8 for sm_90a follows its kernels: the encoder layer's products of two

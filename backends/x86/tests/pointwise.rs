@@ -274,6 +274,61 @@ fn stores_truncate_and_saturate_to_every_dtype() {
     }
 }
 
+/// e4m3 (`f8E4M3FN`) loads and stores: every one of the 256 bytes loads
+/// as its exact value (`aoc_ir::bytes::f8_to_f64`; both NaN codes as NaN),
+/// and f32 values store as `aoc_ir::bytes::f64_to_f8` of their saturating
+/// rounding (`round_f8`): every midpoint between two neighbouring codes
+/// (ties to even) and the values just beside it, subnormals, ±0, the
+/// largest finite value and past it (saturating), infinities, NaN, and a
+/// sweep of f32 bit patterns.
+#[test]
+fn e4m3_loads_are_exact_and_stores_round_to_nearest_even() {
+    use aoc_ir::bytes::{f8_to_f64, f64_to_f8};
+    use aoc_ir::tensor::round_f8;
+    let e4m3 = Scalar::F8E4M3FN;
+    // Loads.
+    let codes: Vec<u8> = (0..=255).collect();
+    let dims = [codes.len() as u64];
+    let mut k = kernel(&dims, &[(e4m3, vec![1])], Scalar::F32);
+    k.push(Expr::Load(0));
+    let k = finish(k);
+    for (_, out) in run_all(&k, &[codes.clone()], &vec![0u8; codes.len() * 4], (0, 1)) {
+        for (&c, got) in codes.iter().zip(values::<f32>(&out)) {
+            let want = f8_to_f64(e4m3, c);
+            assert!((got as f64).to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()), "code {c:#04x}: {got}, expected {want}");
+        }
+    }
+    // Stores.
+    let finite: Vec<f32> = (0..=0x7eu8).map(|c| f8_to_f64(e4m3, c) as f32).collect();
+    let mut x: Vec<f32> = Vec::new();
+    for w in finite.windows(2) {
+        let mid = (w[0] + w[1]) / 2.0;
+        x.extend([mid, f32::from_bits(mid.to_bits() - 1), f32::from_bits(mid.to_bits() + 1), w[0]]);
+    }
+    x.extend([0.0, 448.0, 464.0, 465.0, 479.0, 480.0, 1e6, f32::MAX, f32::INFINITY, f32::NAN, 2f32.powi(-10), 2f32.powi(-11), 1e-30]);
+    let mut seed = 0x9e37_79b9u32;
+    for _ in 0..20000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        // Exponents around e4m3's range, any mantissa.
+        let bits = (seed & 0x807f_ffff) | ((110 + (seed >> 23) % 40) << 23);
+        x.push(f32::from_bits(bits));
+    }
+    let negated: Vec<f32> = x.iter().map(|v| -v).collect();
+    x.extend(negated);
+    let dims = [x.len() as u64];
+    let mut k = kernel(&dims, &[(Scalar::F32, vec![1])], e4m3);
+    k.push(Expr::Load(0));
+    let k = finish(k);
+    for (_, out) in run_all(&k, &[bytes(&x)], &vec![0u8; x.len()], (0, 1)) {
+        for (&v, &got) in x.iter().zip(&out) {
+            let want = f64_to_f8(e4m3, round_f8(e4m3, v as f64, true));
+            assert_eq!(got, want, "{v:e} ({:#010x}): {got:#04x}, expected {want:#04x}", v.to_bits());
+        }
+    }
+}
+
 #[test]
 fn quantize_f32_to_i8_rounds_half_even_and_clamps() {
     // out = clamp(round_even(x / 0.5) + (-1), -128, 127) stored as i8.

@@ -215,7 +215,7 @@ pub enum WeightForm {
 impl LowerOptions {
     /// The CPU backend's choices (its attention kernel takes any head size).
     pub const CPU: LowerOptions =
-        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, fp8_conv: false, fp8_elementwise: false, int8_elementwise: true, int8_max_pool: true, step_activations: true, reference_fallback: false };
+        LowerOptions { weights: WeightForm::Packed, winograd: true, fused_attention_max_dim: u64::MAX, int8: true, fp8_conv: false, fp8_elementwise: true, int8_elementwise: true, int8_max_pool: true, step_activations: true, reference_fallback: false };
     /// The GPU backend's choices.
     pub const GPU: LowerOptions =
         LowerOptions { weights: WeightForm::Plain, winograd: false, fused_attention_max_dim: 128, int8: true, fp8_conv: false, fp8_elementwise: false, int8_elementwise: false, int8_max_pool: true, step_activations: false, reference_fallback: false };

@@ -27,6 +27,9 @@ pub(super) enum Elem {
     U64,
     /// One byte per element, 0 or 1.
     Bool,
+    /// fp8 e4m3 (`f8E4M3FN`): one byte, converted exactly on load and
+    /// rounded to nearest even, saturating, on store.
+    E4m3,
 }
 
 impl Elem {
@@ -44,7 +47,8 @@ impl Elem {
             Scalar::I64 => Elem::I64,
             Scalar::U64 => Elem::U64,
             Scalar::I1 => Elem::Bool,
-            Scalar::F16 | Scalar::F8E4M3FN | Scalar::F8E5M2 => {
+            Scalar::F8E4M3FN => Elem::E4m3,
+            Scalar::F16 | Scalar::F8E5M2 => {
                 return Err(format!(
                     "element type {} is not supported by generated kernels",
                     s.name()
@@ -55,7 +59,7 @@ impl Elem {
 
     pub(super) fn size(self) -> i64 {
         match self {
-            Elem::I8 | Elem::U8 | Elem::Bool => 1,
+            Elem::I8 | Elem::U8 | Elem::Bool | Elem::E4m3 => 1,
             Elem::Bf16 | Elem::I16 | Elem::U16 => 2,
             Elem::F32 | Elem::I32 | Elem::U32 => 4,
             Elem::F64 | Elem::I64 | Elem::U64 => 8,
@@ -66,7 +70,7 @@ impl Elem {
 /// The Cranelift integer type of an integer element in memory.
 fn int_type(e: Elem) -> Type {
     match e {
-        Elem::I8 | Elem::U8 | Elem::Bool => I8,
+        Elem::I8 | Elem::U8 | Elem::Bool | Elem::E4m3 => I8,
         Elem::I16 | Elem::U16 | Elem::Bf16 => I16,
         Elem::I32 | Elem::U32 | Elem::F32 => I32,
         Elem::I64 | Elem::U64 | Elem::F64 => I64,
@@ -124,7 +128,77 @@ impl Gen<'_, '_> {
                 let zero = self.b.ins().f32const(0.0);
                 self.b.ins().select(nz, one, zero)
             }
+            Elem::E4m3 => {
+                let x = ins(self, I8);
+                self.e4m3_to_f32(x)
+            }
         }
+    }
+
+    /// The value of e4m3 byte `x` (i8) as f32, exactly: sign, 4 exponent
+    /// bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (`m ·
+    /// 2^-9`); `S.1111.111` is NaN (there are no infinities).
+    fn e4m3_to_f32(&mut self, x: Value) -> Value {
+        let w = self.b.ins().uextend(I32, x);
+        let sign = self.b.ins().band_imm_u(w, 0x80);
+        let sign = self.b.ins().ishl_imm_u(sign, 24);
+        let mag = self.b.ins().band_imm_u(w, 0x7f);
+        // A normal value: exponent + 120 (the bias 127 − 7), mantissa in
+        // the top 3 of f32's 23 bits.
+        let normal = self.b.ins().iadd_imm_s(mag, 120 << 3);
+        let normal = self.b.ins().ishl_imm_u(normal, 20);
+        let normal = self.b.ins().bitcast(F32, MemFlagsData::new(), normal);
+        // A subnormal one: m · 2^-9 (exact).
+        let m = self.b.ins().band_imm_u(w, 7);
+        let sub = self.b.ins().fcvt_from_sint(F32, m);
+        let step = self.b.ins().f32const(2f32.powi(-9));
+        let sub = self.b.ins().fmul(sub, step);
+        let e = self.b.ins().ushr_imm_u(mag, 3);
+        let is_sub = self.b.ins().icmp_imm_u(IntCC::Equal, e, 0);
+        let v = self.b.ins().select(is_sub, sub, normal);
+        let nan = self.b.ins().f32const(f32::NAN);
+        let is_nan = self.b.ins().icmp_imm_u(IntCC::Equal, mag, 0x7f);
+        let v = self.b.ins().select(is_nan, nan, v);
+        let bits = self.b.ins().bitcast(I32, MemFlagsData::new(), v);
+        let bits = self.b.ins().bor(bits, sign);
+        self.b.ins().bitcast(F32, MemFlagsData::new(), bits)
+    }
+
+    /// f32 `x` as the nearest e4m3 byte (ties to even), saturating to
+    /// ±448 (infinities too); NaN is `0x7f`. As `aoc_ir`'s `round_f8`
+    /// with `saturate` and `f64_to_f8`, and as `cvt.rn.satfinite`.
+    fn f32_to_e4m3(&mut self, x: Value) -> Value {
+        let bits = self.b.ins().bitcast(I32, MemFlagsData::new(), x);
+        let sign = self.b.ins().ushr_imm_u(bits, 24);
+        let sign = self.b.ins().band_imm_u(sign, 0x80);
+        let a = self.b.ins().band_imm_u(bits, 0x7fff_ffff);
+        // Normal in e4m3 (|x| ≥ 2^-6, f32 exponent field ≥ 121): round
+        // the mantissa to 3 bits on the bits (a carry moves into the
+        // exponent, as it should), then rebias the exponent (− 120).
+        let lsb = self.b.ins().ushr_imm_u(a, 20);
+        let lsb = self.b.ins().band_imm_u(lsb, 1);
+        let r = self.b.ins().iadd_imm_s(a, 0x7ffff);
+        let r = self.b.ins().iadd(r, lsb);
+        let r = self.b.ins().ushr_imm_u(r, 20);
+        let normal = self.b.ins().iadd_imm_s(r, -(120 << 3));
+        // Past 448 (code 0x7e), infinities included: saturate.
+        let over = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThan, normal, 0x7e);
+        let max = self.b.ins().iconst(I32, 0x7e);
+        let normal = self.b.ins().select(over, max, normal);
+        // Subnormal (and zero): round(|x| · 2^9) steps of 2^-9, 0 … 8 (8 is
+        // the smallest normal, code 0x08).
+        let ax = self.b.ins().bitcast(F32, MemFlagsData::new(), a);
+        let scale = self.b.ins().f32const(512.0);
+        let q = self.b.ins().fmul(ax, scale);
+        let q = self.round(F32, Unary::RoundEven, q);
+        let sub = self.b.ins().fcvt_to_sint_sat(I32, q);
+        let is_normal = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, a, 121 << 23);
+        let code = self.b.ins().select(is_normal, normal, sub);
+        let code = self.b.ins().bor(code, sign);
+        let is_nan = self.b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, a, 0x7f80_0000);
+        let nan = self.b.ins().iconst(I32, 0x7f);
+        let code = self.b.ins().select(is_nan, nan, code);
+        self.b.ins().ireduce(I8, code)
     }
 
     /// Stores f32 `x` at `p` as `e`: floats round to nearest, integers
@@ -159,6 +233,7 @@ impl Gen<'_, '_> {
                 // NaN is true, as C and numpy convert it.
                 self.b.ins().fcmp(FloatCC::NotEqual, x, zero)
             }
+            Elem::E4m3 => self.f32_to_e4m3(x),
         };
         self.b.ins().store(mem(), v, p, 0);
     }
@@ -184,7 +259,7 @@ impl Gen<'_, '_> {
                 let nz = self.b.ins().icmp_imm_u(IntCC::NotEqual, x, 0);
                 self.b.ins().uextend(I64, nz)
             }
-            Elem::F32 | Elem::F64 | Elem::Bf16 => {
+            Elem::F32 | Elem::F64 | Elem::Bf16 | Elem::E4m3 => {
                 let x = self.load(e, p);
                 self.b.ins().fcvt_to_sint_sat(I64, x)
             }
@@ -200,7 +275,7 @@ impl Gen<'_, '_> {
             }
             Elem::I64 | Elem::U64 => x,
             Elem::Bool => self.b.ins().icmp_imm_u(IntCC::NotEqual, x, 0),
-            Elem::F32 | Elem::F64 | Elem::Bf16 => {
+            Elem::F32 | Elem::F64 | Elem::Bf16 | Elem::E4m3 => {
                 let f = self.b.ins().fcvt_from_sint(F32, x);
                 return self.store(e, f, p);
             }
