@@ -245,20 +245,20 @@ pub(super) struct MovedEpilogue {
 }
 
 /// Pointwise kernel `k` on `args` (its output last), the step right after
-/// an int8 convolution (or the merged chain of steps after it: see
+/// an 8-bit convolution (or the merged chain of steps after it: see
 /// `merge::epilogue_chains`; `x` in, `y` of `m × n` out, stored as `own`:
 /// 8-bit, or f32 for fp8 with a float result) becomes that convolution's
 /// epilogue when it reads `y` at the element it writes (as `own`, the way
 /// it was stored), its other operands are affine in (row, column), it
 /// stores 8-bit integers, e4m3 or f32 densely, and the fusion changes
-/// nothing another step could see: the
-/// output covers `y` or no later step (`later`) reads `y`, no other
-/// operand reads `y`, and the output overlaps neither the convolution's
-/// input (other blocks still read it while one stores) nor another operand
-/// unless it is that operand itself (an in-place residual add reads each
-/// element before writing it), and the other operands start 16-byte
-/// aligned. Returns the epilogue, its extra buffers, and the output, which
-/// the fused kernel writes instead of `y`.
+/// nothing another step could see: the output covers `y` or no later step
+/// (`later`) reads `y`, no other operand reads `y`, and the output
+/// overlaps neither the convolution's input (other blocks still read it
+/// while one stores) nor another operand unless it is that operand itself
+/// (an in-place residual add reads each element before writing it), and
+/// the other operands start 16-byte aligned. Returns the epilogue, its
+/// extra buffers, and the output, which the fused kernel writes instead of
+/// `y`.
 pub(super) fn q_epilogue(
     (x, y, own): (&Buf, &Buf, Scalar),
     (m, n): (u64, u64),
