@@ -88,8 +88,8 @@
 //! scratch are two sets of `bn/2` registers, so fp8 tiles are at most
 //! [`FP8_MAX_BN`] wide. int8 sums are exact in s32 and keep the plain
 //! pipeline. The CTA barrier of each tile keeps the two warpgroups in
-//! step, so both promote while the tensor cores wait;
-//! [`qconv_wgmma_pingpong`] lets them take turns instead (named barriers,
+//! step, so both promote while the tensor cores wait; [`KLoop::Turns`]
+//! ([`qconv_wgmma_with`]) lets them take turns instead (named barriers,
 //! `mainloop`'s `pingpong_loop`), one promoting while the other's `wgmma`
 //! run. It assembles without serialization; the translation does not
 //! choose it until the GPU has measured it (`gpu_checks/gemm_fp8.py
@@ -112,7 +112,7 @@ mod epilogue;
 mod mainloop;
 mod quant;
 
-pub use quant::{FP8_MAX_BN, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_pingpong, qconv_wgmma_tile, stored_type, supports};
+pub use quant::{FP8_MAX_BN, KLoop, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile, qconv_wgmma_with, stored_type, supports};
 
 use super::gemm_epilogue::{self, EpiFn};
 use super::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy};

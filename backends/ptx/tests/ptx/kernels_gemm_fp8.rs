@@ -10,7 +10,7 @@
 
 use super::kernels_gemm_s8::{manifest_line, wgmma_specs};
 use aoc_backend_ptx::kernels::gemm_s8::QConvSpec;
-use aoc_backend_ptx::kernels::gemm_wgmma::{FP8_MAX_BN, WgTile, choose_q_tile, qconv_wgmma_pingpong, qconv_wgmma_tile, supports};
+use aoc_backend_ptx::kernels::gemm_wgmma::{FP8_MAX_BN, KLoop, WgTile, choose_q_tile, qconv_wgmma_tile, qconv_wgmma_with, supports};
 use aoc_backend_ptx::kernels::Geometry;
 use aoc_backend_ptx::expr::{Binary, Expr};
 use aoc_backend_ptx::{ModuleText, Sm, compile_ptx, ir_to_ptx};
@@ -78,12 +78,12 @@ fn qconv_wgmma_fp8_assembles_for_sm_90a() {
         assert!(supports(&s, sm), "{name}");
         let g = qconv_wgmma_tile(&mut m, &name, &s, sm, tile, None).unwrap_or_else(|e| panic!("{name}: {e}"));
         kernels.push((name.clone(), s, tile, g));
-        // The warpgroups taking turns (`qconv_wgmma_pingpong`): the timed
+        // The warpgroups taking turns (`KLoop::Turns`): the timed
         // GEMMs and every third other spec, for gemm_fp8.py to check and
         // time beside the lockstep loop.
         if name.starts_with("f8t_") || i % 3 == 0 {
             let pp = format!("{name}_pp");
-            let g = qconv_wgmma_pingpong(&mut m, &pp, &s, sm, tile, None).unwrap_or_else(|e| panic!("{pp}: {e}"));
+            let g = qconv_wgmma_with(&mut m, &pp, &s, sm, tile, None, KLoop::Turns).unwrap_or_else(|e| panic!("{pp}: {e}"));
             kernels.push((pp, s, tile, g));
         }
     }

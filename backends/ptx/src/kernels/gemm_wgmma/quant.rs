@@ -158,38 +158,36 @@ pub fn qconv_wgmma_tile(
     tile: WgTile,
     epi: Option<&GemmEpilogue>,
 ) -> Result<Geometry, String> {
-    qconv_wgmma_with(m, name, spec, sm, tile, epi, false)
+    qconv_wgmma_with(m, name, spec, sm, tile, epi, KLoop::Lockstep)
 }
 
-/// [`qconv_wgmma_tile`] for fp8 with the two warpgroups taking turns
-/// through the k loop (`mainloop`'s `pingpong_loop`), so that one's
-/// promotion runs under the other's `wgmma`. Not yet chosen by the
-/// translation: it waits for a measurement on the GPU
-/// (`gpu_checks/gemm_fp8.py --time` times the `_pp` kernels beside the
-/// others).
-pub fn qconv_wgmma_pingpong(
+/// How the two warpgroups of the fp8 kernel go through the k loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KLoop {
+    /// In step, one CTA barrier per k-tile (`promoted_loop`; int8's only
+    /// loop).
+    Lockstep,
+    /// Taking turns on named barriers (`pingpong_loop`), so that one's
+    /// promotion runs under the other's `wgmma`. Not yet chosen by the
+    /// translation: it waits for a measurement on the GPU
+    /// (`gpu_checks/gemm_fp8.py --time` times the `_pp` kernels beside
+    /// the others).
+    Turns,
+}
+
+/// [`qconv_wgmma_tile`] with the k loop `kloop` (`Turns` for fp8 only).
+pub fn qconv_wgmma_with(
     m: &mut ModuleText,
     name: &str,
     spec: &QConvSpec,
     sm: Sm,
     tile: WgTile,
     epi: Option<&GemmEpilogue>,
+    kloop: KLoop,
 ) -> Result<Geometry, String> {
-    if spec.q.elem == QuantElem::Int8 {
+    if kloop == KLoop::Turns && spec.q.elem == QuantElem::Int8 {
         return Err("the warpgroups take turns in the fp8 kernel's promoted k loop only".to_string());
     }
-    qconv_wgmma_with(m, name, spec, sm, tile, epi, true)
-}
-
-fn qconv_wgmma_with(
-    m: &mut ModuleText,
-    name: &str,
-    spec: &QConvSpec,
-    sm: Sm,
-    tile: WgTile,
-    epi: Option<&GemmEpilogue>,
-    pingpong: bool,
-) -> Result<Geometry, String> {
     check_entry_name(name)?;
     if !supports(spec, sm) {
         return Err(format!(
@@ -253,7 +251,7 @@ fn qconv_wgmma_with(
         (_, None) => Scalar::I8,
         (_, Some(e)) => e.kernel.out_dtype,
     };
-    write(m, name, &sig, &gs, Operands::Quant(spec.q, out), tile, (row, conv), (epi_fn, epi_ops), None, pingpong)
+    write(m, name, &sig, &gs, Operands::Quant(spec.q, out), tile, (row, conv), (epi_fn, epi_ops), None, kloop == KLoop::Turns)
 }
 
 /// The elements of a run of the staging tile: 16 bytes, which are 16
