@@ -333,9 +333,9 @@ mod tests {
     /// powers of two directly, gives the nearest finite fp8 value (ties to
     /// the even code) for every in-range value of a sweep of f32 bit
     /// patterns and at every tie, by a search over the type's decoded
-    /// codes, in both
-    /// types, saturating or not; and the encoding of each rounded value
-    /// decodes back to it. (Out-of-range values: the tests above.)
+    /// codes, in both types, saturating or not; and the encoding of each
+    /// rounded value decodes back to it. (Out-of-range values: the tests
+    /// above.)
     #[test]
     fn fp8_rounding_is_the_nearest_code() {
         fn nearest(s: Scalar, v: f64) -> Option<f64> {

@@ -429,7 +429,7 @@ pub fn gemm_wgmma_with(
         sig.push("ptr addrspace(1) noalias %h".to_string());
     }
     let p = Operands::Half(prec);
-    write(m, name, &sig, spec, p, tile, (row, conv), (epi_fn, Vec::new()), half, false)
+    write(m, name, &sig, spec, p, tile, (row, conv), (epi_fn, Vec::new()), half, KLoop::Lockstep)
 }
 
 /// Writes kernel `name` with parameters `sig` (checked: `spec`, `tile`,
@@ -445,7 +445,7 @@ fn write(
     (row, conv): (u64, Option<ConvGeom>),
     (epi, epi_ops): (Option<EpiFn>, Vec<(&'static str, u64)>),
     half: Option<HalfCopy>,
-    pingpong: bool,
+    kloop: KLoop,
 ) -> Result<Geometry, String> {
     let (ktiles, ntn) = tiles(spec, tile, p.bk());
     let ntm = spec.m.div_ceil(BM as u64);
@@ -477,7 +477,7 @@ fn write(
             epi_ops,
             ahead: Vec::new(),
             half,
-            pingpong,
+            kloop,
             acc: String::new(),
             scratch: String::new(),
             tid: String::new(),
@@ -615,9 +615,8 @@ struct Gen<'a> {
     ahead: Vec<String>,
     /// Stores of C also write a half copy through `%h`.
     half: Option<HalfCopy>,
-    /// An fp8 k loop whose warpgroups take turns (`mainloop`'s
-    /// `pingpong_loop`).
-    pingpong: bool,
+    /// How an fp8 k loop's warpgroups go through it.
+    kloop: KLoop,
     acc: String,
     /// The scratch accumulators of a promoted (fp8) k loop.
     scratch: String,

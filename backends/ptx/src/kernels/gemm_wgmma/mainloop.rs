@@ -2,7 +2,7 @@
 //! the ring, the matrix descriptors, and `wgmma` with its fence, commit and
 //! waits as inline assembly (see the parent's doc for the pipeline).
 
-use super::{A_BYTES, ALIGN, BM, Gen, Operands, ROW, THREADS};
+use super::{A_BYTES, ALIGN, BM, Gen, KLoop, Operands, ROW, THREADS};
 use crate::kernels::{ConvGeom, conv_index};
 use aoc_plan::plan::QuantElem;
 
@@ -249,7 +249,7 @@ impl Gen<'_> {
             self.ins("call void @llvm.nvvm.cp.async.commit.group()");
         }
         self.ins(format!("store i32 0, ptr {ktp}, align 4"));
-        if self.promoted() && self.pingpong {
+        if self.promoted() && self.kloop == KLoop::Turns {
             return self.pingpong_loop(&cp, ktp, &abs, &a_wg);
         }
         if self.promoted() {
@@ -290,16 +290,23 @@ impl Gen<'_> {
 
     /// The synchronization part of [`Gen::tile_head`].
     fn tile_sync(&mut self, cp: &Copies, kt: &str) {
-        let t = self.t;
-        self.ins(format!(
-            "call void @llvm.nvvm.cp.async.wait.group(i32 {})",
-            t.stages - 3
-        ));
-        self.ins(
-            "call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent",
-        );
+        self.own_copies_landed();
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
-        let far = self.v(format!("add i32 {kt}, {}", t.stages - 2));
+        self.issue_far(cp, kt);
+    }
+
+    /// This thread's copies of the oldest k-tile in flight have landed
+    /// (`stages − 3` groups may still be pending), and are visible to the
+    /// async proxy (`wgmma`) once a barrier orders the other threads'.
+    fn own_copies_landed(&mut self) {
+        self.ins(format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", self.t.stages - 3));
+        self.ins("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent");
+    }
+
+    /// The copies of k-tile `kt + stages − 2` (i32; none past the last
+    /// tile) into its stage, committed as one group (empty past k).
+    fn issue_far(&mut self, cp: &Copies, kt: &str) {
+        let far = self.v(format!("add i32 {kt}, {}", self.t.stages - 2));
         let has_far = self.v(format!("icmp ult i32 {far}, {}", self.ktiles));
         let fstage = self.stage_of(&far);
         let (l_copy, l_end) = (self.b.label("copy"), self.b.label("copy.end"));
@@ -309,6 +316,13 @@ impl Gen<'_> {
         self.b.br(&l_end);
         self.b.place(&l_end);
         self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+    }
+
+    /// The k loop's trip count through an empty assembly statement: a
+    /// loop LLVM unrolls (a short k) leaves ptxas without the registers
+    /// for its wgmma pipeline in some kernels, which it then serializes.
+    fn opaque_ktiles(&mut self) -> String {
+        self.v(format!("call i32 asm sideeffect \"mov.u32 $0, $1;\", \"=r,r\"(i32 {})", self.ktiles))
     }
 
     /// The descriptors of [`Gen::tile_head`].
@@ -344,24 +358,15 @@ impl Gen<'_> {
     /// the ring's reach issued; then `wait_group 0` and the scratch is
     /// added into the f32 accumulators with ordinary adds.
     fn promoted_loop(&mut self, cp: &Copies, ktp: &str, abs: &str, a_wg: &str) {
-        // The trip count through an empty assembly statement: a loop LLVM
-        // unrolls (a short k) leaves ptxas without the registers for its
-        // wgmma pipeline in some kernels, which it then serializes.
-        let ktiles = self.v(format!("call i32 asm sideeffect \"mov.u32 $0, $1;\", \"=r,r\"(i32 {})", self.ktiles));
+        let ktiles = self.opaque_ktiles();
         self.tile_sync(cp, "0");
         let (l_loop, l_next, l_wait) = (self.b.label("loop"), self.b.label("loop.next"), self.b.label("loop.wait"));
         self.b.br(&l_loop);
         self.b.place(&l_loop);
         let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
         let (da, db) = self.tile_descs(&kt, abs, a_wg);
-        let mut sc = self.load_set();
-        sc = self.tied("wgmma.fence.sync.aligned;", &sc, &[]);
-        for ks in 0..ROW / 32 {
-            let a = self.v(format!("add i64 {da}, {}", 2 * ks));
-            let b = self.v(format!("add i64 {db}, {}", 2 * ks));
-            sc = self.wgmma(&sc, &a, &b, ks > 0);
-        }
-        self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
+        let sc = self.load_set();
+        let sc = self.tile_products(&sc, &da, &db);
         let nk = self.v(format!("add i32 {kt}, 1"));
         let more = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
         self.b.cond_br(&more, &l_next, &l_wait);
@@ -379,7 +384,7 @@ impl Gen<'_> {
     }
 
     /// [`Gen::promoted_loop`] with the two warpgroups taking turns
-    /// (`pingpong`): each issues its `wgmma` of a k-tile only in its turn,
+    /// ([`KLoop::Turns`]): each issues its `wgmma` of a k-tile only in its turn,
     /// so warpgroup 1's products of tile `t` follow warpgroup 0's and the
     /// tensor cores run one warpgroup's while the other retires and
     /// promotes its own. Turns are named barriers of 256 threads, one per
@@ -398,27 +403,18 @@ impl Gen<'_> {
     /// barrier takes exactly as many arrivals as waits, and no warpgroup
     /// arrives twice before the other has waited.
     fn pingpong_loop(&mut self, cp: &Copies, ktp: &str, abs: &str, a_wg: &str) {
-        let stages = self.t.stages;
-        let ktiles = self.v(format!("call i32 asm sideeffect \"mov.u32 $0, $1;\", \"=r,r\"(i32 {})", self.ktiles));
+        let ktiles = self.opaque_ktiles();
         let wg = self.v(format!("lshr i32 {}, 7", self.tid));
         let own = self.v(format!("add i32 {wg}, 1"));
         let other = self.v(format!("sub i32 2, {wg}"));
         self.own_copies_landed();
         self.arrive("1", &wg);
-        let (l_loop, l_copy, l_copied, l_end) = (self.b.label("pp"), self.b.label("pp.copy"), self.b.label("pp.copied"), self.b.label("pp.end"));
+        let (l_loop, l_end) = (self.b.label("pp"), self.b.label("pp.end"));
         self.b.br(&l_loop);
         self.b.place(&l_loop);
         let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
         self.ins(format!("call void asm sideeffect \"bar.sync $0, 256;\", \"r,~{{memory}}\"(i32 {own}) convergent"));
-        let far = self.v(format!("add i32 {kt}, {}", stages - 2));
-        let has_far = self.v(format!("icmp ult i32 {far}, {}", self.ktiles));
-        self.b.cond_br(&has_far, &l_copy, &l_copied);
-        self.b.place(&l_copy);
-        let fstage = self.stage_of(&far);
-        self.issue(cp, &far, &fstage);
-        self.b.br(&l_copied);
-        self.b.place(&l_copied);
-        self.ins("call void @llvm.nvvm.cp.async.commit.group()");
+        self.issue_far(cp, &kt);
         let (da, db) = self.tile_descs(&kt, abs, a_wg);
         let sc = self.load_set();
         let sc = self.tile_products(&sc, &da, &db);
@@ -435,14 +431,6 @@ impl Gen<'_> {
         self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
         self.b.cond_br(&more, &l_loop, &l_end);
         self.b.place(&l_end);
-    }
-
-    /// This thread's copies of the oldest k-tile in flight have landed
-    /// (`stages − 3` groups may still be pending), and are visible to the
-    /// async proxy (`wgmma`) once a barrier orders the other threads'.
-    fn own_copies_landed(&mut self) {
-        self.ins(format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", self.t.stages - 3));
-        self.ins("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent");
     }
 
     /// `bar.arrive` of 256 threads on named barrier `id` (i32) where

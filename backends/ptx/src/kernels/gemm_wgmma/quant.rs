@@ -251,7 +251,7 @@ pub fn qconv_wgmma_with(
         (_, None) => Scalar::I8,
         (_, Some(e)) => e.kernel.out_dtype,
     };
-    write(m, name, &sig, &gs, Operands::Quant(spec.q, out), tile, (row, conv), (epi_fn, epi_ops), None, kloop == KLoop::Turns)
+    write(m, name, &sig, &gs, Operands::Quant(spec.q, out), tile, (row, conv), (epi_fn, epi_ops), None, kloop)
 }
 
 /// The elements of a run of the staging tile: 16 bytes, which are 16
@@ -269,18 +269,14 @@ fn staging_pitch(bn: u32, f32: bool) -> u32 {
     if f32 { 4 * bn + 32 } else { bn + 16 }
 }
 
-/// The staging tile: its byte offset in shared memory, its row pitch, and
-/// whether it holds f32 values (runs of 4) rather than bytes (runs of 16).
+/// The staging tile: its byte offset in shared memory, its row pitch,
+/// whether it holds f32 values rather than bytes, and its runs' elements
+/// ([`run_width`]).
 struct Staging {
     tile: String,
     pitch: u32,
     f32: bool,
-}
-
-impl Staging {
-    fn width(&self) -> u32 {
-        if self.f32 { 4 } else { 16 }
-    }
+    width: u32,
 }
 
 impl Gen<'_> {
@@ -307,15 +303,15 @@ impl Gen<'_> {
         let abs = self.v(format!("add i32 {base}, {}", ALIGN - 1));
         let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
         let tile = self.v(format!("sub i32 {abs}, {base}"));
-        let st = Staging { tile: tile.clone(), pitch, f32 };
+        let st = Staging { tile: tile.clone(), pitch, f32, width: run_width(q) };
         // The epilogue's narrow operands (a quantized residual) of this
         // thread's first run, loaded now so that their latency passes under
         // the requantization and the staging ([`Gen::store_runs`] loads
         // each next run's while it computes one).
-        let whole = oc.is_multiple_of(st.width() as u64);
+        let whole = oc.is_multiple_of(st.width as u64);
         let at0 = self.run_at(&st, "0");
-        let first = self.run_vectors(&at0, st.width(), whole, true);
-        let ahead = self.hold_vectors(&first, st.width());
+        let first = self.run_vectors(&at0, st.width, whole, true);
+        let ahead = self.hold_vectors(&first, st.width);
         // Every warpgroup is past its last wgmma reading the ring.
         self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
         for j in 0..t.bn / 8 {
@@ -582,13 +578,13 @@ impl Gen<'_> {
     /// rows of `bn / width` runs).
     fn run_at(&mut self, st: &Staging, c: &str) -> RunAt {
         let (t, s) = (self.t, self.s);
-        let per_row = t.bn / st.width();
+        let per_row = t.bn / st.width;
         let idx = self.v(format!("mul i32 {c}, {THREADS}"));
         let idx = self.v(format!("add i32 {idx}, {}", self.tid));
         let r = self.v(format!("udiv i32 {idx}, {per_row}"));
         let u = self.v(format!("urem i32 {idx}, {per_row}"));
         let u16 = self.v(format!("shl i32 {u}, 4"));
-        let uc = self.v(format!("mul i32 {u}, {}", st.width()));
+        let uc = self.v(format!("mul i32 {u}, {}", st.width));
         let row = self.v(format!("add i32 {}, {r}", self.bm0));
         let col = self.v(format!("add i32 {}, {uc}", self.bn0));
         let rok = self.v(format!("icmp ult i32 {row}, {}", s.m));
@@ -661,7 +657,7 @@ impl Gen<'_> {
         let (t, s) = (self.t, self.s);
         let (oty, osize) = stored_type(out).expect("checked by qconv_wgmma_tile");
         let oc = s.n;
-        let width = st.width();
+        let width = st.width;
         let whole = oc.is_multiple_of(u64::from(width));
         let conv = if q.y_signed { "sitofp" } else { "uitofp" };
         let e4m3 = q.elem == QuantElem::E4M3;
