@@ -6,8 +6,8 @@
 //! class remembers the location and name of the first op that made it.
 //!
 //! Back: a bottom-up fixpoint picks the cheapest node per class under a
-//! `CostModel` (tree cost: a node's cost plus its children's), skipping nodes
-//! whose type does not check; a depth-first walk from the roots rebuilds the
+//! `CostModel` (DAG cost: the own costs of the distinct classes a node
+//! reaches, `choose`), skipping nodes whose type does not check; a depth-first walk from the roots rebuilds the
 //! function in topological order. New ops take the location of their class,
 //! or of the op that uses them when their class is new.
 //!
@@ -263,50 +263,13 @@ fn own_cost(
     (c.is_finite() && c > 0.0).then_some(c)
 }
 
-/// The cheapest node of each class reachable from the roots: class id ->
-/// (total cost, node).
+/// The node of each class extraction takes: class id -> (cost, node), by
+/// DAG cost under `model` (see [`super::choose`]).
 pub fn choose(egraph: &Graph, model: &dyn CostModel) -> HashMap<Id, (f64, Node)> {
-    let mut candidates: Vec<(Id, Vec<(f64, &Node)>)> = Vec::new();
-    for class in egraph.classes() {
-        let Some(ty) = &class.data.ty else { continue };
-        let nodes = class
-            .nodes
-            .iter()
-            .filter_map(|n| own_cost(egraph, ty, n, model).map(|c| (c, n)))
-            .collect();
-        candidates.push((class.id, nodes));
-    }
-    // Class ids grow in insertion order, and a node is added after its
-    // children, so in id order most children's costs are known before their
-    // parents': the fixpoint below then settles in a few passes instead of
-    // one per level of the graph (quadratic on long chains).
-    candidates.sort_by_key(|(id, _)| *id);
-    let mut best: HashMap<Id, (f64, Node)> = HashMap::new();
-    loop {
-        let mut changed = false;
-        for (id, nodes) in &candidates {
-            for &(own, node) in nodes {
-                let mut total = own;
-                let mut ok = true;
-                for c in egg::Language::children(node) {
-                    match best.get(&egraph.find(*c)) {
-                        Some((cc, _)) => total += cc,
-                        None => {
-                            ok = false;
-                            break;
-                        }
-                    }
-                }
-                if ok && best.get(id).is_none_or(|(b, _)| total < *b) {
-                    best.insert(*id, (total, node.clone()));
-                    changed = true;
-                }
-            }
-        }
-        if !changed {
-            return best;
-        }
-    }
+    super::choose::choose(egraph, |class, n| {
+        let ty = egraph[class].data.ty.as_ref()?;
+        own_cost(egraph, ty, n, model)
+    })
 }
 
 /// Extracts the cheapest function from `fg`, shaped like `template` (same

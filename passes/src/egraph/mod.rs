@@ -2,11 +2,12 @@
 //!
 //! `node` is the language (derived from the op table), `analysis` the e-class
 //! analysis (types, small constant values, locations), `convert` the
-//! conversion in both directions with extraction, `pattern` the rules'
-//! left-hand sides (repeated variables included), `cost` the cost models and
-//! `saturate` the bounded saturation loop. Only this crate knows egg.
+//! conversion in both directions with extraction (`choose` picks the nodes),
+//! `pattern` the rules' left-hand sides (repeated variables included), `cost`
+//! the cost models and `saturate` the bounded saturation loop. Only this crate knows egg.
 
 pub mod analysis;
+mod choose;
 pub mod convert;
 pub mod cost;
 pub mod node;

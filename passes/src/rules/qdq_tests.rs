@@ -500,6 +500,27 @@ fn qdq_growth_is_bounded() {
     assert_eq!(max_error(&f, &g, 3), 0.0);
 }
 
+/// Deep reuse: 64 blocks that each add the previous block's value to
+/// itself all become integer adds. Tree cost doubles at every block (2^64
+/// block costs at the end), which put the integer form's saving below the
+/// last bit of the later blocks' costs: they stayed float.
+#[test]
+fn deep_reuse_keeps_integer_forms() {
+    let mut f = Func::new("main");
+    let x = f.add_param("x", f32t(&[1, 8]), Location::default());
+    let mut h = qdq(&mut f, x, 0.02, 0);
+    for _ in 0..64 {
+        let s = op(&mut f, Opcode::Add, &[h, h], Attrs::new());
+        h = qdq(&mut f, s, 0.02, 0);
+    }
+    f.set_return(vec![h]);
+    let (g, _) = optimize(&f, &super::qdq::rules().unwrap());
+    let ops = opcodes(&g);
+    assert_eq!(ops.iter().filter(|o| **o == Opcode::QuantAdd).count(), 64, "{ops:?}");
+    assert!(!ops.contains(&Opcode::Add), "{ops:?}");
+    assert_eq!(max_error(&f, &g, 3), 0.0);
+}
+
 /// `F(dequantize(a), dequantize(w))` of e4m3 operands with no quantize
 /// after it (an fp8 layer whose output stays float) becomes the quantized
 /// product with the float result type, exactly; int8 operands never do
