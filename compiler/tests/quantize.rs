@@ -517,6 +517,58 @@ fn an_encoder_layers_weight_matmuls_run_on_integer_kernels() {
 /// sm_90 with every int8 layer on the integer GEMM kernel. Targets without
 /// integer kernels, fp8 on pre-Ada GPUs and unknown targets are refused
 /// before anything is written.
+/// Index arithmetic stays exact: a running count of a mask (a CumSum,
+/// which the ONNX importer lowers to a matmul with a triangle of ones)
+/// cast back to integers selects embedding rows. Quantized, the count
+/// would come back one off and select the neighbouring row; the layer
+/// stays float and says why, and the model keeps its accuracy.
+#[test]
+fn layers_that_compute_indices_stay_float() {
+    let d = dir("indices");
+    let n = 16;
+    let tri: Vec<String> = (0..n).map(|i| format!("[{}]", (0..n).map(|j| if i <= j { "1.0" } else { "0.0" }).collect::<Vec<_>>().join(", "))).collect();
+    let mut rng = Rng(4);
+    let mut rows = |r: usize, c: usize| -> String {
+        let v: Vec<String> = (0..r).map(|_| format!("[{}]", (0..c).map(|_| format!("{:.4}", rng.normal())).collect::<Vec<_>>().join(", "))).collect();
+        v.join(", ")
+    };
+    let (table, w) = (rows(n + 1, 8), rows(8, 8));
+    let m = d.join("m.air");
+    std::fs::write(
+        &m,
+        format!(
+            "func @main(%ids: tensor<1x{n}xi64>) -> tensor<1x{n}x8xf32> {{\n\
+               %mask = core.cast %ids {{to = f32}} : tensor<1x{n}xf32>\n\
+               %tri = const dense<[{}]> : tensor<{n}x{n}xf32>\n\
+               %count = core.matmul %mask, %tri : tensor<1x{n}xf32> loc(\"/CumSum\")\n\
+               %pos = core.cast %count {{to = i64}} : tensor<1x{n}xi64>\n\
+               %table = const dense<[{table}]> : tensor<{}x8xf32>\n\
+               %e = core.gather %table, %pos {{axis = 0}} : tensor<1x{n}x8xf32>\n\
+               %w = const dense<[{w}]> : tensor<8x8xf32>\n\
+               %y = core.matmul %e, %w : tensor<1x{n}x8xf32> loc(\"/proj\")\n\
+               return %y : tensor<1x{n}x8xf32>\n\
+             }}\n",
+            tri.join(", "),
+            n + 1
+        ),
+    )
+    .unwrap();
+    let mut rng = Rng(5);
+    for i in 0..4 {
+        let ids: Vec<i64> = (0..n).map(|_| (rng.next() % 2) as i64).collect();
+        save_npy(&d.join(format!("calib/b{i:03}.npy")), &Tensor::from_i64(TensorType::new(vec![1, n], Scalar::I64), ids));
+    }
+    let rep = d.join("r.json");
+    ok(&aoc(&[&"quantize", &m, &"--calib", &d.join("calib"), &"--method", &"minmax", &"-o", &d.join("q.air"), &"--report", &rep, &"-q"]));
+    let r = report(&rep);
+    let layer = |name: &str| r["layers"].as_array().unwrap().iter().find(|l| l["name"] == name).unwrap_or_else(|| panic!("{name}: {r}")).clone();
+    let count = layer("/CumSum");
+    assert_eq!(count["precision"], "float", "{count}");
+    assert!(count["why_float"].as_str().unwrap().contains("integer data"), "{count}");
+    assert_eq!(layer("/proj")["precision"], "int8");
+    assert!(r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap() > 30.0, "{r}");
+}
+
 #[test]
 fn gpu_targets_place_layers_by_the_gpus_kernels() {
     let d = dir("gpu_target");

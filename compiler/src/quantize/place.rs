@@ -357,6 +357,9 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
                 layer.output = u.results[0];
             }
         }
+        if why.is_none() {
+            why = integer_data(func, &uses, &layer);
+        }
         if matches!(data.opcode.kind(), OpKind::Conv(_, Form::Sparse) | OpKind::MatMul(Form::Sparse)) {
             why = Some("a 2:4 sparse layer: there is no int8 sparse kernel yet, so it stays in float".to_string());
         }
@@ -364,6 +367,44 @@ pub fn layers(func: &Func, weights: &dyn WeightSource) -> Result<Vec<Layer>, Str
         out.push(layer);
     }
     Ok(out)
+}
+
+/// Why `layer` computes on integer data, if it does: an activation that is
+/// integers cast to float, or a result cast to an integer type (index
+/// arithmetic, such as the position ids a CumSum lowered to a matmul with a
+/// triangle of ones computes). Rounding to 256 levels would change such
+/// values, and an index one off selects another row, silently.
+fn integer_data(func: &Func, uses: &HashMap<ValueId, Vec<(OpId, usize)>>, layer: &Layer) -> Option<String> {
+    let moves = |op: Opcode| matches!(op.kind(), OpKind::Movement(_)) || matches!(op, Opcode::Relu | Opcode::Clip);
+    for &(_, mut v) in &layer.acts {
+        while let ValueDef::Result(op, _) = func.values[v].def {
+            let d = &func.ops[op];
+            if d.opcode == Opcode::Cast && d.operands.first().is_some_and(|&x| !func.ty(x).elem.is_float()) {
+                return Some(format!("its input %{} is integer data cast to float", func.name_of(v)));
+            }
+            match d.operands.first() {
+                Some(&x) if moves(d.opcode) => v = x,
+                _ => break,
+            }
+        }
+    }
+    let mut todo = vec![layer.output];
+    let mut seen = HashSet::new();
+    while let Some(v) = todo.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        for &(user, _) in uses.get(&v).into_iter().flatten() {
+            let u = &func.ops[user];
+            if u.opcode == Opcode::Cast && u.results.iter().any(|&r| !func.ty(r).elem.is_float()) {
+                return Some(format!("its result is cast to an integer type at %{}: rounding would change it", func.name_of(u.results[0])));
+            }
+            if moves(u.opcode) {
+                todo.extend(&u.results);
+            }
+        }
+    }
+    None
 }
 
 /// The average pools in `active` none of whose readers is another layer of
