@@ -359,7 +359,7 @@ pub fn load_optimized(
     // so a pass that returns another value in its place (a quantize folded
     // into a dequantize, say) does not rename the artifact's output.
     for f in loaded.module.funcs.iter_mut() {
-        f.result_names = (0..f.body.terminator.len()).map(|i| Some(f.result_name(i).to_string())).collect();
+        f.pin_result_names();
     }
     let config = crate::opt::OptConfig {
         passes: Some(passes.to_string()),

@@ -182,6 +182,26 @@ impl Func {
         }
     }
 
+    /// Pins each result's external name (`result_name`), so a pass that
+    /// returns another value in a result's place does not rename it. A name
+    /// a result already has (a value returned twice, or two results named
+    /// alike) gets `_2`, `_3`, ...: an artifact's outputs need distinct names.
+    pub fn pin_result_names(&mut self) {
+        let mut taken = std::collections::HashSet::new();
+        let mut names = vec![];
+        for i in 0..self.body.terminator.len() {
+            let base = self.result_name(i).to_string();
+            let mut name = base.clone();
+            let mut k = 2;
+            while !taken.insert(name.clone()) {
+                name = format!("{base}_{k}");
+                k += 1;
+            }
+            names.push(Some(name));
+        }
+        self.result_names = names;
+    }
+
     /// The parameter a caller names `name`: by external name first, then
     /// by SSA name (so an external name that equals another parameter's
     /// sanitized name finds the one the model calls so).

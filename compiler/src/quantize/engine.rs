@@ -6,7 +6,7 @@
 use aoc_backend_x86::compile::compile_with;
 use aoc_backend_x86::pointwise::X86Level;
 use aoc_ir::interp::WeightSource;
-use aoc_ir::module::Module;
+use aoc_ir::module::{Func, Module};
 use aoc_ir::tensor::Tensor;
 use aoc_passes::lower::LowerOptions;
 use aoc_runtime::artifact::Artifact;
@@ -19,6 +19,9 @@ use crate::cpu::CPU_PIPELINE;
 /// a measurement, not the user's artifact).
 pub fn compile(module: &Module, weights: &dyn WeightSource, threads: usize) -> Result<Session, String> {
     let mut m = module.clone();
+    // Results by position, under distinct names (calibration returns
+    // values the optimizer may merge: a cast to the same type, say).
+    m.funcs.iter_mut().for_each(Func::pin_result_names);
     let config = crate::opt::OptConfig {
         passes: Some(CPU_PIPELINE.to_string()),
         target: "x86-64-v4".to_string(),
@@ -38,6 +41,9 @@ pub fn compile(module: &Module, weights: &dyn WeightSource, threads: usize) -> R
 /// ops get integer kernels there.
 pub fn gpu_plan(module: &Module, weights: &dyn WeightSource, sm: aoc_backend_ptx::Sm) -> Result<aoc_runtime::plan::Plan, String> {
     let mut m = module.clone();
+    // Results by position, under distinct names (calibration returns
+    // values the optimizer may merge: a cast to the same type, say).
+    m.funcs.iter_mut().for_each(Func::pin_result_names);
     let config = crate::opt::OptConfig {
         passes: Some(crate::gpu::GPU_PIPELINE.to_string()),
         target: crate::gpu::cost_target(sm).to_string(),
