@@ -254,13 +254,53 @@ fn sparsified_models_export_to_onnx_that_onnx_runtime_runs_to_the_interpreter() 
     }
 }
 
+/// Resize (each mode, sizes or scales), pad (each mode, crops), grid
+/// sampling, the tanh GELU and a boolean `where` (which ONNX Runtime's
+/// Where lacks) export, and ONNX Runtime runs each to the interpreter's
+/// outputs.
+#[test]
+fn resize_pad_grid_sample_gelu_and_where_export() {
+    let x = "%x: tensor<1x2x4x6xf32>";
+    let grid = "%t = core.tanh %x : tensor<1x2x4x6xf32>\n  %c = const dense<1.3> : tensor<f32>\n  %s = core.mul %t, %c : tensor<1x2x4x6xf32>\n  %g = core.reshape %s {shape = [1, 4, 6, 2]} : tensor<1x4x6x2xf32>\n  ";
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("resize_linear", String::new(), "core.resize %x {sizes = [1, 2, 7, 9], mode = \"linear\"} : tensor<1x2x7x9xf32>"),
+        ("resize_nearest_scales", String::new(), "core.resize %x {sizes = [1, 2, 8, 12], scales = [1.0, 1.0, 2.0, 2.0], mode = \"nearest\", coordinate_transformation_mode = \"asymmetric\", nearest_mode = \"floor\"} : tensor<1x2x8x12xf32>"),
+        ("resize_cubic", String::new(), "core.resize %x {sizes = [1, 2, 5, 10], mode = \"cubic\", coordinate_transformation_mode = \"align_corners\"} : tensor<1x2x5x10xf32>"),
+        ("pad_constant", String::new(), "core.pad %x {pads = [0, 0, 1, 2, 0, 0, 2, 1], value = 1.5} : tensor<1x2x7x9xf32>"),
+        ("pad_reflect", String::new(), "core.pad %x {pads = [0, 0, 2, 1, 0, 0, 1, 3], mode = \"reflect\"} : tensor<1x2x7x10xf32>"),
+        ("pad_edge_crop", String::new(), "core.pad %x {pads = [0, 0, -1, 2, 0, 0, 1, -2], mode = \"edge\"} : tensor<1x2x4x6xf32>"),
+        ("grid_linear", grid.to_string(), "core.grid_sample %x, %g : tensor<1x2x4x6xf32>"),
+        ("grid_nearest_border", grid.to_string(), "core.grid_sample %x, %g {mode = \"nearest\", padding_mode = \"border\"} : tensor<1x2x4x6xf32>"),
+        ("grid_cubic_reflection", grid.to_string(), "core.grid_sample %x, %g {mode = \"cubic\", padding_mode = \"reflection\", align_corners = true} : tensor<1x2x4x6xf32>"),
+        ("gelu_tanh", String::new(), "core.gelu %x {approximate = \"tanh\"} : tensor<1x2x4x6xf32>"),
+        (
+            "where_bool",
+            "%z = const dense<0.0> : tensor<f32>\n  %h = const dense<0.5> : tensor<f32>\n  %c = core.greater %x, %z : tensor<1x2x4x6xi1>\n  %d = core.less %x, %h : tensor<1x2x4x6xi1>\n  %w = core.where %c, %d, %c : tensor<1x2x4x6xi1>\n  ".to_string(),
+            "core.cast %w {to = f32} : tensor<1x2x4x6xf32>",
+        ),
+    ];
+    let d = dir("export_ops");
+    let input = batches(&d.join("in"), &[1, 2, 4, 6], 1, 5).remove(0);
+    for (name, pre, op) in cases {
+        let ty = op.rsplit(" : ").next().unwrap();
+        let m = d.join(format!("{name}.air"));
+        std::fs::write(&m, format!("func @main({x}) -> {ty} {{\n  {pre}%y = {op}\n  return %y : {ty}\n}}\n")).unwrap();
+        let dd = d.join(name);
+        std::fs::create_dir_all(&dd).unwrap();
+        export_matches_interpreter(&dd, &m, "x", &input);
+    }
+}
+
 #[test]
 fn export_refuses_what_onnx_cannot_say() {
     let d = dir("export_bad");
     let m = d.join("m.air");
-    std::fs::write(&m, "func @main(%x: tensor<1x4x8x8xf32>) -> tensor<1x4x16x16xf32> {\n  %y = core.resize %x {sizes = [1, 4, 16, 16]} : tensor<1x4x16x16xf32>\n  return %y : tensor<1x4x16x16xf32>\n}\n").unwrap();
+    std::fs::write(&m, "func @main(%x: tensor<1x4x8x8xf32>) -> tensor<1x4x10x10xf32> {\n  %y = core.pad %x {pads = [0, 0, 1, 1, 0, 0, 1, 1], mode = \"wrap\"} : tensor<1x4x10x10xf32>\n  return %y : tensor<1x4x10x10xf32>\n}\n").unwrap();
     let out = d.join("m.onnx");
-    user_error(&aoc(&[&"export", &m, &"--format", &"onnx", &"-o", &out]), &["core.resize", "no ONNX form"]);
+    user_error(&aoc(&[&"export", &m, &"--format", &"onnx", &"-o", &out]), &["core.pad", "no ONNX form", "wrap padding"]);
+    // Scales that ONNX would turn into another size.
+    std::fs::write(&m, "func @main(%x: tensor<1x4x8x8xf32>) -> tensor<1x4x12x12xf32> {\n  %y = core.resize %x {sizes = [1, 4, 12, 12], scales = [1.0, 1.0, 1.4, 1.4]} : tensor<1x4x12x12xf32>\n  return %y : tensor<1x4x12x12xf32>\n}\n").unwrap();
+    user_error(&aoc(&[&"export", &m, &"--format", &"onnx", &"-o", &out]), &["core.resize", "floor(input × scale)"]);
     assert!(!out.exists());
     user_error(&aoc(&[&"export", &m, &"--format", &"tflite", &"-o", &out]), &["--format must be mlir or onnx"]);
 }

@@ -63,6 +63,22 @@ fn attr_is(name: &str, v: &[i64]) -> AttributeProto {
     AttributeProto { name: Some(name.into()), r#type: Some(attribute_type::INTS), ints: v.to_vec(), ..Default::default() }
 }
 
+fn attr_s(name: &str, v: &str) -> AttributeProto {
+    AttributeProto { name: Some(name.into()), r#type: Some(attribute_type::STRING), s: Some(v.as_bytes().to_vec()), ..Default::default() }
+}
+
+fn string(attrs: &Attrs, name: &str, default: &str) -> String {
+    match attrs.get(name) {
+        Some(Attr::Str(s)) => s.clone(),
+        _ => default.to_string(),
+    }
+}
+fn floats(attrs: &Attrs, name: &str) -> Option<Vec<f64>> {
+    match attrs.get(name) {
+        Some(Attr::Floats(v)) => Some(v.clone()),
+        _ => None,
+    }
+}
 fn ints(attrs: &Attrs, name: &str) -> Vec<i64> {
     match attrs.get(name) {
         Some(Attr::Ints(v)) => v.clone(),
@@ -295,15 +311,28 @@ impl Ex<'_> {
                     self.node("Clip", vec![x[0].clone(), lo, hi], &hint, vec![])
                 }
                 Activation::Gelu => {
-                    if !matches!(a.get("approximate"), Some(Attr::Str(s)) if s == "none") {
-                        return unsupported("the tanh approximation");
-                    }
-                    // 0.5 · x · (1 + erf(x / √2)); Gelu is opset 20.
-                    let c = self.f32_const(&format!("{hint}.rsqrt2"), vec![], vec![std::f64::consts::FRAC_1_SQRT_2])?;
+                    // 0.5 · x · (1 + erf(x / √2)), or with `tanh`
+                    // 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³))); Gelu is opset 20.
                     let one = self.f32_const(&format!("{hint}.one"), vec![], vec![1.0])?;
                     let half = self.f32_const(&format!("{hint}.half"), vec![], vec![0.5])?;
-                    let s = self.node("Mul", vec![x[0].clone(), c], &format!("{hint}.s"), vec![]);
-                    let e = self.node("Erf", vec![s], &format!("{hint}.erf"), vec![]);
+                    let e = match string(a, "approximate", "none").as_str() {
+                        "none" => {
+                            let c = self.f32_const(&format!("{hint}.rsqrt2"), vec![], vec![std::f64::consts::FRAC_1_SQRT_2])?;
+                            let s = self.node("Mul", vec![x[0].clone(), c], &format!("{hint}.s"), vec![]);
+                            self.node("Erf", vec![s], &format!("{hint}.erf"), vec![])
+                        }
+                        "tanh" => {
+                            let k = self.f32_const(&format!("{hint}.k"), vec![], vec![0.044715])?;
+                            let c = self.f32_const(&format!("{hint}.c"), vec![], vec![(2.0 / std::f64::consts::PI).sqrt()])?;
+                            let x2 = self.node("Mul", vec![x[0].clone(), x[0].clone()], &format!("{hint}.x2"), vec![]);
+                            let x3 = self.node("Mul", vec![x2, x[0].clone()], &format!("{hint}.x3"), vec![]);
+                            let kx3 = self.node("Mul", vec![x3, k], &format!("{hint}.kx3"), vec![]);
+                            let inner = self.node("Add", vec![x[0].clone(), kx3], &format!("{hint}.inner"), vec![]);
+                            let s = self.node("Mul", vec![inner, c], &format!("{hint}.s"), vec![]);
+                            self.node("Tanh", vec![s], &format!("{hint}.tanh"), vec![])
+                        }
+                        other => return unsupported(&format!("approximate = {other}")),
+                    };
                     let p = self.node("Add", vec![e, one], &format!("{hint}.p"), vec![]);
                     let h = self.node("Mul", vec![x[0].clone(), half], &format!("{hint}.h"), vec![]);
                     self.node("Mul", vec![h, p], &hint, vec![])
@@ -313,6 +342,13 @@ impl Ex<'_> {
                 Pointwise::Cast => {
                     let to = onnx_type(out_ty.elem.storage()).ok_or("cast to a type ONNX lacks")?;
                     self.node("Cast", x, &hint, vec![attr_i("to", to as i64)])
+                }
+                // ONNX Runtime has no boolean Where: (c ∧ a) ∨ (¬c ∧ b).
+                Pointwise::Where if out_ty.elem.storage() == Scalar::I1 => {
+                    let ca = self.node("And", vec![x[0].clone(), x[1].clone()], &format!("{hint}.ca"), vec![]);
+                    let nc = self.node("Not", vec![x[0].clone()], &format!("{hint}.nc"), vec![]);
+                    let nb = self.node("And", vec![nc, x[2].clone()], &format!("{hint}.nb"), vec![]);
+                    self.node("Or", vec![ca, nb], &hint, vec![])
                 }
                 Pointwise::Where => self.node("Where", x, &hint, vec![]),
                 Pointwise::BatchNorm => {
@@ -473,10 +509,75 @@ impl Ex<'_> {
                     }
                     self.node("Slice", inputs, &hint, vec![])
                 }
-                Movement::Pad => return unsupported("pad"),
+                Movement::Pad => {
+                    let mode = string(a, "mode", "constant");
+                    if !matches!(mode.as_str(), "constant" | "reflect" | "edge") {
+                        return unsupported(&format!("{mode} padding (opset 19)"));
+                    }
+                    let pads = self.i64_const(&format!("{hint}.pads"), &ints(a, "pads"))?;
+                    let mut inputs = vec![x[0].clone(), pads];
+                    if mode == "constant" {
+                        let ElemType::Scalar(s) = out_ty.elem else { return unsupported("padding a quantized tensor") };
+                        let v = Tensor::from_f64(TensorType::new(vec![], s), vec![float(a, "value").unwrap_or(0.0)]);
+                        inputs.push(self.initializer(&format!("{hint}.value"), &v)?);
+                    }
+                    self.node("Pad", inputs, &hint, vec![attr_s("mode", &mode)])
+                }
             },
-            OpKind::Resize => return unsupported("resize"),
-            OpKind::GridSample => return unsupported("grid_sample"),
+            OpKind::Resize => {
+                let sizes = ints(a, "sizes");
+                let mut attrs = vec![
+                    attr_s("mode", &string(a, "mode", "nearest")),
+                    attr_s("coordinate_transformation_mode", &string(a, "coordinate_transformation_mode", "half_pixel")),
+                    attr_s("nearest_mode", &string(a, "nearest_mode", "round_prefer_floor")),
+                    attr_f("cubic_coeff_a", float(a, "cubic_coeff_a").unwrap_or(-0.75)),
+                    attr_i("exclude_outside", boolean(a, "exclude_outside") as i64),
+                ];
+                if let Some(v) = float(a, "extrapolation_value") {
+                    attrs.push(attr_f("extrapolation_value", v));
+                }
+                let roi = match floats(a, "roi") {
+                    Some(v) => self.f32_const(&format!("{hint}.roi"), vec![v.len()], v)?,
+                    None => String::new(),
+                };
+                // Explicit scales take part in the coordinate mapping, and
+                // ONNX then derives the size from them: floor(in · scale),
+                // in f32 as ONNX Runtime computes it.
+                let inputs = match floats(a, "scales") {
+                    Some(sc) => {
+                        let in_shape = &f.ty(op.operands[0]).shape;
+                        let agree = in_shape.len() == sc.len()
+                            && in_shape.iter().zip(&sc).zip(&sizes).all(|((&i, &s), &o)| (i as f32 * s as f32).floor() as i64 == o);
+                        if !agree {
+                            return unsupported("scales that do not give its sizes as floor(input × scale)");
+                        }
+                        let s = self.f32_const(&format!("{hint}.scales"), vec![sc.len()], sc)?;
+                        vec![x[0].clone(), roi, s]
+                    }
+                    None => {
+                        let s = self.i64_const(&format!("{hint}.sizes"), &sizes)?;
+                        vec![x[0].clone(), roi, String::new(), s]
+                    }
+                };
+                self.node("Resize", inputs, &hint, attrs)
+            }
+            OpKind::GridSample => {
+                // Opset 16's GridSample: 4-D, `bilinear` and `bicubic`.
+                if out_ty.rank() != 4 {
+                    return unsupported("volumetric (5-D) sampling (opset 20)");
+                }
+                let mode = match string(a, "mode", "linear").as_str() {
+                    "linear" => "bilinear".to_string(),
+                    "cubic" => "bicubic".to_string(),
+                    m => m.to_string(),
+                };
+                let attrs = vec![
+                    attr_s("mode", &mode),
+                    attr_s("padding_mode", &string(a, "padding_mode", "zeros")),
+                    attr_i("align_corners", boolean(a, "align_corners") as i64),
+                ];
+                self.node("GridSample", x, &hint, attrs)
+            }
         };
         self.define(r, name)
     }
