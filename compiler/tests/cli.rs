@@ -223,6 +223,31 @@ fn inputs_and_outputs_keep_the_models_own_names() {
     user_error(&o, &["unknown input `serving_0`", "serving:0"]);
 }
 
+/// A value returned twice is two outputs: the second named `NAME_2`.
+#[test]
+fn a_value_returned_twice_is_two_outputs() {
+    let d = dir("returned_twice");
+    let f = write(
+        &d,
+        "m.air",
+        "func @main(%x: tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) {\n\
+           %a = core.relu %x : tensor<2xf32>\n\
+           %b = core.neg %x : tensor<2xf32>\n\
+           return %a, %b, %a : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>\n\
+         }\n",
+    );
+    let x = f32_npy(&d, "x.npy", &[2], &[-1.0, 2.0]);
+    let art = d.join("m.aoc");
+    let o = aoc(&[&"compile", &f, &"-o", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = d.join("out");
+    let o = aoc(&[&"run", &art, &"--input", &x, &"--output-dir", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(read_f32(&out.join("a.npy")).1, vec![0.0, 2.0]);
+    assert_eq!(read_f32(&out.join("b.npy")).1, vec![1.0, -2.0]);
+    assert_eq!(read_f32(&out.join("a_2.npy")).1, vec![0.0, 2.0]);
+}
+
 /// The same through ONNX: a model whose input is `input:0` and output
 /// `output:0` (tests/data/names_with_colons.onnx: `output:0 = relu(x) + x`)
 /// runs from the `.onnx` file, from its import and from its artifact with
