@@ -225,7 +225,10 @@ impl<'a> Cx<'a> {
     }
 
     /// Builds `opcode` on `operands`; folds it when every operand is constant
-    /// (except `quant.dequantize`, which keeps quantized weights visible).
+    /// (except `quant.dequantize` of a tensor, which keeps quantized weights
+    /// visible; a dequantized scalar is arithmetic, such as a shape
+    /// computation that ONNX Runtime's quantizer wrapped in Q/DQ, and a
+    /// `Reshape` after it needs the value).
     pub fn op(
         &mut self,
         opcode: Opcode,
@@ -241,7 +244,7 @@ impl<'a> Cx<'a> {
             })
             .collect();
         if let Some(tensors) = constants
-            && opcode != Opcode::Dequantize
+            && (opcode != Opcode::Dequantize || tensors.iter().all(|t| t.ty.rank() == 0))
             && let Some(out) = super::fold::try_fold(opcode, &tensors, &attrs, declared.as_deref())
         {
             return Ok(out.into_iter().map(V::konst).collect());

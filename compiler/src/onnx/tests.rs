@@ -234,6 +234,46 @@ fn shape_chains_fold_to_a_static_reshape() {
     assert!(m.module.weights.is_empty());
 }
 
+/// ONNX Runtime's quantizer wraps a float shape computation in Q/DQ
+/// (MobileViT's `Mul` of a dimension by the patch size): the dequantized
+/// scalar folds, so the Reshape after it is still static.
+#[test]
+fn a_shape_computation_through_q_dq_folds() {
+    // Reshape(x, Concat(Unsqueeze(Cast(DQ(Q(Cast(Gather(Shape(x), 0)) * 3)))), [-1])): 2x3x4 -> 6x4.
+    let bytes = model(
+        17,
+        GraphProto {
+            node: vec![
+                node("Shape", "s", &["x"], &["shape"], vec![]),
+                node("Gather", "g", &["shape", "zero"], &["batch"], vec![int_attr("axis", 0)]),
+                node("Cast", "cf", &["batch"], &["bf"], vec![int_attr("to", data_type::FLOAT as i64)]),
+                node("Mul", "m", &["bf", "three"], &["rows"], vec![]),
+                node("QuantizeLinear", "q", &["rows", "qs", "qz"], &["rows.q"], vec![]),
+                node("DequantizeLinear", "dq", &["rows.q", "qs", "qz"], &["rows.dq"], vec![]),
+                node("Cast", "ci", &["rows.dq"], &["ri"], vec![int_attr("to", data_type::INT64 as i64)]),
+                node("Unsqueeze", "u", &["ri", "axes"], &["r1"], vec![]),
+                node("Concat", "c", &["r1", "minus1"], &["target"], vec![int_attr("axis", 0)]),
+                node("Reshape", "r", &["x", "target"], &["y"], vec![]),
+            ],
+            initializer: vec![
+                i64_init("zero", &[], &[0]),
+                f32_init("three", &[], &[3.0]),
+                f32_init("qs", &[], &[0.5]),
+                TensorProto { name: Some("qz".into()), dims: vec![], data_type: Some(data_type::UINT8), raw_data: Some(vec![0]), ..Default::default() },
+                i64_init("axes", &[1], &[0]),
+                i64_init("minus1", &[1], &[-1]),
+            ],
+            input: vec![f32_input("x", &[2, 3, 4])],
+            output: vec![f32_input("y", &[6, 4])],
+            ..Default::default()
+        },
+    );
+    let m = import_model(&bytes, &ImportOptions::default()).unwrap();
+    assert_eq!(ops(&m), vec![Opcode::Reshape]);
+    let f = &m.module.funcs[0];
+    assert_eq!(f.ops[f.body.ops[0]].attrs.get("shape"), Some(&Attr::Ints(vec![6, 4])));
+}
+
 #[test]
 fn the_models_own_input_and_output_names_are_kept() {
     // `serving:0` and `out:0` are not SSA names; `out_0` is what `out:0`
