@@ -212,7 +212,7 @@ pub enum Command {
             aoc sparsify model.air --pattern 2:4 --calib calib/ --min-sqnr 30 --report sp.json -o sp.air"
     )]
     Sparsify(SparsifyArgs),
-    /// Remove a fraction of every convolution's output channels (structured pruning).
+    /// Remove a fraction of every convolution's output channels and linear layer's features (structured pruning).
     #[command(
         long_about = "Structured channel pruning by filter L1 norm: each convolution's output \
             channels with the smallest L1 norms are removed, together with the matching input \
@@ -306,7 +306,7 @@ pub struct PruneArgs {
     /// The fraction of each channel group removed, in (0, 1).
     #[arg(long, value_name = "RATIO")]
     pub channels: f64,
-    /// Convolutions whose output channels may be pruned (by ONNX node / loc name or result name, `*` and `?` globs); comma-separated, repeatable. Default: all.
+    /// Convolutions and linear layers whose output channels may be pruned (by ONNX node / loc name or result name, `*` and `?` globs); comma-separated, repeatable. Default: all.
     #[arg(long, value_name = "GLOB,...", value_delimiter = ',')]
     pub layers: Vec<String>,
     /// Calibration data (as for aoc quantize): measures the output SQNR against the unpruned model.

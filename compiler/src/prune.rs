@@ -1,15 +1,20 @@
 //! `aoc prune`: structured channel pruning (docs/sparsity.md).
 //!
-//! A *channel space* is the channel axis a convolution creates: axis 1 of
-//! its result, followed forward through everything that keeps channels in
-//! place — batch-norms, activations, depthwise convolutions, pools, a
-//! flatten of `N×C×1×1` (the channel axis then last) — and merged across
-//! residual adds and gating products (`x * gate`): what such an op joins
-//! must lose the same channels. A space ends at its consumers that reduce
-//! over channels: convolutions (their input channels) and gemms / matmuls
-//! after a flatten (their k). A space reaching anything else (a model
-//! output, a concat, a reshape, an op with a constant operand) is left
-//! alone, as is one whose producing convolutions are not all selected.
+//! A *channel space* is the channel axis a convolution creates (axis 1 of
+//! its result) or a linear layer creates (a matmul or gemm on a constant
+//! weight: the last axis, its features), followed forward through
+//! everything that keeps channels in place — batch-norms, activations,
+//! depthwise convolutions, pools, a flatten of `N×C×1×1` (the channel axis
+//! then last), a reshape that keeps the last axis, arithmetic with a
+//! constant that is per channel (a bias add, a layer scale: sliced with the
+//! space) or a scalar — and merged across residual adds and gating products
+//! (`x * gate`): what such an op joins must lose the same channels. A space
+//! ends at its consumers that reduce over channels: convolutions (their
+//! input channels) and gemms / matmuls on its last axis (their k). A
+//! transformer's feed-forward hidden units are such a space (matmul, bias,
+//! GELU, matmul). A space reaching anything else (a model output, a
+//! concat, another reshape, a normalization over channels) is left alone,
+//! as is one whose producers are not all selected.
 //!
 //! In every other space the channels with the smallest filter L1 norms
 //! (summed over the space's producers) are removed from producers,
@@ -36,7 +41,7 @@ use crate::quantize::{Score, Set, engine, glob};
 pub struct Config {
     /// `--channels`: the fraction of each space's channels removed.
     pub ratio: f64,
-    /// `--layers`: globs over convolution names; empty means all.
+    /// `--layers`: globs over the producing layers' names; empty means all.
     pub layers: Vec<String>,
     pub threads: usize,
 }
@@ -44,7 +49,7 @@ pub struct Config {
 /// One channel space and what became of it.
 #[derive(Clone, Debug)]
 pub struct SpaceResult {
-    /// The producing convolutions' names.
+    /// The producing layers' names.
     pub producers: Vec<String>,
     pub channels: usize,
     pub kept: usize,
@@ -64,8 +69,12 @@ pub struct Outcome {
 /// How an op takes part in a space.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Role {
-    /// A convolution creating a space (weight axis 0, bias).
-    Producer,
+    /// A layer creating a space: the channel axis of its weight (operand 1)
+    /// and, when it has one, its bias operand's.
+    Producer { w_axis: usize, bias: Option<(usize, usize)> },
+    /// Arithmetic with a per-channel constant inside a space: the
+    /// constant's operand and channel axis.
+    Constant { operand: usize, axis: usize },
     /// A depthwise convolution inside one (weight axis 0, bias, groups).
     Depthwise,
     /// A batch-norm inside one (its four parameters).
@@ -136,6 +145,18 @@ fn bool_attr(a: &Attrs, name: &str) -> bool {
     matches!(a.get(name), Some(Attr::Bool(true)))
 }
 
+/// The L1 norm of each index of `axis` of `w` (a filter's, a feature's).
+fn channel_l1(w: &Tensor, axis: usize) -> Vec<f64> {
+    let shape = w.shape();
+    let inner: usize = shape[axis + 1..].iter().product();
+    let dim = shape[axis];
+    let mut norms = vec![0f64; dim];
+    for (i, x) in w.to_f64().iter().enumerate() {
+        norms[(i / inner) % dim] += x.abs();
+    }
+    norms
+}
+
 /// `t` with only the `keep` indices of `axis`.
 fn take(t: &Tensor, axis: usize, keep: &[usize]) -> Tensor {
     let shape = t.shape().to_vec();
@@ -156,6 +177,36 @@ struct Analysis {
     roles: HashMap<OpId, (Role, usize)>,
     /// Consumer op -> (space, weight operand, weight axis).
     consumers: HashMap<OpId, (usize, usize, usize)>,
+}
+
+/// A binary op of a value in a space and a constant: where the result
+/// stands, and the role that slices the constant when it is per channel
+/// (`None` for a scalar). `None` when the constant broadcasts any other way.
+fn with_constant(func: &Func, consts: &mut Consts, op: &OpData, ins: &[Option<At>], sp: &Spaces) -> Result<Option<(At, Option<Role>)>, String> {
+    let (a, ci) = match (ins.first().copied().flatten(), ins.get(1).copied().flatten()) {
+        (Some(a), None) => (a, 1),
+        (None, Some(b)) => (b, 0),
+        _ => return Ok(None),
+    };
+    if op.operands.len() != 2 || consts.get(op.operands[ci])?.is_none() {
+        return Ok(None);
+    }
+    let x = func.ty(op.operands[1 - ci]);
+    let c = func.ty(op.operands[ci]);
+    let r = func.ty(op.results[0]);
+    if r.shape != x.shape || c.rank() > x.rank() {
+        return Ok(None);
+    }
+    if c.num_elements() == 1 {
+        return Ok(Some((a, None)));
+    }
+    // Per channel: every dimension 1 but the channel axis (aligned to the
+    // right, as broadcasting aligns), which has the space's channels.
+    let axis = if a.last { x.rank() - 1 } else { 1 };
+    let Some(caxis) = (axis + c.rank()).checked_sub(x.rank()) else { return Ok(None) };
+    let channels = sp.channels[sp.root(a.space)];
+    let per_channel = c.shape.iter().enumerate().all(|(i, &d)| if i == caxis { d == channels } else { d == 1 });
+    Ok(per_channel.then_some((a, Some(Role::Constant { operand: ci, axis: caxis }))))
 }
 
 fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
@@ -185,7 +236,8 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
                         consumers.insert(id, (a.space, 1, 1));
                     }
                     let s = sp.add(w.shape[0], id);
-                    roles.insert(id, (Role::Producer, s));
+                    let bias = (op.operands.len() > 2).then_some((2, 0));
+                    roles.insert(id, (Role::Producer { w_axis: 0, bias }, s));
                     at.insert(r.expect("a result"), At { space: s, last: false });
                     handled = true;
                 } else if groups == cin
@@ -226,6 +278,24 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
                     sp.union(a.space, b.space);
                     at.insert(r.expect("a result"), a);
                     handled = true;
+                } else if let Some(done) = with_constant(func, consts, op, &ins, &sp)? {
+                    if let Some(role) = done.1 {
+                        roles.insert(id, (role, done.0.space));
+                    }
+                    at.insert(r.expect("a result"), done.0);
+                    handled = true;
+                }
+            }
+            OpKind::Binary(Binary::Div | Binary::Pow) => {
+                // x / c, x ^ c: the constant must be the right operand.
+                if ins.get(1).copied().flatten().is_none()
+                    && let Some(done) = with_constant(func, consts, op, &ins, &sp)?
+                {
+                    if let Some(role) = done.1 {
+                        roles.insert(id, (role, done.0.space));
+                    }
+                    at.insert(r.expect("a result"), done.0);
+                    handled = true;
                 }
             }
             OpKind::Pool(Pool::Max | Pool::Avg | Pool::GlobalAvg | Pool::GlobalMax, Form::Float) => {
@@ -233,6 +303,16 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
                     at.insert(r.expect("a result"), a);
                     handled = true;
                 }
+            }
+            // A reshape that keeps the last axis (GPT-2's linear layers
+            // run on `[rows, features]` views) keeps a space on it.
+            OpKind::Movement(_)
+                if matches!(op.opcode, Opcode::Reshape | Opcode::Flatten)
+                    && first.is_some_and(|a| a.last)
+                    && func.ty(op.operands[0]).shape.last() == func.ty(r.expect("a result")).shape.last() =>
+            {
+                at.insert(r.expect("a result"), first.expect("checked"));
+                handled = true;
             }
             OpKind::Movement(_) if op.opcode == Opcode::Flatten => {
                 let xs = &func.ty(op.operands[0]).shape;
@@ -246,18 +326,48 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
                     handled = true;
                 }
             }
-            OpKind::Gemm(Form::Float) if is_const(consts, 1)? => {
-                if let Some(a) = first.filter(|a| a.last)
-                    && !bool_attr(&op.attrs, "trans_a")
-                {
-                    consumers.insert(id, (a.space, 1, if bool_attr(&op.attrs, "trans_b") { 1 } else { 0 }));
-                    handled = true;
+            OpKind::Gemm(Form::Float) if is_const(consts, 1)? && !bool_attr(&op.attrs, "trans_a") => {
+                let trans_b = bool_attr(&op.attrs, "trans_b");
+                let out = func.ty(r.expect("a result"));
+                let n = out.shape[1];
+                // The bias c: per feature ([n] or [1, n]) or a scalar.
+                let bias = match op.operands.get(2) {
+                    None => Some(None),
+                    Some(_) if !is_const(consts, 2)? => None,
+                    Some(&c) => match func.ty(c).shape.as_slice() {
+                        [k] if *k == n => Some(Some((2, 0))),
+                        [1, k] if *k == n => Some(Some((2, 1))),
+                        [] | [1] | [1, 1] => Some(None),
+                        _ => None,
+                    },
+                };
+                match first {
+                    Some(a) if a.last => {
+                        consumers.insert(id, (a.space, 1, if trans_b { 1 } else { 0 }));
+                        handled = true;
+                    }
+                    Some(_) => {}
+                    None => handled = true,
+                }
+                if handled && let Some(bias) = bias {
+                    let s = sp.add(n, id);
+                    roles.insert(id, (Role::Producer { w_axis: if trans_b { 0 } else { 1 }, bias }, s));
+                    at.insert(r.expect("a result"), At { space: s, last: true });
                 }
             }
             OpKind::MatMul(Form::Float) if is_const(consts, 1)? && func.ty(op.operands[1]).rank() == 2 => {
-                if let Some(a) = first.filter(|a| a.last) {
-                    consumers.insert(id, (a.space, 1, 0));
-                    handled = true;
+                match first {
+                    Some(a) if a.last => {
+                        consumers.insert(id, (a.space, 1, 0));
+                        handled = true;
+                    }
+                    Some(_) => {}
+                    None => handled = true,
+                }
+                if handled {
+                    let s = sp.add(func.ty(op.operands[1]).shape[1], id);
+                    roles.insert(id, (Role::Producer { w_axis: 1, bias: None }, s));
+                    at.insert(r.expect("a result"), At { space: s, last: true });
                 }
             }
             // Every other op pins the spaces it reads (below).
@@ -278,6 +388,34 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
     for &r in func.results() {
         if let Some(a) = at.get(&r) {
             sp.block(a.space, "reaches a model output".to_string());
+        }
+    }
+    // A weight that several ops read (ALBERT shares its layers') would be
+    // sliced once per reader: copies, and more parameters, not fewer.
+    let mut readers: HashMap<ValueId, usize> = HashMap::new();
+    for &id in &func.body.ops {
+        for &v in &func.ops[id].operands {
+            *readers.entry(v).or_default() += 1;
+        }
+    }
+    let shared = |op: OpId, i: usize| func.ops[op].operands.get(i).is_some_and(|v| readers.get(v).copied().unwrap_or(0) > 1);
+    let mut sliced: Vec<(OpId, usize, usize)> = vec![];
+    for (&op, &(role, s)) in &roles {
+        match role {
+            Role::Producer { bias, .. } => {
+                sliced.push((op, 1, s));
+                sliced.extend(bias.map(|(i, _)| (op, i, s)));
+            }
+            Role::Constant { operand, .. } => sliced.push((op, operand, s)),
+            Role::Depthwise => sliced.extend([(op, 1, s), (op, 2, s)]),
+            Role::BatchNorm => sliced.extend((1..5).map(|i| (op, i, s))),
+        }
+    }
+    sliced.extend(consumers.iter().map(|(&op, &(s, i, _))| (op, i, s)));
+    sliced.sort_unstable();
+    for (op, i, s) in sliced {
+        if shared(op, i) {
+            sp.block(s, format!("{} shares its weights with another op", name_of(func, &func.ops[op])));
         }
     }
     Ok(Analysis { spaces: sp, at, roles, consumers })
@@ -319,9 +457,10 @@ pub fn prune(
     let func = module.funcs[fidx].clone();
     let mut consts = Consts::new(&func, weights);
     let mut an = analyse(&func, &mut consts)?;
-    let convs: Vec<OpId> = an.roles.iter().filter(|(_, (r, _))| *r == Role::Producer).map(|(&o, _)| o).collect();
+    let mut convs: Vec<OpId> = an.roles.iter().filter(|(_, (r, _))| matches!(r, Role::Producer { .. })).map(|(&o, _)| o).collect();
+    convs.sort_unstable();
     if convs.is_empty() {
-        return Err(format!("error: {model_name} has no convolution to prune (float conv2d with constant weights)"));
+        return Err(format!("error: {model_name} has nothing to prune (no float conv2d, matmul or gemm with constant weights)"));
     }
     // --layers: spaces whose producers are not all selected stay.
     if !cfg.layers.is_empty() {
@@ -332,7 +471,7 @@ pub fn prune(
                 let mut names: Vec<String> = convs.iter().map(|&o| name_of(&func, &func.ops[o])).collect();
                 names.sort();
                 names.truncate(12);
-                return Err(format!("error: --layers {pat} matches no convolution; they are named {}", names.join(", ")));
+                return Err(format!("error: --layers {pat} matches no prunable layer; they are named {}", names.join(", ")));
             }
             selected.extend(hits);
         }
@@ -358,10 +497,9 @@ pub fn prune(
         if why.is_none() {
             let mut score = vec![0f64; c];
             for &o in &an.spaces.producers[s] {
+                let Some(&(Role::Producer { w_axis, .. }, _)) = an.roles.get(&o) else { continue };
                 let w = consts.get(func.ops[o].operands[1])?.ok_or("internal error: a producer's weight is not constant (please report)")?;
-                let v = w.to_f64();
-                let per = v.len() / c.max(1);
-                let norms: Vec<f64> = (0..c).map(|k| v[k * per..(k + 1) * per].iter().map(|x| x.abs()).sum()).collect();
+                let norms = channel_l1(&w, w_axis);
                 // Each producer's norms relative to its mean, so a residual
                 // group weighs its convolutions alike.
                 let mean = norms.iter().sum::<f64>() / c as f64;
@@ -397,14 +535,19 @@ pub fn prune(
             && let Some(k) = space_keep(s)
         {
             match role {
-                Role::Producer | Role::Depthwise => {
+                Role::Producer { w_axis, bias } => {
+                    cuts.push((1, w_axis, k));
+                    if let Some((i, axis)) = bias {
+                        cuts.push((i, axis, k));
+                    }
+                }
+                Role::Constant { operand, axis } => cuts.push((operand, axis, k)),
+                Role::Depthwise => {
                     cuts.push((1, 0, k));
                     if op.operands.len() > 2 {
                         cuts.push((2, 0, k));
                     }
-                    if role == Role::Depthwise {
-                        attrs.set("groups", Attr::Int(k.len() as i64));
-                    }
+                    attrs.set("groups", Attr::Int(k.len() as i64));
                 }
                 Role::BatchNorm => {
                     for i in 1..5 {
@@ -417,6 +560,16 @@ pub fn prune(
             && let Some(k) = space_keep(s)
         {
             cuts.push((operand, axis, k));
+        }
+        // A reshape in a space: its target shape's last axis shrinks too.
+        if op.opcode == Opcode::Reshape
+            && let Some(a) = an.at.get(&op.results[0])
+            && let Some(k) = space_keep(a.space)
+            && let Some(Attr::Ints(mut shape)) = attrs.get("shape").cloned()
+            && let Some(last) = shape.last_mut()
+        {
+            *last = k.len() as i64;
+            attrs.set("shape", Attr::Ints(shape));
         }
         let touched = !cuts.is_empty() || op.results.iter().any(|r| an.at.get(r).is_some_and(|a| space_keep(a.space).is_some()));
         if !touched {

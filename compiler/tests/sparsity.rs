@@ -374,6 +374,70 @@ fn pruning_a_mobilenet_block_follows_depthwise_convolutions_and_gates() {
     export_matches_interpreter(&d, &out, "input", &input);
 }
 
+/// A transformer's feed-forward hidden units are a channel space (matmul,
+/// bias, GELU, matmul): pruned; the attention projections (reshaped into
+/// heads) and the residual stream are left alone, and say why.
+#[test]
+fn pruning_an_encoder_layer_narrows_its_feed_forward() {
+    let d = dir("prune_encoder");
+    let model = example("encoder_layer");
+    let input = example_input("encoder_layer");
+    let out = d.join("p.air");
+    let rep = d.join("p.json");
+    ok(&aoc(&[&"prune", &model, &"--channels", &"0.25", &"--report", &rep, &"-o", &out]));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
+    let spaces = r["spaces"].as_array().unwrap();
+    let space = |p: &str| spaces.iter().find(|s| s["producers"].as_array().unwrap().iter().any(|x| x == p)).unwrap_or_else(|| panic!("{p}: {r}"));
+    assert_eq!((space("/linear1/MatMul")["channels"].as_u64(), space("/linear1/MatMul")["kept"].as_u64()), (Some(128), Some(96)), "{r}");
+    assert!(space("/self_attn/MatMul")["why"].as_str().unwrap().contains("reshape"), "{r}");
+    assert!(space("/linear2/MatMul")["why"].as_str().unwrap().contains("core.add"), "{r}");
+    assert!(r["params_after"].as_u64() < r["params_before"].as_u64(), "{r}");
+    // linear1 writes 96 features and linear2 reads them.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let line = |loc: &str| text.lines().find(|l| l.contains("core.matmul") && l.contains(&format!("loc(\"{loc}\")"))).unwrap_or_else(|| panic!("{loc}")).to_string();
+    assert!(line("/linear1/MatMul").contains("tensor<1x16x96xf32>"), "{text}");
+    let interp = run_outputs(&out, &input, &d.join("interp"));
+    let art = d.join("p.aoc");
+    ok(&aoc(&[&"compile", &out, &"--target", &"host", &"-o", &art]));
+    assert!(max_rel_err(&interp, &run_outputs(&art, &input, &d.join("c"))) < 1e-4);
+    export_matches_interpreter(&d, &out, "src", &input);
+}
+
+/// A weight two layers share (ALBERT's) is not sliced: its space is left
+/// alone and the parameters do not grow.
+#[test]
+fn pruning_leaves_shared_weights_alone() {
+    let d = dir("prune_shared");
+    let m = d.join("m.air");
+    let w: Vec<String> = (0..4).map(|i| format!("[{}]", (0..8).map(|j| format!("{}.0", (i * 8 + j) % 5)).collect::<Vec<_>>().join(", "))).collect();
+    let v: Vec<String> = (0..8).map(|i| format!("[{}]", (0..4).map(|j| format!("{}.0", (i + j) % 3)).collect::<Vec<_>>().join(", "))).collect();
+    std::fs::write(
+        &m,
+        format!(
+            "func @main(%x: tensor<2x4xf32>) -> tensor<2x4xf32> {{\n\
+               %w = const dense<[{}]> : tensor<4x8xf32>\n\
+               %v = const dense<[{}]> : tensor<8x4xf32>\n\
+               %h1 = core.matmul %x, %w : tensor<2x8xf32> loc(\"/l1/up\")\n\
+               %a1 = core.relu %h1 : tensor<2x8xf32>\n\
+               %y1 = core.matmul %a1, %v : tensor<2x4xf32> loc(\"/l1/down\")\n\
+               %h2 = core.matmul %y1, %w : tensor<2x8xf32> loc(\"/l2/up\")\n\
+               %a2 = core.relu %h2 : tensor<2x8xf32>\n\
+               %y2 = core.matmul %a2, %v : tensor<2x4xf32> loc(\"/l2/down\")\n\
+               return %y2 : tensor<2x4xf32>\n\
+             }}\n",
+            w.join(", "),
+            v.join(", ")
+        ),
+    )
+    .unwrap();
+    let rep = d.join("r.json");
+    ok(&aoc(&[&"prune", &m, &"--channels", &"0.5", &"--report", &rep, &"-o", &d.join("p.air")]));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
+    assert_eq!(r["params_after"], r["params_before"], "{r}");
+    let spaces = r["spaces"].as_array().unwrap();
+    assert!(spaces.iter().filter(|s| s["channels"] == 8).all(|s| s["why"].as_str().is_some_and(|w| w.contains("shares its weights"))), "{r}");
+}
+
 #[test]
 fn pruning_an_onnx_model_and_bad_input() {
     let d = dir("prune_bad");
@@ -389,7 +453,7 @@ fn pruning_an_onnx_model_and_bad_input() {
         let flag = format!("--channels={ratio}");
         user_error(&aoc(&[&"prune", &onnx, &flag, &"-o", &out2]), &["--channels takes a ratio in (0, 1)"]);
     }
-    user_error(&aoc(&[&"prune", &onnx, &"--channels", &"0.3", &"--layers", &"nope", &"-o", &out2]), &["--layers nope matches no convolution"]);
+    user_error(&aoc(&[&"prune", &onnx, &"--channels", &"0.3", &"--layers", &"nope", &"-o", &out2]), &["--layers nope matches no prunable layer"]);
     assert!(!out2.exists());
 }
 
@@ -494,8 +558,11 @@ fn pruning_an_onnx_helper_model_with_residual_depthwise_and_batch_norms() {
     assert!(text.contains("tensor<10x8xf32>"), "the classifier reads 8 features:\n{text}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
     let spaces = r["spaces"].as_array().unwrap();
-    assert_eq!(spaces.len(), 2, "the residual group and the block's inner group: {r}");
-    assert!(spaces.iter().all(|s| s["why"].is_null()), "{r}");
+    // The residual group and the block's inner group are pruned; the
+    // classifier's features are the output.
+    let pruned: Vec<_> = spaces.iter().filter(|s| s["why"].is_null()).collect();
+    assert_eq!(pruned.len(), 2, "the residual group and the block's inner group: {r}");
+    assert!(spaces.iter().all(|s| s["why"].is_null() || s["why"] == "reaches a model output"), "{r}");
     assert!(spaces.iter().any(|s| s["producers"].as_array().unwrap().len() == 2), "stem and projection in one group: {r}");
     // The pruned model compiles and runs to its interpreter's outputs, and
     // its ONNX export runs in ONNX Runtime to the same.
