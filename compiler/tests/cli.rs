@@ -223,6 +223,64 @@ fn inputs_and_outputs_keep_the_models_own_names() {
     user_error(&o, &["unknown input `serving_0`", "serving:0"]);
 }
 
+/// A 48-layer transformer stack fuses every layer alike: each attention
+/// into one step, each GELU into its GEMM, on the CPU and the GPU. (Under
+/// tree cost, which counts a value once per reader, costs doubled at
+/// every reuse and the later layers' choices fell below the last bit:
+/// 17 of 48 attentions fused.)
+#[test]
+fn deep_models_fuse_every_layer() {
+    let d = dir("deep_stack");
+    let (layers, s, w, ff) = (48, 16, 64, 256);
+    let t = format!("tensor<1x{s}x{w}xf32>");
+    let mut text = format!(
+        "func @main(%x0: {t}) -> {t} {{\n  %g = const dense<1.0> : tensor<{w}xf32>\n  %b = const dense<0.0> : tensor<{w}xf32>\n  %c = const dense<0.125> : tensor<f32>\n"
+    );
+    for i in 0..layers {
+        for (n, r, c) in [("wq", w, w), ("wk", w, w), ("wv", w, w), ("wo", w, w), ("w1", w, ff), ("w2", ff, w)] {
+            text += &format!("  %{n}{i} = const dense<0.01> : tensor<{r}x{c}xf32>\n");
+        }
+        text += &format!(
+            "  %n{i} = core.layer_norm %x{i}, %g, %b : {t}\n\
+               %q{i} = core.matmul %n{i}, %wq{i} : {t}\n\
+               %k{i} = core.matmul %n{i}, %wk{i} : {t}\n\
+               %v{i} = core.matmul %n{i}, %wv{i} : {t}\n\
+               %kt{i} = core.transpose %k{i} {{perm = [0, 2, 1]}} : tensor<1x{w}x{s}xf32>\n\
+               %s{i} = core.matmul %q{i}, %kt{i} : tensor<1x{s}x{s}xf32>\n\
+               %ss{i} = core.mul %s{i}, %c : tensor<1x{s}x{s}xf32>\n\
+               %p{i} = core.softmax %ss{i} {{axis = -1}} : tensor<1x{s}x{s}xf32>\n\
+               %a{i} = core.matmul %p{i}, %v{i} : {t}\n\
+               %o{i} = core.matmul %a{i}, %wo{i} : {t}\n\
+               %r{i} = core.add %x{i}, %o{i} : {t}\n\
+               %m{i} = core.layer_norm %r{i}, %g, %b : {t}\n\
+               %h{i} = core.matmul %m{i}, %w1{i} : tensor<1x{s}x{ff}xf32>\n\
+               %e{i} = core.gelu %h{i} : tensor<1x{s}x{ff}xf32>\n\
+               %f{i} = core.matmul %e{i}, %w2{i} : {t}\n\
+               %x{} = core.add %r{i}, %f{i} : {t}\n",
+            i + 1
+        );
+    }
+    text += &format!("  return %x{layers} : {t}\n}}\n");
+    let f = write(&d, "deep.air", text);
+    let kinds = |target: &str, key: &str| -> serde_json::Value {
+        let out = d.join(format!("{target}.aoc"));
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"compile", &f, &"--target", &target, &"--json", &"-o", &out];
+        if target.starts_with("sm_") {
+            args.extend([&"--precision" as &dyn AsRef<std::ffi::OsStr>, &"fp16"]);
+        }
+        let o = aoc(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        j[key].clone()
+    };
+    let cpu = kinds("host", "step_kinds");
+    assert_eq!(cpu["attention"], layers, "{cpu}");
+    assert!(cpu.get("softmax").is_none() && cpu.get("mat_mul").is_none(), "{cpu}");
+    let gpu = kinds("sm_90a", "launch_kinds");
+    assert_eq!(gpu["attention"], layers, "{gpu}");
+    assert!(gpu.get("softmax").is_none() && gpu.get("pw").is_none(), "{gpu}");
+}
+
 /// A value returned twice is two outputs: the second named `NAME_2`.
 #[test]
 fn a_value_returned_twice_is_two_outputs() {
