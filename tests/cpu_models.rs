@@ -77,6 +77,9 @@ fn main() {
         trials.push(Trial::test(format!("int8_add_and_max_pool_steps_match_the_interpreter_{}", level.target_name()), move || {
             int8_elementwise(level)
         }));
+        trials.push(Trial::test(format!("int8_average_pools_match_the_interpreter_{}", level.target_name()), move || {
+            int8_avg_pool(level)
+        }));
         trials.push(Trial::test(format!("int8_attention_products_match_the_interpreter_{}", level.target_name()), move || {
             int8_attention(level)
         }));
@@ -555,6 +558,39 @@ const INT8_ELEMENTWISE_AIR: &str = r#"func @main(%x: tensor<1x5x7x7xf32>, %y: te
   return %sd, %td, %ud, %vd, %wd, %pd, %rd, %gd, %hd : tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x7x7xf32>, tensor<1x5x4x4xf32>, tensor<1x5x4x4xf32>, tensor<1x5x1x1xf32>, tensor<1x5x1x1xf32>
 }
 "#;
+
+/// `quant.avg_pool2d` (`qavg_pool`) against the interpreter, exactly: u8
+/// and i8, padding counted or not, ceil mode on an odd size, strides,
+/// dilation, a clamp, and a result scale other than the input's.
+const INT8_AVG_POOL_AIR: &str = r#"func @main(%x: tensor<2x6x7x7xf32>) -> (tensor<2x6x7x7xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x3x3xf32>) {
+  %qx = quant.quantize %x : tensor<2x6x7x7x!quant.uniform<u8:f32, 0.031:117>>
+  %sx = quant.quantize %x : tensor<2x6x7x7x!quant.uniform<i8:f32, 0.027:-3>>
+  %a = quant.avg_pool2d %qx {kernel = [3, 3], pads = [1, 1, 1, 1]} : tensor<2x6x7x7x!quant.uniform<u8:f32, 0.031:117>>
+  %b = quant.avg_pool2d %sx {kernel = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1], count_include_pad = true, clip_min = -0.2} : tensor<2x6x4x4x!quant.uniform<i8:f32, 0.011:4>>
+  %c = quant.avg_pool2d %qx {kernel = [2, 2], strides = [2, 2], ceil_mode = true} : tensor<2x6x4x4x!quant.uniform<u8:f32, 0.02:128>>
+  %d = quant.avg_pool2d %sx {kernel = [2, 2], strides = [2, 2], dilations = [2, 2], pads = [0, 0, 1, 1]} : tensor<2x6x3x3x!quant.uniform<i8:f32, 0.027:-3>>
+  %ad = quant.dequantize %a : tensor<2x6x7x7xf32>
+  %bd = quant.dequantize %b : tensor<2x6x4x4xf32>
+  %cd = quant.dequantize %c : tensor<2x6x4x4xf32>
+  %dd = quant.dequantize %d : tensor<2x6x3x3xf32>
+  return %ad, %bd, %cd, %dd : tensor<2x6x7x7xf32>, tensor<2x6x4x4xf32>, tensor<2x6x4x4xf32>, tensor<2x6x3x3xf32>
+}
+"#;
+
+fn int8_avg_pool(level: X86Level) -> Result<(), Failed> {
+    let (want, got, kinds) = run_air_text("int8-avg-pool", INT8_AVG_POOL_AIR, vec![random(&[2, 6, 7, 7], 41)], level)?;
+    let count = |k: &str| kinds.iter().filter(|s| *s == k).count();
+    if count("qavg_pool") != 4 || count("pool") != 0 || count("reference") != 0 {
+        return Err(format!("expected 4 qavg_pool steps, no float pool or reference step: {kinds:?}").into());
+    }
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        let (wv, gv) = (w.to_f64(), g.to_f64());
+        if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
+            return Err(format!("output {i}[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
+        }
+    }
+    Ok(())
+}
 
 /// Attention's products of two activations in int8 (`qmatmul`): u8 queries
 /// times the transpose of i8 keys (a strided view, no copy), then the u8

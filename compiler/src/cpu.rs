@@ -347,7 +347,7 @@ pub(crate) fn step_precision(step: &aoc_runtime::plan::Step, origin: &str) -> &'
     {
         return "fp8";
     }
-    if matches!(step, Step::QConv2d { .. } | Step::QAdd { .. } | Step::QMaxPool { .. } | Step::QMatMul { .. } | Step::QGlobalAvgPool { .. }) {
+    if matches!(step, Step::QConv2d { .. } | Step::QAdd { .. } | Step::QMaxPool { .. } | Step::QAvgPool { .. } | Step::QMatMul { .. } | Step::QGlobalAvgPool { .. }) {
         return "int8";
     }
     if matches!(step, Step::Quantize { .. }) {

@@ -517,6 +517,20 @@ pub enum Step {
         ceil_mode: bool,
         signed: bool,
     },
+    /// `quant.avg_pool2d` of an 8-bit NHWC tensor into another, geometry as
+    /// [`Step::Pool`]: per window, the f64 sum of the dequantized values
+    /// (each `(q − x.zero)·x.scale` rounded to f32), divided by the taps
+    /// inside the input (or, with `count_include_pad`, inside the padded
+    /// extent) and rounded to f32, then quantized and clamped to `[y_min,
+    /// y_max]` (the op's Q/DQ definition).
+    QAvgPool {
+        x: Buf,
+        y: Buf,
+        geom: ConvGeom,
+        ceil_mode: bool,
+        count_include_pad: bool,
+        q: QuantMean,
+    },
     /// `quant.global_avg_pool` of an 8-bit NHWC tensor (`n` images of `hw`
     /// pixels × `c` channels) into `n × c` 8-bit values: per channel, the
     /// f64 sum of the dequantized values (each `(q − x.zero)·x.scale`
@@ -680,6 +694,7 @@ impl Step {
             }
             Step::Pool { x, y, .. }
             | Step::QMaxPool { x, y, .. }
+            | Step::QAvgPool { x, y, .. }
             | Step::QGlobalAvgPool { x, y, .. }
             | Step::Quantize { x, y, .. }
             | Step::Dequantize { x, y, .. }
@@ -789,6 +804,7 @@ impl Step {
             Step::QAdd { .. } => "qadd",
             Step::QMatMul { .. } => "qmatmul",
             Step::QMaxPool { .. } => "qmax_pool",
+            Step::QAvgPool { .. } => "qavg_pool",
             Step::QGlobalAvgPool { .. } => "qglobal_avg_pool",
             Step::Quantize { .. } => "quantize",
             Step::Dequantize { .. } => "dequantize",

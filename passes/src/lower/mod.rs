@@ -595,6 +595,7 @@ impl<'a> Lower<'a> {
             OpKind::Pool(p @ (Pool::Max | Pool::Avg), Form::Float) => self.lower_pool(op, p)?,
             OpKind::Pool(p @ (Pool::GlobalAvg | Pool::GlobalMax), Form::Float) => self.lower_global_pool(op, p)?,
             OpKind::Pool(Pool::GlobalAvg, Form::Quant) => self.lower_qglobal_avg_pool(op)?,
+            OpKind::Pool(Pool::Avg, Form::Quant) => self.lower_qavg_pool(op)?,
             OpKind::Reduce(r) => self.lower_reduce(op, r)?,
             OpKind::Movement(Movement::Reshape) => self.lower_reshape(op)?,
             OpKind::Movement(Movement::Transpose) => self.lower_transpose(op)?,

@@ -465,6 +465,28 @@ impl Lower<'_> {
 }
 
 impl Lower<'_> {
+    /// `quant.avg_pool2d` of a rank-4 per-tensor 8-bit tensor →
+    /// `Step::QAvgPool` over its NHWC form.
+    pub(crate) fn lower_qavg_pool(&mut self, op: &OpData) -> Result<bool, String> {
+        let Some(Pool8 { x, xt, yt, xq, yq }) = self.pool8(op, self.opts.int8_elementwise) else {
+            return Ok(false);
+        };
+        let attrs = Lower::attrs(op)?;
+        let k = ints(&attrs, "kernel");
+        if k.len() != 2 {
+            return Ok(false);
+        }
+        let (y_min, y_max) = quantized_clip(&attrs, yq.1, yq.2, yq.3, yq.4);
+        let q = QuantMean { x: operand(xq), y: operand(yq), y_min: y_min as i32, y_max: y_max as i32 };
+        let geom = geom(&xt, [u(yt.shape[1]), u(yt.shape[2]), u(yt.shape[3])], [k[0] as u64, k[1] as u64], &attrs);
+        let xb = self.materialize(x, &NHWC)?;
+        let y = self.alloc(&yt)?;
+        let (ceil_mode, count_include_pad) = (boolean(&attrs, "ceil_mode"), boolean(&attrs, "count_include_pad"));
+        self.push(Step::QAvgPool { x: xb, y, geom, ceil_mode, count_include_pad, q });
+        self.define(op.results[0], y, NHWC.to_vec());
+        Ok(true)
+    }
+
     /// `quant.global_avg_pool` of a rank-4 per-tensor 8-bit tensor →
     /// `Step::QGlobalAvgPool` over its NHWC form.
     pub(crate) fn lower_qglobal_avg_pool(&mut self, op: &OpData) -> Result<bool, String> {

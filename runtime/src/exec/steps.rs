@@ -244,6 +244,9 @@ pub(crate) fn run(step: &Step, sp: &Spaces) -> Result<(), String> {
         Step::QMaxPool { x, y, geom, ceil_mode, signed } => {
             kernels::qelem::qmax_pool2d(geom, *ceil_mode, *signed, bytes(sp, x), bytes_mut(sp, y)).map_err(e)
         }
+        Step::QAvgPool { x, y, geom, ceil_mode, count_include_pad, q } => {
+            kernels::qelem::qavg_pool2d(geom, *ceil_mode, *count_include_pad, q, bytes(sp, x), bytes_mut(sp, y)).map_err(e)
+        }
         Step::QGlobalAvgPool { x, y, n, hw, c, q } => {
             kernels::qelem::qglobal_avg_pool(q, [us(*n), us(*hw), us(*c)], bytes(sp, x), bytes_mut(sp, y)).map_err(e)
         }

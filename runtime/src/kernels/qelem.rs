@@ -21,7 +21,9 @@
 //! 256-entry table of f32 products), summed per channel in f64 in pixel
 //! order, divided by the pixel count, rounded to f32, quantized. The f64
 //! sums are exact (f32 addends whose exponents differ by at most 9 bits),
-//! so the result is bit for bit the interpreter's.
+//! so the result is bit for bit the interpreter's. [`qavg_pool2d`]
+//! (`quant.avg_pool2d`) does the same per window, with
+//! [`super::pool::pool2d`]'s taps and counts.
 //!
 //! Invariants: slice lengths are checked first (an error, never an
 //! out-of-bounds access); each output element is computed by one thread,
@@ -165,11 +167,7 @@ pub fn qglobal_avg_pool(q: &QuantMean, [n, hw, c]: [usize; 3], x: &[u8], y: &mut
     if need_y == 0 {
         return Ok(());
     }
-    let (z, s) = (q.x.zero as f32, q.x.scale);
-    let lut: [f64; 256] = std::array::from_fn(|b| {
-        let v = if q.x.signed { b as u8 as i8 as f32 } else { b as f32 };
-        ((v - z) * s) as f64
-    });
+    let lut = dequantized_table(&q.x);
     let (lo, hi) = (q.y_min, q.y_max);
     let chunks = c.div_ceil(MEAN_CHANNELS);
     y[..need_y].par_chunks_mut(c).enumerate().for_each(|(b, ys)| {
@@ -192,6 +190,70 @@ pub fn qglobal_avg_pool(q: &QuantMean, [n, hw, c]: [usize; 3], x: &[u8], y: &mut
         });
     });
     Ok(())
+}
+
+/// The dequantized value of each stored byte, in f64 (exact: f32 products).
+fn dequantized_table(x: &QuantOperand) -> [f64; 256] {
+    let (z, s) = (x.zero as f32, x.scale);
+    std::array::from_fn(|b| {
+        let v = if x.signed { b as u8 as i8 as f32 } else { b as f32 };
+        ((v - z) * s) as f64
+    })
+}
+
+/// `quant.avg_pool2d` of 8-bit NHWC `x` into 8-bit NHWC `y`, geometry as
+/// [`super::pool::pool2d`] (the same taps and counts): per window, the f64
+/// sum of the dequantized values, divided by the count of taps inside the
+/// input (inside the padded extent with `include_pad`), rounded to f32,
+/// quantized and clamped, as [`qglobal_avg_pool`] does: the interpreter's
+/// bytes. (The sums are exact: at most a few thousand f32 addends whose
+/// exponents differ by at most 8 bits.)
+pub fn qavg_pool2d(geom: &ConvGeom, ceil_mode: bool, include_pad: bool, q: &QuantMean, x: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
+    let g = pool_dims(geom, ceil_mode)?;
+    for (name, need, len) in [("input", g.x_len, x.len()), ("output", g.y_len, y.len())] {
+        if len < need {
+            return Err(kerr(format!("average pool: {name} needs {need} bytes, found {len}")));
+        }
+    }
+    if g.y_len == 0 {
+        return Ok(());
+    }
+    let lut = dequantized_table(&q.x);
+    y[..g.y_len].par_chunks_mut(g.ow * g.c).enumerate().for_each(|(r, yrow)| qavg_row(&g, x, r, yrow, include_pad, q, &lut));
+    Ok(())
+}
+
+/// Output row `r` (flat over `n·oh`) of [`qavg_pool2d`].
+fn qavg_row(g: &Dims, x: &[u8], r: usize, yrow: &mut [u8], include_pad: bool, q: &QuantMean, lut: &[f64; 256]) {
+    let (b, oy) = (r / g.oh, r % g.oh);
+    let c = g.c;
+    let by = g.base(oy, 0);
+    let (ky0, ky1) = tap_range(by, g.dilation[0], g.kh, g.h);
+    let (py0, py1) = tap_range(by + g.pads[0] as isize, g.dilation[0], g.kh, g.h + g.pads[0] + g.pads[2]);
+    let mut acc = vec![0f64; c];
+    for (ox, out) in yrow.chunks_exact_mut(c).enumerate() {
+        let bx = g.base(ox, 1);
+        let (kx0, kx1) = tap_range(bx, g.dilation[1], g.kw, g.w);
+        let (px0, px1) = tap_range(bx + g.pads[1] as isize, g.dilation[1], g.kw, g.w + g.pads[1] + g.pads[3]);
+        let count = if include_pad { (py1 - py0) * (px1 - px0) } else { (ky1 - ky0) * (kx1 - kx0) };
+        acc.fill(0.0);
+        for ky in ky0..ky1 {
+            let iy = (by + (ky * g.dilation[0]) as isize) as usize;
+            for kx in kx0..kx1 {
+                let ix = (bx + (kx * g.dilation[1]) as isize) as usize;
+                let xs = &x[((b * g.h + iy) * g.w + ix) * c..][..c];
+                for (a, &v) in acc.iter_mut().zip(xs) {
+                    *a += lut[v as usize];
+                }
+            }
+        }
+        for (o, &a) in out.iter_mut().zip(acc.iter()) {
+            let stored = quantize_one(&q.y, (a / count as f64) as f32);
+            let v = if q.y.signed { stored as i8 as i32 } else { stored as i32 };
+            // max then min: crossed bounds give the upper one, as the op does.
+            *o = v.max(q.y_min).min(q.y_max) as u8;
+        }
+    }
 }
 
 /// `y[i] = (x[i] − zero)·scale` in f32 for `i < n`.

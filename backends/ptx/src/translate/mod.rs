@@ -393,6 +393,7 @@ impl<'a> Tr<'a, '_> {
                 Ok(())
             }
             Step::QAdd { .. }
+            | Step::QAvgPool { .. }
             | Step::QGlobalAvgPool { .. }
             | Step::Quantize { .. }
             | Step::Dequantize { .. }
