@@ -180,6 +180,7 @@ pub fn import_onnx_with(
         input_values: input_values.to_vec(),
         weights_name: "weights".to_string(),
         weights_path: weights_path.to_string(),
+        model_dir: Some(path.parent().map_or_else(|| Path::new(".").to_path_buf(), Path::to_path_buf)),
         ..Default::default()
     };
     let imported =

@@ -25,6 +25,7 @@ mod composite;
 mod constants;
 pub(crate) mod context;
 mod elementwise;
+mod external;
 pub mod export;
 pub(crate) mod fold;
 mod import;
@@ -57,6 +58,9 @@ pub struct ImportOptions {
     pub weights_path: String,
     /// Constants with at most this many elements stay inline `dense<>`.
     pub inline_limit: usize,
+    /// The model's folder, where tensors stored as external data are read
+    /// from (`None`: such tensors are an error).
+    pub model_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ImportOptions {
@@ -67,6 +71,7 @@ impl Default for ImportOptions {
             weights_name: "weights".to_string(),
             weights_path: "model.safetensors".to_string(),
             inline_limit: 16,
+            model_dir: None,
         }
     }
 }
@@ -102,9 +107,12 @@ impl Imported {
 
 /// Imports an ONNX model.
 pub fn import_model(bytes: &[u8], opts: &ImportOptions) -> Result<Imported, Diagnostic> {
-    let model = proto::ModelProto::decode(bytes).map_err(|e| {
+    let mut model = proto::ModelProto::decode(bytes).map_err(|e| {
         Diagnostic::error(format!("not a valid ONNX model: {e}"), Location::default())
     })?;
+    if let Some(dir) = &opts.model_dir {
+        external::resolve(&mut model, dir).map_err(|m| Diagnostic::error(m, Location::default()))?;
+    }
     import::import_graph(&model, opts)
 }
 

@@ -79,7 +79,7 @@ pub fn tensor_from_proto(p: &TensorProto, what: &str) -> Result<Tensor, String> 
     let s = scalar_of(dtype, what)?;
     if p.data_location == Some(1) || !p.external_data.is_empty() {
         return Err(format!(
-            "{what} keeps its data in an external file, which the importer does not read yet"
+            "{what} keeps its data in an external file; import the model from its file (the data file beside it)"
         ));
     }
     let mut shape = Vec::with_capacity(p.dims.len());

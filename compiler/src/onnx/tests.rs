@@ -756,3 +756,58 @@ fn grid_sample_and_scan_refusals_name_the_node() {
     assert_eq!(y[0].to_f64(), vec![10.0, 12.0]);
     assert_eq!(y[1].to_f64(), vec![2.0, 2.0, 5.0, 6.0, 10.0, 12.0]);
 }
+
+/// A weight stored as external data (`location`, `offset`, `length` into a
+/// file beside the model) is read from the model's folder; a missing file,
+/// a range past the file's end, a location outside the folder and a model
+/// imported from bytes alone are errors naming the tensor.
+#[test]
+fn external_data_is_read_from_the_models_folder() {
+    let dir = std::env::temp_dir().join(format!("aoc-external-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 8 bytes of padding, then w = [1, 2, 3, 4] as f32.
+    let mut data = vec![0xAAu8; 8];
+    for v in [1.0f32, 2.0, 3.0, 4.0] {
+        data.extend(v.to_le_bytes());
+    }
+    std::fs::write(dir.join("w.bin"), &data).unwrap();
+    let entry = |k: &str, v: &str| StringStringEntryProto { key: Some(k.into()), value: Some(v.into()) };
+    let bytes = |location: &str, offset: &str, length: &str| {
+        let w = TensorProto {
+            name: Some("w".into()),
+            dims: vec![4],
+            data_type: Some(data_type::FLOAT),
+            data_location: Some(1),
+            external_data: vec![entry("location", location), entry("offset", offset), entry("length", length)],
+            ..Default::default()
+        };
+        model(
+            17,
+            GraphProto {
+                node: vec![node("Add", "add", &["x", "w"], &["y"], vec![])],
+                initializer: vec![w],
+                input: vec![f32_input("x", &[4])],
+                output: vec![f32_input("y", &[4])],
+                ..Default::default()
+            },
+        )
+    };
+    let opts = ImportOptions { model_dir: Some(dir.clone()), ..Default::default() };
+    let m = import_model(&bytes("w.bin", "8", "16"), &opts).unwrap();
+    let x = Tensor::from_f64(TensorType::new(vec![4], Scalar::F32), vec![10.0; 4]);
+    assert_eq!(run(&m, vec![x])[0].to_f64(), vec![11.0, 12.0, 13.0, 14.0]);
+    let err = |b: Vec<u8>, o: &ImportOptions| import_model(&b, o).err().expect("an error").message;
+    for (b, want) in [
+        (bytes("missing.bin", "0", "16"), "cannot be read"),
+        (bytes("w.bin", "16", "16"), "past its end"),
+        (bytes("../w.bin", "0", "16"), "inside the model's folder"),
+        (bytes("/etc/w.bin", "0", "16"), "inside the model's folder"),
+        (bytes("w.bin", "eight", "16"), "not a byte count"),
+    ] {
+        let m = err(b, &opts);
+        assert!(m.contains("tensor `w`") && m.contains(want), "{m}");
+    }
+    let m = err(bytes("w.bin", "8", "16"), &ImportOptions::default());
+    assert!(m.contains("`w`") && m.contains("external file"), "{m}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
