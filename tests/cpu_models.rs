@@ -80,6 +80,9 @@ fn main() {
         trials.push(Trial::test(format!("int8_average_pools_match_the_interpreter_{}", level.target_name()), move || {
             int8_avg_pool(level)
         }));
+        trials.push(Trial::test(format!("int8_nearest_upsamples_gather_bytes_{}", level.target_name()), move || {
+            int8_upsample(level)
+        }));
         trials.push(Trial::test(format!("int8_attention_products_match_the_interpreter_{}", level.target_name()), move || {
             int8_attention(level)
         }));
@@ -588,6 +591,46 @@ fn int8_avg_pool(level: X86Level) -> Result<(), Failed> {
         if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
             return Err(format!("output {i}[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
         }
+    }
+    Ok(())
+}
+
+/// A Q/DQ feature-pyramid step: nearest 2× upsamples (ONNX `Resize`,
+/// `asymmetric`/`floor` and the default `half_pixel`/`round_prefer_floor`)
+/// of a quantized map, added to a finer one by quantized adds. The
+/// upsamples gather bytes between the integer steps (the Q/DQ pair moves
+/// through a nearest resize): one dequantize (the output), and the
+/// interpreter's bytes.
+const INT8_UPSAMPLE_AIR: &str = r#"func @main(%x: tensor<1x4x5x5xf32>, %s: tensor<1x4x10x10xf32>) -> tensor<1x4x10x10xf32> {
+  %qx = quant.quantize %x : tensor<1x4x5x5x!quant.uniform<u8:f32, 0.03:120>>
+  %dx = quant.dequantize %qx : tensor<1x4x5x5xf32>
+  %u = core.resize %dx {sizes = [1, 4, 10, 10], mode = "nearest", coordinate_transformation_mode = "asymmetric", nearest_mode = "floor"} : tensor<1x4x10x10xf32>
+  %v = core.resize %dx {sizes = [1, 4, 10, 10], mode = "nearest"} : tensor<1x4x10x10xf32>
+  %qu = quant.quantize %u : tensor<1x4x10x10x!quant.uniform<u8:f32, 0.03:120>>
+  %du = quant.dequantize %qu : tensor<1x4x10x10xf32>
+  %qv = quant.quantize %v : tensor<1x4x10x10x!quant.uniform<u8:f32, 0.03:120>>
+  %dv = quant.dequantize %qv : tensor<1x4x10x10xf32>
+  %qs = quant.quantize %s : tensor<1x4x10x10x!quant.uniform<u8:f32, 0.02:128>>
+  %ds = quant.dequantize %qs : tensor<1x4x10x10xf32>
+  %a = core.add %du, %ds : tensor<1x4x10x10xf32>
+  %qa = quant.quantize %a : tensor<1x4x10x10x!quant.uniform<u8:f32, 0.04:110>>
+  %da = quant.dequantize %qa : tensor<1x4x10x10xf32>
+  %b = core.add %da, %dv : tensor<1x4x10x10xf32>
+  %qb = quant.quantize %b : tensor<1x4x10x10x!quant.uniform<u8:f32, 0.05:100>>
+  %db = quant.dequantize %qb : tensor<1x4x10x10xf32>
+  return %db : tensor<1x4x10x10xf32>
+}
+"#;
+
+fn int8_upsample(level: X86Level) -> Result<(), Failed> {
+    let (want, got, kinds) = run_air_text("int8-upsample", INT8_UPSAMPLE_AIR, vec![random(&[1, 4, 5, 5], 51), random(&[1, 4, 10, 10], 52)], level)?;
+    let count = |k: &str| kinds.iter().filter(|s| *s == k).count();
+    if count("gather") != 2 || count("dequantize") != 1 || count("qadd") != 2 || count("reference") != 0 {
+        return Err(format!("expected two byte gathers between integer steps and one dequantize: {kinds:?}").into());
+    }
+    let (wv, gv) = (want[0].to_f64(), got[0].to_f64());
+    if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
+        return Err(format!("[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
     }
     Ok(())
 }

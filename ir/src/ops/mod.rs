@@ -958,7 +958,7 @@ define_ops! {
         infer: shape::infer_expand, eval: shape::eval_expand,
     },
     Resize = "core.resize" {
-        summary: "ONNX `Resize` on static sizes: `nearest`, `linear` (n-linear) or `cubic` interpolation with ONNX's coordinate transformation modes.",
+        summary: "ONNX `Resize` on static sizes: `nearest`, `linear` (n-linear) or `cubic` interpolation with ONNX's coordinate transformation modes. A per-tensor quantized operand takes `nearest` only (stored values are picked; the result has the operand's type).",
         example: "%y = core.resize %x {sizes = [1, 3, 64, 64], mode = \"linear\"} : tensor<1x3x64x64xf32>",
         format: Generic, operands: [x: One], results: [y],
         attrs: [

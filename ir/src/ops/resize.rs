@@ -146,13 +146,25 @@ macro_rules! params_from {
 
 pub fn infer_resize(cx: &InferCx) -> Result<Vec<TensorType>, String> {
     let x = &cx.operands[0];
-    if !(x.elem.is_float() || x.elem.is_int()) {
+    let per_tensor = x
+        .elem
+        .quant()
+        .is_some_and(|q| matches!(q.params, crate::types::QuantParams::PerTensor { .. }));
+    if !(x.elem.is_float() || x.elem.is_int() || per_tensor) {
         return Err(format!(
-            "operand must have a float or integer element type, found {}",
+            "operand must have a float, integer or per-tensor quantized element type, found {}",
             x.elem
         ));
     }
     let p = params_from!(cx, &x.shape);
+    // Nearest resizing picks stored values, which commutes with the
+    // dequantize; any other mode computes new values (dequantize first).
+    if per_tensor && (p.mode != Mode::Nearest || p.coord == Coord::TfCropAndResize) {
+        return Err(format!(
+            "a quantized operand ({}) takes only `nearest` resizing without `tf_crop_and_resize`; dequantize it first",
+            x.elem
+        ));
+    }
     Ok(vec![x.with_shape(p.sizes)])
 }
 

@@ -57,6 +57,9 @@ const MOVES: &[(&str, Opcode)] = &[
     ("flatten", Opcode::Flatten),
     ("slice", Opcode::Slice),
     ("max-pool2d", Opcode::MaxPool2d),
+    // Nearest only: the resize's `infer` refuses quantized operands in
+    // other modes, so the rewrite adds nothing for them.
+    ("resize", Opcode::Resize),
 ];
 
 /// Concat arities the propagation rules cover.

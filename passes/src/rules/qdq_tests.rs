@@ -500,6 +500,25 @@ fn qdq_growth_is_bounded() {
     assert_eq!(max_error(&f, &g, 3), 0.0);
 }
 
+/// A nearest resize moves between a quantize and a dequantize (it picks
+/// stored values), so the pair around it cancels; a linear resize computes
+/// new values and stays in float between them.
+#[test]
+fn nearest_resizes_move_through_q_dq_and_linear_ones_do_not() {
+    for (mode, moved) in [("nearest", true), ("linear", false)] {
+        let f = func1(&[1, 2, 3, 3], |f, x| {
+            let a = qdq(f, x, 0.02, 3);
+            let attrs = Attrs::new().with("sizes", Attr::Ints(vec![1, 2, 6, 6])).with("mode", Attr::Str(mode.into()));
+            let r = op(f, Opcode::Resize, &[a], attrs);
+            qdq(f, r, 0.02, 3)
+        });
+        let (g, _) = optimize(&f, &super::qdq::rules().unwrap());
+        let ops = opcodes(&g);
+        assert_eq!(ops.iter().filter(|o| **o == Opcode::Quantize).count(), if moved { 1 } else { 2 }, "{mode}: {ops:?}");
+        assert_eq!(max_error(&f, &g, 3), 0.0, "{mode}");
+    }
+}
+
 /// Deep reuse: 64 blocks that each add the previous block's value to
 /// itself all become integer adds. Tree cost doubles at every block (2^64
 /// block costs at the end), which put the integer form's saving below the
