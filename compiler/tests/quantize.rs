@@ -517,6 +517,37 @@ fn an_encoder_layers_weight_matmuls_run_on_integer_kernels() {
 /// sm_90 with every int8 layer on the integer GEMM kernel. Targets without
 /// integer kernels, fp8 on pre-Ada GPUs and unknown targets are refused
 /// before anything is written.
+/// A model with outputs that are not f32 (a boolean mask and integers
+/// beside the scores): calibration and the SQNR decode each output by its
+/// type. (Calibration ran into f32 buffers, half an i64 output's bytes,
+/// and the SQNR read every output's bytes as f32.)
+#[test]
+fn models_with_integer_outputs_calibrate() {
+    let d = dir("int_outputs");
+    let m = d.join("m.air");
+    std::fs::write(
+        &m,
+        "func @main(%x: tensor<1x2x4x4xf32>) -> (tensor<1x3x4x4xf32>, tensor<1x3x4x4xi1>, tensor<1x3x4x4xi64>) {\n\
+           %w = const dense<[[[[0.5]], [[-0.25]]], [[[0.75]], [[1.0]]], [[[-0.5]], [[0.25]]]]> : tensor<3x2x1x1xf32>\n\
+           %c = core.conv2d %x, %w : tensor<1x3x4x4xf32>\n\
+           %z = const dense<0.0> : tensor<f32>\n\
+           %p = core.greater %c, %z : tensor<1x3x4x4xi1>\n\
+           %k = const dense<4.0> : tensor<f32>\n\
+           %s = core.mul %c, %k : tensor<1x3x4x4xf32>\n\
+           %i = core.cast %s {to = i64} : tensor<1x3x4x4xi64>\n\
+           return %c, %p, %i : tensor<1x3x4x4xf32>, tensor<1x3x4x4xi1>, tensor<1x3x4x4xi64>\n\
+         }\n",
+    )
+    .unwrap();
+    batches(&d.join("calib"), &[1, 2, 4, 4], 4, 3);
+    let rep = d.join("r.json");
+    ok(&aoc(&[&"quantize", &m, &"--calib", &d.join("calib"), &"--method", &"minmax", &"-o", &d.join("q.air"), &"--report", &rep, &"-q"]));
+    let r = report(&rep);
+    assert_eq!(r["totals"]["quantized"], 1, "{r}");
+    let sq = r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap();
+    assert!(sq > 20.0, "{r}");
+}
+
 /// Index arithmetic stays exact: a running count of a mask (a CumSum,
 /// which the ONNX importer lowers to a matmul with a triangle of ones)
 /// cast back to integers selects embedding rows. Quantized, the count

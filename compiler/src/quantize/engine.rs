@@ -85,6 +85,26 @@ fn f32_bytes_mut(xs: &mut [f32]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(xs.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(xs)) }
 }
 
+/// An output's bytes as f32 values, whatever its element type (`dtype`, as
+/// the artifact names it): an integer output (an argmax, class ids)
+/// compares by value.
+pub fn values(dtype: &str, bytes: &[u8]) -> Result<Vec<f32>, String> {
+    if dtype == "f32" {
+        return Ok(f32s(bytes));
+    }
+    let s = aoc_ir::Scalar::from_name(dtype).ok_or_else(|| format!("error: an output of unknown element type {dtype}"))?;
+    Ok(match aoc_ir::bytes::decode(s, bytes).map_err(|m| format!("error: {m}"))? {
+        aoc_ir::tensor::Data::F(v) => v.iter().map(|&x| x as f32).collect(),
+        aoc_ir::tensor::Data::I(v) => v.iter().map(|&x| x as f32).collect(),
+    })
+}
+
+/// Runs one batch; returns its first `n` outputs as f32 values.
+pub fn run_values(s: &Session, inputs: &[Vec<u8>], n: usize) -> Result<Vec<Vec<f32>>, String> {
+    let outs = run(s, inputs)?;
+    outs.iter().zip(s.outputs()).take(n).map(|(b, o)| values(&o.dtype, b)).collect()
+}
+
 /// Little-endian f32 bytes as values.
 pub fn f32s(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()

@@ -328,8 +328,7 @@ impl<'a> Set<'a> {
         let mut cached = 0usize;
         for i in 0..data.len() {
             let bytes = engine::encode(&data.load(i)?);
-            let outs = engine::run(reference, &bytes)?;
-            s.refs.push(outs[..results].iter().map(|b| engine::f32s(b)).collect());
+            s.refs.push(engine::run_values(reference, &bytes, results)?);
             cached += bytes.iter().map(|b| b.len()).sum::<usize>();
             s.cache.push((cached <= CACHE_LIMIT).then_some(bytes));
         }
@@ -352,10 +351,9 @@ impl<'a> Set<'a> {
         let mut per_batch = Vec::with_capacity(n);
         for i in 0..n {
             let before = (signal, noise);
-            let outs = engine::run(s, &self.inputs(i)?)?;
-            for ((o, r), shape) in outs.iter().zip(&self.refs[i]).zip(&self.shapes) {
-                let q = engine::f32s(o);
-                for (&a, &b) in r.iter().zip(&q) {
+            let outs = engine::run_values(s, &self.inputs(i)?, self.shapes.len())?;
+            for ((q, r), shape) in outs.iter().zip(&self.refs[i]).zip(&self.shapes) {
+                for (&a, &b) in r.iter().zip(q) {
                     signal += (a as f64) * (a as f64);
                     let e = a as f64 - b as f64;
                     noise += if e.is_nan() { f64::INFINITY } else { e * e };
@@ -585,11 +583,17 @@ pub fn quantize(
         .iter()
         .map(|o| vec![0f32; o.shape.iter().product::<u64>() as usize])
         .collect();
+    // A model output of another type (an argmax's indices) is decoded.
+    let all_f32 = float_session.outputs().iter().all(|o| o.dtype == "f32");
     let pb = progress(cfg.progress, calib.len(), "calibrating");
     for i in 0..calib.len() {
         let inputs = calib.load(i)?;
         let bytes = engine::encode(&inputs);
-        engine::run_into(&float_session, &bytes, &mut outs)?;
+        if all_f32 {
+            engine::run_into(&float_session, &bytes, &mut outs)?;
+        } else {
+            outs = engine::run_values(&float_session, &bytes, usize::MAX)?;
+        }
         let (model_outs, extra_outs) = outs.split_at(results.len());
         let mut observe = |v: ValueId, xs: &[f32]| -> Result<(), String> {
             observers.get_mut(&v).expect("observed").observe(xs).map_err(|at| {
@@ -627,8 +631,7 @@ pub fn quantize(
             let pb = progress(cfg.progress, d.len(), "evaluating");
             for i in 0..d.len() {
                 let bytes = engine::encode(&d.load(i)?);
-                let outs = engine::run(&float_session, &bytes)?;
-                s.refs.push(outs[..results.len()].iter().map(|b| engine::f32s(b)).collect());
+                s.refs.push(engine::run_values(&float_session, &bytes, results.len())?);
                 s.cache.push(None);
                 pb.inc(1);
             }
