@@ -164,6 +164,17 @@ fn run_air_text(name: &str, text: &str, inputs: Vec<Tensor>, level: X86Level) ->
     out
 }
 
+/// The compiled outputs equal the interpreter's bit for bit.
+fn bit_exact(want: &[Tensor], got: &[Tensor]) -> Result<(), Failed> {
+    for (i, (w, g)) in want.iter().zip(got).enumerate() {
+        let (wv, gv) = (w.to_f64(), g.to_f64());
+        if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
+            return Err(format!("output {i}[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
+        }
+    }
+    Ok(())
+}
+
 /// Largest difference scaled by max(1, max|want|).
 fn rel_err(want: &Tensor, got: &Tensor) -> f64 {
     let (w, g) = (want.to_f64(), got.to_f64());
@@ -586,13 +597,7 @@ fn int8_avg_pool(level: X86Level) -> Result<(), Failed> {
     if count("qavg_pool") != 4 || count("pool") != 0 || count("reference") != 0 {
         return Err(format!("expected 4 qavg_pool steps, no float pool or reference step: {kinds:?}").into());
     }
-    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-        let (wv, gv) = (w.to_f64(), g.to_f64());
-        if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
-            return Err(format!("output {i}[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
-        }
-    }
-    Ok(())
+    bit_exact(&want, &got)
 }
 
 /// A Q/DQ feature-pyramid step: nearest 2× upsamples (ONNX `Resize`,
@@ -628,11 +633,7 @@ fn int8_upsample(level: X86Level) -> Result<(), Failed> {
     if count("gather") != 2 || count("dequantize") != 1 || count("qadd") != 2 || count("reference") != 0 {
         return Err(format!("expected two byte gathers between integer steps and one dequantize: {kinds:?}").into());
     }
-    let (wv, gv) = (want[0].to_f64(), got[0].to_f64());
-    if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
-        return Err(format!("[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
-    }
-    Ok(())
+    bit_exact(&want, &got)
 }
 
 /// Attention's products of two activations in int8 (`qmatmul`): u8 queries
@@ -704,13 +705,7 @@ fn int8_elementwise(level: X86Level) -> Result<(), Failed> {
     if count("qadd") != 4 || count("qmax_pool") != 2 || count("qglobal_avg_pool") != 2 || count("reference") != 0 {
         return Err(format!("expected 4 qadd, 2 qmax_pool and 2 qglobal_avg_pool steps, no reference step: {kinds:?}").into());
     }
-    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
-        let (wv, gv) = (w.to_f64(), g.to_f64());
-        if let Some(j) = (0..wv.len()).find(|&j| wv[j].to_bits() != gv[j].to_bits()) {
-            return Err(format!("output {i}[{j}]: {} compiled, {} interpreted", gv[j], wv[j]).into());
-        }
-    }
-    Ok(())
+    bit_exact(&want, &got)
 }
 
 /// Nearest resizes in two modes the resize kernel lacks (ONNX's default
