@@ -122,11 +122,23 @@ pub fn choose(egraph: &Graph, own_cost: impl Fn(Id, &Node) -> Option<f64>) -> Ha
                 .collect()
         })
         .collect();
-    let mut picks: Vec<Option<Pick>> = vec![None; ids.len()];
-    let mut own = vec![0.0; ids.len()];
-    for _ in 0..MAX_PASSES {
+    let picks = dag_picks(&cands, MAX_PASSES).unwrap_or_else(|| tree_picks(&cands));
+    ids.iter()
+        .zip(&picks)
+        .enumerate()
+        .filter_map(|(i, (&id, p))| p.map(|(k, cost)| (id, (cost, cands[i][k].node.clone()))))
+        .collect()
+}
+
+/// The DAG-cost fixpoint over classes `0..cands.len()`: each class's
+/// chosen candidate and cost, or `None` when `max_passes` do not settle.
+fn dag_picks(cands: &[Vec<Cand>], max_passes: usize) -> Option<Vec<Option<(usize, f64)>>> {
+    let n = cands.len();
+    let mut picks: Vec<Option<Pick>> = vec![None; n];
+    let mut own = vec![0.0; n];
+    for _ in 0..max_passes {
         let mut changed = false;
-        for i in 0..ids.len() {
+        for i in 0..n {
             let current = picks[i].as_ref().map(|p| p.cand);
             let mut best: Option<Pick> = None;
             // The current node first: another replaces it only when cheaper.
@@ -149,22 +161,19 @@ pub fn choose(egraph: &Graph, own_cost: impl Fn(Id, &Node) -> Option<f64>) -> Ha
             }
         }
         if !changed {
-            return ids
-                .iter()
-                .zip(&picks)
-                .filter_map(|(&id, p)| p.as_ref().map(|p| (id, (p.cost, cands[index[&id]][p.cand].node.clone()))))
-                .collect();
+            return Some(picks.iter().map(|p| p.as_ref().map(|p| (p.cand, p.cost))).collect());
         }
     }
-    tree_choice(&ids, &cands)
+    None
 }
 
-/// The tree-cost fixpoint: a node's cost plus its children's.
-fn tree_choice(ids: &[Id], cands: &[Vec<Cand>]) -> HashMap<Id, (f64, Node)> {
-    let mut best: Vec<Option<(f64, usize)>> = vec![None; ids.len()];
+/// The tree-cost fixpoint: a node's cost plus its children's; each class's
+/// chosen candidate and cost.
+fn tree_picks(cands: &[Vec<Cand>]) -> Vec<Option<(usize, f64)>> {
+    let mut best: Vec<Option<(f64, usize)>> = vec![None; cands.len()];
     loop {
         let mut changed = false;
-        for i in 0..ids.len() {
+        for i in 0..cands.len() {
             for (k, c) in cands[i].iter().enumerate() {
                 let total = c.children.iter().try_fold(c.own, |t, &k| best[k].map(|(b, _)| t + b));
                 if let Some(total) = total
@@ -176,12 +185,59 @@ fn tree_choice(ids: &[Id], cands: &[Vec<Cand>]) -> HashMap<Id, (f64, Node)> {
             }
         }
         if !changed {
-            return ids
-                .iter()
-                .zip(&best)
-                .enumerate()
-                .filter_map(|(i, (&id, b))| b.map(|(t, k)| (id, (t, cands[i][k].node.clone()))))
-                .collect();
+            return best.iter().map(|b| b.map(|(t, k)| (k, t))).collect();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Candidates `(own cost, children)` per class; every node is a
+    /// placeholder (the algorithm reads only costs and children).
+    fn cands(spec: &[&[(f64, &[usize])]]) -> Vec<Vec<Cand<'static>>> {
+        static LEAF: std::sync::LazyLock<Node> = std::sync::LazyLock::new(|| Node::Param(0));
+        spec.iter().map(|c| c.iter().map(|&(own, ch)| Cand { own, node: &LEAF, children: ch.to_vec() }).collect()).collect()
+    }
+
+    /// A diamond: class 3 is either `h(f(x), g(x))` (x paid once: 13) or
+    /// `k(x)` at 22. Tree cost counts x twice (23) and picks `k`.
+    #[test]
+    fn a_shared_value_is_paid_once() {
+        let c = cands(&[&[(10.0, &[])], &[(1.0, &[0])], &[(1.0, &[0])], &[(1.0, &[1, 2]), (12.0, &[0])]]);
+        let dag = dag_picks(&c, MAX_PASSES).expect("settles");
+        assert_eq!(dag[3], Some((0, 13.0)));
+        assert_eq!(tree_picks(&c)[3], Some((1, 22.0)));
+    }
+
+    /// Doubling reuse 200 deep: tree costs reach 2^200, where a saving of
+    /// 0.5 at the top is below the last bit; DAG costs stay exact.
+    #[test]
+    fn deep_reuse_keeps_small_differences() {
+        let mut spec: Vec<Vec<(f64, Vec<usize>)>> = vec![vec![(1.0, vec![])]];
+        for i in 1..=200 {
+            spec.push(vec![(1.0, vec![i - 1, i - 1])]);
+        }
+        // The top: the same product two ways, 0.5 apart.
+        spec.push(vec![(2.0, vec![200]), (1.5, vec![200])]);
+        let spec: Vec<Vec<(f64, &[usize])>> = spec.iter().map(|c| c.iter().map(|(o, ch)| (*o, ch.as_slice())).collect()).collect();
+        let refs: Vec<&[(f64, &[usize])]> = spec.iter().map(|c| c.as_slice()).collect();
+        let c = cands(&refs);
+        assert_eq!(dag_picks(&c, MAX_PASSES).expect("settles")[201].map(|p| p.0), Some(1));
+        assert_eq!(tree_picks(&c)[201].map(|p| p.0), Some(0), "tree cost lost the difference (the old bug)");
+    }
+
+    /// A candidate whose cone holds its own class closes a cycle and is
+    /// never chosen; a class with only such candidates has no choice.
+    #[test]
+    fn cycles_are_refused() {
+        // Class 0: a leaf (5) or f(class 1); class 1: g(class 0) (1) or h(class 1).
+        let c = cands(&[&[(5.0, &[]), (0.1, &[1])], &[(1.0, &[0]), (0.1, &[1])]]);
+        let p = dag_picks(&c, MAX_PASSES).expect("settles");
+        assert_eq!(p[0], Some((0, 5.0)));
+        assert_eq!(p[1], Some((0, 6.0)));
+        let only_cycle = cands(&[&[(1.0, &[0])]]);
+        assert_eq!(dag_picks(&only_cycle, MAX_PASSES).expect("settles")[0], None);
     }
 }
