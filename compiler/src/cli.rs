@@ -863,10 +863,22 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
                 outcome.report["precision"].as_str().unwrap_or("int8")
             ));
         }
+        // A low SQNR without an accuracy target: say how to get one.
+        let measured = outcome.eval.or(outcome.calib).map(|s| s.sqnr_db);
+        if cfg.target_sqnr.is_none()
+            && let Some(db) = measured.filter(|db| *db < LOW_SQNR_DB)
+        {
+            msg.push_str(&format!(
+                "note: an output SQNR of {db:.1} dB is low; `--target-sqnr 30` keeps the layers that cost the most in float until the model reaches 30 dB (`--sensitivity` lists each layer's SQNR alone)\n"
+            ));
+        }
         crate::say::info(&msg);
     }
     Ok(())
 }
+
+/// Below this output SQNR, `aoc quantize` suggests `--target-sqnr`.
+const LOW_SQNR_DB: f64 = 20.0;
 
 fn cmd_sparsify(a: SparsifyArgs) -> Result<(), String> {
     use crate::quantize::calib::CalibData;

@@ -548,6 +548,32 @@ fn models_with_integer_outputs_calibrate() {
     assert!(sq > 20.0, "{r}");
 }
 
+/// A low output SQNR without an accuracy target comes with a note on how
+/// to get one (`--target-sqnr`); with the target there is none.
+#[test]
+fn a_low_sqnr_suggests_an_accuracy_target() {
+    let d = dir("low_sqnr");
+    let m = d.join("m.air");
+    // The output reads only the tiny channel of a tensor whose other
+    // channel sets its (per-tensor) scale: int8 rounds it away.
+    std::fs::write(
+        &m,
+        "func @main(%x: tensor<1x2x4x4xf32>) -> tensor<1x1x4x4xf32> {\n\
+           %w = const dense<[[[[1000.0]], [[0.0]]], [[[0.0]], [[0.001]]]]> : tensor<2x2x1x1xf32>\n\
+           %h = core.conv2d %x, %w : tensor<1x2x4x4xf32>\n\
+           %v = const dense<[[[[0.0]], [[1000.0]]]]> : tensor<1x2x1x1xf32>\n\
+           %y = core.conv2d %h, %v : tensor<1x1x4x4xf32>\n\
+           return %y : tensor<1x1x4x4xf32>\n\
+         }\n",
+    )
+    .unwrap();
+    batches(&d.join("calib"), &[1, 2, 4, 4], 3, 5);
+    let e = ok(&aoc(&[&"quantize", &m, &"--calib", &d.join("calib"), &"--method", &"minmax", &"-o", &d.join("q.air")]));
+    assert!(e.contains("is low; `--target-sqnr 30`"), "{e}");
+    let e = ok(&aoc(&[&"quantize", &m, &"--calib", &d.join("calib"), &"--method", &"minmax", &"--target-sqnr", &"30", &"-o", &d.join("t.air")]));
+    assert!(!e.contains("is low"), "{e}");
+}
+
 /// Index arithmetic stays exact: a running count of a mask (a CumSum,
 /// which the ONNX importer lowers to a matmul with a triangle of ones)
 /// cast back to integers selects embedding rows. Quantized, the count
