@@ -270,31 +270,26 @@ fn analyse(func: &Func, consts: &mut Consts) -> Result<Analysis, String> {
                 }
             }
             OpKind::Activation(Activation::Prelu) => {}
-            OpKind::Binary(Binary::Add | Binary::Mul | Binary::Sub | Binary::Max | Binary::Min) => {
-                if let (Some(a), Some(b)) = (first, ins.get(1).copied().flatten())
+            OpKind::Binary(kind @ (Binary::Add | Binary::Mul | Binary::Sub | Binary::Max | Binary::Min | Binary::Div | Binary::Pow)) => {
+                // Division and powers join nothing and take a constant on
+                // the right only (x / c, x ^ c).
+                let symmetric = !matches!(kind, Binary::Div | Binary::Pow);
+                let second = ins.get(1).copied().flatten();
+                if symmetric
+                    && let (Some(a), Some(b)) = (first, second)
                     && a.last == b.last
                     && sp.channels[sp.root(a.space)] == sp.channels[sp.root(b.space)]
                 {
                     sp.union(a.space, b.space);
                     at.insert(r.expect("a result"), a);
                     handled = true;
-                } else if let Some(done) = with_constant(func, consts, op, &ins, &sp)? {
-                    if let Some(role) = done.1 {
-                        roles.insert(id, (role, done.0.space));
-                    }
-                    at.insert(r.expect("a result"), done.0);
-                    handled = true;
-                }
-            }
-            OpKind::Binary(Binary::Div | Binary::Pow) => {
-                // x / c, x ^ c: the constant must be the right operand.
-                if ins.get(1).copied().flatten().is_none()
-                    && let Some(done) = with_constant(func, consts, op, &ins, &sp)?
+                } else if (symmetric || second.is_none())
+                    && let Some((x, role)) = with_constant(func, consts, op, &ins, &sp)?
                 {
-                    if let Some(role) = done.1 {
-                        roles.insert(id, (role, done.0.space));
+                    if let Some(role) = role {
+                        roles.insert(id, (role, x.space));
                     }
-                    at.insert(r.expect("a result"), done.0);
+                    at.insert(r.expect("a result"), x);
                     handled = true;
                 }
             }
