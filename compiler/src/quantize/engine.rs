@@ -14,21 +14,22 @@ use aoc_runtime::exec::{Session, SessionOptions};
 
 use crate::cpu::CPU_PIPELINE;
 
+/// A copy of `module` through the `passes` pipeline under `target`'s cost
+/// model, its results pinned by position under distinct names (calibration
+/// returns values the optimizer may merge: a cast to the same type, say).
+fn optimized(module: &Module, weights: &dyn WeightSource, passes: &str, target: &str) -> Result<Module, String> {
+    let mut m = module.clone();
+    m.funcs.iter_mut().for_each(Func::pin_result_names);
+    let config = crate::opt::OptConfig { passes: Some(passes.to_string()), target: target.to_string(), verify_each: false, ..Default::default() };
+    crate::opt::optimize(&mut m, weights, &config, None)?;
+    Ok(m)
+}
+
 /// Compiles `module`'s entry function for this CPU and loads it. Ops
 /// without a native kernel run on the reference interpreter here (this is
 /// a measurement, not the user's artifact).
 pub fn compile(module: &Module, weights: &dyn WeightSource, threads: usize) -> Result<Session, String> {
-    let mut m = module.clone();
-    // Results by position, under distinct names (calibration returns
-    // values the optimizer may merge: a cast to the same type, say).
-    m.funcs.iter_mut().for_each(Func::pin_result_names);
-    let config = crate::opt::OptConfig {
-        passes: Some(CPU_PIPELINE.to_string()),
-        target: "x86-64-v4".to_string(),
-        verify_each: false,
-        ..Default::default()
-    };
-    crate::opt::optimize(&mut m, weights, &config, None)?;
+    let m = optimized(module, weights, CPU_PIPELINE, "x86-64-v4")?;
     let func = m.entry().ok_or("error: the model has no function")?;
     let opts = LowerOptions { reference_fallback: true, ..LowerOptions::CPU };
     let out = compile_with(func, weights, X86Level::host(), &opts).map_err(|d| format!("error: {}", d.message))?;
@@ -40,17 +41,7 @@ pub fn compile(module: &Module, weights: &dyn WeightSource, threads: usize) -> R
 /// --target sm_*` pipeline and lowering, without generating PTX): which
 /// ops get integer kernels there.
 pub fn gpu_plan(module: &Module, weights: &dyn WeightSource, sm: aoc_backend_ptx::Sm) -> Result<aoc_runtime::plan::Plan, String> {
-    let mut m = module.clone();
-    // Results by position, under distinct names (calibration returns
-    // values the optimizer may merge: a cast to the same type, say).
-    m.funcs.iter_mut().for_each(Func::pin_result_names);
-    let config = crate::opt::OptConfig {
-        passes: Some(crate::gpu::GPU_PIPELINE.to_string()),
-        target: crate::gpu::cost_target(sm).to_string(),
-        verify_each: false,
-        ..Default::default()
-    };
-    crate::opt::optimize(&mut m, weights, &config, None)?;
+    let m = optimized(module, weights, crate::gpu::GPU_PIPELINE, crate::gpu::cost_target(sm))?;
     let func = m.entry().ok_or("error: the model has no function")?;
     // As the PTX backend lowers (its kernels for `sm`).
     let opts = aoc_backend_ptx::compile::lower_options(sm, true);
