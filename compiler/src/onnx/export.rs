@@ -67,10 +67,12 @@ fn attr_s(name: &str, v: &str) -> AttributeProto {
     AttributeProto { name: Some(name.into()), r#type: Some(attribute_type::STRING), s: Some(v.as_bytes().to_vec()), ..Default::default() }
 }
 
-fn string(attrs: &Attrs, name: &str, default: &str) -> String {
+/// A string attribute (the op table's default when the model omits it:
+/// the attributes are completed).
+fn string(attrs: &Attrs, name: &str) -> String {
     match attrs.get(name) {
         Some(Attr::Str(s)) => s.clone(),
-        _ => default.to_string(),
+        _ => String::new(),
     }
 }
 fn floats(attrs: &Attrs, name: &str) -> Option<Vec<f64>> {
@@ -232,7 +234,8 @@ impl Ex<'_> {
             return Ok(());
         }
         let f = self.func;
-        let a = &op.attrs;
+        // With the op table's defaults, so none is repeated here.
+        let a = &op.opcode.info().complete_attrs(op.attrs.clone())?;
         let r = op.results[0];
         let hint = f.name_of(r).to_string();
         let out_ty = f.ty(r).clone();
@@ -315,7 +318,7 @@ impl Ex<'_> {
                     // 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³))); Gelu is opset 20.
                     let one = self.f32_const(&format!("{hint}.one"), vec![], vec![1.0])?;
                     let half = self.f32_const(&format!("{hint}.half"), vec![], vec![0.5])?;
-                    let e = match string(a, "approximate", "none").as_str() {
+                    let e = match string(a, "approximate").as_str() {
                         "none" => {
                             let c = self.f32_const(&format!("{hint}.rsqrt2"), vec![], vec![std::f64::consts::FRAC_1_SQRT_2])?;
                             let s = self.node("Mul", vec![x[0].clone(), c], &format!("{hint}.s"), vec![]);
@@ -510,7 +513,7 @@ impl Ex<'_> {
                     self.node("Slice", inputs, &hint, vec![])
                 }
                 Movement::Pad => {
-                    let mode = string(a, "mode", "constant");
+                    let mode = string(a, "mode");
                     if !matches!(mode.as_str(), "constant" | "reflect" | "edge") {
                         return unsupported(&format!("{mode} padding (opset 19)"));
                     }
@@ -527,9 +530,9 @@ impl Ex<'_> {
             OpKind::Resize => {
                 let sizes = ints(a, "sizes");
                 let mut attrs = vec![
-                    attr_s("mode", &string(a, "mode", "nearest")),
-                    attr_s("coordinate_transformation_mode", &string(a, "coordinate_transformation_mode", "half_pixel")),
-                    attr_s("nearest_mode", &string(a, "nearest_mode", "round_prefer_floor")),
+                    attr_s("mode", &string(a, "mode")),
+                    attr_s("coordinate_transformation_mode", &string(a, "coordinate_transformation_mode")),
+                    attr_s("nearest_mode", &string(a, "nearest_mode")),
                     attr_f("cubic_coeff_a", float(a, "cubic_coeff_a").unwrap_or(-0.75)),
                     attr_i("exclude_outside", boolean(a, "exclude_outside") as i64),
                 ];
@@ -566,14 +569,14 @@ impl Ex<'_> {
                 if out_ty.rank() != 4 {
                     return unsupported("volumetric (5-D) sampling (opset 20)");
                 }
-                let mode = match string(a, "mode", "linear").as_str() {
+                let mode = match string(a, "mode").as_str() {
                     "linear" => "bilinear".to_string(),
                     "cubic" => "bicubic".to_string(),
                     m => m.to_string(),
                 };
                 let attrs = vec![
                     attr_s("mode", &mode),
-                    attr_s("padding_mode", &string(a, "padding_mode", "zeros")),
+                    attr_s("padding_mode", &string(a, "padding_mode")),
                     attr_i("align_corners", boolean(a, "align_corners") as i64),
                 ];
                 self.node("GridSample", x, &hint, attrs)
