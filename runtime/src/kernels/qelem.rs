@@ -168,7 +168,6 @@ pub fn qglobal_avg_pool(q: &QuantMean, [n, hw, c]: [usize; 3], x: &[u8], y: &mut
         return Ok(());
     }
     let lut = dequantized_table(&q.x);
-    let (lo, hi) = (q.y_min, q.y_max);
     let chunks = c.div_ceil(MEAN_CHANNELS);
     y[..need_y].par_chunks_mut(c).enumerate().for_each(|(b, ys)| {
         ys.par_chunks_mut(MEAN_CHANNELS).enumerate().with_min_len((chunks / 2).max(1)).for_each(|(k, yk)| {
@@ -182,10 +181,7 @@ pub fn qglobal_avg_pool(q: &QuantMean, [n, hw, c]: [usize; 3], x: &[u8], y: &mut
                 }
             }
             for (o, &a) in yk.iter_mut().zip(acc.iter()) {
-                let stored = quantize_one(&q.y, (a / hw as f64) as f32);
-                let v = if q.y.signed { stored as i8 as i32 } else { stored as i32 };
-                // max then min: crossed bounds give the upper one, as the op does.
-                *o = v.max(lo).min(hi) as u8;
+                *o = stored_mean(q, a, hw);
             }
         });
     });
@@ -199,6 +195,15 @@ fn dequantized_table(x: &QuantOperand) -> [f64; 256] {
         let v = if x.signed { b as u8 as i8 as f32 } else { b as f32 };
         ((v - z) * s) as f64
     })
+}
+
+/// The stored mean of `count` dequantized values summing to `sum`: the f64
+/// quotient rounded to f32, quantized, clamped to `[y_min, y_max]` (max
+/// then min: crossed bounds give the upper one, as the op does).
+fn stored_mean(q: &QuantMean, sum: f64, count: usize) -> u8 {
+    let stored = quantize_one(&q.y, (sum / count as f64) as f32);
+    let v = if q.y.signed { stored as i8 as i32 } else { stored as i32 };
+    v.max(q.y_min).min(q.y_max) as u8
 }
 
 /// `quant.avg_pool2d` of 8-bit NHWC `x` into 8-bit NHWC `y`, geometry as
@@ -248,10 +253,7 @@ fn qavg_row(g: &Dims, x: &[u8], r: usize, yrow: &mut [u8], include_pad: bool, q:
             }
         }
         for (o, &a) in out.iter_mut().zip(acc.iter()) {
-            let stored = quantize_one(&q.y, (a / count as f64) as f32);
-            let v = if q.y.signed { stored as i8 as i32 } else { stored as i32 };
-            // max then min: crossed bounds give the upper one, as the op does.
-            *o = v.max(q.y_min).min(q.y_max) as u8;
+            *o = stored_mean(q, a, count);
         }
     }
 }
