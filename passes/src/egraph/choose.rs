@@ -19,10 +19,11 @@
 //! passes not settle within `MAX_PASSES`, the tree-cost choice is returned
 //! instead (it is acyclic by construction).
 
-use super::analysis::Graph;
-use egg::Id;
 use std::collections::HashMap;
 
+use egg::Id;
+
+use super::analysis::Graph;
 use super::node::Node;
 
 /// Relative cost difference below which two forms count as equal.
@@ -83,11 +84,10 @@ fn cone_of(i: usize, c: &Cand, picks: &[Option<Pick>], own: &[f64]) -> Option<(f
     let kids: Vec<&Pick> = c.children.iter().map(|&k| picks[k].as_ref()).collect::<Option<_>>()?;
     // Start from the costliest child's cone (usually the largest) and add
     // the others' classes that it lacks.
-    let (cost, mut cone) = match kids.iter().max_by(|a, b| a.cost.total_cmp(&b.cost)) {
+    let (mut cost, mut cone) = match kids.iter().max_by(|a, b| a.cost.total_cmp(&b.cost)) {
         Some(p) => (p.cost, p.cone.clone()),
         None => (0.0, Cone::default()),
     };
-    let mut cost = cost;
     for p in &kids {
         cost += cone.absorb(&p.cone, own);
     }

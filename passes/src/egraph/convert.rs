@@ -7,8 +7,9 @@
 //!
 //! Back: a bottom-up fixpoint picks the cheapest node per class under a
 //! `CostModel` (DAG cost: the own costs of the distinct classes a node
-//! reaches, `choose`), skipping nodes whose type does not check; a depth-first walk from the roots rebuilds the
-//! function in topological order. New ops take the location of their class,
+//! reaches, `choose`), skipping nodes whose type does not check; a
+//! depth-first walk from the roots rebuilds the function in topological
+//! order. New ops take the location of their class,
 //! or of the op that uses them when their class is new.
 //!
 //! Invariants: the result has the same parameters, result types and name;
