@@ -10,6 +10,7 @@
 //! short read.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
@@ -19,14 +20,14 @@ use super::proto::{GraphProto, ModelProto, TensorProto};
 /// Reads every external tensor of `model` (initializers and constant
 /// attributes, subgraphs included) from files under `dir`.
 pub fn resolve(model: &mut ModelProto, dir: &Path) -> Result<(), String> {
-    let mut files: HashMap<PathBuf, File> = HashMap::new();
+    let mut files: HashMap<PathBuf, (File, u64)> = HashMap::new();
     if let Some(g) = model.graph.as_mut() {
         graph(g, dir, &mut files)?;
     }
     Ok(())
 }
 
-fn graph(g: &mut GraphProto, dir: &Path, files: &mut HashMap<PathBuf, File>) -> Result<(), String> {
+fn graph(g: &mut GraphProto, dir: &Path, files: &mut HashMap<PathBuf, (File, u64)>) -> Result<(), String> {
     for t in &mut g.initializer {
         tensor(t, dir, files)?;
     }
@@ -49,7 +50,7 @@ fn graph(g: &mut GraphProto, dir: &Path, files: &mut HashMap<PathBuf, File>) -> 
     Ok(())
 }
 
-fn tensor(t: &mut TensorProto, dir: &Path, files: &mut HashMap<PathBuf, File>) -> Result<(), String> {
+fn tensor(t: &mut TensorProto, dir: &Path, files: &mut HashMap<PathBuf, (File, u64)>) -> Result<(), String> {
     if t.data_location != Some(1) && t.external_data.is_empty() {
         return Ok(());
     }
@@ -73,12 +74,15 @@ fn tensor(t: &mut TensorProto, dir: &Path, files: &mut HashMap<PathBuf, File>) -
         return Err(format!("{what}: external data location {location:?} must be a relative path inside the model's folder"));
     }
     let path = dir.join(rel);
-    if !files.contains_key(&path) {
-        let f = File::open(&path).map_err(|e| format!("{what} keeps its data in {}, which cannot be read: {e}", path.display()))?;
-        files.insert(path.clone(), f);
-    }
-    let f = files.get_mut(&path).expect("just opened");
-    let size = f.metadata().map_err(|e| format!("{what}: {}: {e}", path.display()))?.len();
+    let (f, size) = match files.entry(path.clone()) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => {
+            let f = File::open(&path).map_err(|err| format!("{what} keeps its data in {}, which cannot be read: {err}", path.display()))?;
+            let size = f.metadata().map_err(|err| format!("{what}: {}: {err}", path.display()))?.len();
+            e.insert((f, size))
+        }
+    };
+    let size = *size;
     let length = length.unwrap_or(size.saturating_sub(offset));
     if offset.checked_add(length).is_none_or(|end| end > size) {
         return Err(format!("{what}: bytes {offset}..{} of {} are past its end ({size} bytes)", offset.saturating_add(length), path.display()));
