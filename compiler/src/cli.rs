@@ -355,8 +355,8 @@ pub struct QuantizeArgs {
     /// Layers (by ONNX node / loc name or result name, `*` and `?` globs) kept in float; comma-separated, repeatable.
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     pub keep: Vec<String>,
-    /// Residual adds in int8 or float.
-    #[arg(long, default_value = "int8", value_name = "int8|float")]
+    /// Residual adds in int8 or float; auto: int8, except an add read by a layer norm where the per-tensor scale would erase a row (a CLS token beside larger patch tokens)
+    #[arg(long, default_value = "auto", value_name = "auto|int8|float")]
     pub residual: String,
     /// Keep the most sensitive layers in float until the output SQNR against float is at least DB.
     /// Where the quantized model will run: host, x86-64-v4, ... or a GPU
@@ -777,7 +777,7 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
         activations: &a.activations,
         residual: &a.residual,
     };
-    let (method, precision, activations, residual_int8) = choices.parse("--").map_err(|m| format!("error: {m}"))?;
+    let (method, precision, activations, residual) = choices.parse("--").map_err(|m| format!("error: {m}"))?;
     if let Some(t) = a.target_sqnr
         && !t.is_finite()
     {
@@ -826,7 +826,7 @@ fn cmd_quantize(a: QuantizeArgs) -> Result<(), String> {
         activations,
         per_channel_weights: !a.per_tensor_weights,
         keep: a.keep.iter().filter(|k| !k.is_empty()).cloned().collect(),
-        residual_int8,
+        residual,
         target_sqnr: a.target_sqnr,
         sensitivity: a.sensitivity,
         sensitivity_batches: a.sensitivity_batches,

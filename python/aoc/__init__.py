@@ -275,7 +275,7 @@ def quantize(
     activations: str = "u8",
     per_channel_weights: bool = True,
     keep: Sequence[str] = (),
-    residual: str = "int8",
+    residual: str = "auto",
     sensitivity: bool = False,
     sensitivity_batches: int = 8,
     eval: Optional[Iterable[Any]] = None,

@@ -311,7 +311,7 @@ fn quantize_files(
         activations: &o.activations,
         residual: &o.residual,
     };
-    let (method, precision, activations, residual_int8) = choices.parse("").map_err(bad)?;
+    let (method, precision, activations, residual) = choices.parse("").map_err(bad)?;
     if let Some(t) = o.target_sqnr
         && !t.is_finite()
     {
@@ -331,7 +331,7 @@ fn quantize_files(
         activations,
         per_channel_weights: o.per_channel_weights,
         keep: o.keep.iter().filter(|k| !k.is_empty()).cloned().collect(),
-        residual_int8,
+        residual,
         target_sqnr: o.target_sqnr,
         sensitivity: o.sensitivity,
         sensitivity_batches: o.sensitivity_batches,

@@ -44,8 +44,8 @@ pub struct Config {
     pub per_channel_weights: bool,
     /// `--keep`: layers (by name or glob) left in float.
     pub keep: Vec<String>,
-    /// `--residual int8` (true) or `float`.
-    pub residual_int8: bool,
+    /// `--residual`: where residual adds go.
+    pub residual: Residual,
     pub target_sqnr: Option<f64>,
     /// Measure every layer alone even without a target.
     pub sensitivity: bool,
@@ -69,7 +69,7 @@ impl Default for Config {
             activations: Activations::U8,
             per_channel_weights: true,
             keep: vec![],
-            residual_int8: true,
+            residual: Residual::Auto,
             target_sqnr: None,
             sensitivity: false,
             sensitivity_batches: 8,
@@ -80,6 +80,22 @@ impl Default for Config {
         }
     }
 }
+
+/// Where residual adds go (`--residual`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residual {
+    Int8,
+    Float,
+    /// int8, except an add whose rows a layer norm reads and whose
+    /// per-tensor scale would leave a row with less than
+    /// [`ROW_SQNR_DB`] of its own spread (a transformer's CLS token beside
+    /// patch tokens a hundred times larger): that add stays float.
+    Auto,
+}
+
+/// The least SQNR of a layer-normed row (its variance against the int8
+/// step's rounding noise, step²/12) that `--residual auto` quantizes.
+pub const ROW_SQNR_DB: f64 = 25.0;
 
 /// A layer's fate, for the table and the report.
 #[derive(Clone, Debug)]
@@ -125,9 +141,9 @@ pub struct Choices<'a> {
 }
 
 impl Choices<'_> {
-    /// The method, precision, activation storage and whether residual adds
-    /// go int8; a word outside the choices is an error naming it.
-    pub fn parse(&self, prefix: &str) -> Result<(Method, Precision, Activations, bool), String> {
+    /// The method, precision, activation storage and where residual adds
+    /// go; a word outside the choices is an error naming it.
+    pub fn parse(&self, prefix: &str) -> Result<(Method, Precision, Activations, Residual), String> {
         let method = match self.method {
             "entropy" | "kl" => Method::Entropy,
             "minmax" => Method::MinMax,
@@ -150,12 +166,13 @@ impl Choices<'_> {
             "s8" => Activations::S8,
             t => return Err(format!("{prefix}activations must be u8 or s8, found `{t}`")),
         };
-        let residual_int8 = match self.residual {
-            "int8" => true,
-            "float" | "fp32" | "fp16" => false,
-            r => return Err(format!("{prefix}residual must be int8 or float, found `{r}`")),
+        let residual = match self.residual {
+            "auto" => Residual::Auto,
+            "int8" => Residual::Int8,
+            "float" | "fp32" | "fp16" => Residual::Float,
+            r => return Err(format!("{prefix}residual must be auto, int8 or float, found `{r}`")),
         };
-        Ok((method, precision, activations, residual_int8))
+        Ok((method, precision, activations, residual))
     }
 }
 
@@ -517,7 +534,7 @@ pub fn quantize(
             kept.insert(i, "--keep".to_string());
         }
     }
-    if !cfg.residual_int8 {
+    if cfg.residual == Residual::Float {
         for (i, l) in layers.iter().enumerate() {
             if l.kind == LayerKind::Add {
                 kept.insert(i, "--residual float".to_string());
@@ -574,6 +591,18 @@ pub fn quantize(
     let histogram = cfg.precision == Precision::Fp8 || cfg.method != Method::MinMax;
     let mut observers: HashMap<ValueId, Observer> =
         observed.iter().map(|&v| (v, Observer::new(histogram))).collect();
+    // `--residual auto`: the rows of an int8 residual add that a layer
+    // norm reads are tracked, to find a row the per-tensor scale erases.
+    let normed = if cfg.residual == Residual::Auto && cfg.precision == Precision::Int8 {
+        normed_rows(&func, &layers)
+    } else {
+        HashMap::new()
+    };
+    for (v, &(len, eps)) in &normed {
+        if let Some(o) = observers.get_mut(v) {
+            o.track_rows(len, eps);
+        }
+    }
     let mut set = Set { data: calib, cache: vec![], refs: vec![], shapes: shapes.clone() };
     let mut cached = 0usize;
     // The outputs land in f32 buffers made once (the observed tensors are
@@ -675,6 +704,19 @@ pub fn quantize(
             "scale": scale, "zero_point": zp, "storage": q.storage.name(),
         }));
         types.insert(v, q);
+    }
+    for (i, l) in layers.iter().enumerate() {
+        let (Some(var), Some(q)) = (observers.get(&l.output).and_then(Observer::least_row_variance), types.get(&l.output)) else {
+            continue;
+        };
+        let step = q.params_at(0).0;
+        let db = 10.0 * (12.0 * var / (step * step)).log10();
+        if db < ROW_SQNR_DB && !kept.contains_key(&i) {
+            kept.insert(
+                i,
+                format!("--residual auto: a row its layer norm reads keeps {db:.1} dB at the tensor's int8 step (below {ROW_SQNR_DB} dB)"),
+            );
+        }
     }
     let act_type = |v: ValueId| types.get(&v).cloned();
     let wf = WeightFormat {
@@ -973,6 +1015,35 @@ pub fn table(o: &Outcome) -> String {
     }
     s.push_str(&format!("{n_q} of {} layers quantized; output SQNR against float: {}\n", o.layers.len(), parts.join("; ")));
     s
+}
+
+/// The outputs of the residual adds among `layers` that a layer norm reads
+/// (its input `x`), with the norm's row length (the dimensions from its
+/// axis on) and epsilon.
+fn normed_rows(func: &Func, layers: &[place::Layer]) -> HashMap<ValueId, (usize, f64)> {
+    let uses = place::uses(func);
+    let mut out = HashMap::new();
+    for l in layers.iter().filter(|l| l.kind == LayerKind::Add && l.unsupported.is_none()) {
+        for &(op, i) in uses.get(&l.output).map(Vec::as_slice).unwrap_or(&[]) {
+            if i != 0 || func.ops[op].opcode != Opcode::LayerNorm {
+                continue;
+            }
+            let shape = &func.ty(l.output).shape;
+            let axis = match func.attr(op, "axis") {
+                Some(Attr::Int(a)) => *a,
+                _ => -1,
+            };
+            let axis = if axis < 0 { axis + shape.len() as i64 } else { axis };
+            let Ok(axis) = usize::try_from(axis) else { continue };
+            let len: usize = shape.iter().skip(axis).map(|&d| d as usize).product();
+            let eps = match func.attr(op, "epsilon") {
+                Some(Attr::Float(e)) => *e,
+                _ => 1e-5,
+            };
+            out.insert(l.output, (len, eps));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -63,6 +63,11 @@ pub struct Observer {
     pub count: u64,
     /// Whether the histogram is kept (min-max needs only the range).
     histogram: bool,
+    /// For a tensor whose rows a layer norm normalizes: the row length, the
+    /// norm's epsilon and the least variance above it of a row seen (a
+    /// row whose spread is below the epsilon normalizes to about 0, and a
+    /// row of one value quantizes to one value).
+    rows: Option<(usize, f64, f64)>,
 }
 
 impl Default for Observer {
@@ -77,16 +82,37 @@ impl Observer {
     /// min-max.
     pub fn new(histogram: bool) -> Observer {
         let hist = if histogram { vec![0; BINS] } else { vec![] };
-        Observer { min: f64::INFINITY, max: f64::NEG_INFINITY, top: 0.0, hist, zeros: 0, count: 0, histogram }
+        Observer { min: f64::INFINITY, max: f64::NEG_INFINITY, top: 0.0, hist, zeros: 0, count: 0, histogram, rows: None }
     }
 
     /// Adds a batch of values. Returns the index of the first non-finite
     /// value instead, leaving the observer unchanged.
+    /// Also tracks the least variance of the tensor's rows of `len`
+    /// values that is above `epsilon` ([`Observer::least_row_variance`]).
+    pub fn track_rows(&mut self, len: usize, epsilon: f64) {
+        self.rows = Some((len.max(1), epsilon.max(0.0), f64::INFINITY));
+    }
+
+    /// The least variance above the epsilon of a row, when rows are
+    /// tracked and one has been seen.
+    pub fn least_row_variance(&self) -> Option<f64> {
+        self.rows.map(|(_, _, v)| v).filter(|v| v.is_finite())
+    }
+
     pub fn observe(&mut self, xs: &[f32]) -> Result<(), usize> {
         if xs.is_empty() {
             return Ok(());
         }
         let (lo, hi) = finite_range(xs)?;
+        if let Some((len, eps, least)) = &mut self.rows {
+            for r in xs.chunks(*len) {
+                let mean = r.iter().map(|&x| x as f64).sum::<f64>() / r.len() as f64;
+                let var = r.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / r.len() as f64;
+                if var > *eps {
+                    *least = least.min(var);
+                }
+            }
+        }
         self.min = self.min.min(lo as f64);
         self.max = self.max.max(hi as f64);
         self.count += xs.len() as u64;
@@ -393,6 +419,20 @@ mod tests {
                 if i % 1000 == 0 { 50.0 * u.signum() as f32 } else { u as f32 }
             })
             .collect()
+    }
+
+    #[test]
+    fn rows_are_tracked_by_their_least_variance_above_epsilon() {
+        let mut o = Observer::new(false);
+        o.observe(&[1.0, 3.0]).unwrap();
+        assert_eq!(o.least_row_variance(), None, "not tracked");
+        o.track_rows(2, 1e-6);
+        // Rows [1, 3] (variance 1), [5, 5] (one value), [0, 1e-4]
+        // (variance 2.5e-9, below epsilon), [2, 2.5] (0.0625).
+        o.observe(&[1.0, 3.0, 5.0, 5.0]).unwrap();
+        o.observe(&[0.0, 1e-4, 2.0, 2.5]).unwrap();
+        assert_eq!(o.least_row_variance(), Some(0.0625));
+        assert_eq!((o.min, o.max), (0.0, 5.0));
     }
 
     #[test]
