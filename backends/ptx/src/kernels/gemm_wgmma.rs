@@ -88,12 +88,14 @@
 //! scratch are two sets of `bn/2` registers, so fp8 tiles are at most
 //! [`FP8_MAX_BN`] wide. int8 sums are exact in s32 and keep the plain
 //! pipeline. The CTA barrier of each tile keeps the two warpgroups in
-//! step, so both promote while the tensor cores wait; [`KLoop::Turns`]
-//! ([`qconv_wgmma_with`]) lets them take turns instead (named barriers,
-//! `mainloop`'s `pingpong_loop`), one promoting while the other's `wgmma`
-//! run. It assembles without serialization; the translation does not
-//! choose it until the GPU has measured it (`gpu_checks/gemm_fp8.py
-//! --time` times its `_pp` kernels beside the lockstep ones).
+//! step, so both promote while the tensor cores wait (taking turns on
+//! named barriers, one promoting under the other's `wgmma`, measured
+//! slower on the H200: docs/performance.md). [`KLoop::Pairs`]
+//! ([`qconv_wgmma_with`]) promotes every second k-tile (256 products),
+//! the second tile's `wgmma` chained on the first's in flight: half the
+//! drains, for a sum twice as long in the tensor cores' own precision;
+//! [`choose_kloop`] takes it where the k-tiles pair and the tile has five
+//! stages ([`choose_q_tile`] gives fp8 five where they pair).
 //!
 //! Blocks are ordered in groups of [`GROUP`] tile rows (block `x` is tile
 //! row `g·GROUP + (x mod (GROUP·ntn)) mod gsz`, column
@@ -112,7 +114,7 @@ mod epilogue;
 mod mainloop;
 mod quant;
 
-pub use quant::{FP8_MAX_BN, KLoop, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile, qconv_wgmma_with, stored_type, supports};
+pub use quant::{FP8_MAX_BN, KLoop, choose_kloop, choose_q_tile, pack_weights_wg, packed_weights_wg_len, qconv_wgmma, qconv_wgmma_tile, qconv_wgmma_with, stored_type, supports};
 
 use super::gemm_epilogue::{self, EpiFn};
 use super::{AMode, ConvGeom, GemmEpilogue, GemmSpec, Geometry, HalfCopy};

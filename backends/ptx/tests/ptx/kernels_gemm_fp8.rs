@@ -10,7 +10,7 @@
 
 use super::kernels_gemm_s8::{manifest_line, wgmma_specs};
 use aoc_backend_ptx::kernels::gemm_s8::QConvSpec;
-use aoc_backend_ptx::kernels::gemm_wgmma::{FP8_MAX_BN, KLoop, WgTile, choose_q_tile, qconv_wgmma_tile, qconv_wgmma_with, supports};
+use aoc_backend_ptx::kernels::gemm_wgmma::{FP8_MAX_BN, KLoop, choose_kloop, WgTile, choose_q_tile, qconv_wgmma_tile, qconv_wgmma_with, supports};
 use aoc_backend_ptx::kernels::Geometry;
 use aoc_backend_ptx::expr::{Binary, Expr};
 use aoc_backend_ptx::{ModuleText, Sm, compile_ptx, ir_to_ptx};
@@ -78,13 +78,19 @@ fn qconv_wgmma_fp8_assembles_for_sm_90a() {
         assert!(supports(&s, sm), "{name}");
         let g = qconv_wgmma_tile(&mut m, &name, &s, sm, tile, None).unwrap_or_else(|e| panic!("{name}: {e}"));
         kernels.push((name.clone(), s, tile, g));
-        // The warpgroups taking turns (`KLoop::Turns`): the timed
-        // GEMMs and every third other spec, for gemm_fp8.py to check and
-        // time beside the lockstep loop.
-        if name.starts_with("f8t_") || i % 3 == 0 {
-            let pp = format!("{name}_pp");
-            let g = qconv_wgmma_with(&mut m, &pp, &s, sm, tile, None, KLoop::Turns).unwrap_or_else(|e| panic!("{pp}: {e}"));
-            kernels.push((pp, s, tile, g));
+        // Promotion every second k-tile (`KLoop::Pairs`, which the chosen
+        // tiles of an even number of k-tiles take in five stages) in four
+        // and five stages: the timed GEMMs and every third other spec
+        // with an even number of k-tiles, for gemm_fp8.py to check and
+        // time beside the loop that promotes every tile.
+        let even = (s.geom.kh * s.geom.kw * s.geom.c).div_ceil(128) % 2 == 0;
+        if name.starts_with("f8t_") || (i % 3 == 0 && even) {
+            for stages in [4, 5] {
+                let p2 = format!("{name}_p2s{stages}");
+                let t = WgTile { stages, ..tile };
+                let g = qconv_wgmma_with(&mut m, &p2, &s, sm, t, None, KLoop::Pairs).unwrap_or_else(|e| panic!("{p2}: {e}"));
+                kernels.push((p2, s, t, g));
+            }
         }
     }
     let ptx = ir_to_ptx(&m.finish(), sm).unwrap();
@@ -103,10 +109,10 @@ fn qconv_wgmma_fp8_assembles_for_sm_90a() {
         // never 1) and added into the f32 sums (LLVM drops the adds of
         // columns that do not exist).
         assert!(body.contains("wgmma.wait_group.sync.aligned 0;"), "{name}");
-        // Turns: a wait on the warpgroup's own named barrier, an arrive on
-        // the other's; the lockstep loop has neither.
-        let turns = body.contains("bar.sync %r") && body.contains("bar.arrive %r");
-        assert_eq!(turns, name.ends_with("_pp"), "{name}: named-barrier turns");
+        // Pairs: two CTA barriers per promotion (one per k-tile), each
+        // promotion after eight `wgmma`; the loop body is one promotion.
+        let per = if choose_kloop(s, *tile) == KLoop::Pairs || name.contains("_p2s") { 8 } else { 4 };
+        assert_eq!(steps % per, 0, "{name}: {steps} of {mma}");
         assert!(!body.contains("wgmma.wait_group.sync.aligned 1;"), "{name}: an unpromoted pipeline");
         assert!(body.contains("add.rn.f32"), "{name}: no f32 promotion");
         let f32_out = s.q.elem == QuantElem::E4M3ToF32;
@@ -154,6 +160,22 @@ fn qconv_wgmma_fp8_needs_sm_90a() {
         let e = qconv_wgmma_tile(&mut m, "f8", &s, sm, tile, None).unwrap_err();
         assert!(e.contains("sm_90a"), "{e}");
     }
+}
+
+#[test]
+fn promoting_pairs_of_k_tiles_needs_an_even_count_and_fp8() {
+    let odd = e4m3(qconv_gemm(384), false, false); // 3 k-tiles of 128
+    let even = e4m3(qconv_gemm(512), false, false);
+    let tile = WgTile { bn: 128, stages: 5 };
+    let mut m = ModuleText::new();
+    let e = qconv_wgmma_with(&mut m, "f8_odd", &odd, Sm::Sm90a, tile, None, KLoop::Pairs).unwrap_err();
+    assert!(e.contains("even number") && e.contains("found 3"), "{e}");
+    let e = qconv_wgmma_with(&mut m, "f8_s3", &even, Sm::Sm90a, WgTile { stages: 3, ..tile }, None, KLoop::Pairs).unwrap_err();
+    assert!(e.contains("four stages"), "{e}");
+    let int8 = qconv_gemm(512);
+    let e = qconv_wgmma_with(&mut m, "s8", &int8, Sm::Sm90a, tile, None, KLoop::Pairs).unwrap_err();
+    assert!(e.contains("fp8"), "{e}");
+    qconv_wgmma_with(&mut m, "f8_even", &even, Sm::Sm90a, tile, None, KLoop::Pairs).unwrap();
 }
 
 /// `y = dequantize(x) · s` and `q = x / s` stored as e4m3: the loads and

@@ -2,7 +2,7 @@
 //! the ring, the matrix descriptors, and `wgmma` with its fence, commit and
 //! waits as inline assembly (see the parent's doc for the pipeline).
 
-use super::{A_BYTES, ALIGN, BM, Gen, KLoop, Operands, ROW, THREADS};
+use super::{A_BYTES, ALIGN, BM, Gen, Operands, ROW, THREADS};
 use crate::kernels::{ConvGeom, conv_index};
 use aoc_plan::plan::QuantElem;
 
@@ -241,7 +241,7 @@ impl Gen<'_> {
         let cp = self.copies(nt, &ring);
         let wg = self.v(format!("lshr i32 {}, 7", self.tid));
         let a_wg = self.v(format!("mul i32 {wg}, {}", 64 * 128));
-        for j in 0..t.stages - 2 {
+        for j in 0..self.ahead_tiles() {
             if (j as u64) < ktiles {
                 let st = (j * t.stage_bytes()).to_string();
                 self.issue(&cp, &j.to_string(), &st);
@@ -249,9 +249,6 @@ impl Gen<'_> {
             self.ins("call void @llvm.nvvm.cp.async.commit.group()");
         }
         self.ins(format!("store i32 0, ptr {ktp}, align 4"));
-        if self.promoted() && self.kloop == KLoop::Turns {
-            return self.pingpong_loop(&cp, ktp, &abs, &a_wg);
-        }
         if self.promoted() {
             return self.promoted_loop(&cp, ktp, &abs, &a_wg);
         }
@@ -295,18 +292,27 @@ impl Gen<'_> {
         self.issue_far(cp, kt);
     }
 
+    /// k-tiles whose copies are in flight ahead of the one multiplied:
+    /// `stages − 2`, so a tile's stage is refilled once the tile two back
+    /// has retired; `stages − 3` where a promotion covers two tiles
+    /// ([`KLoop::Pairs`](super::KLoop::Pairs)), whose second tile's copies are issued while the
+    /// first's products still run.
+    fn ahead_tiles(&self) -> u32 {
+        self.t.stages - 1 - self.kloop.tiles()
+    }
+
     /// This thread's copies of the oldest k-tile in flight have landed
-    /// (`stages − 3` groups may still be pending), and are visible to the
+    /// (`ahead − 1` groups may still be pending), and are visible to the
     /// async proxy (`wgmma`) once a barrier orders the other threads'.
     fn own_copies_landed(&mut self) {
-        self.ins(format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", self.t.stages - 3));
+        self.ins(format!("call void @llvm.nvvm.cp.async.wait.group(i32 {})", self.ahead_tiles() - 1));
         self.ins("call void asm sideeffect \"fence.proxy.async.shared::cta;\", \"~{memory}\"() convergent");
     }
 
-    /// The copies of k-tile `kt + stages − 2` (i32; none past the last
+    /// The copies of k-tile `kt + ahead` (i32; none past the last
     /// tile) into its stage, committed as one group (empty past k).
     fn issue_far(&mut self, cp: &Copies, kt: &str) {
-        let far = self.v(format!("add i32 {kt}, {}", self.t.stages - 2));
+        let far = self.v(format!("add i32 {kt}, {}", self.ahead_tiles()));
         let has_far = self.v(format!("icmp ult i32 {far}, {}", self.ktiles));
         let fstage = self.stage_of(&far);
         let (l_copy, l_end) = (self.b.label("copy"), self.b.label("copy.end"));
@@ -351,23 +357,35 @@ impl Gen<'_> {
         matches!(self.p, Operands::Quant(q, _) if q.elem != QuantElem::Int8)
     }
 
-    /// The fp8 k loop with f32 promotion (parent's module doc): each
-    /// k-tile's four `wgmma` multiply into scratch accumulators started
-    /// afresh (scale-d 0 on the first); while they run, the next tile's
-    /// copies are waited for and the barrier passed and the tile after
-    /// the ring's reach issued; then `wait_group 0` and the scratch is
-    /// added into the f32 accumulators with ordinary adds.
+    /// The fp8 k loop with f32 promotion (parent's module doc): each run
+    /// of [`KLoop::tiles`](super::KLoop::tiles) k-tiles multiplies into scratch accumulators
+    /// started afresh (scale-d 0 on its first `wgmma`), the run's later
+    /// tiles chained on the earlier ones' products in flight after their
+    /// copies are waited for and the barrier passed; while the last tile's
+    /// products run, the next run's first tile is waited for and the tile
+    /// after the ring's reach issued; then `wait_group 0` and the scratch
+    /// is added into the f32 accumulators with ordinary adds.
     fn promoted_loop(&mut self, cp: &Copies, ktp: &str, abs: &str, a_wg: &str) {
+        let per = self.kloop.tiles();
         let ktiles = self.opaque_ktiles();
         self.tile_sync(cp, "0");
         let (l_loop, l_next, l_wait) = (self.b.label("loop"), self.b.label("loop.next"), self.b.label("loop.wait"));
         self.b.br(&l_loop);
         self.b.place(&l_loop);
         let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
-        let (da, db) = self.tile_descs(&kt, abs, a_wg);
-        let sc = self.load_set();
-        let sc = self.tile_products(&sc, &da, &db);
-        let nk = self.v(format!("add i32 {kt}, 1"));
+        let mut sc = self.load_set();
+        for i in 0..per {
+            let k = if i == 0 {
+                kt.clone()
+            } else {
+                let k = self.v(format!("add i32 {kt}, {i}"));
+                self.tile_sync(cp, &k);
+                k
+            };
+            let (da, db) = self.tile_descs(&k, abs, a_wg);
+            sc = self.tile_products(&sc, &da, &db, i > 0);
+        }
+        let nk = self.v(format!("add i32 {kt}, {per}"));
         let more = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
         self.b.cond_br(&more, &l_next, &l_wait);
         self.b.place(&l_next);
@@ -383,73 +401,15 @@ impl Gen<'_> {
         self.b.place(&l_end);
     }
 
-    /// [`Gen::promoted_loop`] with the two warpgroups taking turns
-    /// ([`KLoop::Turns`]): each issues its `wgmma` of a k-tile only in its turn,
-    /// so warpgroup 1's products of tile `t` follow warpgroup 0's and the
-    /// tensor cores run one warpgroup's while the other retires and
-    /// promotes its own. Turns are named barriers of 256 threads, one per
-    /// warpgroup (ids 1 and 2): a warpgroup waits on its own (`bar.sync`)
-    /// and gives the other its turn with `bar.arrive` on the other's, the
-    /// same instructions for both (no divergent path around a `wgmma`,
-    /// which ptxas would serialize). Per k-tile `t` a warpgroup: waits for
-    /// its turn; issues its copies of tile `t + stages − 2` (into tile
-    /// `t − 2`'s stage) and its four `wgmma`; waits for its own copies of
-    /// tile `t + 1` to land; gives the other warpgroup its turn (warpgroup
-    /// 1 does so only when there is a tile `t + 1`); retires and promotes
-    /// tile `t`. Before the loop each waits for its copies of tile 0 and
-    /// warpgroup 1 gives warpgroup 0 the first turn. So a turn implies the
-    /// other warpgroup's copies of the tile have landed, and that it has
-    /// retired tile `t − 2`, whose stage the turn's copies overwrite. Each
-    /// barrier takes exactly as many arrivals as waits, and no warpgroup
-    /// arrives twice before the other has waited.
-    fn pingpong_loop(&mut self, cp: &Copies, ktp: &str, abs: &str, a_wg: &str) {
-        let ktiles = self.opaque_ktiles();
-        let wg = self.v(format!("lshr i32 {}, 7", self.tid));
-        let own = self.v(format!("add i32 {wg}, 1"));
-        let other = self.v(format!("sub i32 2, {wg}"));
-        self.own_copies_landed();
-        self.arrive("1", &wg);
-        let (l_loop, l_end) = (self.b.label("pp"), self.b.label("pp.end"));
-        self.b.br(&l_loop);
-        self.b.place(&l_loop);
-        let kt = self.v(format!("load i32, ptr {ktp}, align 4"));
-        self.ins(format!("call void asm sideeffect \"bar.sync $0, 256;\", \"r,~{{memory}}\"(i32 {own}) convergent"));
-        self.issue_far(cp, &kt);
-        let (da, db) = self.tile_descs(&kt, abs, a_wg);
-        let sc = self.load_set();
-        let sc = self.tile_products(&sc, &da, &db);
-        self.own_copies_landed();
-        let nk = self.v(format!("add i32 {kt}, 1"));
-        let more = self.v(format!("icmp ult i32 {nk}, {ktiles}"));
-        let first = self.v(format!("icmp eq i32 {wg}, 0"));
-        let give = self.v(format!("or i1 {first}, {more}"));
-        let give = self.v(format!("zext i1 {give} to i32"));
-        self.arrive(&other, &give);
-        let sc = self.tied("wgmma.wait_group.sync.aligned 0;", &sc, &[]);
-        self.promote(&sc);
-        self.store_set(&sc);
-        self.ins(format!("store i32 {nk}, ptr {ktp}, align 4"));
-        self.b.cond_br(&more, &l_loop, &l_end);
-        self.b.place(&l_end);
-    }
-
-    /// `bar.arrive` of 256 threads on named barrier `id` (i32) where
-    /// `cond` (i32) is not 0: the same instruction, predicated, for every
-    /// warp (`cond` is uniform in each warpgroup).
-    fn arrive(&mut self, id: &str, cond: &str) {
-        self.ins(format!(
-            "call void asm sideeffect \"{{\\0A.reg .pred p;\\0Asetp.ne.b32 p, $1, 0;\\0A@p bar.arrive $0, 256;\\0A}}\", \"r,r,~{{memory}}\"(i32 {id}, i32 {cond}) convergent"
-        ));
-    }
-
     /// One k-tile's four `wgmma` into the scratch set `sc` (the first with
-    /// scale-d 0), fenced and committed; returns the set in flight.
-    fn tile_products(&mut self, sc: &[String], da: &str, db: &str) -> Vec<String> {
+    /// scale-d 0 unless `chained`: then all add to the products in
+    /// flight), fenced and committed; returns the set in flight.
+    fn tile_products(&mut self, sc: &[String], da: &str, db: &str, chained: bool) -> Vec<String> {
         let mut sc = self.tied("wgmma.fence.sync.aligned;", sc, &[]);
         for ks in 0..ROW / 32 {
             let a = self.v(format!("add i64 {da}, {}", 2 * ks));
             let b = self.v(format!("add i64 {db}, {}", 2 * ks));
-            sc = self.wgmma(&sc, &a, &b, ks > 0);
+            sc = self.wgmma(&sc, &a, &b, chained || ks > 0);
         }
         self.ins("call void asm sideeffect \"wgmma.commit_group.sync.aligned;\", \"~{memory}\"() convergent");
         sc

@@ -101,10 +101,32 @@ pub fn choose_q_tile(spec: &QConvSpec) -> WgTile {
     let t = choose_wg_tile(&gemm(spec));
     match spec.q.elem {
         QuantElem::Int8 => t,
-        QuantElem::E4M3 | QuantElem::E4M3ToF32 => WgTile {
-            bn: t.bn.min(FP8_MAX_BN),
-            stages: 4,
-        },
+        // Five stages where the k loop can promote pairs of k-tiles (it
+        // keeps one stage fewer of copies ahead), unless four let two
+        // blocks share a multiprocessor; else four.
+        QuantElem::E4M3 | QuantElem::E4M3ToF32 => {
+            let four = WgTile { bn: t.bn.min(FP8_MAX_BN), stages: 4 };
+            let stages = if even_k_tiles(spec) && !four.pairs() { 5 } else { 4 };
+            WgTile { stages, ..four }
+        }
+    }
+}
+
+/// Whether `spec`'s k-tiles come in pairs.
+fn even_k_tiles(spec: &QConvSpec) -> bool {
+    gemm(spec).k.div_ceil(Operands::Quant(spec.q, Scalar::I8).bk() as u64) % 2 == 0
+}
+
+/// The k loop [`qconv_wgmma_tile`] takes: an fp8 kernel promotes pairs of
+/// k-tiles where they pair and the tile has five stages or more (on the
+/// H200, 8192³ in 0.853 ms against 0.897 promoting every tile; in four
+/// stages pairs are slower, 1.12 ms: docs/performance.md), else every
+/// k-tile; int8 never promotes.
+pub fn choose_kloop(spec: &QConvSpec, tile: WgTile) -> KLoop {
+    if spec.q.elem != QuantElem::Int8 && even_k_tiles(spec) && tile.stages >= 5 {
+        KLoop::Pairs
+    } else {
+        KLoop::Lockstep
     }
 }
 
@@ -158,24 +180,35 @@ pub fn qconv_wgmma_tile(
     tile: WgTile,
     epi: Option<&GemmEpilogue>,
 ) -> Result<Geometry, String> {
-    qconv_wgmma_with(m, name, spec, sm, tile, epi, KLoop::Lockstep)
+    qconv_wgmma_with(m, name, spec, sm, tile, epi, choose_kloop(spec, tile))
 }
 
-/// How the two warpgroups of the fp8 kernel go through the k loop.
+/// How often the fp8 kernel's k loop promotes its tensor-core sums into
+/// f32 (the parent's module doc, "fp8"; int8 and half kernels have one
+/// loop and take [`KLoop::Lockstep`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KLoop {
-    /// In step, one CTA barrier per k-tile (`promoted_loop`; int8's only
-    /// loop).
+    /// After every k-tile (128 products): one `wait_group 0` drain of the
+    /// tensor cores per k-tile.
     Lockstep,
-    /// Taking turns on named barriers (`pingpong_loop`), so that one's
-    /// promotion runs under the other's `wgmma`. Not yet chosen by the
-    /// translation: it waits for a measurement on the GPU
-    /// (`gpu_checks/gemm_fp8.py --time` times the `_pp` kernels beside
-    /// the others).
-    Turns,
+    /// After every second k-tile (256 products), the second tile's
+    /// `wgmma` chained on the first's in flight: half the drains, with
+    /// one stage fewer of copies ahead. Needs an even number of k-tiles
+    /// and at least four stages.
+    Pairs,
 }
 
-/// [`qconv_wgmma_tile`] with the k loop `kloop` (`Turns` for fp8 only).
+impl KLoop {
+    /// k-tiles per promotion.
+    pub fn tiles(self) -> u32 {
+        match self {
+            KLoop::Lockstep => 1,
+            KLoop::Pairs => 2,
+        }
+    }
+}
+
+/// [`qconv_wgmma_tile`] with the k loop `kloop` (`Pairs` for fp8 only).
 pub fn qconv_wgmma_with(
     m: &mut ModuleText,
     name: &str,
@@ -185,8 +218,8 @@ pub fn qconv_wgmma_with(
     epi: Option<&GemmEpilogue>,
     kloop: KLoop,
 ) -> Result<Geometry, String> {
-    if kloop == KLoop::Turns && spec.q.elem == QuantElem::Int8 {
-        return Err("the warpgroups take turns in the fp8 kernel's promoted k loop only".to_string());
+    if kloop == KLoop::Pairs && spec.q.elem == QuantElem::Int8 {
+        return Err("only the fp8 kernel's promoted k loop promotes in pairs of k-tiles".to_string());
     }
     check_entry_name(name)?;
     if !supports(spec, sm) {
@@ -196,6 +229,15 @@ pub fn qconv_wgmma_with(
         ));
     }
     tile.check()?;
+    if kloop == KLoop::Pairs {
+        if !even_k_tiles(spec) || tile.stages < 4 {
+            let ktiles = gemm(spec).k.div_ceil(Operands::Quant(spec.q, Scalar::I8).bk() as u64);
+            return Err(format!(
+                "promoting pairs of k-tiles needs an even number of them and four stages, found {ktiles} and {}",
+                tile.stages
+            ));
+        }
+    }
     if spec.q.elem != QuantElem::Int8 && tile.bn > FP8_MAX_BN {
         return Err(format!(
             "the fp8 wgmma convolution takes tiles at most {FP8_MAX_BN} wide (its promoted accumulators), found {}",
