@@ -574,11 +574,13 @@ fn a_low_sqnr_suggests_an_accuracy_target() {
     assert!(!e.contains("is low"), "{e}");
 }
 
-/// `--residual auto` (the default): a residual add whose rows a layer norm
-/// reads stays float when the per-tensor int8 step would erase a row
-/// relative to its own spread (a ViT's CLS token beside patch tokens a
-/// hundred times larger; ViT and DeiT from the zoo were at 7–9 dB), and
-/// the table says why; `--residual int8` quantizes it anyway.
+/// `--residual auto` (the default): a residual add whose rows a norm reads
+/// stays float when the per-tensor int8 step would erase a row relative
+/// to its own spread (a ViT's CLS token beside patch tokens a hundred
+/// times larger; ViT and DeiT from the zoo were at 7–9 dB), and the table
+/// says why; `--residual int8` quantizes it anyway. The norm as an op, as
+/// a layer norm written out (opset < 17 exports) and as an RMS norm
+/// written out (T5, LLaMA).
 #[test]
 fn a_residual_add_that_would_erase_a_normed_row_stays_float() {
     let d = dir("residual_auto");
@@ -593,46 +595,83 @@ fn a_residual_add_that_would_erase_a_normed_row_stays_float() {
     let ones = vec!["1.0"; 16].join(", ");
     let zeros = vec!["0.0"; 16].join(", ");
     let rows: Vec<&str> = (0..8).map(|r| if r == 0 { "[0.01]" } else { "[1.0]" }).collect();
-    let m = d.join("m.air");
-    std::fs::write(
-        &m,
-        format!(
-            "func @main(%x: tensor<1x8x16xf32>) -> tensor<1x8x16xf32> {{\n\
-               %r = const dense<[[{}]]> : tensor<1x8x1xf32>\n\
-               %s = core.mul %x, %r : tensor<1x8x16xf32>\n\
-               %w = const dense<[{w}]> : tensor<16x16xf32>\n\
-               %g = const dense<[{ones}]> : tensor<16xf32>\n\
-               %b = const dense<[{zeros}]> : tensor<16xf32>\n\
-               %n = core.layer_norm %s, %g, %b : tensor<1x8x16xf32>\n\
-               %a = core.matmul %n, %w : tensor<1x8x16xf32>\n\
-               %h = core.add %s, %a : tensor<1x8x16xf32>\n\
-               %y = core.layer_norm %h, %g, %b : tensor<1x8x16xf32>\n\
-               return %y : tensor<1x8x16xf32>\n\
-             }}\n",
-            rows.join(", ")
+    let t = "tensor<1x8x16xf32>";
+    let col = "tensor<1x8x1xf32>";
+    let norms = [
+        ("op", format!("%y = core.layer_norm %h, %g, %b : {t}\n")),
+        (
+            "written",
+            format!(
+                "%mu = core.reduce_mean %h {{axes = [2]}} : {col}\n\
+                 %c = core.sub %h, %mu : {t}\n\
+                 %c2 = core.mul %c, %c : {t}\n\
+                 %v = core.reduce_mean %c2 {{axes = [-1]}} : {col}\n\
+                 %e = const dense<1.0e-5> : tensor<f32>\n\
+                 %ve = core.add %v, %e : {col}\n\
+                 %sd = core.sqrt %ve : {col}\n\
+                 %y = core.div %c, %sd : {t}\n"
+            ),
         ),
-    )
-    .unwrap();
+        (
+            "rms",
+            format!(
+                "%hc = core.cast %h {{to = f32}} : {t}\n\
+                 %two = const dense<2.0> : tensor<f32>\n\
+                 %p = core.pow %hc, %two : {t}\n\
+                 %ms = core.reduce_mean %p {{axes = [2]}} : {col}\n\
+                 %e = const dense<1.0e-6> : tensor<f32>\n\
+                 %mse = core.add %ms, %e : {col}\n\
+                 %rms = core.sqrt %mse : {col}\n\
+                 %y = core.div %hc, %rms : {t}\n"
+            ),
+        ),
+    ];
     batches(&d.join("calib"), &[1, 8, 16], 4, 3);
-    let run = |residual: &str| {
-        let rep = d.join(format!("{residual}.json"));
-        let e = ok(&aoc(&[&"quantize", &m, &"--calib", &d.join("calib"), &"--method", &"minmax", &"--residual", &residual, &"-o", &d.join(format!("{residual}.air")), &"--report", &rep]));
-        let r = report(&rep);
-        let add = r["layers"].as_array().unwrap().iter().find(|l| l["op"] == "add").unwrap().clone();
-        (r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap(), add, e)
-    };
-    let (auto, add, table) = run("auto");
-    assert_eq!(add["precision"], "float", "{add}");
-    assert!(add["why_float"].as_str().unwrap().starts_with("--residual auto: a row its layer norm reads keeps"), "{add}");
-    assert!(table.contains("--residual auto"), "{table}");
-    let (int8, add, _) = run("int8");
-    assert_eq!(add["precision"], "int8", "{add}");
-    assert!(auto >= 30.0 && int8 < 20.0, "auto {auto:.1} dB, int8 {int8:.1} dB");
-    // Rows of one size: the add stays int8 under auto too.
-    let even = std::fs::read_to_string(&m).unwrap().replace("[0.01]", "[1.0]");
-    std::fs::write(&m, even).unwrap();
-    let (_, add, _) = run("auto");
-    assert_eq!(add["precision"], "int8", "{add}");
+    for (form, norm) in &norms {
+        let m = d.join(format!("{form}.air"));
+        let write = |row0: &str| {
+            let mut r = rows.clone();
+            r[0] = row0;
+            std::fs::write(
+                &m,
+                format!(
+                    "func @main(%x: {t}) -> {t} {{\n\
+                       %r = const dense<[[{}]]> : {col}\n\
+                       %s = core.mul %x, %r : {t}\n\
+                       %w = const dense<[{w}]> : tensor<16x16xf32>\n\
+                       %g = const dense<[{ones}]> : tensor<16xf32>\n\
+                       %b = const dense<[{zeros}]> : tensor<16xf32>\n\
+                       %n = core.layer_norm %s, %g, %b : {t}\n\
+                       %a = core.matmul %n, %w : {t}\n\
+                       %h = core.add %s, %a : {t}\n\
+                       {norm}\
+                       return %y : {t}\n\
+                     }}\n",
+                    r.join(", ")
+                ),
+            )
+            .unwrap();
+        };
+        let run = |residual: &str| {
+            let rep = d.join(format!("{form}_{residual}.json"));
+            let e = ok(&aoc(&[&"quantize", &m, &"--calib", &d.join("calib"), &"--method", &"minmax", &"--residual", &residual, &"-o", &d.join(format!("{form}_{residual}.air")), &"--report", &rep]));
+            let r = report(&rep);
+            let add = r["layers"].as_array().unwrap().iter().find(|l| l["name"] == "h").unwrap_or_else(|| panic!("{form}: {r}")).clone();
+            (r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap(), add, e)
+        };
+        write("[0.01]");
+        let (auto, add, table) = run("auto");
+        assert_eq!(add["precision"], "float", "{form}: {add}");
+        assert!(add["why_float"].as_str().unwrap().starts_with("--residual auto: a row its norm reads keeps"), "{form}: {add}");
+        assert!(table.contains("--residual auto"), "{form}: {table}");
+        let (int8, add, _) = run("int8");
+        assert_eq!(add["precision"], "int8", "{form}: {add}");
+        assert!(auto >= 30.0 && int8 < 20.0, "{form}: auto {auto:.1} dB, int8 {int8:.1} dB");
+        // Rows of one size: the add stays int8 under auto too.
+        write("[1.0]");
+        let (_, add, _) = run("auto");
+        assert_eq!(add["precision"], "int8", "{form}: {add}");
+    }
 }
 
 /// Index arithmetic stays exact: a running count of a mask (a CumSum,

@@ -93,8 +93,9 @@ pub enum Residual {
     Auto,
 }
 
-/// The least SQNR of a layer-normed row (its variance against the int8
-/// step's rounding noise, step²/12) that `--residual auto` quantizes.
+/// The least SQNR of a normalized row (its variance, or for an RMS norm
+/// its mean square, against the int8 step's rounding noise, step²/12)
+/// that `--residual auto` quantizes.
 pub const ROW_SQNR_DB: f64 = 25.0;
 
 /// A layer's fate, for the table and the report.
@@ -594,13 +595,13 @@ pub fn quantize(
     // `--residual auto`: the rows of an int8 residual add that a layer
     // norm reads are tracked, to find a row the per-tensor scale erases.
     let normed = if cfg.residual == Residual::Auto && cfg.precision == Precision::Int8 {
-        normed_rows(&func, &layers)
+        place::normed_rows(&func, &layers)
     } else {
         HashMap::new()
     };
-    for (v, &(len, eps)) in &normed {
+    for (v, rows) in &normed {
         if let Some(o) = observers.get_mut(v) {
-            o.track_rows(len, eps);
+            o.track_rows(rows.len, rows.epsilon, rows.centered);
         }
     }
     let mut set = Set { data: calib, cache: vec![], refs: vec![], shapes: shapes.clone() };
@@ -706,7 +707,7 @@ pub fn quantize(
         types.insert(v, q);
     }
     for (i, l) in layers.iter().enumerate() {
-        let (Some(var), Some(q)) = (observers.get(&l.output).and_then(Observer::least_row_variance), types.get(&l.output)) else {
+        let (Some(var), Some(q)) = (observers.get(&l.output).and_then(Observer::least_row_spread), types.get(&l.output)) else {
             continue;
         };
         let step = q.params_at(0).0;
@@ -714,7 +715,7 @@ pub fn quantize(
         if db < ROW_SQNR_DB && !kept.contains_key(&i) {
             kept.insert(
                 i,
-                format!("--residual auto: a row its layer norm reads keeps {db:.1} dB at the tensor's int8 step (below {ROW_SQNR_DB} dB)"),
+                format!("--residual auto: a row its norm reads keeps {db:.1} dB at the tensor's int8 step (below {ROW_SQNR_DB} dB)"),
             );
         }
     }
@@ -1015,35 +1016,6 @@ pub fn table(o: &Outcome) -> String {
     }
     s.push_str(&format!("{n_q} of {} layers quantized; output SQNR against float: {}\n", o.layers.len(), parts.join("; ")));
     s
-}
-
-/// The outputs of the residual adds among `layers` that a layer norm reads
-/// (its input `x`), with the norm's row length (the dimensions from its
-/// axis on) and epsilon.
-fn normed_rows(func: &Func, layers: &[place::Layer]) -> HashMap<ValueId, (usize, f64)> {
-    let uses = place::uses(func);
-    let mut out = HashMap::new();
-    for l in layers.iter().filter(|l| l.kind == LayerKind::Add && l.unsupported.is_none()) {
-        for &(op, i) in uses.get(&l.output).map(Vec::as_slice).unwrap_or(&[]) {
-            if i != 0 || func.ops[op].opcode != Opcode::LayerNorm {
-                continue;
-            }
-            let shape = &func.ty(l.output).shape;
-            let axis = match func.attr(op, "axis") {
-                Some(Attr::Int(a)) => *a,
-                _ => -1,
-            };
-            let axis = if axis < 0 { axis + shape.len() as i64 } else { axis };
-            let Ok(axis) = usize::try_from(axis) else { continue };
-            let len: usize = shape.iter().skip(axis).map(|&d| d as usize).product();
-            let eps = match func.attr(op, "epsilon") {
-                Some(Attr::Float(e)) => *e,
-                _ => 1e-5,
-            };
-            out.insert(l.output, (len, eps));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -142,6 +142,89 @@ pub fn through_data_movement(func: &Func, uses: &HashMap<ValueId, Vec<(OpId, usi
     chain
 }
 
+/// How a normalization reads the rows of a value: `len` values a row,
+/// rows whose spread is at most `epsilon` left out, centered (a layer
+/// norm: the row's variance) or not (an RMS norm: its mean square).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NormedRows {
+    pub len: usize,
+    pub epsilon: f64,
+    pub centered: bool,
+}
+
+/// The outputs of the residual adds among `layers` that a normalization
+/// reads row by row, through float casts: a `core.layer_norm` (its input
+/// `x`; rows from its axis on), a `core.reduce_mean` over the trailing
+/// axes (a layer norm written out), or a power or square of the value that
+/// such a mean reads (an RMS norm written out, T5's and LLaMA's).
+pub fn normed_rows(func: &Func, layers: &[Layer]) -> HashMap<ValueId, NormedRows> {
+    let uses = uses(func);
+    let readers = |v: ValueId| -> Vec<(OpId, usize)> {
+        let mut out = vec![];
+        let mut todo = vec![v];
+        while let Some(v) = todo.pop() {
+            for &(op, i) in uses.get(&v).map(Vec::as_slice).unwrap_or(&[]) {
+                let d = &func.ops[op];
+                match d.results[..] {
+                    [r] if d.opcode == Opcode::Cast && func.ty(r).elem.is_float() => todo.push(r),
+                    _ => out.push((op, i)),
+                }
+            }
+        }
+        out
+    };
+    // The row length of a mean over trailing axes of `x`, else None.
+    let trailing_mean = |op: OpId, x: ValueId| -> Option<usize> {
+        let shape = &func.ty(x).shape;
+        let Some(Attr::Ints(axes)) = func.attr(op, "axes") else { return None };
+        let mut axes: Vec<usize> =
+            axes.iter().map(|&a| usize::try_from(if a < 0 { a + shape.len() as i64 } else { a }).ok()).collect::<Option<_>>()?;
+        axes.sort_unstable();
+        let first = shape.len().checked_sub(axes.len())?;
+        (axes == (first..shape.len()).collect::<Vec<_>>()).then(|| shape[first..].iter().map(|&d| d as usize).product())
+    };
+    let mut out = HashMap::new();
+    for l in layers.iter().filter(|l| l.kind == LayerKind::Add && l.unsupported.is_none()) {
+        for (op, i) in readers(l.output) {
+            let d = &func.ops[op];
+            let x = d.operands[i];
+            let rows = match d.opcode {
+                Opcode::LayerNorm if i == 0 => {
+                    let shape = &func.ty(x).shape;
+                    let axis = match func.attr(op, "axis") {
+                        Some(Attr::Int(a)) if *a < 0 => *a + shape.len() as i64,
+                        Some(Attr::Int(a)) => *a,
+                        _ => shape.len() as i64 - 1,
+                    };
+                    let Ok(axis) = usize::try_from(axis) else { continue };
+                    let epsilon = match func.attr(op, "epsilon") {
+                        Some(Attr::Float(e)) => *e,
+                        _ => 1e-5,
+                    };
+                    NormedRows { len: shape.iter().skip(axis).map(|&d| d as usize).product(), epsilon, centered: true }
+                }
+                Opcode::ReduceMean => match trailing_mean(op, x) {
+                    Some(len) => NormedRows { len, epsilon: 0.0, centered: true },
+                    None => continue,
+                },
+                Opcode::Pow | Opcode::Mul if i == 0 && (d.opcode == Opcode::Pow || d.operands[1] == x) => {
+                    let [r] = d.results[..] else { continue };
+                    let mean = uses.get(&r).into_iter().flatten().find_map(|&(m, _)| {
+                        (func.ops[m].opcode == Opcode::ReduceMean).then(|| trailing_mean(m, r)).flatten()
+                    });
+                    match mean {
+                        Some(len) => NormedRows { len, epsilon: 0.0, centered: false },
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            };
+            out.insert(l.output, rows);
+        }
+    }
+    out
+}
+
 /// Uses of each value: (op, operand index).
 pub fn uses(func: &Func) -> HashMap<ValueId, Vec<(OpId, usize)>> {
     let mut u: HashMap<ValueId, Vec<(OpId, usize)>> = HashMap::new();

@@ -63,11 +63,13 @@ pub struct Observer {
     pub count: u64,
     /// Whether the histogram is kept (min-max needs only the range).
     histogram: bool,
-    /// For a tensor whose rows a layer norm normalizes: the row length, the
-    /// norm's epsilon and the least variance above it of a row seen (a
-    /// row whose spread is below the epsilon normalizes to about 0, and a
-    /// row of one value quantizes to one value).
-    rows: Option<(usize, f64, f64)>,
+    /// For a tensor whose rows a norm normalizes: the row length, the
+    /// norm's epsilon, whether it centers the rows (a layer norm: their
+    /// variance; an RMS norm: their mean square), and the least such
+    /// spread above the epsilon of a row seen (a row whose spread is below
+    /// the epsilon normalizes to about 0, and a row of one value quantizes
+    /// to one value).
+    rows: Option<(usize, f64, bool, f64)>,
 }
 
 impl Default for Observer {
@@ -87,16 +89,17 @@ impl Observer {
 
     /// Adds a batch of values. Returns the index of the first non-finite
     /// value instead, leaving the observer unchanged.
-    /// Also tracks the least variance of the tensor's rows of `len`
-    /// values that is above `epsilon` ([`Observer::least_row_variance`]).
-    pub fn track_rows(&mut self, len: usize, epsilon: f64) {
-        self.rows = Some((len.max(1), epsilon.max(0.0), f64::INFINITY));
+    /// Also tracks the least spread (variance where `centered`, else mean
+    /// square) of the tensor's rows of `len` values that is above
+    /// `epsilon` ([`Observer::least_row_spread`]).
+    pub fn track_rows(&mut self, len: usize, epsilon: f64, centered: bool) {
+        self.rows = Some((len.max(1), epsilon.max(0.0), centered, f64::INFINITY));
     }
 
-    /// The least variance above the epsilon of a row, when rows are
-    /// tracked and one has been seen.
-    pub fn least_row_variance(&self) -> Option<f64> {
-        self.rows.map(|(_, _, v)| v).filter(|v| v.is_finite())
+    /// The least spread above the epsilon of a row, when rows are tracked
+    /// and one has been seen.
+    pub fn least_row_spread(&self) -> Option<f64> {
+        self.rows.map(|(_, _, _, v)| v).filter(|v| v.is_finite())
     }
 
     pub fn observe(&mut self, xs: &[f32]) -> Result<(), usize> {
@@ -104,12 +107,12 @@ impl Observer {
             return Ok(());
         }
         let (lo, hi) = finite_range(xs)?;
-        if let Some((len, eps, least)) = &mut self.rows {
+        if let Some((len, eps, centered, least)) = &mut self.rows {
             for r in xs.chunks(*len) {
-                let mean = r.iter().map(|&x| x as f64).sum::<f64>() / r.len() as f64;
-                let var = r.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / r.len() as f64;
-                if var > *eps {
-                    *least = least.min(var);
+                let mean = if *centered { r.iter().map(|&x| x as f64).sum::<f64>() / r.len() as f64 } else { 0.0 };
+                let spread = r.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / r.len() as f64;
+                if spread > *eps {
+                    *least = least.min(spread);
                 }
             }
         }
@@ -422,17 +425,23 @@ mod tests {
     }
 
     #[test]
-    fn rows_are_tracked_by_their_least_variance_above_epsilon() {
+    fn rows_are_tracked_by_their_least_spread_above_epsilon() {
         let mut o = Observer::new(false);
         o.observe(&[1.0, 3.0]).unwrap();
-        assert_eq!(o.least_row_variance(), None, "not tracked");
-        o.track_rows(2, 1e-6);
-        // Rows [1, 3] (variance 1), [5, 5] (one value), [0, 1e-4]
-        // (variance 2.5e-9, below epsilon), [2, 2.5] (0.0625).
-        o.observe(&[1.0, 3.0, 5.0, 5.0]).unwrap();
-        o.observe(&[0.0, 1e-4, 2.0, 2.5]).unwrap();
-        assert_eq!(o.least_row_variance(), Some(0.0625));
+        assert_eq!(o.least_row_spread(), None, "not tracked");
+        let rows = [1.0, 3.0, 5.0, 5.0, 0.0, 1e-4, 2.0, 2.5];
+        o.track_rows(2, 1e-6, true);
+        // Variances: [1, 3] 1, [5, 5] 0 (one value), [0, 1e-4] 2.5e-9
+        // (below epsilon), [2, 2.5] 0.0625.
+        o.observe(&rows[..4]).unwrap();
+        o.observe(&rows[4..]).unwrap();
+        assert_eq!(o.least_row_spread(), Some(0.0625));
         assert_eq!((o.min, o.max), (0.0, 5.0));
+        // Mean squares: 5, 25, 5e-9 (below epsilon), 5.125.
+        let mut o = Observer::new(false);
+        o.track_rows(2, 1e-6, false);
+        o.observe(&rows).unwrap();
+        assert_eq!(o.least_row_spread(), Some(5.0));
     }
 
     #[test]
