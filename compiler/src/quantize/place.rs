@@ -181,7 +181,7 @@ pub fn normed_rows(func: &Func, layers: &[Layer]) -> HashMap<ValueId, NormedRows
             axes.iter().map(|&a| usize::try_from(if a < 0 { a + shape.len() as i64 } else { a }).ok()).collect::<Option<_>>()?;
         axes.sort_unstable();
         let first = shape.len().checked_sub(axes.len())?;
-        (axes == (first..shape.len()).collect::<Vec<_>>()).then(|| shape[first..].iter().map(|&d| d as usize).product())
+        (axes == (first..shape.len()).collect::<Vec<_>>()).then(|| shape[first..].iter().product())
     };
     let mut out = HashMap::new();
     for l in layers.iter().filter(|l| l.kind == LayerKind::Add && l.unsupported.is_none()) {
@@ -201,7 +201,7 @@ pub fn normed_rows(func: &Func, layers: &[Layer]) -> HashMap<ValueId, NormedRows
                         Some(Attr::Float(e)) => *e,
                         _ => 1e-5,
                     };
-                    NormedRows { len: shape.iter().skip(axis).map(|&d| d as usize).product(), epsilon, centered: true }
+                    NormedRows { len: shape.iter().skip(axis).product(), epsilon, centered: true }
                 }
                 Opcode::ReduceMean => match trailing_mean(op, x) {
                     Some(len) => NormedRows { len, epsilon: 0.0, centered: true },

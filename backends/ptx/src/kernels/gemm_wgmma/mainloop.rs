@@ -295,8 +295,8 @@ impl Gen<'_> {
     /// k-tiles whose copies are in flight ahead of the one multiplied:
     /// `stages − 2`, so a tile's stage is refilled once the tile two back
     /// has retired; `stages − 3` where a promotion covers two tiles
-    /// ([`KLoop::Pairs`](super::KLoop::Pairs)), whose second tile's copies are issued while the
-    /// first's products still run.
+    /// ([`KLoop::Pairs`](super::KLoop::Pairs)), whose second tile's copies
+    /// are waited for while the first's products still run.
     fn ahead_tiles(&self) -> u32 {
         self.t.stages - 1 - self.kloop.tiles()
     }
@@ -358,8 +358,9 @@ impl Gen<'_> {
     }
 
     /// The fp8 k loop with f32 promotion (parent's module doc): each run
-    /// of [`KLoop::tiles`](super::KLoop::tiles) k-tiles multiplies into scratch accumulators
-    /// started afresh (scale-d 0 on its first `wgmma`), the run's later
+    /// of [`KLoop::tiles`](super::KLoop::tiles) k-tiles multiplies into
+    /// scratch accumulators started afresh (scale-d 0 on its first
+    /// `wgmma`), the run's later
     /// tiles chained on the earlier ones' products in flight after their
     /// copies are waited for and the barrier passed; while the last tile's
     /// products run, the next run's first tile is waited for and the tile

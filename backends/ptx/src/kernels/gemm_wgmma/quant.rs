@@ -112,9 +112,14 @@ pub fn choose_q_tile(spec: &QConvSpec) -> WgTile {
     }
 }
 
+/// The k-tiles of `spec`'s k loop.
+fn k_tiles(spec: &QConvSpec) -> u64 {
+    gemm(spec).k.div_ceil(Operands::Quant(spec.q, Scalar::I8).bk() as u64)
+}
+
 /// Whether `spec`'s k-tiles come in pairs.
 fn even_k_tiles(spec: &QConvSpec) -> bool {
-    gemm(spec).k.div_ceil(Operands::Quant(spec.q, Scalar::I8).bk() as u64) % 2 == 0
+    k_tiles(spec).is_multiple_of(2)
 }
 
 /// The k loop [`qconv_wgmma_tile`] takes: an fp8 kernel promotes pairs of
@@ -229,14 +234,12 @@ pub fn qconv_wgmma_with(
         ));
     }
     tile.check()?;
-    if kloop == KLoop::Pairs {
-        if !even_k_tiles(spec) || tile.stages < 4 {
-            let ktiles = gemm(spec).k.div_ceil(Operands::Quant(spec.q, Scalar::I8).bk() as u64);
-            return Err(format!(
-                "promoting pairs of k-tiles needs an even number of them and four stages, found {ktiles} and {}",
-                tile.stages
-            ));
-        }
+    if kloop == KLoop::Pairs && (!even_k_tiles(spec) || tile.stages < 4) {
+        return Err(format!(
+            "promoting pairs of k-tiles needs an even number of them and four stages, found {} and {}",
+            k_tiles(spec),
+            tile.stages
+        ));
     }
     if spec.q.elem != QuantElem::Int8 && tile.bn > FP8_MAX_BN {
         return Err(format!(
