@@ -206,6 +206,18 @@ fn stored_mean(q: &QuantMean, sum: f64, count: usize) -> u8 {
     v.max(q.y_min).min(q.y_max) as u8
 }
 
+/// [`pool_dims`] of an 8-bit pool (`what` in its errors), with `x` and `y`
+/// checked to hold its input and output bytes.
+fn byte_pool_dims(what: &str, geom: &ConvGeom, ceil_mode: bool, x: &[u8], y: &[u8]) -> Result<Dims, KernelError> {
+    let g = pool_dims(geom, ceil_mode)?;
+    for (name, need, len) in [("input", g.x_len, x.len()), ("output", g.y_len, y.len())] {
+        if len < need {
+            return Err(kerr(format!("{what}: {name} needs {need} bytes, found {len}")));
+        }
+    }
+    Ok(g)
+}
+
 /// `quant.avg_pool2d` of 8-bit NHWC `x` into 8-bit NHWC `y`, geometry as
 /// [`super::pool::pool2d`] (the same taps and counts): per window, the f64
 /// sum of the dequantized values, divided by the count of taps inside the
@@ -214,12 +226,7 @@ fn stored_mean(q: &QuantMean, sum: f64, count: usize) -> u8 {
 /// bytes. (The sums are exact: at most a few thousand f32 addends whose
 /// exponents differ by at most 8 bits.)
 pub fn qavg_pool2d(geom: &ConvGeom, ceil_mode: bool, include_pad: bool, q: &QuantMean, x: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
-    let g = pool_dims(geom, ceil_mode)?;
-    for (name, need, len) in [("input", g.x_len, x.len()), ("output", g.y_len, y.len())] {
-        if len < need {
-            return Err(kerr(format!("average pool: {name} needs {need} bytes, found {len}")));
-        }
-    }
+    let g = byte_pool_dims("average pool", geom, ceil_mode, x, y)?;
     if g.y_len == 0 {
         return Ok(());
     }
@@ -431,12 +438,7 @@ mod x86 {
 /// NHWC max pool of 8-bit values `x` (`n × h × w × c`) into `y` (`n × oh
 /// × ow × c`), signed or not; geometry as [`super::pool::pool2d`].
 pub fn qmax_pool2d(geom: &ConvGeom, ceil_mode: bool, signed: bool, x: &[u8], y: &mut [u8]) -> Result<(), KernelError> {
-    let g = pool_dims(geom, ceil_mode)?;
-    for (name, need, len) in [("input", g.x_len, x.len()), ("output", g.y_len, y.len())] {
-        if len < need {
-            return Err(kerr(format!("max pool: {name} needs {need} bytes, found {len}")));
-        }
-    }
+    let g = byte_pool_dims("max pool", geom, ceil_mode, x, y)?;
     if g.y_len == 0 {
         return Ok(());
     }
