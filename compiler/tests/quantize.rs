@@ -509,14 +509,6 @@ fn an_encoder_layers_weight_matmuls_run_on_integer_kernels() {
     }
 }
 
-/// `--target sm_90` decides by the GPU backend's kernels, not this CPU's:
-/// attention's activation×activation matmuls have an integer kernel on the
-/// CPU but not on the GPU, so for sm_90 they stay out of int8, in fp16 (the
-/// GPU's tensor-core precision; the note says to compile with --precision
-/// fp16); the weight matmuls are int8 on both. The result compiles for
-/// sm_90 with every int8 layer on the integer GEMM kernel. Targets without
-/// integer kernels, fp8 on pre-Ada GPUs and unknown targets are refused
-/// before anything is written.
 /// A model with outputs that are not f32 (a boolean mask and integers
 /// beside the scores): calibration and the SQNR decode each output by its
 /// type. (Calibration ran into f32 buffers, half an i64 output's bytes,
@@ -726,6 +718,14 @@ fn layers_that_compute_indices_stay_float() {
     assert!(r["totals"]["calibration"]["sqnr_db"].as_f64().unwrap() > 30.0, "{r}");
 }
 
+/// `--target sm_90` decides by the GPU backend's kernels, not this CPU's:
+/// attention's activation×activation matmuls have an integer kernel on the
+/// CPU but not on the GPU, so for sm_90 they stay out of int8, in fp16 (the
+/// GPU's tensor-core precision; the note says to compile with --precision
+/// fp16); the weight matmuls are int8 on both. The result compiles for
+/// sm_90 with every int8 layer on the integer GEMM kernel. Targets without
+/// integer kernels, fp8 on pre-Ada GPUs and unknown targets are refused
+/// before anything is written.
 #[test]
 fn gpu_targets_place_layers_by_the_gpus_kernels() {
     let d = dir("gpu_target");

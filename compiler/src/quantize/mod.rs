@@ -86,8 +86,8 @@ impl Default for Config {
 pub enum Residual {
     Int8,
     Float,
-    /// int8, except an add whose rows a layer norm reads and whose
-    /// per-tensor scale would leave a row with less than
+    /// int8, except an add whose rows a norm reads and whose per-tensor
+    /// scale would leave a row with less than
     /// [`ROW_SQNR_DB`] of its own spread (a transformer's CLS token beside
     /// patch tokens a hundred times larger): that add stays float.
     Auto,
@@ -592,8 +592,8 @@ pub fn quantize(
     let histogram = cfg.precision == Precision::Fp8 || cfg.method != Method::MinMax;
     let mut observers: HashMap<ValueId, Observer> =
         observed.iter().map(|&v| (v, Observer::new(histogram))).collect();
-    // `--residual auto`: the rows of an int8 residual add that a layer
-    // norm reads are tracked, to find a row the per-tensor scale erases.
+    // `--residual auto`: the rows of an int8 residual add that a norm
+    // reads are tracked, to find a row the per-tensor scale erases.
     let normed = if cfg.residual == Residual::Auto && cfg.precision == Precision::Int8 {
         place::normed_rows(&func, &layers)
     } else {
@@ -707,16 +707,15 @@ pub fn quantize(
         types.insert(v, q);
     }
     for (i, l) in layers.iter().enumerate() {
-        let (Some(var), Some(q)) = (observers.get(&l.output).and_then(Observer::least_row_spread), types.get(&l.output)) else {
+        let (Some(spread), Some(q)) = (observers.get(&l.output).and_then(Observer::least_row_spread), types.get(&l.output)) else {
             continue;
         };
         let step = q.params_at(0).0;
-        let db = 10.0 * (12.0 * var / (step * step)).log10();
-        if db < ROW_SQNR_DB && !kept.contains_key(&i) {
-            kept.insert(
-                i,
-                format!("--residual auto: a row its norm reads keeps {db:.1} dB at the tensor's int8 step (below {ROW_SQNR_DB} dB)"),
-            );
+        let db = 10.0 * (12.0 * spread / (step * step)).log10();
+        if db < ROW_SQNR_DB {
+            kept.entry(i).or_insert_with(|| {
+                format!("--residual auto: a row its norm reads keeps {db:.1} dB at the tensor's int8 step (below {ROW_SQNR_DB} dB)")
+            });
         }
     }
     let act_type = |v: ValueId| types.get(&v).cloned();
