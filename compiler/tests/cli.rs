@@ -1465,15 +1465,47 @@ fn nan_and_inf_through_every_cpu_epilogue() {
             continue;
         }
         assert!(o.status.success(), "{}", stderr(&o));
-        for name in ["cr", "gr", "p", "k", "s"] {
-            let (_, w) = read_f32(&want.join(format!("{name}.npy")));
-            let (_, g) = read_f32(&got.join(format!("{name}.npy")));
-            for (i, (wv, gv)) in w.iter().zip(&g).enumerate() {
-                let same = if wv.is_nan() { gv.is_nan() } else if wv.is_infinite() { wv == gv } else { (wv - gv).abs() <= 1e-4 * wv.abs().max(1.0) };
-                assert!(same, "{level}: {name}[{i}] is {gv}, the interpreter's is {wv}");
-            }
+        assert_same_non_finite(&want, &got, &["cr", "gr", "p", "k", "s"], level);
+    }
+}
+
+/// Each named output in `got` equals the one in `want` element by element:
+/// NaN where it is NaN, the same infinity, else within 1e-4 relative.
+fn assert_same_non_finite(want: &Path, got: &Path, names: &[&str], label: &str) {
+    for name in names {
+        let (_, w) = read_f32(&want.join(format!("{name}.npy")));
+        let (_, g) = read_f32(&got.join(format!("{name}.npy")));
+        assert_eq!(w.len(), g.len(), "{label}: {name}");
+        for (i, (wv, gv)) in w.iter().zip(&g).enumerate() {
+            let same = if wv.is_nan() { gv.is_nan() } else if wv.is_infinite() { wv == gv } else { (wv - gv).abs() <= 1e-4 * wv.abs().max(1.0) };
+            assert!(same, "{label}: {name}[{i}] is {gv}, the interpreter's is {wv}");
         }
     }
+}
+
+/// Parameters that are not finite (a clip with no upper bound, a norm's
+/// epsilon of inf or NaN) reach the plan, which is JSON: they used to be
+/// written as `null`, so `aoc compile` wrote an artifact that no run could
+/// load ("the plan is not valid: invalid type: null, expected f32"). Found
+/// by mutating the zoo's models.
+#[test]
+fn non_finite_parameters_compile_to_artifacts_that_load_and_run() {
+    let d = dir("non_finite_params");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nonfinite_params.air");
+    let vals: Vec<f64> = (0..64).map(|i| ((i * 37 % 64) as f64 - 32.0) / 8.0).collect();
+    let a = format!("a={}", f32_npy(&d, "a.npy", &[4, 16], &vals).display());
+    let want = d.join("want");
+    let o = aoc(&[&"run", &model, &"-i", &a, &"--output-dir", &want]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let art = d.join("m.aoc");
+    let o = aoc(&[&"compile", &model, &"--target", &"host", &"-o", &art]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = d.join("got");
+    let o = aoc(&[&"run", &art, &"-i", &a, &"--output-dir", &got]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_same_non_finite(&want, &got, &["gc", "li", "ln"], "host");
+    let (_, ln) = read_f32(&got.join("ln.npy"));
+    assert!(ln.iter().all(|v| v.is_nan()), "a NaN epsilon gives NaN rows: {ln:?}");
 }
 
 /// An artifact's outputs keep the model's result names through the

@@ -49,6 +49,7 @@
 //! ```
 
 pub mod artifact;
+mod float_json;
 pub mod gpu_plan;
 pub mod jit_abi;
 pub mod pack;

@@ -115,6 +115,7 @@ pub enum QuantElem {
 pub struct QuantOperand {
     pub signed: bool,
     pub zero: i32,
+    #[serde(with = "crate::float_json")]
     pub scale: f32,
 }
 
@@ -126,7 +127,9 @@ pub struct QuantAdd {
     pub a: QuantOperand,
     pub b: QuantOperand,
     pub y: QuantOperand,
+    #[serde(with = "crate::float_json::opt")]
     pub clip_min: Option<f32>,
+    #[serde(with = "crate::float_json::opt")]
     pub clip_max: Option<f32>,
 }
 
@@ -153,6 +156,7 @@ pub struct QuantMatMul {
     pub y_zero: i32,
     pub y_min: i32,
     pub y_max: i32,
+    #[serde(with = "crate::float_json")]
     pub scale: f32,
 }
 
@@ -230,7 +234,7 @@ pub enum Step {
         relu: bool,
         /// `min(max(x, lo), hi)` after the bias and relu (ReLU6: `[0, 6]`);
         /// absent when none (and in artifacts written before it existed).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, with = "crate::float_json::opt_pair", skip_serializing_if = "Option::is_none")]
         clip: Option<[f32; 2]>,
         /// `0.5·x·(1 + erf(x/√2))` last (after the bias; the lowering sets it
         /// alone); absent when false (and in artifacts before it existed).
@@ -264,7 +268,7 @@ pub enum Step {
         relu: bool,
         /// `min(max(x, lo), hi)` after the bias and relu (ReLU6: `[0, 6]`);
         /// absent when none (and in artifacts written before it existed).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, with = "crate::float_json::opt_pair", skip_serializing_if = "Option::is_none")]
         clip: Option<[f32; 2]>,
     },
     /// NHWC Winograd convolution F(`tile`×`tile`, 3×3), `tile` 2 or 4
@@ -293,7 +297,7 @@ pub enum Step {
         relu: bool,
         /// `min(max(x, lo), hi)` after the bias and relu (ReLU6: `[0, 6]`);
         /// absent when none (and in artifacts written before it existed).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, with = "crate::float_json::opt_pair", skip_serializing_if = "Option::is_none")]
         clip: Option<[f32; 2]>,
     },
     /// NHWC transposed convolution; `geom` describes the *forward*
@@ -410,6 +414,7 @@ pub enum Step {
         y: Buf,
         rows: u64,
         cols: u64,
+        #[serde(with = "crate::float_json")]
         epsilon: f32,
     },
     /// Scaled dot-product attention of `batch × heads` independent problems
@@ -437,6 +442,7 @@ pub enum Step {
         v_strides: [u64; 4],
         mask_strides: [u64; 4],
         y_strides: [u64; 4],
+        #[serde(with = "crate::float_json")]
         scale: f32,
     },
     /// NHWC convolution in integers (`quant.conv2d`, and `quant.gemm` as a
