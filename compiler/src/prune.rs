@@ -34,7 +34,7 @@ use aoc_ir::{Opcode, Tensor, TensorType, Trait};
 
 use crate::quantize::calib::CalibData;
 use crate::quantize::place::Consts;
-use crate::quantize::{Score, Set, engine, glob};
+use crate::quantize::{Score, Set, engine, glob, json_db};
 
 /// What `aoc prune` was asked to do.
 #[derive(Clone, Debug)]
@@ -637,7 +637,7 @@ pub fn prune(
         "params_after": after.0,
         "flops_before": before.1,
         "flops_after": after.1,
-        "sqnr_db": score.map(|s| if s.sqnr_db.is_finite() { serde_json::json!(s.sqnr_db) } else { serde_json::Value::Null }),
+        "sqnr_db": score.map(|s| json_db(s.sqnr_db)),
         "top1_agreement": score.and_then(|s| s.top1),
         "spaces": results.iter().map(|r| serde_json::json!({
             "producers": r.producers, "channels": r.channels, "kept": r.kept, "why": r.why,

@@ -29,7 +29,7 @@ use aoc_ir::{Opcode, Tensor, TensorType};
 
 use crate::quantize::calib::CalibData;
 use crate::quantize::place::{Consts, remove_dead};
-use crate::quantize::{Score, Set, engine, glob};
+use crate::quantize::{Score, Set, db, engine, glob, json_db};
 
 /// What `aoc sparsify` was asked to do.
 #[derive(Clone, Debug)]
@@ -273,14 +273,6 @@ fn push_const(f: &mut Func, before: OpId, t: Tensor, name: &str, loc: aoc_ir::Lo
     let pos = f.body.ops.iter().position(|&o| o == before).expect("the layer is in the body");
     f.body.ops.insert(pos, new);
     Ok(v)
-}
-
-fn db(x: f64) -> String {
-    if x.is_infinite() { "exact".to_string() } else { format!("{x:.2} dB") }
-}
-
-fn json_db(x: f64) -> serde_json::Value {
-    if x.is_finite() { serde_json::json!(x) } else { serde_json::Value::Null }
 }
 
 /// Sparsifies `module`'s entry function.

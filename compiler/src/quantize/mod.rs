@@ -224,11 +224,14 @@ pub struct Outcome {
     pub report: serde_json::Value,
 }
 
-fn db(x: f64) -> String {
+/// A decibel figure for a table: "exact" where it is infinite.
+pub(crate) fn db(x: f64) -> String {
     if x.is_infinite() { "exact".to_string() } else { format!("{x:.2} dB") }
 }
 
-fn json_db(x: f64) -> serde_json::Value {
+/// A decibel figure for a JSON report: `null` where it is not finite (an
+/// exact result's SQNR is infinite).
+pub(crate) fn json_db(x: f64) -> serde_json::Value {
     if x.is_finite() { serde_json::json!(x) } else { serde_json::Value::Null }
 }
 
