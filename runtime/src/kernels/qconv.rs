@@ -160,8 +160,12 @@ pub fn qconv2d(
     shift: &[f32],
     y: &mut [u8],
 ) -> Result<(), KernelError> {
+    let c = check(g, x, w, comp, scale, shift, y)?;
+    if c.pixels == 0 || c.oc == 0 {
+        // Nothing to write; the blocked paths below assume some work.
+        return Ok(());
+    }
     if qdepthwise::applies(g) {
-        check(g, x, w, comp, scale, shift, y)?;
         let made;
         let dw = match packed.and_then(|pk| pk.depthwise.as_ref()) {
             Some(dw) => dw,
@@ -175,7 +179,6 @@ pub fn qconv2d(
     if let Some(dw) = packed.and_then(|pk| pk.direct.as_ref())
         && pad_fits(p)
     {
-        check(g, x, w, comp, scale, shift, y)?;
         return qdirect::run(g, p, x, dw, comp, scale, shift, y);
     }
     if !uses_gemm(g, p) {
@@ -789,4 +792,44 @@ mod tests {
         }
     }
 
+    /// A crafted plan may give a convolution no images, rows or output
+    /// channels: every path writes nothing and returns. The direct kernels'
+    /// task split used to divide by the zero task count (found by mutating
+    /// plans).
+    #[test]
+    fn empty_problems_write_nothing_on_every_path() {
+        let levels: Vec<Int8Level> = [Int8Level::Amx, Int8Level::Avx512Vnni]
+            .into_iter()
+            .filter(|&l| qdirect::supports(l))
+            .collect();
+        let q = quant(false, 3, false);
+        let dense = geom(1, 9, 64, 64, 3, 1, 1, 1, 1);
+        let depthwise = geom(1, 9, 32, 32, 3, 1, 1, 1, 32);
+        let empties = [
+            ConvGeom { n: 0, ..dense },
+            ConvGeom { oh: 0, ..dense },
+            ConvGeom { ow: 0, ..dense },
+            ConvGeom { oc: 0, ..dense },
+            ConvGeom { n: 0, ..depthwise },
+            ConvGeom { oh: 0, ..depthwise },
+        ];
+        for g in empties {
+            let kk = (g.kh * g.kw * g.c / g.group) as usize;
+            let oc = g.oc as usize;
+            let x = bytes((g.n * g.h * g.w * g.c) as usize, 5);
+            let w: Vec<i8> = bytes(oc * kk, 6).into_iter().map(|b| b as i8).collect();
+            let (comp, scale, shift) = (vec![0i32; oc], vec![0.01f32; oc], vec![0.0f32; oc]);
+            let mut y = vec![0u8; (g.n * g.oh * g.ow) as usize * oc];
+            let mut packs = vec![None, Some(pack_qconv(&g, &w).unwrap())];
+            if g.group == 1 {
+                // Packing refuses no output channels; a crafted plan's
+                // packing happens at load, from its own geometry.
+                packs.extend(levels.iter().filter_map(|&l| pack_qconv_direct(&g, &w, l).ok().map(Some)));
+            }
+            for packed in &packs {
+                qconv2d(&g, &q, &x, &w, packed.as_ref(), &comp, &scale, &shift, &mut y).unwrap();
+            }
+            assert!(y.is_empty(), "{g:?}");
+        }
+    }
 }
