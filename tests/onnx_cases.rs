@@ -1,7 +1,8 @@
 //! Generated ONNX models against ONNX Runtime: the forms of opsets 7 to 10
 //! (attribute Slice/Pad/Clip, Upsample, Resize-10, BatchNormalization's
 //! `spatial`, Dropout's ratio), models whose inputs and outputs have names
-//! that are not identifiers, and the recurrent ops.
+//! that are not identifiers, the recurrent ops, and the activations and
+//! normalizations the importer composes from other ops.
 //!
 //! `tests/scripts/gen_onnx_cases.py` writes each case (model, inputs, ONNX
 //! Runtime's outputs) with `$AOC_PYTHON` (default `.venv/bin/python`) into

@@ -930,6 +930,52 @@ def grid_sample_volumetric():
 
 
 @case
+def activations_without_ops():
+    # Activations and predicates the importer composes from other ops, on
+    # values out to ±100 (Softplus's exp(x) overflows there) and exact
+    # zeros (Sign, Shrink's bounds).
+    nodes = [
+        helper.make_node("Softplus", ["x"], ["softplus"]),
+        helper.make_node("Softsign", ["x"], ["softsign"]),
+        helper.make_node("Elu", ["x"], ["elu"], alpha=0.7),
+        helper.make_node("Celu", ["x"], ["celu"], alpha=1.5),
+        helper.make_node("Selu", ["x"], ["selu"]),
+        helper.make_node("ThresholdedRelu", ["x"], ["thresholded"], alpha=0.5),
+        helper.make_node("Mish", ["x"], ["mish"]),
+        helper.make_node("Shrink", ["x"], ["shrink"], bias=0.25, lambd=1.0),
+        helper.make_node("Sign", ["x"], ["sign"]),
+        helper.make_node("IsNaN", ["x"], ["isnan"]),
+        helper.make_node("IsInf", ["x"], ["isinf"], detect_negative=0),
+    ]
+    x = rand(4, 16, scale=3.0)
+    x[0, :6] = [100.0, -100.0, 0.0, -0.0, 1.0, -1.0]
+    names = ["softplus", "softsign", "elu", "celu", "selu", "thresholded", "mish", "shrink", "sign"]
+    outs = [(y, [4, 16]) for y in names] + [(y, [4, 16], TensorProto.BOOL) for y in ["isnan", "isinf"]]
+    return model(18, nodes, [("x", [4, 16])], outs), [x]
+
+
+@case
+def normalizations_tile_trilu():
+    # LpNormalization (a zero row: zeros, not NaN), MeanVarianceNormalization,
+    # RMSNormalization (opset 23), Tile and Trilu with a constant k.
+    nodes = [
+        helper.make_node("LpNormalization", ["x"], ["l2"], axis=-1, p=2),
+        helper.make_node("LpNormalization", ["x"], ["l1"], axis=1, p=1),
+        helper.make_node("MeanVarianceNormalization", ["x"], ["mvn"], axes=[0, 2]),
+        helper.make_node("RMSNormalization", ["x", "scale"], ["rms"], axis=-1, epsilon=1e-3),
+        helper.make_node("Tile", ["x", "reps"], ["tiled"]),
+        helper.make_node("Trilu", ["x", "k"], ["upper"]),
+        helper.make_node("Trilu", ["x", "k"], ["lower"], upper=0),
+    ]
+    x = rand(2, 3, 5)
+    x[1, 2, :] = 0.0
+    inits = [init("scale", rand(5)), init("reps", np.array([2, 1, 3], np.int64)), init("k", np.array(-1, np.int64))]
+    outs = [("l2", [2, 3, 5]), ("l1", [2, 3, 5]), ("mvn", [2, 3, 5]), ("rms", [2, 3, 5]), ("tiled", [4, 3, 15]),
+            ("upper", [2, 3, 5]), ("lower", [2, 3, 5])]
+    return model(23, nodes, [("x", [2, 3, 5])], outs, inits), [x]
+
+
+@case
 def names_with_colons():
     nodes = [
         helper.make_node("Relu", ["input:0"], ["hidden"]),

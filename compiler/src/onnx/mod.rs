@@ -21,6 +21,7 @@
 //! passes `aoc_ir::verify::verify_module`; every op is located at the node
 //! it came from; errors name the op type, node and opset.
 
+mod activation;
 mod composite;
 mod constants;
 pub(crate) mod context;
@@ -201,6 +202,24 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("LogSoftmax", Handler::Fn(elementwise::softmax)),
     ("Identity", Handler::Fn(elementwise::identity)),
     ("Dropout", Handler::Fn(elementwise::dropout)),
+    // activations, predicates and normalizations without an op of their own
+    ("Softplus", Handler::Fn(activation::activation)),
+    ("Softsign", Handler::Fn(activation::activation)),
+    ("Elu", Handler::Fn(activation::activation)),
+    ("Celu", Handler::Fn(activation::activation)),
+    ("Selu", Handler::Fn(activation::activation)),
+    ("ThresholdedRelu", Handler::Fn(activation::activation)),
+    ("Mish", Handler::Fn(activation::activation)),
+    ("Swish", Handler::Fn(activation::activation)),
+    ("Shrink", Handler::Fn(activation::activation)),
+    ("Sign", Handler::Fn(activation::sign)),
+    ("IsNaN", Handler::Fn(activation::is_special)),
+    ("IsInf", Handler::Fn(activation::is_special)),
+    ("LpNormalization", Handler::Fn(activation::normalization)),
+    ("MeanVarianceNormalization", Handler::Fn(activation::normalization)),
+    ("RMSNormalization", Handler::Fn(activation::normalization)),
+    ("Trilu", Handler::Fn(activation::trilu)),
+    ("Tile", Handler::Fn(activation::tile)),
     // neural-network ops
     ("Conv", Handler::Fn(nn::conv)),
     ("ConvTranspose", Handler::Fn(nn::conv_transpose)),

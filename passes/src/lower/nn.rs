@@ -711,10 +711,15 @@ impl Lower<'_> {
         let (xb, perm) = match self.val(x)? {
             Val::Mem { buf, perm } if physical_run(&perm, &axes).is_some() => (buf, perm),
             _ => {
-                if physical_run(&identity(r), &axes).is_none() {
-                    return Ok(false);
-                }
-                (self.materialize(x, &identity(r))?, identity(r))
+                // In the IR's order, or, where the axes are apart there
+                // (MeanVarianceNormalization's [0, 2, 3]), copied with the
+                // kept axes first and the reduced ones last.
+                let order: Vec<usize> = if physical_run(&identity(r), &axes).is_some() {
+                    identity(r)
+                } else {
+                    (0..r).filter(|d| !axes.contains(d)).chain(axes.iter().copied()).collect()
+                };
+                (self.materialize(x, &order)?, order)
             }
         };
         let (p0, p1) = physical_run(&perm, &axes).ok_or("reduce: axes not contiguous")?;
