@@ -932,8 +932,8 @@ def grid_sample_volumetric():
 @case
 def activations_without_ops():
     # Activations and predicates the importer composes from other ops, on
-    # values out to ±100 (Softplus's exp(x) overflows there) and exact
-    # zeros (Sign, Shrink's bounds).
+    # values out to ±100 (Softplus's exp(x) overflows there), exact zeros
+    # (Sign, Shrink's bounds), and Round's ties (to even).
     nodes = [
         helper.make_node("Softplus", ["x"], ["softplus"]),
         helper.make_node("Softsign", ["x"], ["softsign"]),
@@ -946,10 +946,11 @@ def activations_without_ops():
         helper.make_node("Sign", ["x"], ["sign"]),
         helper.make_node("IsNaN", ["x"], ["isnan"]),
         helper.make_node("IsInf", ["x"], ["isinf"], detect_negative=0),
+        helper.make_node("Round", ["x"], ["round"]),
     ]
     x = rand(4, 16, scale=3.0)
-    x[0, :6] = [100.0, -100.0, 0.0, -0.0, 1.0, -1.0]
-    names = ["softplus", "softsign", "elu", "celu", "selu", "thresholded", "mish", "shrink", "sign"]
+    x[0, :10] = [100.0, -100.0, 0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5]
+    names = ["softplus", "softsign", "elu", "celu", "selu", "thresholded", "mish", "shrink", "sign", "round"]
     outs = [(y, [4, 16]) for y in names] + [(y, [4, 16], TensorProto.BOOL) for y in ["isnan", "isinf"]]
     return model(18, nodes, [("x", [4, 16])], outs), [x]
 

@@ -169,6 +169,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("Sigmoid", Handler::Op(Opcode::Sigmoid)),
     ("Floor", Handler::Op(Opcode::Floor)),
     ("Ceil", Handler::Op(Opcode::Ceil)),
+    ("Round", Handler::Op(Opcode::Round)),
     ("Relu", Handler::Op(Opcode::Relu)),
     ("HardSwish", Handler::Op(Opcode::HardSwish)),
     ("Gelu", Handler::OpWith(Opcode::Gelu, elementwise::gelu_attrs)),

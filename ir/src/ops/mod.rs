@@ -488,6 +488,14 @@ define_ops! {
         traits: [Pure, Elementwise],
         infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
     },
+    Round = "core.round" {
+        summary: "Round to the nearest integer, ties to even, elementwise.",
+        example: "%y = core.round %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        kind: OpKind::Unary(Unary::RoundEven),
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
     Relu = "core.relu" {
         summary: "Rectified linear unit `max(x, 0)`, elementwise.",
         example: "%y = core.relu %x : tensor<1x64x56x56xf32>",
