@@ -326,6 +326,16 @@ pub fn import_graph(model: &ModelProto, opts: &ImportOptions) -> R<Imported> {
     Ok(Imported { module, weights, warnings })
 }
 
+/// Integer attributes ONNX defines as flags. Another value is refused:
+/// ONNX Runtime reads some as `== 1` and aoc's handlers as `!= 0`, so
+/// accepting it would give a model two meanings.
+const FLAGS: &[&str] = &[
+    "allowzero", "antialias", "ceil_mode", "count_include_pad", "detect_negative", "detect_positive",
+    "exclude_outside", "exclusive", "fmod", "input_forget", "keepdims", "largest", "linear_before_reset",
+    "noop_with_empty_axes", "reverse", "saturate", "select_last_index", "sorted", "spatial", "training_mode",
+    "transA", "transB", "upper",
+];
+
 /// Imports one node into `cx`, reading its inputs from `env` and adding
 /// its outputs there. `used` holds the value names something reads.
 fn import_node(
@@ -404,6 +414,13 @@ fn import_node(
             "ONNX `{op_type}`: attribute `{}` (a graph or a function reference) is unsupported",
             a.name.as_deref().unwrap_or("")
         )));
+    }
+    if let Some((flag, v)) = node.attribute.iter().find_map(|a| {
+        let name = a.name.as_deref().unwrap_or("");
+        let v = a.i?;
+        (FLAGS.contains(&name) && v != 0 && v != 1).then_some((name, v))
+    }) {
+        return Err(cx.err(format!("ONNX `{op_type}`: attribute `{flag}` must be 0 or 1, found {v}")));
     }
     let n = Node {
         proto: node,

@@ -811,3 +811,27 @@ fn external_data_is_read_from_the_models_folder() {
     assert!(m.contains("`w`") && m.contains("external file"), "{m}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A flag attribute (`keepdims`, `ceil_mode`, ...) other than 0 or 1 is
+/// refused: ONNX Runtime reads `ceil_mode = -1` as floor and aoc read it as
+/// ceil, so the same model gave two answers (found by mutating models and
+/// comparing with ONNX Runtime).
+#[test]
+fn flag_attributes_must_be_zero_or_one() {
+    let pool = |attrs: Vec<AttributeProto>| GraphProto {
+        node: vec![node("MaxPool", "mp_1", &["x"], &["y"], attrs)],
+        input: vec![f32_input("x", &[1, 1, 8, 8])],
+        output: vec![f32_input("y", &[1, 1, 4, 4])],
+        ..Default::default()
+    };
+    let k = || ints_attr("kernel_shape", &[2, 2]);
+    let s = || ints_attr("strides", &[2, 2]);
+    for v in [-1, 2] {
+        let e = import_model(&model(17, pool(vec![k(), s(), int_attr("ceil_mode", v)])), &ImportOptions::default()).unwrap_err();
+        assert!(e.message.contains(&format!("attribute `ceil_mode` must be 0 or 1, found {v}")), "{}", e.message);
+        assert_eq!(e.loc.name.as_deref(), Some("mp_1"));
+    }
+    for v in [0, 1] {
+        import_model(&model(17, pool(vec![k(), s(), int_attr("ceil_mode", v)])), &ImportOptions::default()).unwrap();
+    }
+}
