@@ -10,7 +10,8 @@
 //! then the output's.
 //!
 //! Invariants: the table is `#[repr(C)]`, one 8-byte function pointer per
-//! entry in the order below (the scalar entries, then the `f32x4` ones), so
+//! entry in the order below (the scalar entries, then the `f32x4` ones, then
+//! scalar entries added later), so
 //! entry `i` lies at `8·i`; the runtime's test
 //! `jit_math_offsets_match_layout` checks every constant against the real
 //! layout. Changing an offset or the order changes the ABI of every
@@ -29,3 +30,7 @@ pub const MATH_LOG4_OFFSET: i32 = 56;
 pub const MATH_TANH4_OFFSET: i32 = 64;
 pub const MATH_ERF4_OFFSET: i32 = 72;
 pub const MATH_SIGMOID4_OFFSET: i32 = 80;
+/// Scalar entries added after the vector ones (so earlier offsets, and
+/// artifacts written before them, are unchanged).
+pub const MATH_SIN_OFFSET: i32 = 88;
+pub const MATH_COS_OFFSET: i32 = 96;

@@ -75,6 +75,8 @@ pub struct MathTable {
     pub tanh4: extern "C" fn(F32x4) -> F32x4,
     pub erf4: extern "C" fn(F32x4) -> F32x4,
     pub sigmoid4: extern "C" fn(F32x4) -> F32x4,
+    pub sin: extern "C" fn(f32) -> f32,
+    pub cos: extern "C" fn(f32) -> f32,
 }
 
 /// Byte offsets of the [`MathTable`] fields: part of the contract with the
@@ -83,7 +85,7 @@ pub struct MathTable {
 pub use aoc_plan::jit_abi::{
     MATH_ERF_OFFSET, MATH_ERF4_OFFSET, MATH_EXP_OFFSET, MATH_EXP4_OFFSET, MATH_LOG_OFFSET,
     MATH_LOG4_OFFSET, MATH_POW_OFFSET, MATH_SIGMOID_OFFSET, MATH_SIGMOID4_OFFSET, MATH_TANH_OFFSET,
-    MATH_TANH4_OFFSET,
+    MATH_TANH4_OFFSET, MATH_SIN_OFFSET, MATH_COS_OFFSET,
 };
 
 /// The table every kernel call gets.
@@ -99,6 +101,8 @@ pub static MATH: MathTable = MathTable {
     tanh4: math_tanh4,
     erf4: math_erf4,
     sigmoid4: math_sigmoid4,
+    sin: math_sin,
+    cos: math_cos,
 };
 
 /// Which instances of the math functions the entries run: detected on the
@@ -255,6 +259,17 @@ extern "C" fn math_pow(x: f32, y: f32) -> f32 {
     x.powf(y)
 }
 
+/// Sine and cosine in f64, rounded once: the reference's values (it also
+/// computes in f64), for every argument. Scalar: rotary and sinusoidal
+/// position tables are small, so no vector form.
+extern "C" fn math_sin(x: f32) -> f32 {
+    (x as f64).sin() as f32
+}
+
+extern "C" fn math_cos(x: f32) -> f32 {
+    (x as f64).cos() as f32
+}
+
 /// Terms of the Maclaurin series `erf(x) = x · Σ ERF_TAYLOR[n] · x^(2n)`,
 /// `ERF_TAYLOR[n] = 2/√π · (-1)^n / (n! (2n+1))`. 28 terms reach 1e-14
 /// relative at |x| = 2, where the largest term is about 1.5, so the
@@ -373,11 +388,13 @@ mod tests {
                 std::mem::offset_of!(MathTable, sigmoid4),
                 MATH_SIGMOID4_OFFSET,
             ),
+            (std::mem::offset_of!(MathTable, sin), MATH_SIN_OFFSET),
+            (std::mem::offset_of!(MathTable, cos), MATH_COS_OFFSET),
         ];
         for (i, (real, constant)) in fields.into_iter().enumerate() {
             assert_eq!(real, constant as usize, "field {i}");
         }
-        assert_eq!(std::mem::size_of::<MathTable>(), 88);
+        assert_eq!(std::mem::size_of::<MathTable>(), 104);
     }
 
     #[test]

@@ -77,6 +77,8 @@ def unary_ref(op, x):
             "trunc": np.trunc(x),
             "roundeven": np.rint(x),
             "relu": np.where(x < 0, 0.0, x),
+            "sin": np.sin(x),
+            "cos": np.cos(x),
         }[op]
 
 
@@ -132,12 +134,21 @@ def pointwise(path, sm):
     n = 4096
     x = special_f32(n, rng)
     for op in ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "erf", "tanh",
-               "sigmoid", "floor", "ceil", "trunc", "roundeven", "relu"]:
+               "sigmoid", "floor", "ceil", "trunc", "roundeven", "relu", "sin", "cos"]:
         out = cp.empty(n, dtype=cp.float32)
         launch_pw(mod, "un_" + op, [cp.asarray(x), out], n, True)
         ref = unary_ref(op, x)
         if op == "erf":
             compare_f32(f"{sm} un_erf", out.get(), ref, abs_tol=2.5e-7)
+        elif op in ("sin", "cos"):
+            # Within 1e-7 where the reduction keeps its bits (|x| below
+            # 1e6); beyond, only bounded; inf and NaN give NaN.
+            got = out.get()
+            near = np.abs(x) < 1e6
+            compare_f32(f"{sm} un_{op} (|x| < 1e6)", got[near], ref[near], abs_tol=3e-7)
+            far = ~near & np.isfinite(x)
+            check(f"{sm} un_{op} far arguments stay in [-1, 1]", bool(np.all(np.abs(got[far]) <= 1.0)))
+            check(f"{sm} un_{op} of inf and NaN is NaN", bool(np.all(np.isnan(got[~np.isfinite(x)]))))
         else:
             compare_f32(f"{sm} un_{op}", out.get(), ref, ulps=ULPS.get(op, 0))
     a = special_f32(n, rng)

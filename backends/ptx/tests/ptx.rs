@@ -161,7 +161,7 @@ fn empty() -> PointwiseKernel {
     )
 }
 
-const UNARY: [Unary; 15] = [
+const UNARY: [Unary; 17] = [
     Unary::Neg,
     Unary::Abs,
     Unary::Exp,
@@ -177,6 +177,8 @@ const UNARY: [Unary; 15] = [
     Unary::Trunc,
     Unary::RoundEven,
     Unary::Relu,
+    Unary::Sin,
+    Unary::Cos,
 ];
 
 const BINARY: [Binary; 10] = [

@@ -35,7 +35,7 @@
 use aoc_plan::jit_abi::{
     MATH_ERF_OFFSET, MATH_ERF4_OFFSET, MATH_EXP_OFFSET, MATH_EXP4_OFFSET, MATH_LOG_OFFSET,
     MATH_LOG4_OFFSET, MATH_POW_OFFSET, MATH_SIGMOID_OFFSET, MATH_SIGMOID4_OFFSET, MATH_TANH_OFFSET,
-    MATH_TANH4_OFFSET,
+    MATH_TANH4_OFFSET, MATH_SIN_OFFSET, MATH_COS_OFFSET,
 };
 use cranelift::codegen::Context;
 use cranelift::codegen::control::ControlPlane;
@@ -186,16 +186,20 @@ enum MathFn {
     Erf,
     Sigmoid,
     Pow,
+    Sin,
+    Cos,
 }
 
 impl MathFn {
-    const ALL: [MathFn; 6] = [
+    const ALL: [MathFn; 8] = [
         MathFn::Exp,
         MathFn::Log,
         MathFn::Tanh,
         MathFn::Erf,
         MathFn::Sigmoid,
         MathFn::Pow,
+        MathFn::Sin,
+        MathFn::Cos,
     ];
 
     /// Index into `Gen::scalar_fns` and `Gen::vector_fns`.
@@ -212,6 +216,8 @@ impl MathFn {
             MathFn::Erf => MATH_ERF_OFFSET,
             MathFn::Sigmoid => MATH_SIGMOID_OFFSET,
             MathFn::Pow => MATH_POW_OFFSET,
+            MathFn::Sin => MATH_SIN_OFFSET,
+            MathFn::Cos => MATH_COS_OFFSET,
         }
     }
 
@@ -223,7 +229,8 @@ impl MathFn {
             MathFn::Tanh => Some(MATH_TANH4_OFFSET),
             MathFn::Erf => Some(MATH_ERF4_OFFSET),
             MathFn::Sigmoid => Some(MATH_SIGMOID4_OFFSET),
-            MathFn::Pow => None,
+            // Scalar only: a vector kernel calls them lane by lane.
+            MathFn::Pow | MathFn::Sin | MathFn::Cos => None,
         }
     }
 
@@ -241,6 +248,8 @@ impl MathFn {
             Expr::Unary(Unary::Erf, _) => Some(MathFn::Erf),
             Expr::Unary(Unary::Sigmoid, _) => Some(MathFn::Sigmoid),
             Expr::Binary(Binary::Pow, _, _) => Some(MathFn::Pow),
+            Expr::Unary(Unary::Sin, _) => Some(MathFn::Sin),
+            Expr::Unary(Unary::Cos, _) => Some(MathFn::Cos),
             Expr::Load(_)
             | Expr::Const(_)
             | Expr::Int(_)
@@ -294,8 +303,8 @@ fn pointwise_function(
         out,
         live,
         used,
-        scalar_fns: [None; 6],
-        vector_fns: [None; 6],
+        scalar_fns: [None; MathFn::ALL.len()],
+        vector_fns: [None; MathFn::ALL.len()],
         sig_un: None,
         sig_bin: None,
         sig_vec: None,
@@ -322,8 +331,8 @@ struct Gen<'a, 'f> {
     used: Vec<bool>,
     /// Math table pointers, loaded once in the entry block (by
     /// `MathFn::slot`): the scalar entries and the `f32x4` entries.
-    scalar_fns: [Option<Value>; 6],
-    vector_fns: [Option<Value>; 6],
+    scalar_fns: [Option<Value>; MathFn::ALL.len()],
+    vector_fns: [Option<Value>; MathFn::ALL.len()],
     /// `f32 -> f32`, `(f32, f32) -> f32` and `f32x4 -> f32x4`.
     sig_un: Option<SigRef>,
     sig_bin: Option<SigRef>,
@@ -429,7 +438,7 @@ impl Gen<'_, '_> {
             s.returns.push(AbiParam::new(ty));
             s
         };
-        let loaded = |fns: &[Option<Value>; 6], binary: bool| {
+        let loaded = |fns: &[Option<Value>; MathFn::ALL.len()], binary: bool| {
             MathFn::ALL
                 .iter()
                 .any(|f| f.binary() == binary && fns[f.slot()].is_some())

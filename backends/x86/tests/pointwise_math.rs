@@ -23,12 +23,14 @@ fn rel_err(got: f32, want: f64) -> f64 {
 
 #[test]
 fn math_functions_match_f64_within_1e6() {
-    let unary: [(Unary, UnaryF64); 5] = [
+    let unary: [(Unary, UnaryF64); 7] = [
         (Unary::Exp, f64::exp),
         (Unary::Log, f64::ln),
         (Unary::Tanh, f64::tanh),
         (Unary::Erf, erf),
         (Unary::Sigmoid, |x| 1.0 / (1.0 + (-x).exp())),
+        (Unary::Sin, f64::sin),
+        (Unary::Cos, f64::cos),
     ];
     let dims = [2u64, 9];
     let n = 18;
@@ -150,7 +152,7 @@ fn vector_body_scalar_tail_and_scalar_loop_agree_bit_for_bit() {
         .flat_map(|q| [q[0], q[1], q[2], q[3], q[0], q[1], q[2]])
         .collect();
     let xd: Vec<f64> = xv.iter().map(|&x| x as f64).collect();
-    for op in [Unary::Exp, Unary::Log, Unary::Tanh, Unary::Erf, Unary::Sigmoid] {
+    for op in [Unary::Exp, Unary::Log, Unary::Tanh, Unary::Erf, Unary::Sigmoid, Unary::Sin, Unary::Cos] {
         let mut outs = Vec::new();
         for (dtype, data) in [(Scalar::F32, bytes(&xv)), (Scalar::F64, bytes(&xd))] {
             let mut k = kernel(&dims, &[(dtype, contiguous(&dims))], Scalar::F32);

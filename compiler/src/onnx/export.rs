@@ -264,6 +264,8 @@ impl Ex<'_> {
                     Unary::Ceil => "Ceil",
                     Unary::RoundEven => "Round",
                     Unary::Relu => "Relu",
+                    Unary::Sin => "Sin",
+                    Unary::Cos => "Cos",
                     Unary::Rsqrt => {
                         let s = self.node("Sqrt", x.clone(), &format!("{hint}.sqrt"), vec![]);
                         let y = self.node("Reciprocal", vec![s], &hint, vec![]);

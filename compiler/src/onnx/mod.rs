@@ -170,6 +170,8 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("Floor", Handler::Op(Opcode::Floor)),
     ("Ceil", Handler::Op(Opcode::Ceil)),
     ("Round", Handler::Op(Opcode::Round)),
+    ("Sin", Handler::Op(Opcode::Sin)),
+    ("Cos", Handler::Op(Opcode::Cos)),
     ("Relu", Handler::Op(Opcode::Relu)),
     ("HardSwish", Handler::Op(Opcode::HardSwish)),
     ("Gelu", Handler::OpWith(Opcode::Gelu, elementwise::gelu_attrs)),

@@ -40,6 +40,8 @@ pub enum Unary {
     RoundEven,
     /// `max(x, 0)`, NaN kept.
     Relu,
+    Sin,
+    Cos,
 }
 
 /// Two-operand scalar functions of pointwise code (numpy broadcasting at the
@@ -367,6 +369,8 @@ impl Unary {
             Unary::Trunc => x.trunc(),
             Unary::RoundEven => x.round_ties_even(),
             Unary::Relu => super::elementwise::fmax_nan(x, 0.0),
+            Unary::Sin => x.sin(),
+            Unary::Cos => x.cos(),
         }
     }
 
@@ -385,7 +389,9 @@ impl Unary {
             | Unary::Reciprocal
             | Unary::Erf
             | Unary::Tanh
-            | Unary::Sigmoid => None,
+            | Unary::Sigmoid
+            | Unary::Sin
+            | Unary::Cos => None,
         }
     }
 }
@@ -458,7 +464,7 @@ mod tests {
         let all = [
             Unary::Neg, Unary::Abs, Unary::Exp, Unary::Log, Unary::Sqrt, Unary::Rsqrt,
             Unary::Reciprocal, Unary::Erf, Unary::Tanh, Unary::Sigmoid, Unary::Floor,
-            Unary::Ceil, Unary::Trunc, Unary::RoundEven, Unary::Relu,
+            Unary::Ceil, Unary::Trunc, Unary::RoundEven, Unary::Relu, Unary::Sin, Unary::Cos,
         ];
         for u in all {
             for x in [-3i64, -1, 0, 2, 7] {

@@ -488,6 +488,22 @@ define_ops! {
         traits: [Pure, Elementwise],
         infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
     },
+    Sin = "core.sin" {
+        summary: "Sine (radians), elementwise.",
+        example: "%y = core.sin %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        kind: OpKind::Unary(Unary::Sin),
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
+    Cos = "core.cos" {
+        summary: "Cosine (radians), elementwise.",
+        example: "%y = core.cos %x : tensor<4xf32>",
+        format: Generic, operands: [x: One], results: [y], attrs: [],
+        kind: OpKind::Unary(Unary::Cos),
+        traits: [Pure, Elementwise],
+        infer: elementwise::infer_float_unary, eval: elementwise::eval_unary,
+    },
     Round = "core.round" {
         summary: "Round to the nearest integer, ties to even, elementwise.",
         example: "%y = core.round %x : tensor<4xf32>",

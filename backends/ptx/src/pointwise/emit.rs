@@ -439,6 +439,8 @@ impl Gen<'_> {
             Unary::Log => self.math(MathFn::Log, &[x]),
             Unary::Tanh => self.math(MathFn::Tanh, &[x]),
             Unary::Erf => self.math(MathFn::Erf, &[x]),
+            Unary::Sin => self.math(MathFn::Sin, &[x]),
+            Unary::Cos => self.math(MathFn::Cos, &[x]),
             Unary::Sigmoid => {
                 // 1/(1 + e^-x) for x >= 0 and e^x/(1 + e^x) below, so that
                 // e^-|x| never overflows and tiny results keep their

@@ -1,5 +1,6 @@
 //! f32 math for GPU kernels, as internal LLVM IR helper functions
-//! (`@aoc.exp`, `@aoc.log`, `@aoc.tanh`, `@aoc.erf`, `@aoc.pow`) that the
+//! (`@aoc.exp`, `@aoc.log`, `@aoc.tanh`, `@aoc.erf`, `@aoc.pow`, `@aoc.sin`,
+//! `@aoc.cos`) that the
 //! optimizer inlines. No libdevice: each is built from exact arithmetic,
 //! `fma` and the hardware `ex2.approx` (relative error about 2^-22).
 //!
@@ -24,6 +25,9 @@
 //!   `pow(-1, ±inf) = 1`, negative finite base with non-integer exponent is
 //!   NaN, signed zeros and infinite bases as in C);
 //!   relative error grows with `|b·log a|` (about 1e-5 at 88).
+//! - `sin`, `cos`: Cody–Waite reduction by π/2 in three parts, then the
+//!   quadrant's polynomial (see `trig_text`): a few ulp for `|x|` below
+//!   about 1e5.
 //!
 //! NaN in gives NaN out for every function (except the `pow` cases C fixes
 //! to 1).
@@ -42,6 +46,8 @@ pub(crate) enum MathFn {
     Tanh,
     Erf,
     Pow,
+    Sin,
+    Cos,
 }
 
 impl MathFn {
@@ -53,13 +59,15 @@ impl MathFn {
             MathFn::Tanh => "@aoc.tanh",
             MathFn::Erf => "@aoc.erf",
             MathFn::Pow => "@aoc.pow",
+            MathFn::Sin => "@aoc.sin",
+            MathFn::Cos => "@aoc.cos",
         }
     }
 
     /// The helpers this one calls.
     fn needs(self) -> &'static [MathFn] {
         match self {
-            MathFn::Exp | MathFn::Log => &[],
+            MathFn::Exp | MathFn::Log | MathFn::Sin | MathFn::Cos => &[],
             MathFn::Erf => &[],
             MathFn::Tanh => &[MathFn::Exp],
             MathFn::Pow => &[MathFn::Exp, MathFn::Log],
@@ -113,6 +121,17 @@ pub(crate) fn define(m: &mut ModuleText, f: MathFn) {
                 "declare float @llvm.floor.f32(float)",
             ],
             pow_text(),
+        ),
+        MathFn::Sin | MathFn::Cos => (
+            &[
+                "declare float @llvm.fabs.f32(float)",
+                "declare float @llvm.floor.f32(float)",
+                "declare float @llvm.roundeven.f32(float)",
+                "declare float @llvm.fma.f32(float, float, float)",
+                "declare float @llvm.maxnum.f32(float, float)",
+                "declare float @llvm.minnum.f32(float, float)",
+            ],
+            trig_text(f),
         ),
     };
     for d in decls {
@@ -241,6 +260,75 @@ fn log_text() -> String {
             ("INF", f32::INFINITY),
             ("NINF", f32::NEG_INFINITY),
             ("NAN", f32::NAN),
+        ],
+    )
+}
+
+/// `sin` (quarter turns 0) or `cos` (quarter turns 1, as `sin(x + π/2)`).
+/// `x = j·π/2 + r` with π/2 in three parts by `fma` (Cody–Waite), `|r| ≤
+/// π/4`; the quadrant `(j + turns) mod 4` picks `±sin r` or `±cos r`, each
+/// a polynomial (Cephes' `sinf`/`cosf` coefficients, about 1e-7 on the
+/// interval). Within 1e-7 of the exact value while `|x|` is below about
+/// 1e6 (position tables stay far below); beyond, the reduction loses bits
+/// and the result is only clamped to [−1, 1]. `±inf` and NaN give NaN.
+fn trig_text(f: MathFn) -> String {
+    let (name, turns) = if f == MathFn::Sin { ("sin", 0) } else { ("cos", 1) };
+    let text = format!(
+        r#"define internal float @aoc.{name}(float %x) alwaysinline {{
+  %t = fmul float %x, $TWOOVERPI
+  %j = call float @llvm.roundeven.f32(float %t)
+  %nj = fneg float %j
+  %r1 = call float @llvm.fma.f32(float %nj, float $P1, float %x)
+  %r2 = call float @llvm.fma.f32(float %nj, float $P2, float %r1)
+  %r = call float @llvm.fma.f32(float %nj, float $P3, float %r2)
+  %z = fmul float %r, %r
+  %s3 = call float @llvm.fma.f32(float %z, float $S3, float $S2)
+  %s2 = call float @llvm.fma.f32(float %z, float %s3, float $S1)
+  %s1 = fmul float %z, %s2
+  %sin = call float @llvm.fma.f32(float %r, float %s1, float %r)
+  %c3 = call float @llvm.fma.f32(float %z, float $C3, float $C2)
+  %c2 = call float @llvm.fma.f32(float %z, float %c3, float $C1)
+  %z2 = fmul float %z, %z
+  %c1 = fmul float %z2, %c2
+  %half = fmul float %z, 0.5
+  %c0 = fsub float 1.0, %half
+  %cos = fadd float %c0, %c1
+  %jq = fmul float %j, 0.25
+  %jf = call float @llvm.floor.f32(float %jq)
+  %jm = call float @llvm.fma.f32(float %jf, float -4.0, float %j)
+  %ok = fcmp ord float %jm, 0.0
+  %jsafe = select i1 %ok, float %jm, float 0.0
+  %q0 = fptosi float %jsafe to i32
+  %q1 = add i32 %q0, {turns}
+  %q = and i32 %q1, 3
+  %odd = and i32 %q, 1
+  %useco = icmp ne i32 %odd, 0
+  %v = select i1 %useco, float %cos, float %sin
+  %neg = icmp uge i32 %q, 2
+  %nv = fneg float %v
+  %sv = select i1 %neg, float %nv, float %v
+  %lo = call float @llvm.maxnum.f32(float %sv, float -1.0)
+  %b = call float @llvm.minnum.f32(float %lo, float 1.0)
+  %ax = call float @llvm.fabs.f32(float %x)
+  %fin = fcmp olt float %ax, 0x7FF0000000000000
+  %res = select i1 %fin, float %b, float 0x7FF8000000000000
+  ret float %res
+}}
+"#
+    );
+    with_consts(
+        &text,
+        &[
+            ("TWOOVERPI", std::f32::consts::FRAC_2_PI),
+            ("P1", 1.570_796_370_506_286_6),
+            ("P2", -4.371_138_828_673_793e-8),
+            ("P3", -1.715_124_510_005_881_9e-15),
+            ("S1", -1.666_665_461_1e-1),
+            ("S2", 8.332_160_873_6e-3),
+            ("S3", -1.951_529_589_1e-4),
+            ("C1", 4.166_664_568_298_827e-2),
+            ("C2", -1.388_731_625_493_765e-3),
+            ("C3", 2.443_315_711_809_948e-5),
         ],
     )
 }

@@ -425,6 +425,8 @@ impl Gen<'_, '_> {
             Unary::Tanh => self.call(MathFn::Tanh, &[x]),
             Unary::Erf => self.call(MathFn::Erf, &[x]),
             Unary::Sigmoid => self.call(MathFn::Sigmoid, &[x]),
+            Unary::Sin => self.call(MathFn::Sin, &[x]),
+            Unary::Cos => self.call(MathFn::Cos, &[x]),
             Unary::Floor | Unary::Ceil | Unary::Trunc | Unary::RoundEven => self.round(ty, op, x),
             Unary::Relu => {
                 // NaN and -0.0 pass through, as max(x, 0) in the reference.

@@ -261,6 +261,8 @@ impl<'c, 'a, 'w> Ex<'c, 'a, 'w> {
             Unary::Floor => "tosa.floor",
             Unary::Ceil => "tosa.ceil",
             Unary::RoundEven => "math.roundeven",
+            Unary::Sin => "tosa.sin",
+            Unary::Cos => "tosa.cos",
         };
         self.unary(name, x, loc)
     }

@@ -404,6 +404,8 @@ impl<'x, 'o> Imp<'x, 'o> {
             "tosa.reciprocal" => self.un(op, Opcode::Reciprocal),
             "tosa.erf" | "math.erf" => self.un(op, Opcode::Erf),
             "tosa.tanh" | "math.tanh" => self.un(op, Opcode::Tanh),
+            "tosa.sin" | "math.sin" => self.un(op, Opcode::Sin),
+            "tosa.cos" | "math.cos" => self.un(op, Opcode::Cos),
             "tosa.sigmoid" => self.un(op, Opcode::Sigmoid),
             "tosa.floor" | "math.floor" => self.un(op, Opcode::Floor),
             "tosa.ceil" | "math.ceil" => self.un(op, Opcode::Ceil),
