@@ -979,6 +979,22 @@ def normalizations_tile_trilu():
 
 
 @case
+def attention_op():
+    # Opset 23's Attention: 3-D inputs with grouped heads and a causal mask,
+    # and 4-D inputs with a past cache, a float mask and a softcap.
+    nodes = [
+        helper.make_node("Attention", ["q3", "k3", "v3"], ["y3"], is_causal=1, q_num_heads=4, kv_num_heads=2),
+        helper.make_node("Attention", ["q4", "k4", "v4", "mask", "pk", "pv"], ["y4", "present_k", "present_v"],
+                         softcap=3.0, scale=0.3),
+    ]
+    inits = [init("mask", rand(1, 2, 3, 7)), init("pk", rand(1, 2, 4, 8)), init("pv", rand(1, 2, 4, 6))]
+    inputs = [("q3", [2, 5, 32]), ("k3", [2, 5, 16]), ("v3", [2, 5, 16]),
+              ("q4", [1, 2, 3, 8]), ("k4", [1, 2, 3, 8]), ("v4", [1, 2, 3, 6])]
+    outs = [("y3", [2, 5, 32]), ("y4", [1, 2, 3, 6]), ("present_k", [1, 2, 7, 8]), ("present_v", [1, 2, 7, 6])]
+    return model(23, nodes, inputs, outs, inits), [rand(*shape) for _, shape in inputs]
+
+
+@case
 def names_with_colons():
     nodes = [
         helper.make_node("Relu", ["input:0"], ["hidden"]),

@@ -22,6 +22,7 @@
 //! it came from; errors name the op type, node and opset.
 
 mod activation;
+mod attention;
 mod composite;
 mod constants;
 pub(crate) mod context;
@@ -223,6 +224,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("RMSNormalization", Handler::Fn(activation::normalization)),
     ("Trilu", Handler::Fn(activation::trilu)),
     ("Tile", Handler::Fn(activation::tile)),
+    ("Attention", Handler::Fn(attention::attention)),
     // neural-network ops
     ("Conv", Handler::Fn(nn::conv)),
     ("ConvTranspose", Handler::Fn(nn::conv_transpose)),
