@@ -995,6 +995,22 @@ def attention_op():
 
 
 @case
+def gather_nd():
+    # GatherND with run-time indices (negative ones count from the end):
+    # pairs of coordinates into a 3-D tensor, and one coordinate per batch
+    # row with batch_dims 1.
+    nodes = [
+        helper.make_node("GatherND", ["x", "i2"], ["rows"]),
+        helper.make_node("GatherND", ["x", "i1"], ["batched"], batch_dims=1),
+    ]
+    i2 = np.array([[[0, 1], [2, -1]], [[-3, 0], [1, 2]]], dtype=np.int64)
+    i1 = np.array([[[2], [0]], [[-1], [1]], [[0], [0]]], dtype=np.int64)
+    inputs = [("x", [3, 3, 4]), ("i2", [2, 2, 2], TensorProto.INT64), ("i1", [3, 2, 1], TensorProto.INT64)]
+    outs = [("rows", [2, 2, 4]), ("batched", [3, 2, 4])]
+    return model(13, nodes, inputs, outs), [rand(3, 3, 4), i2, i1]
+
+
+@case
 def names_with_colons():
     nodes = [
         helper.make_node("Relu", ["input:0"], ["hidden"]),

@@ -10,7 +10,8 @@
 //!   `select_last_index`, the greatest) index where it occurs.
 //! - `OneHot`: rows of a constant one-hot table gathered by the indices.
 //! - `GatherElements`: each index turned into a flat element offset by
-//!   integer pointwise ops, then one `core.gather` on the flattened data.
+//!   integer pointwise ops, then one `core.gather` on the flattened data;
+//!   `GatherND` likewise, each index tuple a flat row.
 //! - `TopK` (float, constant `k` up to [`TOPK_MAX_K`]): `k` rounds of the
 //!   extreme value, its least index (ties: lower index first, as ONNX
 //!   Runtime), and that element masked out with an infinity.
@@ -383,6 +384,71 @@ pub fn gather_elements(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let total: usize = ds.iter().product();
     let flat = cx.op1(Opcode::Where, &[bad, int_scalar(total as i64), flat], Attrs::new())?;
     let data = cx.reshape(&data, &[total])?;
+    Ok(vec![cx.op1(Opcode::Gather, &[data, flat], Attrs::new().with("axis", Attr::Int(0)))?])
+}
+
+/// `GatherND`: the last axis of `indices` holds `last` coordinates into
+/// `data` (after `batch_dims` shared batch axes). Each coordinate is
+/// normalized (negative from the end; one outside its axis becomes the
+/// offset one past the end, a run-time error of the gather) and scaled by
+/// its stride; with the batch offset of its position that is one flat row
+/// of `data` viewed as `[rows] + data.shape[batch_dims + last..]`, and one
+/// `core.gather` reads the rows.
+pub fn gather_nd(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let data = cx.need(n, 0)?.clone();
+    let idx = cx.need(n, 1)?.clone();
+    let (ds, is) = (cx.shape(&data), cx.shape(&idx));
+    let b = usize::try_from(n.int("batch_dims", 0)).map_err(|_| cx.bad("`batch_dims` must not be negative"))?;
+    let Some(&last) = is.last() else {
+        return Err(cx.bad("indices must have rank 1 or more"));
+    };
+    if b >= is.len() || b + last > ds.len() || is[..b] != ds[..b] {
+        return Err(cx.bad(format!(
+            "indices {is:?} do not fit data {ds:?} with batch_dims {b} (at most {} coordinates, equal batch dimensions)",
+            ds.len().saturating_sub(b)
+        )));
+    }
+    let idx = as_i64_indices(cx, idx)?;
+    let lead = &is[..is.len() - 1];
+    let used = b + last;
+    let mut strides = vec![1i64; used];
+    for d in (0..used.saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * ds[d + 1] as i64;
+    }
+    let rows: usize = ds[..used].iter().product();
+    // The batch coordinates' offset of every position, known at import.
+    let count: usize = lead.iter().product();
+    let base: Vec<i64> = (0..count)
+        .map(|mut k| {
+            let mut off = 0;
+            for d in (0..lead.len()).rev() {
+                let c = (k % lead[d]) as i64;
+                k /= lead[d];
+                if d < b {
+                    off += c * strides[d];
+                }
+            }
+            off
+        })
+        .collect();
+    let mut flat = int_tensor(lead.to_vec(), base);
+    let mut bad = bool_scalar(false);
+    let q = is.len() as i64;
+    for k in 0..last {
+        let attrs = Attrs::new()
+            .with("starts", Attr::Ints(vec![k as i64]))
+            .with("ends", Attr::Ints(vec![k as i64 + 1]))
+            .with("axes", Attr::Ints(vec![q - 1]));
+        let c = cx.op1(Opcode::Slice, std::slice::from_ref(&idx), attrs)?;
+        let c = cx.reshape(&c, lead)?;
+        let (fixed, out) = normalized_index(cx, &c, ds[b + k] as i64)?;
+        let scaled = cx.binary(Opcode::Mul, &fixed, &int_scalar(strides[b + k]))?;
+        flat = cx.binary(Opcode::Add, &flat, &scaled)?;
+        bad = cx.op1(Opcode::Where, &[out, bool_scalar(true), bad], Attrs::new())?;
+    }
+    let flat = cx.op1(Opcode::Where, &[bad, int_scalar(rows as i64), flat], Attrs::new())?;
+    let view: Vec<usize> = std::iter::once(rows).chain(ds[used..].iter().copied()).collect();
+    let data = cx.reshape(&data, &view)?;
     Ok(vec![cx.op1(Opcode::Gather, &[data, flat], Attrs::new().with("axis", Attr::Int(0)))?])
 }
 

@@ -256,6 +256,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("ArgMin", Handler::Fn(composite::arg_extreme)),
     ("OneHot", Handler::Fn(composite::one_hot)),
     ("GatherElements", Handler::Fn(composite::gather_elements)),
+    ("GatherND", Handler::Fn(composite::gather_nd)),
     ("ScatterElements", Handler::Fn(composite::scatter_elements)),
     ("Scatter", Handler::Fn(composite::scatter_elements)),
     ("ScatterND", Handler::Fn(composite::scatter_nd)),
