@@ -949,10 +949,12 @@ def activations_without_ops():
         helper.make_node("Round", ["x"], ["round"]),
         helper.make_node("Sin", ["x"], ["sin"]),
         helper.make_node("Cos", ["x"], ["cos"]),
+        helper.make_node("Hardmax", ["x"], ["hardmax"]),
     ]
     x = rand(4, 16, scale=3.0)
     x[0, :10] = [100.0, -100.0, 0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5]
-    names = ["softplus", "softsign", "elu", "celu", "selu", "thresholded", "mish", "shrink", "sign", "round", "sin", "cos"]
+    x[1, 3] = x[1, 7] = 50.0  # a tie: Hardmax marks the first
+    names = ["softplus", "softsign", "elu", "celu", "selu", "thresholded", "mish", "shrink", "sign", "round", "sin", "cos", "hardmax"]
     outs = [(y, [4, 16]) for y in names] + [(y, [4, 16], TensorProto.BOOL) for y in ["isnan", "isinf"]]
     return model(18, nodes, [("x", [4, 16])], outs), [x]
 

@@ -23,6 +23,9 @@
 //! - `Trilu`: `where(mask, x, 0)` with a constant triangle for constant `k`.
 //! - `Tile`: reshape to `[1, d0, 1, d1, …]`, expand to `[r0, d0, r1, d1,
 //!   …]`, reshape to `[r0·d0, r1·d1, …]`.
+//! - `Hardmax`: 1 at the first maximum along the axis: the least position
+//!   (a constant ramp along the axis) where `x` equals its maximum, then
+//!   `ramp == that position`.
 
 use super::context::{Cx, Node, R, V};
 use super::elementwise::scalar_like;
@@ -296,4 +299,37 @@ pub fn tile(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let s = cx.reshape(&x, &spread)?;
     let e = cx.op1(Opcode::Expand, &[s], Attrs::new().with("shape", Attr::Ints(wide)))?;
     Ok(vec![cx.reshape(&e, &out)?])
+}
+
+/// `Hardmax` (opset 13: along `axis`, default −1; before, over the
+/// flattened trailing axes from `axis`, default 1).
+pub fn hardmax(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
+    let x = cx.float_input(n)?;
+    let shape = cx.shape(&x);
+    let rank = shape.len();
+    let (x, axis) = if cx.opset >= 13 {
+        let axis = normalize_axis(n.int("axis", -1), rank.max(1)).map_err(|m| cx.bad(m))?;
+        (x, axis)
+    } else {
+        let axis = normalize_axis(n.int("axis", 1), rank.max(1)).map_err(|m| cx.bad(m))?;
+        let rows: usize = shape[..axis].iter().product();
+        let cols: usize = shape[axis..].iter().product();
+        (cx.reshape(&x, &[rows, cols])?, 1)
+    };
+    let xs = cx.shape(&x);
+    let mut ramp_shape = vec![1; xs.len()];
+    ramp_shape[axis] = xs[axis];
+    let ramp = V::konst(Tensor::from_f64(
+        TensorType::new(ramp_shape, cx.ty(&x).elem),
+        (0..xs[axis]).map(|i| i as f64).collect(),
+    ));
+    let top = cx.reduce_keep(Opcode::ReduceMax, &x, &[axis])?;
+    let at_top = cx.bin(Opcode::Equal, &x, &top)?;
+    let inf = scalar_like(cx, &x, f64::INFINITY);
+    let cand = cx.select(&at_top, &ramp, &inf)?;
+    let first = cx.reduce_keep(Opcode::ReduceMin, &cand, &[axis])?;
+    let hit = cx.bin(Opcode::Equal, &ramp, &first)?;
+    let (one, zero) = (scalar_like(cx, &x, 1.0), scalar_like(cx, &x, 0.0));
+    let y = cx.select(&hit, &one, &zero)?;
+    Ok(vec![if xs == shape { y } else { cx.reshape(&y, &shape)? }])
 }

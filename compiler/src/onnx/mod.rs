@@ -224,6 +224,7 @@ const HANDLERS: &[(&str, Handler)] = &[
     ("RMSNormalization", Handler::Fn(activation::normalization)),
     ("Trilu", Handler::Fn(activation::trilu)),
     ("Tile", Handler::Fn(activation::tile)),
+    ("Hardmax", Handler::Fn(activation::hardmax)),
     ("Attention", Handler::Fn(attention::attention)),
     // neural-network ops
     ("Conv", Handler::Fn(nn::conv)),
