@@ -209,4 +209,7 @@ a = rng.integers(-100000, 100000, size=40).astype(np.int32)
 b = rng.integers(-1000, 1000, size=40).astype(np.int32)
 a[:4], b[:4] = [3, -3, 16, -16], [5, 5, 1, 1]  # rounding: 15/32 -> 0, -15/32 -> 0, ties 16/32 -> 1 and -16/32 -> 0
 case("mul_shift", [a, b], ((a.astype(np.int64) * b + (1 << 4)) >> 5).astype(np.int32), OWN)
+# Appended last, so the cases above keep their random numbers.
+x = f32(13, 21, 3, lo=-7.0, hi=7.0)
+case("cos", [x], np.cos(x.astype(np.float64)).astype(np.float32))
 print("wrote", HERE, OWN)
