@@ -16,8 +16,8 @@
 //! - `IsNaN`: `x ≠ x`; `IsInf`: `x == ±inf`, for the signs it detects.
 //! - `LpNormalization`: `x / ‖x‖_p` along the axis (p 1 or 2); where the
 //!   norm is zero, by 1 (zeros, as ONNX Runtime gives).
-//! - `MeanVarianceNormalization`: `(x − E[x]) / (√(E[x²] − E[x]²) + 1e-9)`
-//!   over the axes, as its body.
+//! - `MeanVarianceNormalization`: `(x − E[x]) / (√E[(x − E[x])²] + 1e-9)`
+//!   over the axes (its body's `E[x²] − E[x]²` can round below zero).
 //! - `RMSNormalization`: `x / √(E[x²] + ε) · scale` over the axes from
 //!   `axis` on.
 //! - `Trilu`: `where(mask, x, 0)` with a constant triangle for constant `k`.
@@ -231,14 +231,15 @@ pub fn normalization(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         }
         "MeanVarianceNormalization" => {
             let axes = cx.axes_of(&n.ints("axes").unwrap_or_else(|| vec![0, 2, 3]), rank)?;
+            // The variance as the mean square of the centered values: the
+            // function body's E[x²] − E[x]² is the same number but can round
+            // below zero (NaN after the root) where the spread is tiny.
             let mean = cx.reduce_keep(Opcode::ReduceMean, &x, &axes)?;
-            let sq = cx.bin(Opcode::Mul, &x, &x)?;
-            let mean_sq = cx.reduce_keep(Opcode::ReduceMean, &sq, &axes)?;
-            let sq_mean = cx.bin(Opcode::Mul, &mean, &mean)?;
-            let var = cx.bin(Opcode::Sub, &mean_sq, &sq_mean)?;
+            let centered = cx.bin(Opcode::Sub, &x, &mean)?;
+            let sq = cx.bin(Opcode::Mul, &centered, &centered)?;
+            let var = cx.reduce_keep(Opcode::ReduceMean, &sq, &axes)?;
             let std = cx.un(Opcode::Sqrt, &var)?;
             let den = cx.with_scalar(Opcode::Add, &std, 1e-9)?;
-            let centered = cx.bin(Opcode::Sub, &x, &mean)?;
             cx.bin(Opcode::Div, &centered, &den)?
         }
         _ => {
