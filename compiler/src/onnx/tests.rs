@@ -835,3 +835,23 @@ fn flag_attributes_must_be_zero_or_one() {
         import_model(&model(17, pool(vec![k(), s(), int_attr("ceil_mode", v)])), &ImportOptions::default()).unwrap();
     }
 }
+
+/// MeanVarianceNormalization of two neighbouring f32 values: the function
+/// body's `E[x²] − E[x]²` rounds to −9.5e-7 here, so its root was NaN; the
+/// centered form stays finite (the f32 mean rounds onto one of the two, so
+/// the pair is not exactly ∓1).
+#[test]
+fn mean_variance_normalization_of_a_tiny_spread_is_finite() {
+    let (a, b) = (2.626_540_4f32, 2.626_540_7f32);
+    let g = GraphProto {
+        node: vec![node("MeanVarianceNormalization", "mvn", &["x"], &["y"], vec![ints_attr("axes", &[0])])],
+        input: vec![f32_input("x", &[2, 1])],
+        output: vec![f32_input("y", &[2, 1])],
+        ..Default::default()
+    };
+    let m = import_model(&model(13, g), &ImportOptions::default()).unwrap();
+    let x = Tensor::from_f64(TensorType::new(vec![2, 1], Scalar::F32), vec![a as f64, b as f64]);
+    let y = run(&m, vec![x]).remove(0).to_f64();
+    assert!(y.iter().all(|v| v.is_finite()), "{y:?}");
+    assert!(y[0] < 0.0 && y.iter().all(|v| v.abs() <= 1.5), "{y:?}");
+}
