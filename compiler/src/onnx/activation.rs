@@ -28,25 +28,16 @@
 //!   `ramp == that position`.
 
 use super::context::{Cx, Node, R, V};
-use super::elementwise::scalar_like;
+use super::elementwise::{bool_const, scalar_like};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::normalize_axis;
 use aoc_ir::{Opcode, Scalar, Tensor, TensorType};
 
 impl Cx<'_> {
-    fn un(&mut self, opcode: Opcode, x: &V) -> R<V> {
-        self.op1(opcode, std::slice::from_ref(x), Attrs::new())
-    }
-    fn bin(&mut self, opcode: Opcode, a: &V, b: &V) -> R<V> {
-        self.op1(opcode, &[a.clone(), b.clone()], Attrs::new())
-    }
     /// `opcode(x, c)` with `c` a scalar of `x`'s element type.
     fn with_scalar(&mut self, opcode: Opcode, x: &V, c: f64) -> R<V> {
         let c = scalar_like(self, x, c);
         self.bin(opcode, x, &c)
-    }
-    fn select(&mut self, cond: &V, a: &V, b: &V) -> R<V> {
-        self.op1(Opcode::Where, &[cond.clone(), a.clone(), b.clone()], Attrs::new())
     }
     fn float_input(&self, n: &Node) -> R<V> {
         let x = self.need(n, 0)?.clone();
@@ -75,13 +66,6 @@ impl Cx<'_> {
         let em1 = self.with_scalar(Opcode::Sub, &e, 1.0)?;
         let tail = self.with_scalar(Opcode::Mul, &em1, alpha)?;
         self.bin(Opcode::Add, &pos, &tail)
-    }
-    /// `reduce(x)` over `axes`, kept as size-1 dimensions.
-    fn reduce_keep(&mut self, opcode: Opcode, x: &V, axes: &[usize]) -> R<V> {
-        let attrs = Attrs::new()
-            .with("axes", Attr::Ints(axes.iter().map(|&a| a as i64).collect()))
-            .with("keepdims", Attr::Bool(true));
-        self.op1(opcode, std::slice::from_ref(x), attrs)
     }
     fn axes_of(&self, axes: &[i64], rank: usize) -> R<Vec<usize>> {
         let mut v = axes
@@ -177,8 +161,7 @@ pub fn is_special(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let x = cx.float_input(n)?;
     let y = if n.op_type == "IsNaN" {
         let eq = cx.bin(Opcode::Equal, &x, &x)?;
-        let f = V::konst(Tensor::from_i64(TensorType::new(vec![], Scalar::I1), vec![0]));
-        cx.bin(Opcode::Equal, &eq, &f)?
+        cx.bin(Opcode::Equal, &eq, &bool_const(false))?
     } else {
         let (pos, neg) = (n.int("detect_positive", 1) != 0, n.int("detect_negative", 1) != 0);
         let inf = scalar_like(cx, &x, f64::INFINITY);

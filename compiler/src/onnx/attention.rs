@@ -1,5 +1,5 @@
 //! ONNX `Attention` (opset 23) as the composition its definition gives:
-//! `softmax(softcap(Q·Kᵀ·scale + bias))·V`. The optimizer then fuses the
+//! `softmax(softcap(Q·Kᵀ·scale) + bias)·V`. The optimizer then fuses the
 //! products, the softmax and the mask into `core.attention` where the
 //! target has a kernel for it, as for an exported model written out by
 //! hand.
@@ -12,15 +12,19 @@
 //! - Grouped heads (fewer K/V heads than Q heads) repeat each K/V head for
 //!   its group of Q heads.
 //! - The bias is the sum of `attn_mask` (boolean: false is −inf; float:
-//!   added) and, with `is_causal`, −inf above the diagonal aligned to the
-//!   upper left (query `i` sees keys `j ≤ i`).
-//! - `softcap > 0` maps the biased scores `s` to `softcap·tanh(s/softcap)`.
-//! - The fourth output is the scores after the step `qk_matmul_output_mode`
-//!   names (0 the product, 1 with the bias, 2 after the softcap, 3 after
-//!   the softmax).
+//!   added; a mask shorter than the key sequence is padded with −inf), and
+//!   −inf outside the causal triangle (`is_causal`) and the sliding window
+//!   (`left_window_size`, `right_window_size`), both aligned after the past
+//!   keys: query `i` sits at key position `past + i`, as ONNX's reference.
+//! - `softcap > 0` maps the scaled product `s` to `softcap·tanh(s/softcap)`
+//!   before the bias, so masked scores stay −inf.
+//! - A row the bias masks entirely gives zeros, not the softmax's NaN.
+//! - The fourth output follows ONNX's reference for
+//!   `qk_matmul_output_mode`: 0 and 1 the (softcapped) product, 2 with the
+//!   bias, 3 after the softmax.
 //!
-//! Refused: `nonpad_kv_seqlen` (opset 24), and a mask whose last dimension
-//! is not the whole key sequence.
+//! Refused: `nonpad_kv_seqlen` (opset 24), and a mask longer than the key
+//! sequence.
 
 use super::context::{Cx, Node, R, V};
 use super::elementwise::scalar_like;
@@ -28,12 +32,6 @@ use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::{Opcode, Tensor, TensorType};
 
 impl Cx<'_> {
-    fn perm(&mut self, v: &V, perm: &[i64]) -> R<V> {
-        self.op1(Opcode::Transpose, std::slice::from_ref(v), Attrs::new().with("perm", Attr::Ints(perm.to_vec())))
-    }
-    fn two(&mut self, opcode: Opcode, a: &V, b: &V) -> R<V> {
-        self.op1(opcode, &[a.clone(), b.clone()], Attrs::new())
-    }
     /// A 3-D `[b, s, heads·d]` input as 4-D `[b, heads, s, d]`.
     fn split_heads(&mut self, v: &V, heads: i64, what: &str) -> R<V> {
         let s = self.shape(v);
@@ -42,7 +40,7 @@ impl Cx<'_> {
         }
         let h = heads as usize;
         let r = self.reshape(v, &[s[0], s[1], h, s[2] / h])?;
-        self.perm(&r, &[0, 2, 1, 3])
+        self.transpose(&r, &[0, 2, 1, 3])
     }
 }
 
@@ -97,54 +95,44 @@ pub fn attention(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     // The product times the scale (the definition scales Q and K by √scale
     // each: equal in f32), the form the attention fusion matches.
     let scale = n.float("scale", 1.0 / (d as f64).sqrt());
-    let kt = cx.perm(&kr, &[0, 1, 3, 2])?;
-    let prod = cx.two(Opcode::MatMul, &q, &kt)?;
+    let kt = cx.transpose(&kr, &[0, 1, 3, 2])?;
+    let prod = cx.bin(Opcode::MatMul, &q, &kt)?;
     let c = scalar_like(cx, &prod, scale);
-    let mut qk = cx.two(Opcode::Mul, &prod, &c)?;
+    let mut qk = cx.bin(Opcode::Mul, &prod, &c)?;
     // The softcap comes before the bias, so masked scores stay −inf.
     let softcap = n.float("softcap", 0.0);
     if softcap > 0.0 {
         let c = scalar_like(cx, &qk, softcap);
-        let t = cx.two(Opcode::Div, &qk, &c)?;
+        let t = cx.bin(Opcode::Div, &qk, &c)?;
         let t = cx.op1(Opcode::Tanh, &[t], Attrs::new())?;
-        qk = cx.two(Opcode::Mul, &t, &c)?;
+        qk = cx.bin(Opcode::Mul, &t, &c)?;
     }
     let past = n.input(4).map_or(0, |p| cx.shape(p).get(2).copied().unwrap_or(0));
     let bias = attention_bias(cx, n, &elem, sq, skv, past)?;
-    let (biased, p) = match &bias {
-        None => {
-            let p = cx.op1(Opcode::Softmax, std::slice::from_ref(&qk), Attrs::new().with("axis", Attr::Int(-1)))?;
-            (qk.clone(), p)
-        }
-        Some(bias) => {
-            let biased = cx.two(Opcode::Add, &qk, bias)?;
-            let p = cx.op1(Opcode::Softmax, std::slice::from_ref(&biased), Attrs::new().with("axis", Attr::Int(-1)))?;
-            // A row whose bias is −inf everywhere attends to nothing: zeros,
-            // not the softmax's NaN. A constant bias (causal, window) with
-            // no such row needs no guard (and keeps the attention fusable).
-            let any_empty = match bias {
-                V::C(t) => t.to_f64().chunks(skv.max(1)).any(|row| row.iter().all(|&x| x == f64::NEG_INFINITY)),
-                V::R(_) => true,
-            };
-            let p = if any_empty {
-                let top = cx.op1(
-                    Opcode::ReduceMax,
-                    std::slice::from_ref(bias),
-                    Attrs::new().with("axes", Attr::Ints(vec![-1])).with("keepdims", Attr::Bool(true)),
-                )?;
-                let ninf = scalar_like(cx, &qk, f64::NEG_INFINITY);
-                let none = cx.two(Opcode::Equal, &top, &ninf)?;
-                let zero = scalar_like(cx, &qk, 0.0);
-                cx.op1(Opcode::Where, &[none, zero, p], Attrs::new())?
-            } else {
-                p
-            };
-            (biased, p)
-        }
+    let biased = match &bias {
+        None => qk.clone(),
+        Some(bias) => cx.bin(Opcode::Add, &qk, bias)?,
     };
-    let y4 = cx.two(Opcode::MatMul, &p, &vr)?;
+    let mut p = cx.op1(Opcode::Softmax, std::slice::from_ref(&biased), Attrs::new().with("axis", Attr::Int(-1)))?;
+    // A row whose bias is −inf everywhere attends to nothing: zeros, not the
+    // softmax's NaN. A constant bias (causal, window) with no such row needs
+    // no guard (and keeps the attention fusable).
+    let guarded = match &bias {
+        None => None,
+        Some(V::C(t)) if !t.to_f64().chunks(skv.max(1)).any(|row| row.iter().all(|&x| x == f64::NEG_INFINITY)) => None,
+        Some(bias) => Some(bias),
+    };
+    if let Some(bias) = guarded {
+        let last = cx.shape(bias).len() - 1;
+        let top = cx.reduce_keep(Opcode::ReduceMax, bias, &[last])?;
+        let ninf = scalar_like(cx, &qk, f64::NEG_INFINITY);
+        let none = cx.bin(Opcode::Equal, &top, &ninf)?;
+        let zero = scalar_like(cx, &qk, 0.0);
+        p = cx.select(&none, &zero, &p)?;
+    }
+    let y4 = cx.bin(Opcode::MatMul, &p, &vr)?;
     let y = if rank == 3 {
-        let t = cx.perm(&y4, &[0, 2, 1, 3])?;
+        let t = cx.transpose(&y4, &[0, 2, 1, 3])?;
         cx.reshape(&t, &[b, sq, hq * vs[3]])?
     } else {
         y4
@@ -185,10 +173,11 @@ fn attention_bias(cx: &mut Cx, n: &Node, elem: &aoc_ir::ElemType, sq: usize, skv
         }
         if last < skv {
             // Keys past the mask's end are masked.
-            *ms.last_mut().expect("rank checked") = skv - last;
+            let axis = ms.len() - 1;
+            ms[axis] = skv - last;
             let count = ms.iter().product();
-            let pad = V::konst(Tensor::from_f64(TensorType::new(ms.clone(), elem.clone()), vec![f64::NEG_INFINITY; count]));
-            let axis = ms.len() as i64 - 1;
+            let pad = V::konst(Tensor::from_f64(TensorType::new(ms, elem.clone()), vec![f64::NEG_INFINITY; count]));
+            let axis = axis as i64;
             m = cx.op1(Opcode::Concat, &[m, pad], Attrs::new().with("axis", Attr::Int(axis)))?;
         }
         bias = Some(m);
@@ -205,7 +194,7 @@ fn attention_bias(cx: &mut Cx, n: &Node, elem: &aoc_ir::ElemType, sq: usize, skv
         let t = V::konst(Tensor::from_f64(TensorType::new(vec![sq, skv], elem.clone()), tri));
         bias = Some(match bias {
             None => t,
-            Some(m) => cx.two(Opcode::Add, &m, &t)?,
+            Some(m) => cx.bin(Opcode::Add, &m, &t)?,
         });
     }
     Ok(bias)

@@ -24,18 +24,12 @@
 //!   batched matrix product.
 
 use super::context::{Cx, Node, R, V};
+use super::elementwise::bool_const;
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::ops::normalize_axis;
 use aoc_ir::{Opcode, Scalar, Tensor, TensorType};
 
 impl Cx<'_> {
-    fn transpose(&mut self, v: &V, perm: &[usize]) -> R<V> {
-        let p = perm.iter().map(|&d| d as i64).collect();
-        self.op1(Opcode::Transpose, std::slice::from_ref(v), Attrs::new().with("perm", Attr::Ints(p)))
-    }
-    fn binary(&mut self, opcode: Opcode, a: &V, b: &V) -> R<V> {
-        self.op1(opcode, &[a.clone(), b.clone()], Attrs::new())
-    }
     /// A constant of the given shape and element type.
     fn filled(shape: Vec<usize>, s: Scalar, values: Vec<f64>) -> V {
         V::konst(Tensor::from_f64(TensorType::new(shape, s), values))
@@ -134,7 +128,7 @@ pub fn instance_group_norm(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         } else if len == groups {
             let g = cx.reshape(&p, &[groups, 1])?;
             let shape = Cx::filled(vec![2], Scalar::I64, vec![groups as f64, (c / groups) as f64]);
-            let wide = cx.binary(Opcode::Expand, &g, &shape)?;
+            let wide = cx.bin(Opcode::Expand, &g, &shape)?;
             cx.reshape(&wide, &[c, 1])
         } else {
             Err(cx.bad(format!("{what} has {len} elements, expected {c} (channels) or {groups} (groups)")))
@@ -142,8 +136,8 @@ pub fn instance_group_norm(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     };
     let scale = column(cx, 1, "scale")?;
     let bias = column(cx, 2, "bias")?;
-    let scaled = cx.binary(Opcode::Mul, &per_channel, &scale)?;
-    let shifted = cx.binary(Opcode::Add, &scaled, &bias)?;
+    let scaled = cx.bin(Opcode::Mul, &per_channel, &scale)?;
+    let shifted = cx.bin(Opcode::Add, &scaled, &bias)?;
     Ok(vec![cx.reshape(&shifted, &shape)?])
 }
 
@@ -175,7 +169,7 @@ pub fn cumsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let mut perm: Vec<usize> = (0..shape.len()).collect();
     perm.swap(axis, last);
     let moved = if axis == last { x } else { cx.transpose(&x, &perm)? };
-    let summed = cx.binary(Opcode::MatMul, &moved, &tri)?;
+    let summed = cx.bin(Opcode::MatMul, &moved, &tri)?;
     let out = if axis == last { summed } else { cx.transpose(&summed, &perm)? };
     Ok(vec![match int {
         Some(s) => cx.op1(Opcode::Cast, &[out], Attrs::new().with("to", Attr::Type(s)))?,
@@ -196,7 +190,7 @@ pub fn arg_extreme(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let extreme_op = if n.op_type == "ArgMax" { Opcode::ReduceMax } else { Opcode::ReduceMin };
     let attrs = reduce(true);
     let m = cx.op1(extreme_op, std::slice::from_ref(&x), attrs)?;
-    let hit = cx.binary(Opcode::Equal, &x, &m)?;
+    let hit = cx.bin(Opcode::Equal, &x, &m)?;
     let len = shape[axis];
     let mut idx_shape = vec![1; shape.len()];
     idx_shape[axis] = len;
@@ -353,7 +347,7 @@ pub fn einsum(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         let a = cx.reshape(&a, &[nb, nl, nk])?;
         let b = arrange(cx, b, sb, &[batch.clone(), contract.clone(), right.clone()].concat())?;
         let b = cx.reshape(&b, &[nb, nk, nr])?;
-        let p = cx.binary(Opcode::MatMul, &a, &b)?;
+        let p = cx.bin(Opcode::MatMul, &a, &b)?;
         let order = [batch, left, right].concat();
         let p = cx.reshape(&p, &dims(&order))?;
         arrange(cx, &p, &order, &out)?
@@ -411,28 +405,12 @@ pub fn gather_nd(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let idx = as_i64_indices(cx, idx)?;
     let lead = &is[..is.len() - 1];
     let used = b + last;
-    let mut strides = vec![1i64; used];
-    for d in (0..used.saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * ds[d + 1] as i64;
-    }
+    let strides = row_major_strides(&ds[..used]);
     let rows: usize = ds[..used].iter().product();
     // The batch coordinates' offset of every position, known at import.
-    let count: usize = lead.iter().product();
-    let base: Vec<i64> = (0..count)
-        .map(|mut k| {
-            let mut off = 0;
-            for d in (0..lead.len()).rev() {
-                let c = (k % lead[d]) as i64;
-                k /= lead[d];
-                if d < b {
-                    off += c * strides[d];
-                }
-            }
-            off
-        })
-        .collect();
+    let base = position_offsets(lead, |d| if d < b { strides[d] } else { 0 });
     let mut flat = int_tensor(lead.to_vec(), base);
-    let mut bad = bool_scalar(false);
+    let mut bad = bool_const(false);
     let q = is.len() as i64;
     for k in 0..last {
         let attrs = Attrs::new()
@@ -442,9 +420,9 @@ pub fn gather_nd(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
         let c = cx.op1(Opcode::Slice, std::slice::from_ref(&idx), attrs)?;
         let c = cx.reshape(&c, lead)?;
         let (fixed, out) = normalized_index(cx, &c, ds[b + k] as i64)?;
-        let scaled = cx.binary(Opcode::Mul, &fixed, &int_scalar(strides[b + k]))?;
-        flat = cx.binary(Opcode::Add, &flat, &scaled)?;
-        bad = cx.op1(Opcode::Where, &[out, bool_scalar(true), bad], Attrs::new())?;
+        let scaled = cx.bin(Opcode::Mul, &fixed, &int_scalar(strides[b + k]))?;
+        flat = cx.bin(Opcode::Add, &flat, &scaled)?;
+        bad = cx.op1(Opcode::Where, &[out, bool_const(true), bad], Attrs::new())?;
     }
     let flat = cx.op1(Opcode::Where, &[bad, int_scalar(rows as i64), flat], Attrs::new())?;
     let view: Vec<usize> = std::iter::once(rows).chain(ds[used..].iter().copied()).collect();
@@ -509,7 +487,7 @@ fn scatter_flat(cx: &mut Cx, n: &Node, data: V, updates: V, targets: &[usize]) -
         let mask: Vec<f64> = sel.iter().map(|&s| (s >= total as i64) as i64 as f64).collect();
         let mask = Cx::filled(vec![total], Scalar::I1, mask);
         let upd = cx.op1(Opcode::Gather, &[both.clone(), int_tensor(vec![total], sel)], Attrs::new().with("axis", Attr::Int(0)))?;
-        let combined = cx.binary(op, &out, &upd)?;
+        let combined = cx.bin(op, &out, &upd)?;
         out = cx.op1(Opcode::Where, &[mask, combined, out], Attrs::new())?;
     }
     cx.reshape(&out, &shape)
@@ -653,11 +631,11 @@ pub fn top_k(cx: &mut Cx, n: &Node) -> R<Vec<V>> {
     let mut cur = x;
     for t in 0..k as usize {
         let m = cx.op1(extreme, std::slice::from_ref(&cur), keep.clone())?;
-        let hit = cx.binary(Opcode::Equal, &cur, &m)?;
+        let hit = cx.bin(Opcode::Equal, &cur, &m)?;
         let cand = cx.op1(Opcode::Where, &[hit, index.clone(), miss.clone()], Attrs::new())?;
         let i = cx.op1(Opcode::ReduceMin, &[cand], keep.clone())?;
         if t + 1 < k as usize {
-            let taken = cx.binary(Opcode::Equal, &index, &i)?;
+            let taken = cx.bin(Opcode::Equal, &index, &i)?;
             cur = cx.op1(Opcode::Where, &[taken, gone.clone(), cur], Attrs::new())?;
         }
         vals.push(m);
@@ -685,28 +663,36 @@ fn element_offsets(cx: &mut Cx, idx: V, ds: &[usize], is: &[usize], axis: usize)
         return Err(cx.bad(format!("indices dimension {d} ({}) must not exceed data's ({}) off the axis", is[d], ds[d])));
     }
     let idx = as_i64_indices(cx, idx)?;
-    let mut strides = vec![1i64; rank];
-    for d in (0..rank - 1).rev() {
-        strides[d] = strides[d + 1] * ds[d + 1] as i64;
+    let strides = row_major_strides(ds);
+    let base = int_tensor(is.to_vec(), position_offsets(is, |d| if d != axis { strides[d] } else { 0 }));
+    let (fixed, bad) = normalized_index(cx, &idx, ds[axis] as i64)?;
+    let scaled = cx.bin(Opcode::Mul, &fixed, &int_scalar(strides[axis]))?;
+    Ok((cx.bin(Opcode::Add, &scaled, &base)?, bad))
+}
+
+/// The row-major element strides of `dims`.
+fn row_major_strides(dims: &[usize]) -> Vec<i64> {
+    let mut strides = vec![1i64; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * dims[d + 1] as i64;
     }
-    let count: usize = is.iter().product();
-    let base: Vec<i64> = (0..count)
+    strides
+}
+
+/// For every position of a tensor of `shape` (row-major order), the sum of
+/// its coordinates times `stride(d)` of their dimension.
+fn position_offsets(shape: &[usize], stride: impl Fn(usize) -> i64) -> Vec<i64> {
+    let count: usize = shape.iter().product();
+    (0..count)
         .map(|mut k| {
             let mut off = 0;
-            for d in (0..rank).rev() {
-                let c = (k % is[d]) as i64;
-                k /= is[d];
-                if d != axis {
-                    off += c * strides[d];
-                }
+            for d in (0..shape.len()).rev() {
+                off += (k % shape[d]) as i64 * stride(d);
+                k /= shape[d];
             }
             off
         })
-        .collect();
-    let base = int_tensor(is.to_vec(), base);
-    let (fixed, bad) = normalized_index(cx, &idx, ds[axis] as i64)?;
-    let scaled = cx.binary(Opcode::Mul, &fixed, &int_scalar(strides[axis]))?;
-    Ok((cx.binary(Opcode::Add, &scaled, &base)?, bad))
+        .collect()
 }
 
 /// Indices as i64 (int32 ones cast).
@@ -722,18 +708,15 @@ fn as_i64_indices(cx: &mut Cx, idx: V) -> R<V> {
 /// and a bool of those outside it.
 fn normalized_index(cx: &mut Cx, idx: &V, dim: i64) -> R<(V, V)> {
     let zero = int_scalar(0);
-    let neg = cx.binary(Opcode::Less, idx, &zero)?;
-    let wrapped = cx.binary(Opcode::Add, idx, &int_scalar(dim))?;
+    let neg = cx.bin(Opcode::Less, idx, &zero)?;
+    let wrapped = cx.bin(Opcode::Add, idx, &int_scalar(dim))?;
     let fixed = cx.op1(Opcode::Where, &[neg, wrapped, idx.clone()], Attrs::new())?;
-    let low = cx.binary(Opcode::Less, &fixed, &zero)?;
-    let high = cx.binary(Opcode::Greater, &fixed, &int_scalar(dim - 1))?;
-    let bad = cx.op1(Opcode::Where, &[low, bool_scalar(true), high], Attrs::new())?;
+    let low = cx.bin(Opcode::Less, &fixed, &zero)?;
+    let high = cx.bin(Opcode::Greater, &fixed, &int_scalar(dim - 1))?;
+    let bad = cx.op1(Opcode::Where, &[low, bool_const(true), high], Attrs::new())?;
     Ok((fixed, bad))
 }
 
-fn bool_scalar(b: bool) -> V {
-    Cx::filled(vec![], Scalar::I1, vec![b as i64 as f64])
-}
 
 /// The largest `positions × updates` a scatter with run-time indices
 /// compares (it builds that many booleans).
@@ -775,18 +758,18 @@ fn scatter_run_time(cx: &mut Cx, n: &Node, data: V, updates: V, flat: V, bad: V)
     let upd = cx.op1(Opcode::Gather, &[upd, pick], Attrs::new().with("axis", Attr::Int(0)))?;
     let upd = cx.reshape(&upd, &[1, k])?;
     let pos = int_tensor(vec![total, 1], (0..total as i64).collect());
-    let hit = cx.binary(Opcode::Equal, &pos, &flat)?;
+    let hit = cx.bin(Opcode::Equal, &pos, &flat)?;
     let row = |keep: bool| Attrs::new().with("axes", Attr::Ints(vec![1])).with("keepdims", Attr::Bool(keep));
     let kf = Cx::filled(vec![1, k], Scalar::F32, (0..k).map(|i| i as f64).collect());
     let none = Cx::filled(vec![], Scalar::F32, vec![-1.0]);
     let last = cx.op1(Opcode::Where, &[hit.clone(), kf, none], Attrs::new())?;
     let last = cx.op1(Opcode::ReduceMax, &[last], row(false))?;
-    let has = cx.binary(Opcode::Greater, &last, &Cx::filled(vec![], Scalar::F32, vec![-0.5]))?;
+    let has = cx.bin(Opcode::Greater, &last, &Cx::filled(vec![], Scalar::F32, vec![-0.5]))?;
     let flat_data = cx.reshape(&data, &[total])?;
     let out = match reduction.as_str() {
         "none" => {
             let posf = Cx::filled(vec![total], Scalar::F32, (0..total).map(|i| i as f64).collect());
-            let from = cx.binary(Opcode::Add, &last, &Cx::filled(vec![], Scalar::F32, vec![total as f64]))?;
+            let from = cx.bin(Opcode::Add, &last, &Cx::filled(vec![], Scalar::F32, vec![total as f64]))?;
             let sel = cx.op1(Opcode::Where, &[has, from, posf], Attrs::new())?;
             let sel = cx.op1(Opcode::Cast, &[sel], Attrs::new().with("to", Attr::Type(Scalar::I64)))?;
             let upd = cx.reshape(&upd, &[k])?;
@@ -801,7 +784,7 @@ fn scatter_run_time(cx: &mut Cx, n: &Node, data: V, updates: V, flat: V, bad: V)
             };
             let vals = cx.op1(Opcode::Where, &[hit, upd, Cx::filled(vec![], elem, vec![fill])], Attrs::new())?;
             let acc = cx.op1(red, &[vals], row(false))?;
-            let combined = cx.binary(comb, &flat_data, &acc)?;
+            let combined = cx.bin(comb, &flat_data, &acc)?;
             cx.op1(Opcode::Where, &[has, combined, flat_data], Attrs::new())?
         }
     };
@@ -833,13 +816,13 @@ fn scatter_nd_run_time(cx: &mut Cx, n: &Node, data: V, idx: V, updates: V) -> R<
     for d in 0..q {
         let col = cx.op1(Opcode::Gather, &[idx.clone(), int_tensor(vec![1], vec![d as i64])], Attrs::new().with("axis", Attr::Int(1)))?;
         let (fixed, bad) = normalized_index(cx, &col, ds[d] as i64)?;
-        let part = cx.binary(Opcode::Mul, &fixed, &int_scalar(strides[d]))?;
+        let part = cx.bin(Opcode::Mul, &fixed, &int_scalar(strides[d]))?;
         off = Some(match off {
-            Some(o) => cx.binary(Opcode::Add, &o, &part)?,
+            Some(o) => cx.bin(Opcode::Add, &o, &part)?,
             None => part,
         });
         any_bad = Some(match any_bad {
-            Some(b) => cx.op1(Opcode::Where, &[b, bool_scalar(true), bad], Attrs::new())?,
+            Some(b) => cx.op1(Opcode::Where, &[b, bool_const(true), bad], Attrs::new())?,
             None => bad,
         });
     }
@@ -847,8 +830,8 @@ fn scatter_nd_run_time(cx: &mut Cx, n: &Node, data: V, idx: V, updates: V) -> R<
         return Err(cx.bad("indices must name at least one dimension"));
     };
     let inner = int_tensor(vec![1, slice], (0..slice as i64).collect());
-    let flat = cx.binary(Opcode::Add, &off, &inner)?;
-    let bad = cx.op1(Opcode::Where, &[bad, bool_scalar(true), Cx::filled(vec![1, slice], Scalar::I1, vec![0.0; slice])], Attrs::new())?;
+    let flat = cx.bin(Opcode::Add, &off, &inner)?;
+    let bad = cx.op1(Opcode::Where, &[bad, bool_const(true), Cx::filled(vec![1, slice], Scalar::I1, vec![0.0; slice])], Attrs::new())?;
     let flat = cx.reshape(&flat, &[tuples * slice])?;
     let bad = cx.reshape(&bad, &[tuples * slice])?;
     scatter_run_time(cx, n, data, updates, flat, bad)

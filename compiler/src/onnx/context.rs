@@ -265,6 +265,34 @@ impl<'a> Cx<'a> {
         Ok(self.op(opcode, operands, attrs, None)?.remove(0))
     }
 
+    /// `opcode` on one operand, without attributes.
+    pub fn un(&mut self, opcode: Opcode, x: &V) -> R<V> {
+        self.op1(opcode, std::slice::from_ref(x), Attrs::new())
+    }
+
+    /// `opcode` on two operands, without attributes.
+    pub fn bin(&mut self, opcode: Opcode, a: &V, b: &V) -> R<V> {
+        self.op1(opcode, &[a.clone(), b.clone()], Attrs::new())
+    }
+
+    /// `where(cond, a, b)`.
+    pub fn select(&mut self, cond: &V, a: &V, b: &V) -> R<V> {
+        self.op1(Opcode::Where, &[cond.clone(), a.clone(), b.clone()], Attrs::new())
+    }
+
+    pub fn transpose(&mut self, v: &V, perm: &[usize]) -> R<V> {
+        let p = perm.iter().map(|&d| d as i64).collect();
+        self.op1(Opcode::Transpose, std::slice::from_ref(v), Attrs::new().with("perm", Attr::Ints(p)))
+    }
+
+    /// `reduce(x)` over `axes`, kept as size-1 dimensions.
+    pub fn reduce_keep(&mut self, opcode: Opcode, x: &V, axes: &[usize]) -> R<V> {
+        let attrs = Attrs::new()
+            .with("axes", Attr::Ints(axes.iter().map(|&a| a as i64).collect()))
+            .with("keepdims", Attr::Bool(true));
+        self.op1(opcode, std::slice::from_ref(x), attrs)
+    }
+
     pub fn reshape(&mut self, v: &V, shape: &[usize]) -> R<V> {
         if self.shape(v) == shape {
             return Ok(v.clone());

@@ -9,7 +9,8 @@ use super::context::{Cx, Node, R, V};
 use aoc_ir::attr::{Attr, Attrs};
 use aoc_ir::{Opcode, Scalar, Tensor, TensorType};
 
-fn bool_const(b: bool) -> V {
+/// A bool scalar constant.
+pub fn bool_const(b: bool) -> V {
     V::konst(Tensor::from_i64(
         TensorType::new(vec![], Scalar::I1),
         vec![b as i64],

@@ -620,6 +620,16 @@ mod tests {
         }
     }
 
+    /// The levels of the direct kernels this CPU runs (the others printed
+    /// as skipped).
+    fn direct_levels() -> Vec<Int8Level> {
+        let all = [Int8Level::Amx, Int8Level::Avx512Vnni];
+        for l in all.into_iter().filter(|&l| !qdirect::supports(l)) {
+            println!("direct int8 convolution: level {l} skipped: this cpu lacks it");
+        }
+        all.into_iter().filter(|&l| qdirect::supports(l)).collect()
+    }
+
     /// The GEMM path gives the scalar loops' bytes: i8 and u8 inputs with
     /// zero points at the ends of their ranges (padding reads them), groups,
     /// strides, dilation, 1×1 and 3×3, more pixels than one block, i8 and
@@ -734,15 +744,7 @@ mod tests {
     /// inputs with zero points at the ends of their ranges.
     #[test]
     fn direct_kernels_match_the_scalar_loops() {
-        let levels: Vec<Int8Level> = [Int8Level::Amx, Int8Level::Avx512Vnni]
-            .into_iter()
-            .filter(|&l| qdirect::supports(l))
-            .collect();
-        for l in [Int8Level::Amx, Int8Level::Avx512Vnni] {
-            if !levels.contains(&l) {
-                println!("direct int8 convolution: level {l} skipped: this cpu lacks it");
-            }
-        }
+        let levels = direct_levels();
         let cases = [
             (geom(1, 9, 64, 64, 3, 1, 1, 1, 1), false, 3, false),
             (geom(2, 12, 6, 9, 3, 2, 1, 1, 1), true, -128, true),
@@ -798,10 +800,7 @@ mod tests {
     /// plans).
     #[test]
     fn empty_problems_write_nothing_on_every_path() {
-        let levels: Vec<Int8Level> = [Int8Level::Amx, Int8Level::Avx512Vnni]
-            .into_iter()
-            .filter(|&l| qdirect::supports(l))
-            .collect();
+        let levels = direct_levels();
         let q = quant(false, 3, false);
         let dense = geom(1, 9, 64, 64, 3, 1, 1, 1, 1);
         let depthwise = geom(1, 9, 32, 32, 3, 1, 1, 1, 32);
