@@ -7,17 +7,21 @@
 # layers run on mma.sp), aoc bench device times and `aoc explain`'s
 # per-layer choice. On the GPU machine, from the repository root (Python
 # with numpy and onnx): bash bench/gpu/sparse_bert.sh  (A=path/to/aoc to
-# use another binary than build/device/aoc)
+# use another binary than build/device/aoc, SMS=sm_90a for one target,
+# PROFILE=1 to add `aoc bench --profile`'s slowest steps)
 set -e
 A=${A:-build/device/aoc}
 W=${W:-/tmp/gbsp}
 mkdir -p $W
 python3 bench/models/build_models.py $W bert_base --batch 32 --seq 128 >/dev/null
 $A sparsify $W/bert_base.onnx --pattern 2:4 -o $W/sp.air | tail -2
-for sm in sm_90a sm_90; do
+for sm in ${SMS:-sm_90a sm_90}; do
   $A compile $W/bert_base.onnx --target $sm --precision fp16 -o $W/dense_$sm.aoc 2>&1 | head -1
   $A compile $W/sp.air --target $sm --precision fp16 -o $W/sp_$sm.aoc 2>&1 | head -1
-  for m in dense sp; do echo "== $sm $m"; $A bench $W/${m}_$sm.aoc --iters 50 2>&1 | grep "device"; done
+  for m in dense sp; do
+    echo "== $sm $m"; $A bench $W/${m}_$sm.aoc --iters 50 2>&1 | grep "device"
+    if [ -n "$PROFILE" ]; then $A bench $W/${m}_$sm.aoc --iters 20 --profile --slowest 12 2>&1 | grep -v '^{'; fi
+  done
   echo "== $sm: sparse layers on wgmma.sp / mma.sp / dense"
   $A explain $W/sp_$sm.aoc | grep -c ": sparse: 2:4 wgmma.sp" || true
   $A explain $W/sp_$sm.aoc | grep -c ": sparse: 2:4 mma.sp" || true

@@ -237,6 +237,12 @@ impl Tr<'_, '_> {
         epi: Option<&(GemmEpilogue, Vec<Buf>)>,
     ) -> Result<(), String> {
         let GemmBufs { a, bias, c, .. } = bufs;
+        // The staged epilogue stores 16 bytes at a time: y (which may be a
+        // moved epilogue's buffer) must be 16-byte aligned for it.
+        let kernel = match kernel {
+            SparseKernel::Wgmma(t) if t.staged && !aligned16(&[&c]) => SparseKernel::Wgmma(SpWgTile { staged: false, ..t }),
+            k => k,
+        };
         let lda = plain_a(&spec).ok_or("internal error: mma.sp on an A it cannot read")?;
         let x = self.half_copy((a, lda, spec.m, spec.k, Scalar::F16), origin)?;
         let sp = SpGemmSpec { m: spec.m, n: spec.n, k: spec.k, lda: spec.k, ldc: spec.c_strides[1], bias: bias.is_some(), relu: spec.relu };

@@ -167,6 +167,10 @@ fn tiled_specs() -> Vec<(&'static str, SpGemmSpec)> {
         ("ffn", s(4096, 3072, 768, true, false)),
         ("bench4096", s(4096, 4096, 4096, false, false)),
         ("bench8192", s(8192, 8192, 8192, false, false)),
+        // BERT-base at batch 32: q/k/v and output projections, FFN2.
+        ("bench_bert_qkv", s(4096, 768, 768, false, false)),
+        ("bench_bert_ffn1", s(4096, 3072, 768, false, false)),
+        ("bench_bert_ffn2", s(4096, 768, 3072, false, false)),
     ]
 }
 

@@ -63,8 +63,21 @@
 //!
 //! The epilogue: accumulator register `4j + 2h + e` of lane `l` of warp
 //! `w` in warpgroup `g` is feature `f0 + 64g + 16w + l/4 + 8h`, row `r0 +
-//! 8j + 2(l % 4) + e`; `+ bias[f]`, relu, the [`GemmEpilogue`] expression,
-//! stored as f32 where `row < m` and `f < n`.
+//! 8j + 2(l % 4) + e`. That fragment runs across y's rows (features are
+//! the instruction's M), so a thread's neighbours in y are other lanes'.
+//! With [`SpWgTile::staged`] (the default tiles) the accumulators go
+//! through shared memory first: after every copy has landed and a
+//! barrier, each thread writes its fragment into an f32 tile of `bn` rows
+//! × 128 features at the ring's start (rows `STAGING_PITCH` bytes
+//! apart, padded so that one store's 4 rows × 8 features hit 32 banks), a
+//! second barrier, then warp `w` takes rows `w, w + 8, …` and lane `l`
+//! features `4l … 4l + 3` of each: one 16-byte shared load, `+ bias[f]`,
+//! relu, the [`GemmEpilogue`] expression, one 16-byte store of y and one
+//! 8-byte store of the half copy, so a warp writes 512 contiguous bytes
+//! of a row (element by element, each guarded, where `n` or `ldc` is not
+//! a multiple of 4). Without it, each thread stores its fragment as it
+//! lies: one f32 (and one half) per store, 8 features of 4 rows per
+//! warp store. Either way only `row < m` and `f < n` are stored.
 //!
 //! Invariants: sm_90a only; `k` a positive multiple of 32; `m`, `n`, `k`,
 //! `lda`, `ldc` below 2^31; no load leaves its tensor (zero-filled
@@ -94,6 +107,10 @@ const ALIGN: u32 = 1024;
 pub const GROUP: u64 = 16;
 /// Most dynamic shared memory of an sm_90 block.
 const SMEM_MAX: u32 = 227 * 1024;
+/// Bytes per row of the staged epilogue's f32 tile: 128 features and 4
+/// floats of padding, so that the rows one fragment store covers (rows
+/// `2·(lane % 4)`, 8 apart in banks) fall in distinct banks.
+const STAGING_PITCH: u32 = (BM + 4) * 4;
 /// Multiprocessors of an H200.
 const SMS: u64 = 132;
 
@@ -103,24 +120,34 @@ const SMS: u64 = 132;
 pub struct SpWgTile {
     pub bn: u32,
     pub stages: u32,
+    /// The epilogue goes through shared memory (module doc): whole rows
+    /// of y per warp, four features per thread, vector stores. Without
+    /// it each thread stores its accumulator fragment as it lies, one
+    /// element per store.
+    pub staged: bool,
 }
 
 impl SpWgTile {
     /// 128×128, four stages (201 KiB): the throughput tile.
-    pub const WIDE: SpWgTile = SpWgTile { bn: 128, stages: 4 };
+    pub const WIDE: SpWgTile = SpWgTile { bn: 128, stages: 4, staged: true };
     /// 128×64, six stages (205 KiB): for products with few 128×128 tiles.
-    pub const NARROW: SpWgTile = SpWgTile { bn: 64, stages: 6 };
+    pub const NARROW: SpWgTile = SpWgTile { bn: 64, stages: 6, staged: true };
+    /// 128×192, three stages (199 KiB): fewer, longer blocks where the
+    /// 128×128 tile leaves the last wave of blocks partly empty.
+    pub const TALL: SpWgTile = SpWgTile { bn: 192, stages: 3, staged: true };
     /// Tiles the GPU check times (to pick the defaults by measurement):
-    /// besides the two above, 128×128 and 128×192 in three stages (on the
-    /// H200 all slower than the 128×128 four-stage tile: docs/sparsity.md).
+    /// besides the three above, 128×128 in three stages, and the 128×128
+    /// and 128×192 tiles with the fragment epilogue.
     /// (128×64 in three stages, two blocks per multiprocessor, is left
     /// out: ptxas serialized its wgmmas when one loop body held one
     /// k-tile.)
-    pub const CANDIDATES: [SpWgTile; 4] = [
+    pub const CANDIDATES: [SpWgTile; 6] = [
         SpWgTile::WIDE,
         SpWgTile::NARROW,
-        SpWgTile { bn: 128, stages: 3 },
-        SpWgTile { bn: 192, stages: 3 },
+        SpWgTile { bn: 128, stages: 3, staged: true },
+        SpWgTile::TALL,
+        SpWgTile { staged: false, ..SpWgTile::WIDE },
+        SpWgTile { staged: false, ..SpWgTile::TALL },
     ];
 
     /// Bytes of the activation tile of a stage (two halves of `bn` rows
@@ -161,6 +188,9 @@ impl SpWgTile {
         if t.bn == 0 || t.bn > 256 || !t.bn.is_multiple_of(64) || !(3..=8).contains(&t.stages) {
             return Err(format!("unsupported wgmma.sp tile {t:?}"));
         }
+        if t.staged && t.bn * STAGING_PITCH > t.stages * t.stage_bytes() {
+            return Err(format!("wgmma.sp tile {t:?}: its staged epilogue does not fit the ring"));
+        }
         if t.smem_bytes() > SMEM_MAX {
             return Err(format!(
                 "wgmma.sp tile {t:?} needs {} bytes of shared memory, more than 227 KiB",
@@ -171,13 +201,31 @@ impl SpWgTile {
     }
 }
 
-/// The tile [`gemm_sp_wgmma`] uses: [`SpWgTile::WIDE`] while it gives at
-/// least half the multiprocessors a block, else [`SpWgTile::NARROW`].
+/// [`SpWgTile::TALL`]'s dense-equivalent rate over [`SpWgTile::WIDE`]'s once both
+/// fill the GPU: 754–776 against 853–878 TFLOP/s at 8192³ on an H200
+/// (`gemm_sp.py --wgmma --time`, docs/performance.md).
+const TALL_RATE: f64 = 0.88;
+
+/// The tile [`gemm_sp_wgmma`] uses: [`SpWgTile::NARROW`] when the 128×128
+/// tile gives fewer than half the multiprocessors a block; else
+/// [`SpWgTile::TALL`] where its fuller waves outweigh its slower rate (BERT's
+/// 4096 × 768 products: 192 blocks of 128×128 are two waves of 132, the
+/// second 45% full; 132 blocks of 128×192 are one), else
+/// [`SpWgTile::WIDE`].
 pub fn choose_sp_wg_tile(spec: &SpGemmSpec) -> SpWgTile {
-    if SpWgTile::WIDE.blocks(spec) >= SMS / 2 {
-        SpWgTile::WIDE
+    let wide = SpWgTile::WIDE;
+    if wide.blocks(spec) < SMS / 2 {
+        return SpWgTile::NARROW;
+    }
+    // The share of the launch's waves that blocks occupy.
+    let fill = |t: SpWgTile| {
+        let b = t.blocks(spec);
+        b as f64 / (b.div_ceil(SMS) * SMS) as f64
+    };
+    if fill(SpWgTile::TALL) * TALL_RATE > fill(wide) {
+        SpWgTile::TALL
     } else {
-        SpWgTile::NARROW
+        wide
     }
 }
 
@@ -404,7 +452,11 @@ impl Gen {
             self.ins(format!("store float 0.0, ptr {p}, align 4"));
         }
         self.mainloop(&f0, &r0, &ktp);
-        self.epilogue(&f0, &r0);
+        if t.staged {
+            self.epilogue_staged(&f0, &r0);
+        } else {
+            self.epilogue(&f0, &r0);
+        }
         self.ins("ret void");
     }
 
@@ -870,6 +922,150 @@ impl Gen {
                     self.b.place(&jl);
                 }
             }
+        }
+    }
+
+    /// The staged epilogue (module doc): the accumulators into an f32
+    /// tile of `bn` rows × 128 features at the ring's start, a barrier,
+    /// then warp `w` finishes rows `w, w + 8, …`, lane `l` features
+    /// `4l … 4l + 3` of each: bias, relu, the epilogue expression, one
+    /// 16-byte store of y and one 8-byte store of the half copy where `n`
+    /// and `ldc` are multiples of 4, else element by element.
+    fn epilogue_staged(&mut self, f0: &str, r0: &str) {
+        let s = self.s;
+        let tid = self.tid.clone();
+        let base = self.v("ptrtoint ptr addrspace(3) @aoc_wg_smem to i32");
+        let abs = self.v(format!("add i32 {base}, {}", ALIGN - 1));
+        let abs = self.v(format!("and i32 {abs}, {}", !(ALIGN - 1) as i32));
+        let ring = self.v(format!("sub i32 {abs}, {base}"));
+        // Every copy has landed and every wgmma has read its operands (each
+        // warpgroup waited for its own; the barrier covers the other one)
+        // before the ring is overwritten.
+        self.ins("call void @llvm.nvvm.cp.async.wait.group(i32 0)");
+        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
+        // Fragment register 4j + 2h + e: feature 16·warp + q + 8h, row
+        // 8j + 2(lane % 4) + e (module doc).
+        let lane = self.v(format!("and i32 {tid}, 31"));
+        let warp = self.v(format!("lshr i32 {tid}, 5"));
+        let q = self.v(format!("lshr i32 {lane}, 2"));
+        let tq = self.v(format!("and i32 {lane}, 3"));
+        let col = self.v(format!("shl i32 {warp}, 4"));
+        let col = self.v(format!("add i32 {col}, {q}"));
+        let row = self.v(format!("shl i32 {tq}, 1"));
+        let at = self.v(format!("mul i32 {row}, {STAGING_PITCH}"));
+        let c4 = self.v(format!("shl i32 {col}, 2"));
+        let at = self.v(format!("add i32 {at}, {c4}"));
+        let at = self.v(format!("add i32 {at}, {ring}"));
+        let accs = self.load_acc();
+        for j in 0..self.t.bn / 8 {
+            for h in 0..2 {
+                for e in 0..2 {
+                    let off = (8 * j + e) * STAGING_PITCH + 32 * h;
+                    let o = self.v(format!("add i32 {at}, {off}"));
+                    let p = self.smem(&o);
+                    let x = &accs[(4 * j + 2 * h + e) as usize];
+                    self.ins(format!("store float {x}, ptr addrspace(3) {p}, align 4"));
+                }
+            }
+        }
+        self.ins("call void @llvm.nvvm.barrier.cta.sync.aligned.all(i32 0)");
+        // Reading back: this thread's four features and first row.
+        let f4 = self.v(format!("shl i32 {lane}, 2"));
+        let fcol = self.v(format!("add i32 {f0}, {f4}"));
+        let row0 = self.v(format!("add i32 {r0}, {warp}"));
+        let rd = self.v(format!("mul i32 {warp}, {STAGING_PITCH}"));
+        let l16 = self.v(format!("shl i32 {lane}, 4"));
+        let rd = self.v(format!("add i32 {rd}, {l16}"));
+        let rd = self.v(format!("add i32 {rd}, {ring}"));
+        let ebase = gemm_epilogue::bases(&mut self.b, self.epi.as_ref(), None, &row0, &fcol);
+        let vec = s.n.is_multiple_of(4) && s.ldc.is_multiple_of(4);
+        let mut feats = Vec::new();
+        for i in 0..4 {
+            let f = self.v(format!("add i32 {fcol}, {i}"));
+            let ok = self.v(format!("icmp ult i32 {f}, {}", s.n));
+            let f64 = self.v(format!("zext i32 {f} to i64"));
+            let bias = s.bias.then(|| {
+                let o = self.v(format!("select i1 {ok}, i64 {f64}, i64 0"));
+                let p = self.v(format!("getelementptr float, ptr addrspace(1) %bias, i64 {o}"));
+                self.v(format!("load float, ptr addrspace(1) {p}, align 4"))
+            });
+            feats.push((ok, f64, bias));
+        }
+        for it in 0..self.t.bn / 8 {
+            let r = self.v(format!("add i32 {row0}, {}", 8 * it));
+            let rok = self.v(format!("icmp ult i32 {r}, {}", s.m));
+            // A vector row is stored whole or not at all: with n a
+            // multiple of 4, feature 4l is in range exactly when 4l + 3 is.
+            let ok = if vec { self.v(format!("and i1 {rok}, {}", feats[0].0)) } else { rok };
+            let (l, jl) = (self.b.label("row"), self.b.label("row.end"));
+            self.b.cond_br(&ok, &l, &jl);
+            self.b.place(&l);
+            let o = self.v(format!("add i32 {rd}, {}", 8 * it * STAGING_PITCH));
+            let p = self.smem(&o);
+            let v = self.v(format!("load <4 x float>, ptr addrspace(3) {p}, align 16"));
+            let r64 = self.v(format!("zext i32 {r} to i64"));
+            let ro = self.v(format!("mul i64 {r64}, {}", s.ldc));
+            let ys: Vec<String> = (0..4)
+                .map(|i| {
+                    let x = self.v(format!("extractelement <4 x float> {v}, i32 {i}"));
+                    let x = gemm_epilogue::bias_relu(&mut self.b, x, feats[i].2.as_deref(), s.relu);
+                    match &self.epi {
+                        None => x,
+                        Some(_) => gemm_epilogue::value(&mut self.b, self.epi.as_ref(), &x, &ebase, (8 * it) as u64, i as u64),
+                    }
+                })
+                .collect();
+            if vec {
+                let o = self.v(format!("add i64 {ro}, {}", feats[0].1));
+                self.store_quad(&ys, &o);
+            } else {
+                for (i, y) in ys.iter().enumerate() {
+                    let (fok, f64, _) = feats[i].clone();
+                    let (le, je) = (self.b.label("st"), self.b.label("st.end"));
+                    self.b.cond_br(&fok, &le, &je);
+                    self.b.place(&le);
+                    let o = self.v(format!("add i64 {ro}, {f64}"));
+                    self.store_one(y, &o);
+                    self.b.br(&je);
+                    self.b.place(&je);
+                }
+            }
+            self.b.br(&jl);
+            self.b.place(&jl);
+        }
+    }
+
+    /// Stores finished value `y` at element `o` (i64) of y and of its
+    /// half copy, as the tile's outputs say.
+    fn store_one(&mut self, y: &str, o: &str) {
+        if self.half.is_none_or(|h| h.keep_f32) {
+            let p = self.v(format!("getelementptr float, ptr addrspace(1) %y, i64 {o}"));
+            self.ins(format!("store float {y}, ptr addrspace(1) {p}, align 4"));
+        }
+        if let Some(h) = self.half {
+            h.store(&mut self.b, y, "%h", o);
+        }
+    }
+
+    /// Stores four finished values at elements `o … o + 3` (`o` a
+    /// multiple of 4) of y (16 bytes) and of its half copy (8 bytes).
+    fn store_quad(&mut self, ys: &[String], o: &str) {
+        if self.half.is_none_or(|h| h.keep_f32) {
+            let mut v = "poison".to_string();
+            for (i, y) in ys.iter().enumerate() {
+                v = self.v(format!("insertelement <4 x float> {v}, float {y}, i32 {i}"));
+            }
+            let p = self.v(format!("getelementptr float, ptr addrspace(1) %y, i64 {o}"));
+            self.ins(format!("store <4 x float> {v}, ptr addrspace(1) {p}, align 16"));
+        }
+        if let Some(h) = self.half {
+            let mut v = "poison".to_string();
+            for (i, y) in ys.iter().enumerate() {
+                let bits = h.bits(&mut self.b, y);
+                v = self.v(format!("insertelement <4 x i16> {v}, i16 {bits}, i32 {i}"));
+            }
+            let p = self.v(format!("getelementptr i16, ptr addrspace(1) %h, i64 {o}"));
+            self.ins(format!("store <4 x i16> {v}, ptr addrspace(1) {p}, align 8"));
         }
     }
 }

@@ -19,7 +19,7 @@
 
 use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpWgTile, choose_sp_wg_tile, gemm_sp_wgmma};
 use aoc_backend_ptx::kernels::gemm_wgmma::{WgPrecision, choose_wg_tile, gemm_wgmma};
-use aoc_backend_ptx::kernels::{AMode, GemmSpec};
+use aoc_backend_ptx::kernels::{AMode, GemmSpec, HalfCopy};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
 
 #[test]
@@ -47,8 +47,8 @@ fn gemm_sp_wgmma_assembles_without_spills() {
             );
             assert_eq!(g.smem, t.smem_bytes(), "{name}");
             manifest.push(format!(
-                "name={name} m={} n={} k={} lda={} ldc={} bias={} relu={} bm=128 bn={} bk=128 stages={} minblocks=1 grid={} block={} smem={}",
-                s.m, s.n, s.k, s.lda, s.ldc, s.bias as u8, s.relu as u8, t.bn, t.stages, g.grid[0], g.block[0], g.smem
+                "name={name} m={} n={} k={} lda={} ldc={} bias={} relu={} bm=128 bn={} bk=128 stages={} staged={} minblocks=1 grid={} block={} smem={}",
+                s.m, s.n, s.k, s.lda, s.ldc, s.bias as u8, s.relu as u8, t.bn, t.stages, t.staged as u8, g.grid[0], g.block[0], g.smem
             ));
             names.push((name, t, s.k));
         }
@@ -163,21 +163,38 @@ fn gemm_sp_wgmma_assembles_without_spills() {
 /// The kernel on the host with `wgmma` emulated (`wgmma_host.rs`),
 /// exactly against the dense product: ragged edges and strides, a k tail
 /// past whole k-tiles, several blocks, every tile width, a ring that
-/// wraps, bias, relu and a residual epilogue. One test: the emulation's
-/// metadata exchange is one static.
+/// wraps, bias, relu and a residual epilogue; the staged epilogue (with
+/// and without vector stores: `n` and `ldc` multiples of 4 or not) and
+/// the fragment one. One test: the emulation's metadata exchange is one
+/// static.
 #[test]
 fn gemm_sp_wgmma_runs_on_the_host_to_the_dense_product() {
     let s = |m, n, k, lda, ldc, bias, relu| SpGemmSpec { m, n, k, lda, ldc, bias, relu };
-    let t = |bn, stages| SpWgTile { bn, stages };
+    let t = |bn, stages| SpWgTile { bn, stages, staged: true };
+    let f = |bn, stages| SpWgTile { bn, stages, staged: false };
     let cases = [
         (s(37, 45, 96, 104, 50, true, false), t(64, 6), false),
         (s(150, 200, 288, 288, 200, true, true), t(128, 4), false),
         (s(70, 130, 160, 168, 131, false, false), t(192, 3), true),
+        (s(200, 132, 96, 96, 136, true, false), t(192, 3), true),
         (s(64, 128, 1024, 1024, 128, false, false), t(128, 3), false),
         (s(300, 64, 64, 64, 64, false, true), t(64, 3), false),
+        (s(150, 200, 288, 288, 200, true, true), f(128, 4), false),
+        (s(70, 130, 160, 168, 131, false, false), f(192, 3), true),
     ];
     for (i, (spec, tile, residual)) in cases.into_iter().enumerate() {
-        super::wgmma_host::check_wgmma(spec, tile, 40 + i as u64, residual);
+        super::wgmma_host::check_wgmma(spec, tile, 40 + i as u64, residual, None);
+    }
+    // The half copy (ldc = n), beside f32 y or alone, both epilogues.
+    let keep = |bf16, keep_f32| Some(HalfCopy { bf16, keep_f32 });
+    let halves = [
+        (s(150, 200, 288, 288, 200, true, false), t(128, 4), false, keep(false, true)),
+        (s(70, 130, 160, 160, 130, false, false), t(192, 3), true, keep(true, false)),
+        (s(70, 132, 160, 160, 132, true, true), t(64, 6), true, keep(false, false)),
+        (s(150, 200, 288, 288, 200, true, false), f(128, 4), true, keep(false, false)),
+    ];
+    for (i, (spec, tile, residual, half)) in halves.into_iter().enumerate() {
+        super::wgmma_host::check_wgmma(spec, tile, 60 + i as u64, residual, half);
     }
 }
 
@@ -221,9 +238,9 @@ fn gemm_sp_wgmma_refuses_what_it_cannot_run() {
     .unwrap_err();
     assert!(e.contains("unsupported sparse product"), "{e}");
     for bad in [
-        SpWgTile { bn: 96, stages: 4 },
-        SpWgTile { bn: 128, stages: 2 },
-        SpWgTile { bn: 256, stages: 4 },
+        SpWgTile { bn: 96, stages: 4, staged: true },
+        SpWgTile { bn: 128, stages: 2, staged: true },
+        SpWgTile { bn: 256, stages: 4, staged: false },
     ] {
         assert!(
             gemm_sp_wgmma(&mut m, "d", &s, bad, Sm::Sm90a, None).is_err(),

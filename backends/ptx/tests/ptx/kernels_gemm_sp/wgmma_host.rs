@@ -16,7 +16,8 @@
 //! activation halves as B), metadata placement and selection, and the
 //! transposed epilogue, exactly.
 
-use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpWgTile, gemm_sp_wgmma, pack_weight};
+use aoc_backend_ptx::kernels::HalfCopy;
+use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpWgTile, gemm_sp_wgmma_with, pack_weight};
 use aoc_backend_ptx::{ModuleText, Sm};
 use aoc_ir::ops::sparse;
 use aoc_ir::{Scalar, Tensor, TensorType};
@@ -164,12 +165,13 @@ fn emulated(ir: &str, nacc: u32) -> String {
 
 /// The `wgmma.sp` kernel on the host against the exact dense product of
 /// the pruned weight (bias, relu and the residual epilogue as asked),
-/// activation rows at pitch `lda`, output at pitch `ldc`, ragged edges.
-pub fn check_wgmma(s: SpGemmSpec, tile: SpWgTile, seed: u64, residual: bool) {
+/// activation rows at pitch `lda`, output at pitch `ldc`, ragged edges;
+/// with `half`, also the half copy of y (f32 y stored or not, as it says).
+pub fn check_wgmma(s: SpGemmSpec, tile: SpWgTile, seed: u64, residual: bool, half: Option<HalfCopy>) {
     let (rows, n, k, lda, ldc) = (s.m as usize, s.n as usize, s.k as usize, s.lda as usize, s.ldc as usize);
     let mut mt = ModuleText::new();
     let epi = residual.then(|| residual_relu(&s));
-    let geo = gemm_sp_wgmma(&mut mt, "k", &s, tile, Sm::Sm90a, epi.as_ref()).unwrap();
+    let geo = gemm_sp_wgmma_with(&mut mt, "k", &s, tile, Sm::Sm90a, epi.as_ref(), half).unwrap();
     let ir = emulated(&mt.finish(), tile.bn / 2);
     let x = ints(rows * lda, seed);
     let dense = Tensor::from_f64(TensorType::new(vec![n, k], Scalar::F16), ints(n * k, seed + 1));
@@ -204,10 +206,31 @@ pub fn check_wgmma(s: SpGemmSpec, tile: SpWgTile, seed: u64, residual: bool) {
     if residual {
         bufs.push(Mem::from_f32s(&res));
     }
+    if half.is_some() {
+        bufs.push(Mem::new(&vec![0xA5; rows * ldc * 2], 0));
+    }
     with_jit_hooks(&ir, &[("sim.wgsp", sim_wgmma_sp as *const () as usize)], |run| {
         let mut refs: Vec<&mut Mem> = bufs.iter_mut().collect();
         run("k", geo, &mut refs);
     });
+    if let Some(h) = half {
+        let hb = bufs.last().unwrap().bytes();
+        for (i, w) in want.iter().enumerate() {
+            let got = u16::from_le_bytes([hb[2 * i], hb[2 * i + 1]]);
+            let want_bits = if i % ldc >= n {
+                0xA5A5
+            } else if h.bf16 {
+                half::bf16::from_f32(*w).to_bits()
+            } else {
+                half::f16::from_f32(*w).to_bits()
+            };
+            assert_eq!(got, want_bits, "{s:?} {tile:?}: half copy at row {}, column {}", i / ldc, i % ldc);
+        }
+        if !h.keep_f32 {
+            assert!(bufs[y].bytes().iter().all(|&b| b == 0xA5), "{s:?} {tile:?}: f32 y written without keep_f32");
+            return;
+        }
+    }
     let got = bufs[y].to_f32s();
     if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
         let bad = (0..want.len()).filter(|&i| got[i] != want[i]).count();
