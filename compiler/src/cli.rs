@@ -705,12 +705,16 @@ pub fn execute(cli: Cli) -> Result<(), String> {
         Command::Sparsify(a) => cmd_sparsify(a),
         Command::Prune(a) => cmd_prune(a),
         Command::Export(a) => cmd_export(a),
-        Command::Explain(a) => match (crate::gpu::is_gpu_artifact(&a.input)?, a.json) {
-            (Some(art), false) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
-            (Some(art), true) => crate::gpu::explain_gpu_json(&a.input, &art).and_then(|v| print_stdout(&format!("{v:#}\n"))),
-            (None, false) => crate::cpu::explain(&a.input).and_then(|t| print_stdout(&t)),
-            (None, true) => crate::cpu::explain_json(&a.input).and_then(|v| print_stdout(&format!("{v:#}\n"))),
-        },
+        Command::Explain(a) => {
+            let art = crate::gpu::inspect_artifact(&a.input)?;
+            let gpu = art.manifest().target.starts_with("sm_");
+            match (gpu, a.json) {
+                (true, false) => crate::gpu::explain_gpu(&a.input, &art).and_then(|t| print_stdout(&t)),
+                (true, true) => crate::gpu::explain_gpu_json(&a.input, &art).and_then(|v| print_stdout(&format!("{v:#}\n"))),
+                (false, false) => crate::cpu::explain(&a.input, &art).and_then(|t| print_stdout(&t)),
+                (false, true) => crate::cpu::explain_json(&a.input, &art).and_then(|v| print_stdout(&format!("{v:#}\n"))),
+            }
+        }
     }
 }
 

@@ -15,7 +15,9 @@ use aoc_backend_x86::compile::{compile_with, emit_text};
 use aoc_passes::lower::LowerOptions;
 use aoc_backend_x86::pointwise::X86Level;
 use aoc_ir::tensor::Tensor;
+use aoc_runtime::artifact::Artifact;
 use aoc_runtime::exec::{Session, SessionOptions};
+use aoc_runtime::plan::Plan;
 
 use crate::artifact_io::{bind_inputs, decode_outputs};
 use crate::bench::{BenchResult, stats};
@@ -203,10 +205,28 @@ pub fn bench(s: &Session, inputs: &[Vec<u8>], warmup: usize, iters: usize) -> Re
     Ok(stats(times, batch, s.peak_memory_bytes(), s.threads()))
 }
 
-/// `aoc explain`: the artifact's plan, one line per step.
-pub fn explain(path: &Path) -> Result<String, String> {
-    let s = load_session(path, 1)?;
-    let m = s.artifact().manifest();
+/// A CPU artifact's plan, decoded for reading (no session: the artifact
+/// may be for a CPU this one is not).
+fn inspected_plan(path: &Path, a: &Artifact) -> Result<Plan, String> {
+    let plan: Plan = serde_json::from_value(a.manifest().plan.clone())
+        .map_err(|e| format!("error: {}: the plan is not valid: {e}", path.display()))?;
+    if plan.origins.len() != plan.steps.len() {
+        return Err(format!(
+            "error: {}: the plan has {} steps and {} origins",
+            path.display(),
+            plan.steps.len(),
+            plan.origins.len()
+        ));
+    }
+    Ok(plan)
+}
+
+/// `aoc explain`: the artifact's plan, one line per step. `a` is the
+/// artifact at `path` opened for inspection, so this also reads an
+/// artifact for a CPU level this machine lacks.
+pub fn explain(path: &Path, a: &Artifact) -> Result<String, String> {
+    let plan = &inspected_plan(path, a)?;
+    let m = a.manifest();
     let mut out = format!(
         "{}: target {}, needs [{}]\n  arena {}, weights {}, {} kernels, {} steps\n",
         path.display(),
@@ -214,11 +234,11 @@ pub fn explain(path: &Path) -> Result<String, String> {
         m.cpu_features.join(" "),
         human(m.arena_size),
         human({
-            let w = s.artifact().weights_range();
+            let w = a.weights_range();
             (w.end - w.start) as u64
         }),
         m.code.len(),
-        s.plan().steps.len()
+        plan.steps.len()
     );
     for i in &m.inputs {
         out.push_str(&format!("  input  {} {} {:?}\n", i.name, i.dtype, i.shape));
@@ -226,7 +246,6 @@ pub fn explain(path: &Path) -> Result<String, String> {
     for o in &m.outputs {
         out.push_str(&format!("  output {} {} {:?}\n", o.name, o.dtype, o.shape));
     }
-    let plan = s.plan();
     // A quantized artifact also gets each step's precision, and why a
     // compute step is not in int8.
     let precisions: Option<Vec<&str>> = (plan.origins.iter().any(|o| o.starts_with("quant."))
@@ -267,11 +286,10 @@ fn sparse_ran_dense(plan: &aoc_runtime::plan::Plan) -> String {
 }
 
 /// `aoc explain --json`: the same as [`explain`], one object.
-pub fn explain_json(path: &Path) -> Result<serde_json::Value, String> {
-    let s = load_session(path, 1)?;
-    let m = s.artifact().manifest();
-    let plan = s.plan();
-    let w = s.artifact().weights_range();
+pub fn explain_json(path: &Path, a: &Artifact) -> Result<serde_json::Value, String> {
+    let plan = &inspected_plan(path, a)?;
+    let m = a.manifest();
+    let w = a.weights_range();
     let steps: Vec<serde_json::Value> = plan
         .steps
         .iter()

@@ -224,6 +224,13 @@ pub fn compile_gpu(
     Ok((msg, json))
 }
 
+/// The artifact at `path` for reading, not running: every check but the
+/// CPU features, so `aoc explain` reads an artifact built for another CPU
+/// (an AVX-512 one on an AVX2 machine).
+pub fn inspect_artifact(path: &Path) -> Result<Artifact, String> {
+    Artifact::open_for_inspection(path).map_err(|e| format!("error: {e}"))
+}
+
 /// Whether the artifact at `path` is for a GPU (its target is `sm_*`).
 pub fn is_gpu_artifact(path: &Path) -> Result<Option<Artifact>, String> {
     let a = Artifact::open(path).map_err(|e| format!("error: {e}"))?;

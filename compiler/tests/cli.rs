@@ -1255,6 +1255,34 @@ fn a_nan_input_stays_nan_through_the_compiled_epilogues() {
     }
 }
 
+/// `aoc explain` reads an artifact for any CPU level, this machine's or
+/// not (it reads the plan, it runs nothing): an x86-64-v4 artifact
+/// explains on an AVX2-only CPU, where `aoc run` of the same file refuses
+/// it, naming the features this CPU lacks.
+#[test]
+fn explain_reads_an_artifact_for_a_cpu_level_this_machine_lacks() {
+    let d = dir("explain_other_level");
+    let x = f32_npy(&d, "x.npy", &[1, 3, 32, 32], &vec![0.5; 3 * 32 * 32]);
+    for level in ["x86-64", "x86-64-v3", "x86-64-v4"] {
+        let aocf = d.join(format!("{level}.aoc"));
+        let o = aoc(&[&"compile", &example_air(), &"--target", &level, &"-o", &aocf]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        for json in [false, true] {
+            let o = if json { aoc(&[&"explain", &aocf, &"--json"]) } else { aoc(&[&"explain", &aocf]) };
+            assert!(o.status.success(), "{level}: {}", stderr(&o));
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(text.contains(level) && text.contains("gemm"), "{level}: {text}");
+        }
+        let o = aoc(&[&"run", &aocf, &"--input", &x, &"--output-dir", &d.join(format!("out-{level}"))]);
+        if o.status.success() {
+            println!("{level}: this CPU runs it");
+        } else {
+            user_error(&o, &["this CPU lacks", level]);
+            println!("{level}: explained; this CPU cannot run it: {}", stderr(&o).trim());
+        }
+    }
+}
+
 /// Recompiling, copying over and truncating an artifact while `aoc bench`
 /// runs it does not crash the benchmark (it used to end with SIGBUS: the
 /// runtime mapped the file and `compile -o` rewrote it in place), and the

@@ -233,9 +233,11 @@ fn explain<'py>(py: Python<'py>, artifact: &Bound<'py, PyAny>) -> PyResult<Bound
 
 fn explain_file(path: &Path) -> Result<serde_json::Value, Failure> {
     let load = |m: String| Failure::new(Kind::Load, m);
-    match aoc_compiler::gpu::is_gpu_artifact(path).map_err(load)? {
-        Some(art) => aoc_compiler::gpu::explain_gpu_json(path, &art).map_err(load),
-        None => aoc_compiler::cpu::explain_json(path).map_err(load),
+    let art = aoc_compiler::gpu::inspect_artifact(path).map_err(load)?;
+    if art.manifest().target.starts_with("sm_") {
+        aoc_compiler::gpu::explain_gpu_json(path, &art).map_err(load)
+    } else {
+        aoc_compiler::cpu::explain_json(path, &art).map_err(load)
     }
 }
 

@@ -456,6 +456,17 @@ impl Artifact {
     /// it writes a new file and renames it over the old one, which leaves a
     /// mapping of the old one intact).
     pub fn open(path: &Path) -> Result<Artifact, ArtifactError> {
+        Artifact::open_with(path, CpuProbe::Host)
+    }
+
+    /// Like [`Artifact::open`], every check but the CPU features: for
+    /// reading an artifact built for another CPU (`aoc explain` of an
+    /// AVX-512 artifact on an AVX2 machine), never for running it.
+    pub fn open_for_inspection(path: &Path) -> Result<Artifact, ArtifactError> {
+        Artifact::open_with(path, CpuProbe::Skip)
+    }
+
+    fn open_with(path: &Path, cpu: CpuProbe<'_>) -> Result<Artifact, ArtifactError> {
         let name = path.display().to_string();
         let io = |what: &str, e: std::io::Error| {
             ArtifactError::new(&name, ArtifactErrorKind::Io(format!("{what}: {e}")))
@@ -489,14 +500,14 @@ impl Artifact {
             let n = len as usize;
             let (mut buf, start) = aligned_buffer(n);
             file.read_exact(&mut buf[start..start + n]).map_err(|e| io("cannot read", e))?;
-            return Artifact::build(name, Storage::Owned { buf, start, len: n }, CpuProbe::Host);
+            return Artifact::build(name, Storage::Owned { buf, start, len: n }, cpu);
         }
         // SAFETY: the map is read-only and private to this process; its
         // contents are validated below before any use. The remaining hazard,
         // another process shrinking the file in place while it is mapped, is
         // documented above.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| io("cannot map", e))?;
-        Artifact::build(name, Storage::Mapped(map), CpuProbe::Host)
+        Artifact::build(name, Storage::Mapped(map), cpu)
     }
 
     /// Copies `bytes` and validates them (errors name the file `<memory>`).
