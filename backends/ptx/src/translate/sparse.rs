@@ -245,6 +245,11 @@ impl Tr<'_, '_> {
         };
         let lda = plain_a(&spec).ok_or("internal error: mma.sp on an A it cannot read")?;
         let x = self.half_copy((a, lda, spec.m, spec.k, Scalar::F16), origin)?;
+        // A residual operand a scratch slot holds in half is read from
+        // there, as the dense `wgmma` GEMMs do: its producer (a layer norm)
+        // may then stop storing it as f32.
+        let epi = self.halves.epilogue_from_halves(epi, Scalar::F16);
+        let epi = epi.as_ref();
         let sp = SpGemmSpec { m: spec.m, n: spec.n, k: spec.k, lda: spec.k, ldc: spec.c_strides[1], bias: bias.is_some(), relu: spec.relu };
         let sm = self.sm;
         let e = epi.map(|(e, _)| e);

@@ -275,10 +275,17 @@ fn emulated_tiled(ir: &str) -> String {
 /// The epilogue `relu(v + r)` with `r` laid out as the output (`m ×
 /// ldc`).
 pub fn residual_relu(s: &SpGemmSpec) -> GemmEpilogue {
+    residual_relu_as(s, Scalar::F32)
+}
+
+/// [`residual_relu`] with the residual operand in `dtype` (f16: read
+/// from a half copy, as the PTX translation does where a scratch slot
+/// holds one).
+pub fn residual_relu_as(s: &SpGemmSpec, dtype: Scalar) -> GemmEpilogue {
     let st: &[u64] = &[s.ldc, 1];
     let exprs = [Expr::Load(0), Expr::Load(1), Expr::Binary(Binary::Add, 0, 1), Expr::Unary(Unary::Relu, 2)];
     GemmEpilogue {
-        kernel: super::super::kernel("", &[s.m, s.n], &[(Scalar::F32, st), (Scalar::F32, st)], &exprs, Scalar::F32),
+        kernel: super::super::kernel("", &[s.m, s.n], &[(Scalar::F32, st), (dtype, st)], &exprs, Scalar::F32),
         strides: vec![[0, s.ldc, 1]],
     }
 }

@@ -21,6 +21,7 @@ use aoc_backend_ptx::kernels::gemm_sp::{SpGemmSpec, SpWgTile, choose_sp_wg_tile,
 use aoc_backend_ptx::kernels::gemm_wgmma::{WgPrecision, choose_wg_tile, gemm_wgmma};
 use aoc_backend_ptx::kernels::{AMode, GemmSpec, HalfCopy};
 use aoc_backend_ptx::{ModuleText, Sm, ir_to_ptx};
+use aoc_ir::Scalar;
 
 #[test]
 fn gemm_sp_wgmma_assembles_without_spills() {
@@ -183,7 +184,15 @@ fn gemm_sp_wgmma_runs_on_the_host_to_the_dense_product() {
         (s(70, 130, 160, 168, 131, false, false), f(192, 3), true),
     ];
     for (i, (spec, tile, residual)) in cases.into_iter().enumerate() {
-        super::wgmma_host::check_wgmma(spec, tile, 40 + i as u64, residual, None);
+        super::wgmma_host::check_wgmma(spec, tile, 40 + i as u64, residual.then_some(Scalar::F32), None);
+    }
+    // The residual read from a half copy (f16), both epilogues.
+    let from_half = [
+        (s(150, 200, 288, 288, 200, true, false), t(128, 4)),
+        (s(70, 130, 160, 168, 131, false, false), f(192, 3)),
+    ];
+    for (i, (spec, tile)) in from_half.into_iter().enumerate() {
+        super::wgmma_host::check_wgmma(spec, tile, 50 + i as u64, Some(Scalar::F16), None);
     }
     // The half copy (ldc = n), beside f32 y or alone, both epilogues.
     let keep = |bf16, keep_f32| Some(HalfCopy { bf16, keep_f32 });
@@ -194,7 +203,7 @@ fn gemm_sp_wgmma_runs_on_the_host_to_the_dense_product() {
         (s(150, 200, 288, 288, 200, true, false), f(128, 4), true, keep(false, false)),
     ];
     for (i, (spec, tile, residual, half)) in halves.into_iter().enumerate() {
-        super::wgmma_host::check_wgmma(spec, tile, 60 + i as u64, residual, half);
+        super::wgmma_host::check_wgmma(spec, tile, 60 + i as u64, residual.then_some(Scalar::F32), half);
     }
 }
 

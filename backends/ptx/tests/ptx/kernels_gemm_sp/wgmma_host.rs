@@ -24,7 +24,7 @@ use aoc_ir::{Scalar, Tensor, TensorType};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::super::host_sim::{Mem, block_barrier, thread_index, with_jit_hooks};
-use super::host::{f16_bits, ints, residual_relu};
+use super::host::{f16_bits, ints, residual_relu_as};
 
 /// Each thread's metadata operand of the current `wgmma.sp`.
 static META: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
@@ -167,10 +167,12 @@ fn emulated(ir: &str, nacc: u32) -> String {
 /// the pruned weight (bias, relu and the residual epilogue as asked),
 /// activation rows at pitch `lda`, output at pitch `ldc`, ragged edges;
 /// with `half`, also the half copy of y (f32 y stored or not, as it says).
-pub fn check_wgmma(s: SpGemmSpec, tile: SpWgTile, seed: u64, residual: bool, half: Option<HalfCopy>) {
+/// `residual` is the residual operand's type (f32, or f16 as read from a
+/// half copy), `None` for no residual epilogue.
+pub fn check_wgmma(s: SpGemmSpec, tile: SpWgTile, seed: u64, residual: Option<Scalar>, half: Option<HalfCopy>) {
     let (rows, n, k, lda, ldc) = (s.m as usize, s.n as usize, s.k as usize, s.lda as usize, s.ldc as usize);
     let mut mt = ModuleText::new();
-    let epi = residual.then(|| residual_relu(&s));
+    let epi = residual.map(|t| residual_relu_as(&s, t));
     let geo = gemm_sp_wgmma_with(&mut mt, "k", &s, tile, Sm::Sm90a, epi.as_ref(), half).unwrap();
     let ir = emulated(&mt.finish(), tile.bn / 2);
     let x = ints(rows * lda, seed);
@@ -192,7 +194,7 @@ pub fn check_wgmma(s: SpGemmSpec, tile: SpWgTile, seed: u64, residual: bool, hal
                 y += bias[j];
             }
             let y = if s.relu { y.max(0.0) } else { y };
-            if residual { (y + res[i]).max(0.0) } else { y }
+            if residual.is_some() { (y + res[i]).max(0.0) } else { y }
         })
         .collect();
     let words: Vec<u8> = packed.meta.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -203,8 +205,11 @@ pub fn check_wgmma(s: SpGemmSpec, tile: SpWgTile, seed: u64, residual: bool, hal
     }
     bufs.push(Mem::new(&vec![0xA5; rows * ldc * 4], 0));
     let y = bufs.len() - 1;
-    if residual {
-        bufs.push(Mem::from_f32s(&res));
+    match residual {
+        // The residuals are small integers: exact in f16.
+        Some(Scalar::F16) => bufs.push(Mem::new(&f16_bits(&res.iter().map(|&r| r as f64).collect::<Vec<_>>()), 0)),
+        Some(_) => bufs.push(Mem::from_f32s(&res)),
+        None => {}
     }
     if half.is_some() {
         bufs.push(Mem::new(&vec![0xA5; rows * ldc * 2], 0));
